@@ -1,0 +1,174 @@
+"""Kafka's framing and message headers, sans I/O.
+
+Every message on the wire is a big-endian int32 size followed by that many bytes. A request starts with a
+request header (v1, or v2 for flexible API versions); a response with a response header (v0, or v1 for
+flexible versions), except that ApiVersions responses always use header v0 so that a client which sent
+a version the broker does not know can still read the answer (KIP-511).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.exceptions import DecodeError, UnsupportedVersionError
+from protocol.messages import APIS, ApiSchema
+from protocol.messages.request_header import RequestHeader
+from protocol.messages.response_header import ResponseHeader
+
+API_VERSIONS_KEY = 18
+_SIZE = struct.Struct(">i")
+_HEADER_START = struct.Struct(">hhi")
+
+
+def request_header_version(api: ApiSchema | None, api_version: int) -> int:
+    return 2 if api is not None and api.is_flexible(api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    api = APIS.get(api_key)
+    return 1 if api is not None and api.is_flexible(api_version) else 0
+
+
+@dataclass(slots=True)
+class Request:
+    """A decoded request frame: its header, and its body when the API and version are known."""
+
+    header: RequestHeader
+    api: ApiSchema | None
+    body: Any | None  # None when the API key or version is not supported
+
+    @property
+    def api_key(self) -> int:
+        return self.header.request_api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.request_api_version
+
+    @property
+    def correlation_id(self) -> int:
+        return self.header.correlation_id
+
+
+def peek_request_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """API key, API version and correlation id: readable from any request, even a malformed one."""
+    try:
+        return _HEADER_START.unpack_from(frame, 0)
+    except struct.error as exc:
+        raise DecodeError(f"request of {len(frame)} bytes is too short for a header") from exc
+
+
+def decode_request(frame: bytes | memoryview) -> Request:
+    """Decode one request frame (without its size prefix).
+
+    An unknown API key or an unsupported version gives a Request whose body is None, so the caller can
+    answer with UNSUPPORTED_VERSION; malformed bytes raise DecodeError.
+    """
+    api_key, api_version, _ = peek_request_header(frame)
+    api = APIS.get(api_key)
+    supported = api is not None and api.valid_versions[0] <= api_version <= api.valid_versions[1]
+    if api is not None and not supported and api_key == API_VERSIONS_KEY:
+        # KIP-511: a newer ApiVersions than ours is still flexible; the header must be readable.
+        header_version = 2 if api_version > api.valid_versions[1] else 1
+    else:
+        header_version = request_header_version(api if supported else None, api_version)
+    header, pos = RequestHeader.decode(frame, header_version)
+    if not supported:
+        return Request(header, api, None)
+    assert api is not None
+    body, end = api.request_type().decode(frame, api_version, pos)
+    if end != len(frame):
+        raise DecodeError(f"{api.name} v{api_version} request has {len(frame) - end} trailing bytes")
+    return Request(header, api, body)
+
+
+def encode_request(
+    body: Any, api_version: int, correlation_id: int, client_id: str | None = "kbroker"
+) -> bytes:
+    """A whole request frame, size prefix included (for clients and tests)."""
+    api = APIS[body.API_KEY]
+    if not api.valid_versions[0] <= api_version <= api.valid_versions[1]:
+        raise UnsupportedVersionError(f"{api.name} has no version {api_version}")
+    out = bytearray(4)
+    header = RequestHeader(
+        request_api_key=body.API_KEY,
+        request_api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    header.encode_into(out, request_header_version(api, api_version))
+    body.encode_into(out, api_version)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_response(body: Any, api_key: int, api_version: int, correlation_id: int) -> bytearray:
+    """A whole response frame, size prefix included."""
+    out = bytearray(4)
+    out += _SIZE.pack(correlation_id)
+    if response_header_version(api_key, api_version) == 1:
+        out.append(0)  # no tagged fields in the response header
+    body.encode_into(out, api_version)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return out
+
+
+def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
+    """Correlation id and body of a response frame without its size prefix (for clients and tests)."""
+    header, pos = ResponseHeader.decode(frame, response_header_version(api_key, api_version))
+    body, end = APIS[api_key].response_type().decode(frame, api_version, pos)
+    if end != len(frame):
+        raise DecodeError(f"response has {len(frame) - end} trailing bytes")
+    return header.correlation_id, body
+
+
+class FrameTooLarge(DecodeError):
+    """A size prefix above the configured limit (socket.request.max.bytes)."""
+
+
+class FrameBuffer:
+    """Accumulates bytes from a stream and hands out whole frames (without their size prefix)."""
+
+    def __init__(self, max_frame_size: int = 100 * 1024 * 1024) -> None:
+        self._buffer = bytearray()
+        self._max = max_frame_size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame, or None until more bytes arrive."""
+        buffer = self._buffer
+        if len(buffer) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(buffer, 0)
+        if size < 0 or size > self._max:
+            raise FrameTooLarge(f"frame size {size} is outside 0..{self._max}")
+        end = 4 + size
+        if len(buffer) < end:
+            return None
+        frame = bytes(buffer[4:end])
+        del buffer[:end]
+        return frame
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+
+__all__ = [
+    "Request",
+    "FrameBuffer",
+    "FrameTooLarge",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "peek_request_header",
+    "request_header_version",
+    "response_header_version",
+]

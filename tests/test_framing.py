@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import pytest
+
+from protocol.exceptions import DecodeError
+from protocol.framing import (
+    FrameBuffer,
+    FrameTooLarge,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from protocol.messages.api_versions_request import ApiVersionsRequest
+from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.metadata_response import MetadataResponse
+
+
+def test_flexible_request_uses_header_v2_and_keeps_client_id_non_compact() -> None:
+    frame = encode_request(MetadataRequest(topics=None), 12, correlation_id=42, client_id="cli")
+    # size, api key 3, version 12, correlation id 42, client id as int16 length + bytes, empty tags
+    assert frame[4:12] == b"\x00\x03\x00\x0c\x00\x00\x00\x2a"
+    assert frame[12:17] == b"\x00\x03cli"
+    assert frame[17] == 0
+    request = decode_request(frame[4:])
+    assert (request.api_key, request.api_version, request.correlation_id) == (3, 12, 42)
+    assert request.header.client_id == "cli"
+    assert request.body.topics is None
+
+
+def test_api_versions_response_always_uses_header_v0() -> None:
+    body = ApiVersionsResponse(api_keys=[ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=4)])
+    frame = encode_response(body, 18, 3, correlation_id=9)
+    # correlation id directly followed by the body's error code: no header tagged-field byte
+    assert bytes(frame[4:10]) == b"\x00\x00\x00\x09\x00\x00"
+    assert decode_response(frame[4:], 18, 3)[1] == body
+
+
+def test_flexible_response_header_has_tagged_fields() -> None:
+    frame = encode_response(MetadataResponse(), 3, 12, correlation_id=1)
+    assert bytes(frame[4:9]) == b"\x00\x00\x00\x01\x00"
+
+
+def test_unsupported_api_versions_version_still_decodes_header() -> None:
+    frame = bytearray(encode_request(ApiVersionsRequest(), 3, correlation_id=5))
+    frame[6:8] = (99).to_bytes(2, "big")
+    request = decode_request(bytes(frame[4:]))
+    assert request.body is None and request.api_version == 99 and request.correlation_id == 5
+
+
+def test_unknown_api_key_gives_body_none() -> None:
+    frame = bytearray(encode_request(MetadataRequest(), 1, correlation_id=5))
+    frame[4:6] = (9999).to_bytes(2, "big")
+    request = decode_request(bytes(frame[4:]))
+    assert request.api is None and request.body is None
+
+
+def test_truncated_request_is_a_decode_error() -> None:
+    frame = encode_request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t")]), 4, 1)
+    for cut in range(4, len(frame) - 1):
+        with pytest.raises(DecodeError):
+            decode_request(frame[4:cut])
+
+
+def test_frame_buffer_splits_a_stream() -> None:
+    frames = [encode_request(MetadataRequest(), 1, i) for i in range(3)]
+    stream = b"".join(frames)
+    buffer = FrameBuffer()
+    got = []
+    for i in range(0, len(stream), 7):
+        buffer.feed(stream[i : i + 7])
+        while (frame := buffer.next_frame()) is not None:
+            got.append(frame)
+    assert got == [f[4:] for f in frames]
+    assert buffer.pending == 0
+
+
+def test_frame_buffer_rejects_oversized_and_negative_sizes() -> None:
+    buffer = FrameBuffer(max_frame_size=100)
+    buffer.feed(b"\x00\x00\x01\x00")
+    with pytest.raises(FrameTooLarge):
+        buffer.next_frame()
+    buffer = FrameBuffer()
+    buffer.feed(b"\xff\xff\xff\xff")
+    with pytest.raises(FrameTooLarge):
+        buffer.next_frame()

@@ -1,0 +1,646 @@
+"""Generate protocol/messages/ from Kafka's JSON message schemas.
+
+Sources, in order (a later one never overrides an earlier one):
+  1. the Kafka 4.3 schemas inside the pinned kafka-python wheel (kafka/protocol/schemas/resources);
+  2. the extra APIs named in EXTRA_SCHEMAS, read from the older reference set beside the repository
+     (../shared/kafka-message-schemas). That set is read at generation time only and never copied.
+
+Each schema becomes one module with straight-line decode and encode functions per version: runs of
+fixed-width fields are read and written with one precompiled struct, and identical functions are shared
+between versions. Run `python tools/gen_messages.py` to regenerate; `--check` fails on drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import keyword
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO / "protocol" / "messages"
+EXTRA_SCHEMA_DIR = REPO.parent / "shared" / "kafka-message-schemas"
+EXTRA_SCHEMAS = (
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+)
+MAX_VERSION = 32767
+FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "float64": "d", "bool": "?"}
+FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "d": 8, "?": 1}
+PRIMITIVES = set(FIXED) | {"string", "bytes", "records", "uuid"}
+PY_TYPES = {
+    "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int", "float64": "float",
+    "bool": "bool", "string": "str", "bytes": "bytes", "records": "bytes", "uuid": "uuid.UUID",
+}
+
+Versions = tuple[int, int] | None
+
+
+def parse_versions(text: str | None) -> Versions:
+    if text is None or text == "none":
+        return None
+    if text.endswith("+"):
+        return int(text[:-1]), MAX_VERSION
+    if "-" in text:
+        low, high = text.split("-")
+        return int(low), int(high)
+    return int(text), int(text)
+
+
+def in_versions(version: int, versions: Versions) -> bool:
+    return versions is not None and versions[0] <= version <= versions[1]
+
+
+def snake(name: str) -> str:
+    # The same rule kafka-python uses, so attribute names line up in differential tests.
+    result = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return result + "_" if keyword.iskeyword(result) else result
+
+
+def load_schema(path: Path) -> dict:
+    # Kafka's schema files are JSON with // comments.
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("//"))
+    return json.loads(text)
+
+
+@dataclass
+class Field:
+    name: str
+    attr: str
+    type: str
+    versions: Versions
+    nullable: Versions
+    tagged: Versions
+    tag: int | None
+    flexible_override: Versions | str
+    default: str | None
+    struct: Struct | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.type.startswith("[]")
+
+    @property
+    def element(self) -> str:
+        return self.type[2:] if self.is_array else self.type
+
+
+@dataclass
+class Struct:
+    name: str
+    fields: list[Field] = field(default_factory=list)
+
+
+@dataclass
+class Schema:
+    name: str
+    kind: str
+    api_key: int | None
+    valid: tuple[int, int]
+    flexible: Versions
+    root: Struct
+    structs: dict[str, Struct]
+
+
+def default_text(value: object) -> str | None:
+    """Schemas write most defaults as strings, a few as JSON numbers or booleans."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def build_schema(data: dict) -> Schema:
+    structs: dict[str, Struct] = {}
+    common = {item["name"]: item for item in data.get("commonStructs", [])}
+
+    def make_struct(name: str, field_specs: list[dict]) -> Struct:
+        if name in structs:
+            return structs[name]
+        struct = Struct(name)
+        structs[name] = struct
+        struct.fields = [make_field(spec) for spec in field_specs]
+        return struct
+
+    def make_field(spec: dict) -> Field:
+        override = spec.get("flexibleVersions")
+        f = Field(
+            name=spec["name"],
+            attr=snake(spec["name"]),
+            type=spec["type"],
+            versions=parse_versions(spec.get("versions")),
+            nullable=parse_versions(spec.get("nullableVersions")),
+            tagged=parse_versions(spec.get("taggedVersions")),
+            tag=spec.get("tag"),
+            flexible_override=parse_versions(override) if override is not None else "inherit",
+            default=default_text(spec.get("default")),
+        )
+        element = f.element
+        if element not in PRIMITIVES:
+            if "fields" in spec:
+                f.struct = make_struct(element, spec["fields"])
+            elif element in common:
+                f.struct = make_struct(element, common[element]["fields"])
+            elif element in structs:
+                f.struct = structs[element]
+            else:
+                raise ValueError(f"{data['name']}: unknown type {f.type}")
+        return f
+
+    root = Struct(data["name"])
+    structs[data["name"]] = root
+    root.fields = [make_field(spec) for spec in data["fields"]]
+    valid = parse_versions(data["validVersions"])
+    assert valid is not None
+    return Schema(
+        name=data["name"],
+        kind=data["type"],
+        api_key=data.get("apiKey"),
+        valid=valid,
+        flexible=parse_versions(data.get("flexibleVersions")),
+        root=root,
+        structs=structs,
+    )
+
+
+def default_expr(f: Field) -> str:
+    """Python source for a field's default value (a fresh object each time for lists and structs)."""
+    d = f.default
+    if f.is_array:
+        return "None" if d == "null" else "[]"
+    if f.struct is not None:
+        return "None" if d == "null" else f"{f.struct.name}()"
+    t = f.type
+    if t in ("int8", "int16", "int32", "int64", "uint16"):
+        return str(int(d, 0)) if d not in (None, "") else "0"
+    if t == "float64":
+        return repr(float(d)) if d not in (None, "") else "0.0"
+    if t == "bool":
+        return "True" if (d or "").lower() == "true" else "False"
+    if t == "string":
+        if d == "null":
+            return "None"
+        return repr(d or "")
+    if t in ("bytes", "records"):
+        return "None" if d == "null" or t == "records" else "b''"
+    if t == "uuid":
+        return "_c.ZERO_UUID"
+    raise ValueError(t)
+
+
+def type_hint(f: Field) -> str:
+    inner = f.struct.name if f.struct is not None else PY_TYPES[f.element]
+    hint = f"list[{inner}]" if f.is_array else inner
+    if f.nullable is not None or f.type == "records" or default_expr(f) in ("None", "[]") or f.struct:
+        return f"{hint} | None"
+    return hint
+
+
+class Emitter:
+    """Writes one module's source; collects precompiled struct formats as it goes."""
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.formats: dict[str, str] = {}
+        self.functions: dict[str, str] = {}  # body text -> function name, to share identical versions
+
+    def fmt_name(self, fmt: str) -> str:
+        name = "_S_" + fmt.replace("?", "o")
+        self.formats[fmt] = name
+        return name
+
+    def compact(self, f: Field, flexible: bool, version: int) -> bool:
+        if f.flexible_override == "inherit":
+            return flexible
+        return in_versions(version, f.flexible_override)  # type: ignore[arg-type]
+
+    # ---- decoding ---------------------------------------------------------------------------------------
+
+    def decode_value(self, f: Field, target: str, version: int, flexible: bool, ind: str) -> list[str]:
+        """Lines that read field ``f`` from buf at pos into ``target`` (not for fixed-width scalars)."""
+        compact = self.compact(f, flexible, version)
+        nullable = in_versions(version, f.nullable)
+        t = f.element
+        if f.is_array:
+            reader = "read_compact_array_length" if compact else "read_array_length"
+            lines = [f"{ind}n, pos = _c.{reader}(buf, pos)"]
+            null_line = f"{ind}    {target} = None" if nullable else \
+                f"{ind}    raise DecodeError('null array in non-nullable field {f.name}')"
+            lines += [f"{ind}if n < 0:", null_line, f"{ind}else:"]
+            if t in FIXED:
+                s = self.fmt_name(FIXED[t])
+                lines.append(f"{ind}    {target}, pos = _c.read_primitive_array(buf, pos, n, {s})")
+                return lines
+            lines += [f"{ind}    items = []", f"{ind}    for _ in range(n):"]
+            lines += self.decode_value(
+                Field(f.name, f.attr, t, f.versions, None, None, None, f.flexible_override, None, f.struct),
+                "item", version, flexible, ind + "        ",
+            )
+            lines += [f"{ind}        items.append(item)", f"{ind}    {target} = items"]
+            return lines
+        if f.struct is not None:
+            fn = self.struct_decoder(f.struct, version, flexible)
+            if nullable:
+                return [
+                    f"{ind}if buf[pos] == 0xFF:",
+                    f"{ind}    {target} = None",
+                    f"{ind}    pos += 1",
+                    f"{ind}else:",
+                    f"{ind}    {target}, pos = {fn}(buf, pos + 1)",
+                ]
+            return [f"{ind}{target}, pos = {fn}(buf, pos)"]
+        if t in FIXED:
+            s = self.fmt_name(FIXED[t])
+            return [f"{ind}({target},) = {s}.unpack_from(buf, pos)", f"{ind}pos += {FIXED_SIZE[FIXED[t]]}"]
+        if t == "uuid":
+            return [f"{ind}{target}, pos = _c.read_uuid(buf, pos)"]
+        base = "string" if t == "string" else "bytes"
+        reader = ("compact_" if compact else "") + ("nullable_" if nullable or t == "records" else "") + base
+        return [f"{ind}{target}, pos = _c.read_{reader}(buf, pos)"]
+
+    def struct_decoder(self, struct: Struct, version: int, flexible: bool) -> str:
+        cls = struct.name
+        body: list[str] = [f"    o = _new({cls})"]
+        present = [f for f in struct.fields if in_versions(version, f.versions)]
+        regular = [f for f in present if not (flexible and in_versions(version, f.tagged))]
+        tagged = [f for f in present if flexible and in_versions(version, f.tagged)]
+        for f in struct.fields:
+            if f not in regular:
+                body.append(f"    o.{f.attr} = {default_expr(f)}")
+        run: list[Field] = []
+
+        def flush() -> None:
+            if not run:
+                return
+            fmt = "".join(FIXED[f.type] for f in run)
+            s = self.fmt_name(fmt)
+            targets = ", ".join(f"o.{f.attr}" for f in run)
+            body.append(f"    ({targets},) = {s}.unpack_from(buf, pos)")
+            body.append(f"    pos += {sum(FIXED_SIZE[c] for c in fmt)}")
+            run.clear()
+
+        for f in regular:
+            if f.type in FIXED:
+                run.append(f)
+                continue
+            flush()
+            body += self.decode_value(f, f"o.{f.attr}", version, flexible, "    ")
+        flush()
+        if flexible and not tagged:
+            body.append("    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)")
+        elif flexible:
+            body += [
+                "    n, pos = _c.read_uvarint(buf, pos)",
+                "    unknown = None",
+                "    for _ in range(n):",
+                "        tag, pos = _c.read_uvarint(buf, pos)",
+                "        size, pos = _c.read_uvarint(buf, pos)",
+                "        end = pos + size",
+                "        if end > len(buf):",
+                "            raise DecodeError('tagged field runs past the end of the buffer')",
+            ]
+            keyword_ = "if"
+            for f in sorted(tagged, key=lambda item: item.tag or 0):
+                body.append(f"        {keyword_} tag == {f.tag}:")
+                body += self.decode_value(f, f"o.{f.attr}", version, flexible, "            ")
+                body.append(f"            _c.check_tag_end(pos, end, {f.tag})")
+                keyword_ = "elif"
+            body += [
+                "        else:",
+                "            if unknown is None:",
+                "                unknown = {}",
+                "            unknown[tag] = bytes(buf[pos:end])",
+                "        pos = end",
+                "    o.unknown_tagged_fields = unknown",
+            ]
+        else:
+            body.append("    o.unknown_tagged_fields = None")
+        body.append("    return o, pos")
+        return self.share(f"_decode_{cls}", version, body, "(buf, pos)")
+
+    # ---- encoding ---------------------------------------------------------------------------------------
+
+    def encode_value(self, f: Field, value: str, version: int, flexible: bool, ind: str, out: str) -> list[str]:
+        compact = self.compact(f, flexible, version)
+        nullable = in_versions(version, f.nullable)
+        t = f.element
+        if f.is_array:
+            lines: list[str] = []
+            length_writer = (
+                f"_c.write_uvarint({out}, len(v) + 1)" if compact else f"{out} += _c.INT32.pack(len(v))"
+            )
+            null_writer = f"{out}.append(0)" if compact else f"{out} += b'\\xff\\xff\\xff\\xff'"
+            lines.append(f"{ind}v = {value}")
+            if nullable:
+                lines += [f"{ind}if v is None:", f"{ind}    {null_writer}", f"{ind}else:"]
+                inner = ind + "    "
+            else:
+                inner = ind
+            lines.append(f"{inner}{length_writer}")
+            if t in FIXED:
+                s = self.fmt_name(FIXED[t])
+                lines.append(f"{inner}_c.write_primitive_array({out}, v, {s})")
+                return lines
+            lines.append(f"{inner}for item in v:")
+            lines += self.encode_value(
+                Field(f.name, f.attr, t, f.versions, None, None, None, f.flexible_override, None, f.struct),
+                "item", version, flexible, inner + "    ", out,
+            )
+            return lines
+        if f.struct is not None:
+            fn = self.struct_encoder(f.struct, version, flexible)
+            if nullable:
+                return [
+                    f"{ind}if {value} is None:",
+                    f"{ind}    {out}.append(0xFF)",
+                    f"{ind}else:",
+                    f"{ind}    {out}.append(1)",
+                    f"{ind}    {fn}({value}, {out})",
+                ]
+            return [f"{ind}{fn}({value}, {out})"]
+        if t in FIXED:
+            s = self.fmt_name(FIXED[t])
+            return [f"{ind}{out} += {s}.pack({value})"]
+        if t == "uuid":
+            return [f"{ind}{out} += {value}.bytes"]
+        base = "string" if t == "string" else "bytes"
+        writer = ("compact_" if compact else "") + ("nullable_" if nullable or t == "records" else "") + base
+        return [f"{ind}_c.write_{writer}({out}, {value})"]
+
+    def struct_encoder(self, struct: Struct, version: int, flexible: bool) -> str:
+        cls = struct.name
+        body: list[str] = []
+        present = [f for f in struct.fields if in_versions(version, f.versions)]
+        regular = [f for f in present if not (flexible and in_versions(version, f.tagged))]
+        tagged = [f for f in present if flexible and in_versions(version, f.tagged)]
+        run: list[Field] = []
+
+        def flush() -> None:
+            if not run:
+                return
+            fmt = "".join(FIXED[f.type] for f in run)
+            s = self.fmt_name(fmt)
+            args = ", ".join(f"o.{f.attr}" for f in run)
+            body.append(f"    out += {s}.pack({args})")
+            run.clear()
+
+        for f in regular:
+            if f.type in FIXED:
+                run.append(f)
+                continue
+            flush()
+            body += self.encode_value(f, f"o.{f.attr}", version, flexible, "    ", "out")
+        flush()
+        if flexible:
+            if tagged:
+                body.append("    tags = []")
+                for f in sorted(tagged, key=lambda item: item.tag or 0):
+                    # A tagged field is written only when it differs from its default, as Kafka does.
+                    body.append(f"    if o.{f.attr} != {default_expr(f)}:")
+                    body.append("        t = bytearray()")
+                    body += self.encode_value(f, f"o.{f.attr}", version, flexible, "        ", "t")
+                    body.append(f"        tags.append(({f.tag}, t))")
+                body += [
+                    "    if o.unknown_tagged_fields:",
+                    "        tags.extend(o.unknown_tagged_fields.items())",
+                    "    _c.write_tagged_fields(out, tags)",
+                ]
+            else:
+                body += [
+                    "    if o.unknown_tagged_fields:",
+                    "        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))",
+                    "    else:",
+                    "        out.append(0)",
+                ]
+        if not body:
+            body.append("    pass")
+        return self.share(f"_encode_{cls}", version, body, "(o, out)")
+
+    def share(self, prefix: str, version: int, body: list[str], params: str) -> str:
+        text = "\n".join(body)
+        key = prefix + "\n" + text
+        if key in self.functions:
+            return self.functions[key]
+        name = f"{prefix}_v{version}"
+        self.functions[key] = name
+        self.pending.append(f"def {name}{params}:\n{text}\n")
+        return name
+
+    # ---- the module -------------------------------------------------------------------------------------
+
+    def module(self) -> str:
+        schema = self.schema
+        self.pending: list[str] = []
+        decoders: list[str] = []
+        encoders: list[str] = []
+        for version in range(schema.valid[1] + 1):
+            if version < schema.valid[0]:
+                decoders.append("None")
+                encoders.append("None")
+                continue
+            flexible = in_versions(version, schema.flexible)
+            decoders.append(self.struct_decoder(schema.root, version, flexible))
+            encoders.append(self.struct_encoder(schema.root, version, flexible))
+
+        parts = [
+            f'"""{schema.name}: generated by tools/gen_messages.py from Kafka\'s message schema. Do not edit."""',
+            "",
+            "# ruff: noqa",
+            "from __future__ import annotations",
+            "",
+            "import struct as _struct",
+            "import uuid",
+            "",
+            "from protocol import _codec as _c",
+            "from protocol.exceptions import DecodeError",
+            "",
+            "_new = _c.new_object",
+        ]
+        for fmt, name in sorted(self.formats.items(), key=lambda item: item[1]):
+            parts.append(f"{name} = _struct.Struct('>{fmt}')")
+        parts.append("")
+        # Structs are defined leaves first so each class can name the ones it contains.
+        order: list[Struct] = []
+
+        def visit(struct: Struct) -> None:
+            if struct in order:
+                return
+            for f in struct.fields:
+                if f.struct is not None:
+                    visit(f.struct)
+            order.append(struct)
+
+        visit(schema.root)
+        for struct in order:
+            parts.append(self.class_source(struct, struct is schema.root))
+        parts.extend(self.pending)
+        root = schema.root.name
+        parts.append(f"{root}.DECODERS = ({', '.join(decoders)},)")
+        parts.append(f"{root}.ENCODERS = ({', '.join(encoders)},)")
+        return "\n".join(parts) + "\n"
+
+    def class_source(self, struct: Struct, is_root: bool) -> str:
+        schema = self.schema
+        base = "_c.Message" if is_root else "_c.Struct"
+        attrs = [f.attr for f in struct.fields]
+        lines = [f"class {struct.name}({base}):"]
+        lines.append(f"    __slots__ = {tuple(attrs + ['unknown_tagged_fields'])!r}")
+        lines.append(f"    FIELDS = {tuple(attrs)!r}")
+        if is_root:
+            lines.append(f"    NAME = {schema.name!r}")
+            lines.append(f"    API_KEY = {schema.api_key if schema.api_key is not None else -1}")
+            lines.append(f"    VALID_VERSIONS = {schema.valid!r}")
+            flexible = None
+            if schema.flexible is not None:
+                flexible = (schema.flexible[0], min(schema.flexible[1], MAX_VERSION))
+            lines.append(f"    FLEXIBLE_VERSIONS = {flexible!r}")
+            nested = [s.name for s in schema.structs.values() if s is not struct]
+            for name in nested:
+                lines.append(f"    {name}: type[{name}]")
+        lines.append("")
+        params = ["self", "*"]
+        assigns = []
+        for f in struct.fields:
+            expr = default_expr(f)
+            if expr in ("[]",) or expr.endswith("()"):
+                # A sentinel, not None: None is a real value for nullable arrays and structs.
+                params.append(f"{f.attr}: {type_hint(f)} = _c.UNSET")
+                assigns.append(f"        self.{f.attr} = {expr} if {f.attr} is _c.UNSET else {f.attr}")
+            else:
+                params.append(f"{f.attr}: {type_hint(f)} = {expr}")
+                assigns.append(f"        self.{f.attr} = {f.attr}")
+        params.append("unknown_tagged_fields: dict[int, bytes] | None = None")
+        lines.append(f"    def __init__({', '.join(params)}) -> None:")
+        lines += assigns
+        lines.append("        self.unknown_tagged_fields = unknown_tagged_fields")
+        lines.append("")
+        if is_root:
+            for s in schema.structs.values():
+                if s is not struct:
+                    lines.append(f"{struct.name}.{s.name} = {s.name}  # type: ignore[attr-defined]")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def collect_schemas(kafka_resources: Path, extra_dir: Path) -> list[Schema]:
+    schemas: dict[str, Schema] = {}
+    for path in sorted(kafka_resources.glob("*.json")):
+        data = load_schema(path)
+        if data.get("type") in ("request", "response", "header", "data"):
+            schemas[data["name"]] = build_schema(data)
+    for name in EXTRA_SCHEMAS:
+        if name in schemas:
+            continue
+        path = extra_dir / f"{name}.json"
+        if not path.exists():
+            raise SystemExit(f"gen_messages: {path} is missing (the older reference schema set)")
+        schemas[name] = build_schema(load_schema(path))
+    return sorted(schemas.values(), key=lambda s: s.name)
+
+
+def registry_source(schemas: list[Schema]) -> str:
+    apis: dict[int, dict[str, Schema]] = {}
+    for schema in schemas:
+        if schema.kind in ("request", "response") and schema.api_key is not None:
+            apis.setdefault(schema.api_key, {})[schema.kind] = schema
+    lines = [
+        '"""Every generated message, by API key. Generated by tools/gen_messages.py. Do not edit.',
+        "",
+        "Modules are imported on first use, so start-up pays only for the APIs a client actually calls.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import importlib",
+        "from dataclasses import dataclass",
+        "from typing import Any",
+        "",
+        "",
+        "@dataclass(frozen=True)",
+        "class ApiSchema:",
+        "    api_key: int",
+        "    name: str",
+        "    request_module: str",
+        "    request_class: str",
+        "    response_module: str",
+        "    response_class: str",
+        "    valid_versions: tuple[int, int]",
+        "    flexible_versions: tuple[int, int] | None",
+        "",
+        "    def request_type(self) -> Any:",
+        "        return getattr(importlib.import_module(self.request_module), self.request_class)",
+        "",
+        "    def response_type(self) -> Any:",
+        "        return getattr(importlib.import_module(self.response_module), self.response_class)",
+        "",
+        "    def is_flexible(self, version: int) -> bool:",
+        "        flexible = self.flexible_versions",
+        "        return flexible is not None and flexible[0] <= version <= flexible[1]",
+        "",
+        "",
+        "APIS: dict[int, ApiSchema] = {",
+    ]
+    for key in sorted(apis):
+        req, resp = apis[key]["request"], apis[key]["response"]
+        name = req.name[: -len("Request")]
+        flexible = req.flexible if req.flexible is None else (req.flexible[0], MAX_VERSION)
+        lines.append(
+            f"    {key}: ApiSchema({key}, {name!r}, 'protocol.messages.{snake(req.name)}', {req.name!r}, "
+            f"'protocol.messages.{snake(resp.name)}', {resp.name!r}, {req.valid!r}, {flexible!r}),"
+        )
+    lines += ["}", "", "API_BY_NAME: dict[str, ApiSchema] = {api.name: api for api in APIS.values()}", ""]
+    return "\n".join(lines)
+
+
+def kafka_python_resources() -> Path:
+    import kafka  # the pinned kafka-python carries the schemas
+
+    return Path(kafka.__file__).parent / "protocol" / "schemas" / "resources"
+
+
+def generate(out_dir: Path, extra_dir: Path = EXTRA_SCHEMA_DIR) -> list[str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    schemas = collect_schemas(kafka_python_resources(), extra_dir)
+    written = []
+    for schema in schemas:
+        name = f"{snake(schema.name)}.py"
+        (out_dir / name).write_text(Emitter(schema).module())
+        written.append(name)
+    (out_dir / "__init__.py").write_text(registry_source(schemas))
+    written.append("__init__.py")
+    return written
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="fail if the committed code differs")
+    parser.add_argument("--extra-schemas", type=Path, default=EXTRA_SCHEMA_DIR)
+    args = parser.parse_args()
+    if not args.check:
+        for stale in OUT_DIR.glob("*.py"):
+            stale.unlink()
+        written = generate(OUT_DIR, args.extra_schemas)
+        print(f"wrote {len(written)} modules to {OUT_DIR}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        written = generate(Path(tmp), args.extra_schemas)
+        committed = sorted(p.name for p in OUT_DIR.glob("*.py"))
+        drift = sorted(set(committed) ^ set(written))
+        drift += [n for n in written if n in committed and not filecmp.cmp(Path(tmp) / n, OUT_DIR / n, False)]
+    if drift:
+        print("protocol/messages drifted from the schemas: " + ", ".join(drift), file=sys.stderr)
+        return 1
+    print("protocol/messages matches the schemas")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
