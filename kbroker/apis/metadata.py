@@ -1,0 +1,93 @@
+"""Metadata (key 3): brokers, cluster id and topic layout; auto-creates topics when allowed."""
+
+from __future__ import annotations
+
+import uuid
+
+from kbroker.apis.context import RequestContext
+from kbroker.storage import TopicInfo, validate_topic_name
+from protocol.errors import ErrorCode
+from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.metadata_response import MetadataResponse
+
+AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
+# ACL operation codes a topic supports (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11); without authorization every one of them is allowed.
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+def topic_metadata(ctx: RequestContext, info: TopicInfo, with_operations: bool) -> MetadataResponse.MetadataResponseTopic:
+    node = ctx.broker.node_id
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=ErrorCode.NONE,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=False,
+        partitions=[
+            MetadataResponse.MetadataResponsePartition(
+                error_code=ErrorCode.NONE,
+                partition_index=index,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            for index in range(info.partitions)
+        ],
+        topic_authorized_operations=TOPIC_OPERATIONS if with_operations else AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+    )
+
+
+def _error_topic(name: str | None, error: ErrorCode, topic_id: uuid.UUID | None = None) -> MetadataResponse.MetadataResponseTopic:
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=error, name=name, topic_id=topic_id or uuid.UUID(int=0), partitions=[]
+    )
+
+
+async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    with_operations = version >= 8 and request.include_topic_authorized_operations
+    # v0 has no null: an empty list asks for every topic. From v1 on, null means all and [] means none.
+    all_topics = request.topics is None or (version == 0 and not request.topics)
+    allow_create = request.allow_auto_topic_creation if version >= 4 else True
+    topics: list[MetadataResponse.MetadataResponseTopic] = []
+    if all_topics:
+        topics = [topic_metadata(ctx, info, with_operations) for info in broker.logs.topics()]
+    else:
+        for wanted in request.topics:
+            if wanted.name is None:
+                info = broker.logs.topic_by_id(wanted.topic_id)
+                if info is None:
+                    topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                    continue
+            else:
+                info = broker.topic(wanted.name)
+                if info is None:
+                    if validate_topic_name(wanted.name) is not None:
+                        topics.append(_error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION))
+                        continue
+                    if allow_create:
+                        info = broker.auto_create_topic(wanted.name)
+                    if info is None:
+                        topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                        continue
+            topics.append(topic_metadata(ctx, info, with_operations))
+    cluster_operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_operations = CLUSTER_OPERATIONS
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[
+            MetadataResponse.MetadataResponseBroker(
+                node_id=broker.node_id, host=broker.advertised.host, port=broker.advertised.port, rack=None
+            )
+        ],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+        cluster_authorized_operations=cluster_operations,
+        error_code=ErrorCode.NONE,
+    )

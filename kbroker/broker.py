@@ -1,0 +1,177 @@
+"""The broker: configuration, storage and coordination state shared by every connection.
+
+Networking (kbroker/server), storage (kbroker/storage) and group coordination (kbroker/groups) are
+separate layers; this object is what ties them together for the request handlers in kbroker/apis.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from kbroker.config import BrokerConfig
+from kbroker.storage import LogManager, PartitionLog, TopicInfo
+
+log = logging.getLogger("kbroker")
+
+_PRODUCER_ID_BLOCK = 1000
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+
+def new_cluster_id() -> str:
+    # Kafka's cluster ids are a random UUID in URL-safe base64 without padding (22 characters).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, data_dir: Path, advertised: Endpoint) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.advertised = advertised
+        self.node_id: int = config["node.id"]
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_meta()
+        self.logs = LogManager(data_dir, config.topic_defaults())
+        self.draining = False
+        self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
+        self.open_connections: set[int] = set()
+        self.idle_scopes: set[trio.CancelScope] = set()
+        self._waiters: defaultdict[tuple[str, int], set[trio.Event]] = defaultdict(set)
+        self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
+
+    # --- persisted identity ----------------------------------------------------------------------------
+
+    def _load_meta(self) -> str:
+        path = self.data_dir / "meta.properties"
+        if path.exists():
+            values = dict(
+                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
+            )
+            stored_node = int(values.get("node.id", self.node_id))
+            if stored_node != self.node_id:
+                raise SystemExit(
+                    f"{path} belongs to node.id {stored_node}, but this broker is configured as {self.node_id}"
+                )
+            return values["cluster.id"]
+        cluster_id = new_cluster_id()
+        _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        return cluster_id
+
+    def _reserve_producer_ids(self, start: int | None = None) -> tuple[int, int]:
+        """Producer ids are handed out from blocks whose end is persisted before any id in them is used,
+        so a restart can never hand the same id out twice."""
+        path = self.data_dir / "producer-id-block"
+        if start is None:
+            start = int(path.read_text()) if path.exists() else 0
+        _write_atomically(path, str(start + _PRODUCER_ID_BLOCK))
+        return start, start + _PRODUCER_ID_BLOCK
+
+    def allocate_producer_id(self) -> int:
+        if self._next_producer_id >= self._producer_id_limit:
+            self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids(
+                self._producer_id_limit
+            )
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
+
+    # --- topics ----------------------------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.logs.topic(name)
+
+    def partition(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get_partition(topic, partition)
+
+    def auto_create_topic(self, name: str) -> TopicInfo | None:
+        """Create ``name`` with the broker defaults if auto-creation is on; None otherwise."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        info = self.logs.topic(name)
+        if info is None:
+            info = self.logs.create_topic(name, self.config["num.partitions"], {})
+            log.info("auto-created topic %s with %d partitions", name, info.partitions)
+        return info
+
+    # --- fetch long-poll wake-ups ---------------------------------------------------------------------
+
+    def watch(self, keys: list[tuple[str, int]]) -> trio.Event:
+        """An event set on the next append to any of ``keys``; call ``unwatch`` when done."""
+        event = trio.Event()
+        for key in keys:
+            self._waiters[key].add(event)
+        return event
+
+    def unwatch(self, keys: list[tuple[str, int]], event: trio.Event) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    def notify_append(self, topic: str, partition: int) -> None:
+        waiters = self._waiters.get((topic, partition))
+        if waiters:
+            for event in waiters:
+                event.set()
+
+    def wake_all_waiters(self) -> None:
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
+    def connection_closed(self, connection_id: int) -> None:
+        """Forget per-connection state."""
+        self.open_connections.discard(connection_id)
+
+    # --- background work -------------------------------------------------------------------------------
+
+    async def retention_loop(self) -> None:
+        interval = self.config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval)
+            deleted = self.logs.apply_retention(int(time.time() * 1000))
+            if deleted:
+                log.info("retention deleted %d segment(s)", len(deleted))
+
+    async def flush_loop(self) -> None:
+        """Honours flush.ms for partitions that have unflushed data; fsync runs off the event loop."""
+        interval_ms = self.config["log.flush.interval.ms"]
+        if interval_ms >= 2**62:
+            return
+        while True:
+            await trio.sleep(max(interval_ms, 10) / 1000)
+            await trio.to_thread.run_sync(self.logs.flush_due, int(time.time() * 1000))
+
+    def begin_drain(self) -> None:
+        self.draining = True
+        self.accepting.cancel()
+        for scope in list(self.idle_scopes):
+            scope.cancel()
+        self.wake_all_waiters()
+
+    def close(self) -> None:
+        self.logs.close()

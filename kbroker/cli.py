@@ -1,0 +1,135 @@
+"""The `kbroker` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from kbroker.broker import Broker, Endpoint
+from kbroker.config import BrokerConfig, ConfigError
+
+log = logging.getLogger("kbroker")
+
+
+def parse_host_port(text: str, what: str) -> tuple[str, int]:
+    value = text.split("://", 1)[-1]  # accept Kafka's PLAINTEXT://host:port form
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kbroker", description="A Kafka-compatible broker in Python.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:9092)")
+    serve.add_argument("--data-dir", type=Path, default=None, help="log directory (default ./kbroker-data)")
+    serve.add_argument("--advertised-listener", default=None, help="HOST:PORT given to clients")
+    serve.add_argument("--config", type=Path, default=None, help="a Kafka server.properties file")
+    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a server.properties key (repeatable)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def resolve_settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path, tuple[str, int], Endpoint]:
+    config = BrokerConfig.load(args.config, args.override)
+    listen_text = args.listen or config["listeners"] or "127.0.0.1:9092"
+    listen = parse_host_port(listen_text.split(",")[0], "--listen")
+    data_dir = args.data_dir or Path(config["log.dirs"].split(",")[0] or config["log.dir"] or "kbroker-data")
+    advertised_text = args.advertised_listener or config["advertised.listeners"].split(",")[0]
+    if advertised_text:
+        host, port = parse_host_port(advertised_text, "--advertised-listener")
+    else:
+        host, port = listen
+        if host in ("0.0.0.0", "::", ""):
+            host = "localhost"
+    return config, data_dir, listen, Endpoint(host, port)
+
+
+async def run_broker(
+    config: BrokerConfig,
+    data_dir: Path,
+    listen: tuple[str, int],
+    advertised: Endpoint | None,
+    *,
+    task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
+    install_signal_handlers: bool = False,
+    started_at: float | None = None,
+) -> None:
+    """Run until cancelled or signalled; reports the ready broker through ``task_status``."""
+    from kbroker.server.connection import serve
+
+    listeners = await trio.open_tcp_listeners(listen[1], host=listen[0])
+    bound_port = listeners[0].socket.getsockname()[1]
+    if advertised is None or advertised.port == 0:
+        host = advertised.host if advertised is not None else listen[0]
+        advertised = Endpoint(host, bound_port)
+    broker = Broker(config, data_dir, advertised)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, broker, listeners)
+            nursery.start_soon(broker.retention_loop)
+            nursery.start_soon(broker.flush_loop)
+            elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
+            log.info(
+                "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",
+                elapsed, listen[0], bound_port, advertised.host, advertised.port, data_dir,
+                broker.cluster_id,
+            )
+            task_status.started(broker)
+            if install_signal_handlers:
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        log.info("received %s: shutting down", signal.Signals(signum).name)
+                        break
+                await drain(broker, nursery)
+    finally:
+        broker.close()
+
+
+async def drain(broker: Broker, nursery: trio.Nursery, grace_seconds: float = 5.0) -> None:
+    """Stop accepting, let in-flight requests be answered, then cancel what is left."""
+    broker.begin_drain()
+    with trio.move_on_after(grace_seconds):
+        while broker.open_connections:
+            await trio.sleep(0.01)
+    nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    started_at = time.perf_counter()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config, data_dir, listen, advertised = resolve_settings(args)
+    except ConfigError as exc:
+        print(f"kbroker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(
+            lambda: run_broker(
+                config, data_dir, listen, advertised, install_signal_handlers=True, started_at=started_at
+            )
+        )
+    except OSError as exc:
+        print(f"kbroker: cannot listen on {listen[0]}:{listen[1]}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

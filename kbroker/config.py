@@ -1,0 +1,199 @@
+"""Broker configuration: Kafka's server.properties keys, typed, defaulted and validated at start-up.
+
+Only keys kbroker acts on are accepted, plus a short list of Kafka keys that have no meaning for a
+single-process broker (thread pools, ZooKeeper, ...), which are accepted with a warning so an existing
+server.properties can be reused. Anything else is an error naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("kbroker.config")
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration problem worth a one-line message at start-up, not a traceback."""
+
+
+def _int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value not in options:
+            raise ConfigError(f"expected one of {', '.join(options)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _string(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+    topic_config: str | None = None  # the topic-level key this broker key is the default for
+
+
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in [
+        Key("node.id", _int(0, INT_MAX), "0", "This broker's id."),
+        Key("num.partitions", _int(1, 100_000), "1", "Partitions of an auto-created topic."),
+        Key("default.replication.factor", _int(1, 1), "1", "Replication factor of auto-created topics."),
+        Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata or Produce."),
+        Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
+        Key("message.max.bytes", _int(0, INT_MAX), "1048588", "Largest record batch accepted.",
+            "max.message.bytes"),
+        Key("log.segment.bytes", _int(14, INT_MAX), "1073741824", "Segment size before rolling.",
+            "segment.bytes"),
+        Key("log.roll.ms", _int(1, LONG_MAX), "604800000", "Segment age before rolling.", "segment.ms"),
+        Key("log.retention.ms", _int(-1, LONG_MAX), "604800000", "Age after which segments are deleted.",
+            "retention.ms"),
+        Key("log.retention.bytes", _int(-1, LONG_MAX), "-1", "Partition size above which old segments go.",
+            "retention.bytes"),
+        Key("log.retention.check.interval.ms", _int(1, LONG_MAX), "300000", "How often retention runs."),
+        Key("log.index.interval.bytes", _int(0, INT_MAX), "4096", "Bytes between offset index entries.",
+            "index.interval.bytes"),
+        Key("log.flush.interval.messages", _int(1, LONG_MAX), str(LONG_MAX),
+            "Records appended before a partition is fsynced (1: before each acknowledgement).",
+            "flush.messages"),
+        Key("log.flush.interval.ms", _int(0, LONG_MAX), str(LONG_MAX), "Longest time data stays unflushed.",
+            "flush.ms"),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
+            "Which timestamp records keep.", "message.timestamp.type"),
+        Key("log.cleanup.policy", _choice("delete", "compact", "compact,delete", "delete,compact"), "delete",
+            "Retention policy of topics.", "cleanup.policy"),
+        Key("min.insync.replicas", _int(1, INT_MAX), "1", "Replicas that must acknowledge acks=all.",
+            "min.insync.replicas"),
+        Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "producer", "Codec batches are stored with.", "compression.type"),
+        Key("socket.request.max.bytes", _int(1, INT_MAX), "104857600", "Largest request frame accepted."),
+        Key("offsets.retention.minutes", _int(1, INT_MAX), "10080", "How long empty groups keep offsets."),
+        Key("offsets.topic.num.partitions", _int(1, 1000), "50", "Partitions of the committed-offsets log."),
+        Key("group.initial.rebalance.delay.ms", _int(0, INT_MAX), "3000",
+            "Wait for more members before the first rebalance of an empty group."),
+        Key("group.min.session.timeout.ms", _int(0, INT_MAX), "6000", "Smallest session timeout allowed."),
+        Key("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000", "Largest session timeout allowed."),
+        Key("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000", "Idle transactional ids expire."),
+        Key("transaction.max.timeout.ms", _int(1, INT_MAX), "900000", "Largest transaction timeout."),
+        Key("advertised.listeners", _string, "", "host:port clients are told to connect to."),
+        Key("listeners", _string, "", "host:port to listen on (PLAINTEXT://host:port also accepted)."),
+        Key("log.dirs", _string, "", "The data directory."),
+        Key("log.dir", _string, "", "The data directory (log.dirs wins)."),
+    ]
+}
+
+# Kafka keys with no meaning here: accepted (with a warning) so a Kafka server.properties still works.
+IGNORED_KAFKA_KEYS = frozenset(
+    {
+        "broker.id", "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+        "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+        "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
+        "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+        "zookeeper.connect", "zookeeper.connection.timeout.ms", "num.replica.fetchers",
+        "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+    }
+)
+
+
+def parse_properties(text: str, source: str = "config") -> dict[str, str]:
+    """Java .properties essentials: key=value or key: value, # and ! comments, blank lines."""
+    result: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        separator = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if separator <= 0:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {raw!r}")
+        result[line[:separator].strip()] = line[separator + 1 :].strip()
+    return result
+
+
+class BrokerConfig:
+    """Validated broker settings; ``config["log.segment.bytes"]`` gives the typed value."""
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self._raw: dict[str, str] = {}
+        self._values: dict[str, Any] = {}
+        errors: list[str] = []
+        for name, text in (values or {}).items():
+            if name in IGNORED_KAFKA_KEYS:
+                log.warning("ignoring %s: it has no meaning for kbroker", name)
+                continue
+            key = KEYS.get(name)
+            if key is None:
+                errors.append(f"unknown configuration key {name!r}")
+                continue
+            try:
+                self._values[name] = key.parse(text)
+                self._raw[name] = text.strip()
+            except ConfigError as exc:
+                errors.append(f"{name}: {exc}")
+        if errors:
+            raise ConfigError("; ".join(errors))
+        for key in KEYS.values():
+            if key.name not in self._values:
+                self._values[key.name] = key.parse(key.default)
+
+    @classmethod
+    def load(cls, path: Path | None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        values: dict[str, str] = {}
+        if path is not None:
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+            values.update(parse_properties(text, str(path)))
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--override expects key=value, got {item!r}")
+            name, _, value = item.partition("=")
+            values[name.strip()] = value
+        return cls(values)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def is_default(self, name: str) -> bool:
+        return name not in self._raw
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self._values.items()
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic-level config names with this broker's values: what a topic gets unless overridden."""
+        return {key.topic_config: str(self._values[key.name]) for key in KEYS.values() if key.topic_config}

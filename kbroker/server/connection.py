@@ -1,0 +1,165 @@
+"""One client connection: frames in, responses out, strictly in request order.
+
+Like Kafka, a connection's requests are handled one at a time (Kafka mutes a channel until its response
+is sent), while a reader task keeps pulling frames off the socket so the next request is ready. Both
+tasks live in the connection's nursery: when the client goes away or the broker shuts down, everything
+the connection started is cancelled with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from kbroker.apis import HANDLERS, unsupported_version_response
+from kbroker.apis.context import RequestContext
+from protocol.exceptions import DecodeError
+from protocol.framing import FrameBuffer, FrameTooLarge, decode_request, encode_response
+from protocol.messages import APIS
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+log = logging.getLogger("kbroker.server")
+
+PRODUCE = 0
+API_VERSIONS = 18
+_READ_SIZE = 256 * 1024
+_PIPELINE_DEPTH = 32  # decoded requests waiting per connection; more and the reader stops reading
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+async def serve_connection(broker: Broker, stream: trio.SocketStream, connection_id: int) -> None:
+    try:
+        peer = stream.socket.getpeername()
+        host = f"{peer[0]}:{peer[1]}"
+    except OSError:
+        host = "?"
+    send, receive = trio.open_memory_channel[bytes](_PIPELINE_DEPTH)
+    try:
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(_read_frames, broker, stream, send, host)
+            try:
+                await _process(broker, stream, receive, host, connection_id)
+            except ConnectionClosed:
+                pass
+            nursery.cancel_scope.cancel()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # closing a socket the peer already dropped
+    finally:
+        broker.connection_closed(connection_id)
+
+
+async def _read_frames(
+    broker: Broker, stream: trio.SocketStream, send: trio.MemorySendChannel[bytes], host: str
+) -> None:
+    buffer = FrameBuffer(broker.config["socket.request.max.bytes"])
+    async with send:
+        while True:
+            try:
+                data = await stream.receive_some(_READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if not data:
+                return
+            buffer.feed(data)
+            try:
+                while (frame := buffer.next_frame()) is not None:
+                    await send.send(frame)
+            except FrameTooLarge as exc:
+                log.warning("closing connection from %s: %s", host, exc)
+                return
+
+
+async def _process(
+    broker: Broker,
+    stream: trio.SocketStream,
+    receive: trio.MemoryReceiveChannel[bytes],
+    host: str,
+    connection_id: int,
+) -> None:
+    async with receive:
+        while True:
+            # Waiting for the next request is the one place a draining broker may stop a connection.
+            with trio.CancelScope() as idle:
+                broker.idle_scopes.add(idle)
+                if broker.draining:
+                    idle.cancel()
+                try:
+                    frame = await receive.receive()
+                except trio.EndOfChannel:
+                    return
+                finally:
+                    broker.idle_scopes.discard(idle)
+            if idle.cancelled_caught:
+                return
+            try:
+                request = decode_request(frame)
+            except DecodeError as exc:
+                log.warning("closing connection from %s: unparseable request: %s", host, exc)
+                return
+            key, version = request.api_key, request.api_version
+            handler = HANDLERS.get(key)
+            if request.body is None or handler is None or not handler.supports(version):
+                if key == API_VERSIONS:
+                    # KIP-511: answer in v0 format with the full list so the client can pick a version.
+                    response = unsupported_version_response()
+                    await _send(stream, encode_response(response, key, 0, request.correlation_id))
+                    continue
+                name = APIS[key].name if key in APIS else f"api key {key}"
+                log.warning("closing connection from %s: unsupported %s version %d", host, name, version)
+                return
+            context = RequestContext(
+                broker=broker,
+                api_key=key,
+                api_version=version,
+                correlation_id=request.correlation_id,
+                client_id=request.header.client_id,
+                client_host=host,
+                connection_id=connection_id,
+            )
+            try:
+                response = await handler.handle(context, request.body)
+            except Exception:
+                log.exception("handler for %s v%d failed (client %s)", handler.name, version, host)
+                return
+            if response is None:  # acks=0 produce: Kafka sends nothing back
+                continue
+            await _send(stream, encode_response(response, key, version, request.correlation_id))
+
+
+async def _send(stream: trio.SocketStream, data: bytes | bytearray) -> None:
+    try:
+        await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        raise ConnectionClosed from exc
+
+
+async def serve(broker: Broker, listeners: list[trio.SocketListener]) -> None:
+    """Accept connections until draining starts, then wait for the open ones to finish."""
+    counter = 0
+
+    async def accept_loop(listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        nonlocal counter
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:  # e.g. EMFILE: back off instead of spinning
+                    log.error("accept failed: %s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                counter += 1
+                broker.open_connections.add(counter)
+                connections.start_soon(serve_connection, broker, stream, counter)
+
+    async with trio.open_nursery() as connections:
+        with broker.accepting:
+            async with trio.open_nursery() as acceptors:
+                for listener in listeners:
+                    acceptors.start_soon(accept_loop, listener, connections)
