@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.errors import ErrorCode
+
 from kbroker.apis import (
     api_versions,
     cluster,
@@ -23,7 +25,6 @@ from kbroker.apis import (
     topics,
 )
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
 from protocol.messages import APIS
 from protocol.messages.api_versions_response import ApiVersionsResponse
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kbroker.apis.context import RequestContext
 from protocol.errors import ErrorCode
+
+from kbroker.apis.context import RequestContext
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 
+from protocol.errors import ErrorCode
+
 from kbroker.apis.context import RequestContext
 from kbroker.storage import TopicInfo, validate_topic_name
-from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 
@@ -17,7 +18,9 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
-def topic_metadata(ctx: RequestContext, info: TopicInfo, with_operations: bool) -> MetadataResponse.MetadataResponseTopic:
+def topic_metadata(
+    ctx: RequestContext, info: TopicInfo, with_operations: bool
+) -> MetadataResponse.MetadataResponseTopic:
     node = ctx.broker.node_id
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
@@ -40,7 +43,9 @@ def topic_metadata(ctx: RequestContext, info: TopicInfo, with_operations: bool) 
     )
 
 
-def _error_topic(name: str | None, error: ErrorCode, topic_id: uuid.UUID | None = None) -> MetadataResponse.MetadataResponseTopic:
+def _error_topic(
+    name: str | None, error: ErrorCode, topic_id: uuid.UUID | None = None
+) -> MetadataResponse.MetadataResponseTopic:
     return MetadataResponse.MetadataResponseTopic(
         error_code=error, name=name, topic_id=topic_id or uuid.UUID(int=0), partitions=[]
     )

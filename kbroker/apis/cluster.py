@@ -1,0 +1,104 @@
+"""DescribeCluster (60) and DescribeTopicPartitions (75): what Java's admin client asks first."""
+
+from __future__ import annotations
+
+import uuid
+
+from protocol.errors import ErrorCode
+
+from kbroker.apis.context import RequestContext
+from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED, CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from protocol.messages.describe_cluster_request import DescribeClusterRequest
+from protocol.messages.describe_cluster_response import DescribeClusterResponse
+from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
+from protocol.messages.describe_topic_partitions_response import DescribeTopicPartitionsResponse
+
+BROKERS_ENDPOINT = 1
+
+TopicResult = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
+PartitionResult = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
+
+
+async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+    broker = ctx.broker
+    if ctx.api_version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
+        return DescribeClusterResponse(
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="The broker does not serve controller endpoints.",
+            endpoint_type=request.endpoint_type,
+            cluster_id=broker.cluster_id,
+        )
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        endpoint_type=BROKERS_ENDPOINT,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=[
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=broker.node_id,
+                host=broker.advertised.host,
+                port=broker.advertised.port,
+                rack=None,
+                is_fenced=False,
+            )
+        ],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_NOT_REQUESTED
+        ),
+    )
+
+
+async def handle_describe_topic_partitions(
+    ctx: RequestContext, request: DescribeTopicPartitionsRequest
+) -> DescribeTopicPartitionsResponse:
+    broker = ctx.broker
+    node = broker.node_id
+    # An empty list means every topic; topics come back sorted by name so a cursor can resume.
+    names = sorted({t.name for t in request.topics}) if request.topics else sorted(i.name for i in broker.logs.topics())
+    cursor = request.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    budget = max(request.response_partition_limit, 1)
+    topics: list[TopicResult] = []
+    next_cursor = None
+    for name in names:
+        info = broker.topic(name)
+        if info is None:
+            topics.append(TopicResult(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
+                                      topic_id=uuid.UUID(int=0), partitions=[]))
+            continue
+        first = cursor.partition_index if cursor is not None and cursor.topic_name == name else 0
+        if budget == 0:
+            next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=first)
+            break
+        last = min(info.partitions, first + budget)
+        partitions = [
+            PartitionResult(
+                error_code=ErrorCode.NONE,
+                partition_index=index,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                eligible_leader_replicas=[],
+                last_known_elr=[],
+                offline_replicas=[],
+            )
+            for index in range(first, last)
+        ]
+        budget -= len(partitions)
+        topics.append(
+            TopicResult(
+                error_code=ErrorCode.NONE,
+                name=name,
+                topic_id=info.topic_id,
+                is_internal=False,
+                partitions=partitions,
+                topic_authorized_operations=TOPIC_OPERATIONS,
+            )
+        )
+        if last < info.partitions:
+            next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=last)
+            break
+    return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)

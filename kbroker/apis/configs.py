@@ -1,0 +1,262 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for topics and the broker.
+
+Topic overrides are persisted with the topic. Broker settings are static (from the config file and
+--override) and reported read-only: dynamic broker configuration is in the unsupported-features ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from protocol.errors import ErrorCode
+
+from kbroker.apis.context import RequestContext
+from kbroker.config import KEYS as BROKER_KEYS
+from kbroker.topic_config import TOPIC_CONFIG_KEYS, broker_default, validate_topic_configs
+from protocol.messages.alter_configs_request import AlterConfigsRequest
+from protocol.messages.alter_configs_response import AlterConfigsResponse
+from protocol.messages.describe_configs_request import DescribeConfigsRequest
+from protocol.messages.describe_configs_response import DescribeConfigsResponse
+from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+# ConfigSource values (DescribeConfigs v1+).
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# ConfigType values (DescribeConfigs v3+).
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@dataclass
+class ConfigEntry:
+    name: str
+    value: str | None
+    config_source: int
+    read_only: bool
+    config_type: int
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def describe_topic_configs(
+    broker: Broker, overrides: dict[str, str], include_synonyms: bool, keys: list[str] | None = None
+) -> list[ConfigEntry]:
+    entries = []
+    for key in TOPIC_CONFIG_KEYS.values():
+        if keys is not None and key.name not in keys:
+            continue
+        broker_value, broker_set = broker_default(broker.config, key)
+        synonyms: list[tuple[str, str | None, int]] = []
+        if key.name in overrides:
+            synonyms.append((key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
+        if key.broker_synonym is not None and broker_set:
+            synonyms.append((key.broker_synonym, broker_value, STATIC_BROKER_CONFIG))
+        synonyms.append((key.broker_synonym or key.name, broker_value if key.broker_synonym else key.default,
+                         DEFAULT_CONFIG))
+        if key.name in overrides:
+            value, source = overrides[key.name], DYNAMIC_TOPIC_CONFIG
+        elif broker_set:
+            value, source = broker_value, STATIC_BROKER_CONFIG
+        else:
+            value, source = (broker_value if key.broker_synonym else key.default), DEFAULT_CONFIG
+        entries.append(
+            ConfigEntry(
+                name=key.name,
+                value=value,
+                config_source=source,
+                read_only=False,
+                config_type=CONFIG_TYPES.get(key.type_name, 0),
+                synonyms=synonyms if include_synonyms else [],
+            )
+        )
+    return entries
+
+
+def describe_broker_configs(broker: Broker, include_synonyms: bool, keys: list[str] | None) -> list[ConfigEntry]:
+    entries = []
+    for key in BROKER_KEYS.values():
+        if keys is not None and key.name not in keys:
+            continue
+        value = str(broker.config[key.name])
+        source = DEFAULT_CONFIG if broker.config.is_default(key.name) else STATIC_BROKER_CONFIG
+        entries.append(
+            ConfigEntry(
+                name=key.name,
+                value=value,
+                config_source=source,
+                read_only=True,
+                config_type=CONFIG_TYPES["BOOLEAN"] if value in ("True", "False") else 0,
+                synonyms=[(key.name, value, source)] if include_synonyms else [],
+            )
+        )
+        if value in ("True", "False"):
+            entries[-1].value = value.lower()
+            entries[-1].synonyms = [(n, v.lower() if v else v, s) for n, v, s in entries[-1].synonyms]
+    return entries
+
+
+async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    broker = ctx.broker
+    results = []
+    for resource in request.resources:
+        result = DescribeConfigsResponse.DescribeConfigsResult(
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+            configs=[],
+        )
+        results.append(result)
+        keys = resource.configuration_keys
+        if resource.resource_type == TOPIC:
+            info = broker.topic(resource.resource_name)
+            if info is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"Topic {resource.resource_name} does not exist."
+                continue
+            entries = describe_topic_configs(broker, info.configs, request.include_synonyms, keys)
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(broker.node_id)):
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = f"Unexpected broker id, expected {broker.node_id} or empty string"
+                continue
+            entries = describe_broker_configs(broker, request.include_synonyms, keys)
+        elif resource.resource_type == BROKER_LOGGER:
+            entries = []
+        else:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"Unsupported resource type {resource.resource_type}"
+            continue
+        result.configs = [
+            DescribeConfigsResponse.DescribeConfigsResourceResult(
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=e.config_source,
+                is_sensitive=False,
+                synonyms=[
+                    DescribeConfigsResponse.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in e.synonyms
+                ],
+                config_type=e.config_type,
+                documentation=None,
+            )
+            for e in entries
+        ]
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _apply_topic_configs(
+    ctx: RequestContext, name: str, new_configs: dict[str, str], validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    broker = ctx.broker
+    if broker.topic(name) is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist."
+    problem = validate_topic_configs(new_configs)
+    if problem is not None:
+        return ErrorCode.INVALID_CONFIG, problem
+    if not validate_only:
+        broker.logs.alter_topic_config(name, new_configs)
+    return ErrorCode.NONE, None
+
+
+_BROKER_STATIC = "Dynamic broker configuration is not supported by kbroker; set it in the config file."
+
+
+async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    responses = []
+    for resource in request.resources:
+        if resource.resource_type == TOPIC:
+            # AlterConfigs replaces the whole set of overrides with the given one.
+            configs = {c.name: c.value for c in resource.configs}
+            if any(v is None for v in configs.values()):
+                code, message = ErrorCode.INVALID_REQUEST, "Null value not supported"
+            else:
+                code, message = _apply_topic_configs(
+                    ctx, resource.resource_name, configs, request.validate_only  # type: ignore[arg-type]
+                )
+        elif resource.resource_type in (BROKER, BROKER_LOGGER):
+            code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
+        else:
+            code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
+        responses.append(
+            AlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return AlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+
+def _incremental(
+    current: dict[str, str], ops: list[IncrementalAlterConfigsRequest.AlterableConfig]
+) -> tuple[dict[str, str] | None, str | None]:
+    result = dict(current)
+    for op in ops:
+        key = TOPIC_CONFIG_KEYS.get(op.name)
+        if key is None:
+            return None, f"Unknown topic config name: {op.name}"
+        if op.config_operation == SET:
+            if op.value is None:
+                return None, f"Null value not supported for {op.name}"
+            result[op.name] = op.value
+        elif op.config_operation == DELETE:
+            result.pop(op.name, None)
+        elif op.config_operation in (APPEND, SUBTRACT):
+            if key.type_name != "LIST":
+                return None, f"Config value append is not allowed for config key: {op.name}"
+            items = [v for v in result.get(op.name, "").split(",") if v]
+            changes = [v for v in (op.value or "").split(",") if v]
+            if op.config_operation == APPEND:
+                items += [v for v in changes if v not in items]
+            else:
+                items = [v for v in items if v not in changes]
+            result[op.name] = ",".join(items)
+        else:
+            return None, f"Unknown config operation {op.config_operation}"
+    return result, None
+
+
+async def handle_incremental_alter_configs(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    responses = []
+    for resource in request.resources:
+        names = [op.name for op in resource.configs]
+        if len(names) != len(set(names)):
+            code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
+        elif resource.resource_type == TOPIC:
+            info = ctx.broker.topic(resource.resource_name)
+            if info is None:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist."
+            else:
+                merged, problem = _incremental(info.configs, resource.configs)
+                if merged is None:
+                    code, message = ErrorCode.INVALID_CONFIG, problem
+                else:
+                    code, message = _apply_topic_configs(ctx, resource.resource_name, merged, request.validate_only)
+        elif resource.resource_type in (BROKER, BROKER_LOGGER):
+            code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
+        else:
+            code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
+        responses.append(
+            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)

@@ -1,0 +1,72 @@
+"""ListOffsets (key 2): earliest, latest, max timestamp and offsets by timestamp through the time index."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+
+from kbroker.apis.context import RequestContext
+from protocol.messages.list_offsets_request import ListOffsetsRequest
+from protocol.messages.list_offsets_response import ListOffsetsResponse
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+READ_COMMITTED = 1
+LEADER_EPOCH = 0  # a single node never changes leader
+
+PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+def leader_epoch_error(current_leader_epoch: int) -> ErrorCode:
+    """Kafka's check of a client's view of the leader epoch (-1: the client does not know it)."""
+    if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
+        return ErrorCode.NONE
+    return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < LEADER_EPOCH else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    broker = ctx.broker
+    read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            response = PartitionResponse(partition_index=part.partition_index, timestamp=-1, offset=-1)
+            plog = broker.partition(topic.name, part.partition_index)
+            if plog is None:
+                response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                partitions.append(response)
+                continue
+            epoch_error = leader_epoch_error(part.current_leader_epoch)
+            if epoch_error != ErrorCode.NONE:
+                response.error_code = epoch_error
+                partitions.append(response)
+                continue
+            response.leader_epoch = LEADER_EPOCH
+            timestamp = part.timestamp
+            if timestamp == LATEST:
+                response.offset = plog.last_stable_offset if read_committed else plog.high_watermark
+            elif timestamp in (EARLIEST, EARLIEST_LOCAL):
+                response.offset = plog.log_start_offset
+            elif timestamp == MAX_TIMESTAMP:
+                found = plog.max_timestamp()
+                if found is not None:
+                    response.offset, response.timestamp = found
+            elif timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+                # No tiered storage: nothing has been uploaded, so there is no such offset.
+                response.offset = -1
+            elif timestamp >= 0:
+                found = plog.offset_for_timestamp(timestamp)
+                if found is not None:
+                    offset, found_timestamp = found
+                    upper = plog.last_stable_offset if read_committed else plog.high_watermark
+                    if offset < upper:
+                        response.offset, response.timestamp = offset, found_timestamp
+            else:
+                response.error_code = ErrorCode.INVALID_REQUEST
+            partitions.append(response)
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,108 @@
+"""Produce (key 0): validate record batches without decoding their records, then append them.
+
+Batches stay opaque bytes: the header and CRC are checked, offsets are assigned in place by the log, and
+the bytes go to disk as received. Records are only decoded where a feature needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+from protocol.errors import ErrorCode
+from protocol.records import iter_batches, validate_crc
+
+from kbroker.apis.context import RequestContext
+from protocol.exceptions import DecodeError
+from protocol.messages.produce_request import ProduceRequest
+from protocol.messages.produce_response import ProduceResponse
+
+log = logging.getLogger("kbroker.produce")
+
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
+    return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
+
+
+def validate_records(records: bytes, max_batch_bytes: int) -> tuple[ErrorCode, str | None]:
+    """Kafka's checks on a produce payload that need only batch headers and CRCs."""
+    if not records:
+        return ErrorCode.CORRUPT_MESSAGE, "no record batches"
+    count = 0
+    try:
+        for header, batch in iter_batches(records, strict=True):
+            count += 1
+            if len(batch) > max_batch_bytes:
+                return ErrorCode.MESSAGE_TOO_LARGE, f"batch of {len(batch)} bytes exceeds {max_batch_bytes}"
+            if header.records_count <= 0:
+                return ErrorCode.CORRUPT_MESSAGE, "batch holds no records"
+            if header.is_control:
+                return ErrorCode.INVALID_RECORD, "clients may not write control batches"
+            if not validate_crc(batch):
+                return ErrorCode.CORRUPT_MESSAGE, "batch CRC does not match its contents"
+    except DecodeError as exc:
+        return ErrorCode.CORRUPT_MESSAGE, str(exc)
+    return ErrorCode.NONE, None
+
+
+async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    broker = ctx.broker
+    acks = request.acks
+    now_ms = int(time.time() * 1000)
+    by_id = ctx.api_version >= 13
+    topics: list[ProduceResponse.TopicProduceResponse] = []
+    to_flush = []
+    for topic_data in request.topic_data:
+        info = broker.logs.topic_by_id(topic_data.topic_id) if by_id else broker.topic(topic_data.name)
+        results: list[PartitionResponse] = []
+        for part in topic_data.partition_data:
+            if acks not in (-1, 0, 1):
+                results.append(_error(part.index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            if info is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                results.append(_error(part.index, code))
+                continue
+            plog = broker.partition(info.name, part.index)
+            if plog is None:
+                results.append(_error(part.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            code, message = validate_records(part.records or b"", plog.config.max_message_bytes)
+            if code != ErrorCode.NONE:
+                log.debug("rejecting produce to %s-%d: %s", info.name, part.index, message)
+                results.append(_error(part.index, code, message))
+                continue
+            result = plog.append(
+                bytearray(part.records),  # type: ignore[arg-type]
+                now_ms=now_ms,
+                timestamp_type_log_append=plog.config.message_timestamp_type == "LogAppendTime",
+            )
+            if result.error_code != ErrorCode.NONE:
+                results.append(_error(part.index, ErrorCode(result.error_code), result.error_message))
+                continue
+            if plog.needs_flush:
+                to_flush.append(plog)
+            broker.notify_append(info.name, part.index)
+            results.append(
+                PartitionResponse(
+                    index=part.index,
+                    error_code=ErrorCode.NONE,
+                    base_offset=result.base_offset,
+                    log_append_time_ms=result.log_append_time_ms,
+                    log_start_offset=result.log_start_offset,
+                )
+            )
+        topics.append(
+            ProduceResponse.TopicProduceResponse(
+                name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results
+            )
+        )
+    if to_flush:
+        # flush.messages reached: fsync before acknowledging, off the event loop.
+        await trio.to_thread.run_sync(lambda: [plog.flush() for plog in to_flush])
+    if acks == 0:
+        return None
+    return ProduceResponse(responses=topics, throttle_time_ms=0)

@@ -1,0 +1,35 @@
+"""DeleteRecords (21): move a partition's log start offset forward."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+
+from kbroker.apis.context import RequestContext
+from protocol.messages.delete_records_request import DeleteRecordsRequest
+from protocol.messages.delete_records_response import DeleteRecordsResponse
+
+HIGH_WATERMARK = -1  # an offset of -1 means "up to the high watermark"
+
+
+async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            result = DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                partition_index=part.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
+            )
+            partitions.append(result)
+            plog = ctx.broker.partition(topic.name, part.partition_index)
+            if plog is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offset = plog.high_watermark if part.offset == HIGH_WATERMARK else part.offset
+            if offset < 0 or offset > plog.high_watermark:
+                result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            if offset > plog.log_start_offset:
+                plog.delete_records(offset)
+            result.low_watermark = plog.log_start_offset
+        topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

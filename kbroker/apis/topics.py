@@ -1,0 +1,186 @@
+"""CreateTopics (19), DeleteTopics (20) and CreatePartitions (37)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+
+from protocol.errors import ErrorCode
+
+from kbroker.apis.context import RequestContext
+from kbroker.storage import validate_topic_name
+from kbroker.topic_config import validate_topic_configs
+from protocol.messages.create_partitions_request import CreatePartitionsRequest
+from protocol.messages.create_partitions_response import CreatePartitionsResponse
+from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.create_topics_response import CreateTopicsResponse
+from protocol.messages.delete_topics_request import DeleteTopicsRequest
+from protocol.messages.delete_topics_response import DeleteTopicsResponse
+
+log = logging.getLogger("kbroker.topics")
+ZERO_UUID = uuid.UUID(int=0)
+TopicResult = CreateTopicsResponse.CreatableTopicResult
+
+
+def _replication_error(ctx: RequestContext, factor: int) -> str | None:
+    if factor == -1 or factor == 1:
+        return None
+    if factor <= 0:
+        return "Replication factor must be larger than 0, or -1 to use the default value."
+    return (
+        f"Unable to replicate the partition {factor} time(s): The target replication factor of {factor} "
+        "cannot be reached because only 1 broker(s) are registered."
+    )
+
+
+def _check_assignments(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic) -> tuple[ErrorCode, str] | None:
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        return ErrorCode.INVALID_REQUEST, (
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at "
+            "the same time."
+        )
+    indexes = sorted(a.partition_index for a in topic.assignments)
+    if indexes != list(range(len(indexes))):
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence"
+    for assignment in topic.assignments:
+        if assignment.broker_ids != [ctx.broker.node_id]:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
+                f"Replica assignment {assignment.broker_ids} for partition {assignment.partition_index} names "
+                f"brokers other than the only one, {ctx.broker.node_id}."
+            )
+    return None
+
+
+async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    from kbroker.apis.configs import describe_topic_configs  # configs imports topic helpers
+
+    broker = ctx.broker
+    counts = Counter(topic.name for topic in request.topics)
+    results: list[TopicResult] = []
+    for topic in request.topics:
+        result = TopicResult(name=topic.name, topic_id=ZERO_UUID, error_code=ErrorCode.NONE, error_message=None)
+        results.append(result)
+
+        def fail(code: ErrorCode, message: str, result: TopicResult = result) -> None:
+            result.error_code = code
+            result.error_message = message
+
+        if counts[topic.name] > 1:
+            fail(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {topic.name}")
+            continue
+        name_problem = validate_topic_name(topic.name)
+        if name_problem is not None:
+            fail(ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem)
+            continue
+        if broker.topic(topic.name) is not None:
+            fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+            continue
+        if topic.assignments:
+            problem = _check_assignments(ctx, topic)
+            if problem is not None:
+                fail(*problem)
+                continue
+            partitions = len(topic.assignments)
+        else:
+            partitions = broker.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
+            if partitions <= 0:
+                fail(
+                    ErrorCode.INVALID_PARTITIONS,
+                    "Number of partitions must be larger than 0, or -1 to use the default value.",
+                )
+                continue
+            replication_problem = _replication_error(ctx, topic.replication_factor)
+            if replication_problem is not None:
+                fail(ErrorCode.INVALID_REPLICATION_FACTOR, replication_problem)
+                continue
+        configs = {c.name: c.value for c in topic.configs}
+        config_problem = validate_topic_configs(configs)
+        if config_problem is not None:
+            fail(ErrorCode.INVALID_CONFIG, config_problem)
+            continue
+        if request.validate_only:
+            topic_id = ZERO_UUID
+        else:
+            info = broker.logs.create_topic(topic.name, partitions, configs)  # type: ignore[arg-type]
+            topic_id = info.topic_id
+            log.info("created topic %s with %d partitions", topic.name, partitions)
+        result.topic_id = topic_id
+        result.num_partitions = partitions
+        result.replication_factor = 1
+        result.configs = [
+            CreateTopicsResponse.CreatableTopicConfigs(
+                name=entry.name,
+                value=entry.value,
+                read_only=entry.read_only,
+                config_source=entry.config_source,
+                is_sensitive=False,
+            )
+            for entry in describe_topic_configs(broker, configs, include_synonyms=False)
+        ]
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    broker = ctx.broker
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id, error_code=ErrorCode.NONE)
+        results.append(result)
+        if name is not None and topic_id != ZERO_UUID:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = "Topic name and topic id must not both be set."
+            continue
+        info = broker.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        if info is None:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            result.error_message = None
+            continue
+        result.name, result.topic_id = info.name, info.topic_id
+        if not broker.config["delete.topic.enable"]:
+            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+            result.error_message = "Topic deletion is disabled."
+            continue
+        broker.logs.delete_topic(info.name)
+        log.info("deleted topic %s", info.name)
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+async def handle_create_partitions(
+    ctx: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    broker = ctx.broker
+    counts = Counter(topic.name for topic in request.topics)
+    results = []
+    for topic in request.topics:
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult(
+            name=topic.name, error_code=ErrorCode.NONE, error_message=None
+        )
+        results.append(result)
+        info = broker.topic(topic.name)
+        if counts[topic.name] > 1:
+            result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
+        elif info is None:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = f"The topic '{topic.name}' does not exist."
+        elif topic.count <= info.partitions:
+            result.error_code = ErrorCode.INVALID_PARTITIONS
+            result.error_message = (
+                f"Topic currently has {info.partitions} partitions, which is higher than the requested "
+                f"{topic.count}." if topic.count < info.partitions else
+                f"Topic already has {info.partitions} partitions."
+            )
+        elif topic.assignments is not None and (
+            len(topic.assignments) != topic.count - info.partitions
+            or any(a.broker_ids != [broker.node_id] for a in topic.assignments)
+        ):
+            result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            result.error_message = "Replica assignments must name the only broker, once per new partition."
+        elif not request.validate_only:
+            broker.logs.add_partitions(topic.name, topic.count)
+            log.info("topic %s now has %d partitions", topic.name, topic.count)
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)

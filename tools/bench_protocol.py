@@ -1,0 +1,91 @@
+"""Benchmark of the protocol/ hot paths (not a test): run `python tools/bench_protocol.py`.
+
+- decode a Produce request carrying one 1 MiB batch of 1,000 records, then walk its batch header and
+  check the CRC (what the broker does per produce);
+- encode a Fetch response carrying 1 MiB of record batches;
+- the header-only path (split batches, read headers, assign offsets) for the same total size in batches
+  of 10 and of 10,000 records: its cost must not depend on the record count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from protocol.records import Record, assign_offsets, build_batch, iter_batches, validate_crc
+
+from protocol.framing import decode_request, encode_request, encode_response
+from protocol.messages.fetch_response import FetchResponse
+from protocol.messages.produce_request import ProduceRequest
+
+MIB = 1024 * 1024
+
+
+def make_batch(records: int, total_bytes: int) -> bytes:
+    value = b"v" * max(total_bytes // records - 20, 1)
+    return build_batch([Record(offset_delta=i, timestamp_delta=0, key=None, value=value, headers=[])
+                        for i in range(records)])
+
+
+def measure(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e6, min(samples) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+
+    batch = make_batch(1000, MIB)
+    request = ProduceRequest(
+        acks=-1,
+        timeout_ms=30000,
+        topic_data=[ProduceRequest.TopicProduceData(
+            name="bench", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])],
+    )
+    frame = encode_request(request, 9, correlation_id=1)[4:]
+
+    def produce_path() -> None:
+        decoded = decode_request(frame)
+        records = decoded.body.topic_data[0].partition_data[0].records
+        for _, view in iter_batches(records, strict=True):
+            validate_crc(view)
+
+    fetch = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
+        topic="bench", partitions=[FetchResponse.PartitionData(partition_index=0, high_watermark=1000,
+                                                               records=batch)])])
+
+    def fetch_encode() -> None:
+        encode_response(fetch, 1, 12, 1)
+
+    rows = [("decode Produce v9 (1 MiB, 1,000 records) + CRC", produce_path, len(frame)),
+            ("encode Fetch v12 response (1 MiB)", fetch_encode, len(batch))]
+    for count in (10, 10_000):
+        blob = b"".join(make_batch(count, 64 * 1024) for _ in range(16))  # 1 MiB in 16 batches
+
+        def header_path(blob: bytes = blob) -> None:
+            buffer = bytearray(blob)
+            offset = 0
+            for header, view in iter_batches(buffer, strict=True):
+                assign_offsets(view, offset)
+                offset += header.records_count
+
+        rows.append((f"header-only path, 1 MiB in batches of {count:,} records", header_path, len(blob)))
+
+    print(f"{'operation':<58} {'median µs':>10} {'min µs':>10} {'MB/s':>8}")
+    for name, fn, size in rows:
+        median, best = measure(fn, args.repeat)
+        print(f"{name:<58} {median:>10.1f} {best:>10.1f} {size / median:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()
