@@ -45,6 +45,11 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _flush_all(logs: list[PartitionLog]) -> None:
+    for plog in logs:
+        plog.flush()
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, advertised: Endpoint) -> None:
         self.config = config
@@ -90,9 +95,7 @@ class Broker:
 
     def allocate_producer_id(self) -> int:
         if self._next_producer_id >= self._producer_id_limit:
-            self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids(
-                self._producer_id_limit
-            )
+            self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids(self._producer_id_limit)
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id
@@ -159,12 +162,13 @@ class Broker:
 
     async def flush_loop(self) -> None:
         """Honours flush.ms for partitions that have unflushed data; fsync runs off the event loop."""
-        interval_ms = self.config["log.flush.interval.ms"]
-        if interval_ms >= 2**62:
-            return
+        # A topic may set flush.ms below the broker's setting, so look at least once a second.
+        interval_ms = min(self.config["log.flush.interval.ms"], 1000)
         while True:
             await trio.sleep(max(interval_ms, 10) / 1000)
-            await trio.to_thread.run_sync(self.logs.flush_due, int(time.time() * 1000))
+            due = self.logs.due_for_flush(int(time.time() * 1000))
+            if due:
+                await trio.to_thread.run_sync(_flush_all, due)
 
     def begin_drain(self) -> None:
         self.draining = True

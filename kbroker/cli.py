@@ -33,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, default=None, help="log directory (default ./kbroker-data)")
     serve.add_argument("--advertised-listener", default=None, help="HOST:PORT given to clients")
     serve.add_argument("--config", type=Path, default=None, help="a Kafka server.properties file")
-    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="set a server.properties key (repeatable)")
+    serve.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="set a server.properties key (repeatable)"
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -81,7 +82,12 @@ async def run_broker(
             elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
             log.info(
                 "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",
-                elapsed, listen[0], bound_port, advertised.host, advertised.port, data_dir,
+                elapsed,
+                listen[0],
+                bound_port,
+                advertised.host,
+                advertised.port,
+                data_dir,
                 broker.cluster_id,
             )
             task_status.started(broker)

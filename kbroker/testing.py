@@ -1,7 +1,7 @@
 """Run a broker inside the current process, on its own thread: for tests and the pytest plugin.
 
-    with RunningBroker(tmp_path) as broker:
-        client = KafkaProducer(bootstrap_servers=broker.bootstrap)
+with RunningBroker(tmp_path) as broker:
+    client = KafkaProducer(bootstrap_servers=broker.bootstrap)
 """
 
 from __future__ import annotations

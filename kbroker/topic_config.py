@@ -67,9 +67,13 @@ class TopicConfigKey:
 
 _KEYS = [
     TopicConfigKey("cleanup.policy", "delete", _cleanup_policy, "log.cleanup.policy", "LIST"),
-    TopicConfigKey("compression.type", "producer",
-                   _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "compression.type",
-                   "STRING"),
+    TopicConfigKey(
+        "compression.type",
+        "producer",
+        _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        "compression.type",
+        "STRING",
+    ),
     TopicConfigKey("delete.retention.ms", "86400000", _int_range(0, LONG_MAX)),
     TopicConfigKey("file.delete.delay.ms", "60000", _int_range(0, LONG_MAX)),
     TopicConfigKey("flush.messages", str(LONG_MAX), _int_range(1, LONG_MAX), "log.flush.interval.messages"),
@@ -79,8 +83,13 @@ _KEYS = [
     TopicConfigKey("max.message.bytes", "1048588", _int_range(0, INT_MAX), "message.max.bytes", "INT"),
     TopicConfigKey("message.timestamp.after.max.ms", str(LONG_MAX), _int_range(0, LONG_MAX)),
     TopicConfigKey("message.timestamp.before.max.ms", str(LONG_MAX), _int_range(0, LONG_MAX)),
-    TopicConfigKey("message.timestamp.type", "CreateTime", _one_of("CreateTime", "LogAppendTime"),
-                   "log.message.timestamp.type", "STRING"),
+    TopicConfigKey(
+        "message.timestamp.type",
+        "CreateTime",
+        _one_of("CreateTime", "LogAppendTime"),
+        "log.message.timestamp.type",
+        "STRING",
+    ),
     TopicConfigKey("min.cleanable.dirty.ratio", "0.5", _ratio, None, "DOUBLE"),
     TopicConfigKey("min.compaction.lag.ms", "0", _int_range(0, LONG_MAX)),
     TopicConfigKey("min.insync.replicas", "1", _int_range(1, INT_MAX), "min.insync.replicas", "INT"),

@@ -74,6 +74,7 @@ def _check_length(buf: Buffer, pos: int, length: int) -> int:
 
 # --- strings -------------------------------------------------------------------------------------------
 
+
 def read_string(buf: Buffer, pos: int) -> tuple[str, int]:
     (n,) = INT16.unpack_from(buf, pos)
     pos += 2
@@ -140,6 +141,7 @@ def write_compact_nullable_string(out: bytearray, value: str | None) -> None:
 
 # --- bytes (and records, which are nullable bytes on the wire) -----------------------------------------
 
+
 def read_bytes(buf: Buffer, pos: int) -> tuple[bytes, int]:
     (n,) = INT32.unpack_from(buf, pos)
     pos += 4
@@ -202,6 +204,7 @@ def write_compact_nullable_bytes(out: bytearray, value: Buffer | None) -> None:
 
 # --- arrays --------------------------------------------------------------------------------------------
 
+
 def read_array_length(buf: Buffer, pos: int) -> tuple[int, int]:
     """Element count of a classic array, -1 for null. Every element takes at least one byte, so a count
     larger than the bytes left is rejected before anything is allocated for it."""
@@ -220,9 +223,7 @@ def read_compact_array_length(buf: Buffer, pos: int) -> tuple[int, int]:
     return n, pos
 
 
-def read_primitive_array(
-    buf: Buffer, pos: int, count: int, item: struct.Struct
-) -> tuple[list[Any], int]:
+def read_primitive_array(buf: Buffer, pos: int, count: int, item: struct.Struct) -> tuple[list[Any], int]:
     size = count * item.size
     _check_length(buf, pos, size)
     values = list(struct.unpack_from(f">{count}{item.format[1:]}", buf, pos))
@@ -239,6 +240,7 @@ def read_uuid(buf: Buffer, pos: int) -> tuple[uuid.UUID, int]:
 
 
 # --- tagged fields -------------------------------------------------------------------------------------
+
 
 def read_unknown_tagged_fields(buf: Buffer, pos: int) -> tuple[dict[int, bytes] | None, int]:
     """The tagged-field section of a struct that knows no tags in this version: kept to re-encode."""
@@ -272,6 +274,7 @@ def check_tag_end(pos: int, end: int, tag: int) -> None:
 
 
 # --- the base class of every generated message and struct ----------------------------------------------
+
 
 class Struct:
     """Base of generated structs: slots, defaults, value equality and a readable repr."""

@@ -86,9 +86,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
     return Request(header, api, body)
 
 
-def encode_request(
-    body: Any, api_version: int, correlation_id: int, client_id: str | None = "kbroker"
-) -> bytes:
+def encode_request(body: Any, api_version: int, correlation_id: int, client_id: str | None = "kbroker") -> bytes:
     """A whole request frame, size prefix included (for clients and tests)."""
     api = APIS[body.API_KEY]
     if not api.valid_versions[0] <= api_version <= api.valid_versions[1]:

@@ -44,9 +44,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "api,kind,version", CASES, ids=[f"{a.name}-{k}-v{v}" for a, k, v in CASES]
-)
+@pytest.mark.parametrize("api,kind,version", CASES, ids=[f"{a.name}-{k}-v{v}" for a, k, v in CASES])
 def test_default_message_round_trips(api, kind, version) -> None:
     cls = api.request_type() if kind == "request" else api.response_type()
     encoded = cls().encode(version)
@@ -78,10 +76,7 @@ def test_known_tagged_field_decodes_into_its_attribute() -> None:
 
 
 def test_modules_import_lazily() -> None:
-    code = (
-        "import sys, protocol.framing; "
-        "print(sum(1 for m in sys.modules if m.startswith('protocol.messages.')))"
-    )
+    code = "import sys, protocol.framing; print(sum(1 for m in sys.modules if m.startswith('protocol.messages.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert int(out.stdout) == 2, out.stderr  # only the two header modules
 

@@ -14,19 +14,19 @@ import statistics
 import time
 from collections.abc import Callable
 
-from protocol.records import Record, assign_offsets, build_batch, iter_batches, validate_crc
-
 from protocol.framing import decode_request, encode_request, encode_response
 from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_request import ProduceRequest
+from protocol.records import Record, assign_offsets, build_batch, iter_batches, validate_crc
 
 MIB = 1024 * 1024
 
 
 def make_batch(records: int, total_bytes: int) -> bytes:
     value = b"v" * max(total_bytes // records - 20, 1)
-    return build_batch([Record(offset_delta=i, timestamp_delta=0, key=None, value=value, headers=[])
-                        for i in range(records)])
+    return build_batch(
+        [Record(offset_delta=i, timestamp_delta=0, key=None, value=value, headers=[]) for i in range(records)]
+    )
 
 
 def measure(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
@@ -49,8 +49,11 @@ def main() -> None:
     request = ProduceRequest(
         acks=-1,
         timeout_ms=30000,
-        topic_data=[ProduceRequest.TopicProduceData(
-            name="bench", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])],
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="bench", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
     )
     frame = encode_request(request, 9, correlation_id=1)[4:]
 
@@ -60,15 +63,22 @@ def main() -> None:
         for _, view in iter_batches(records, strict=True):
             validate_crc(view)
 
-    fetch = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
-        topic="bench", partitions=[FetchResponse.PartitionData(partition_index=0, high_watermark=1000,
-                                                               records=batch)])])
+    fetch = FetchResponse(
+        responses=[
+            FetchResponse.FetchableTopicResponse(
+                topic="bench",
+                partitions=[FetchResponse.PartitionData(partition_index=0, high_watermark=1000, records=batch)],
+            )
+        ]
+    )
 
     def fetch_encode() -> None:
         encode_response(fetch, 1, 12, 1)
 
-    rows = [("decode Produce v9 (1 MiB, 1,000 records) + CRC", produce_path, len(frame)),
-            ("encode Fetch v12 response (1 MiB)", fetch_encode, len(batch))]
+    rows = [
+        ("decode Produce v9 (1 MiB, 1,000 records) + CRC", produce_path, len(frame)),
+        ("encode Fetch v12 response (1 MiB)", fetch_encode, len(batch)),
+    ]
     for count in (10, 10_000):
         blob = b"".join(make_batch(count, 64 * 1024) for _ in range(16))  # 1 MiB in 16 batches
 

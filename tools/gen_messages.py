@@ -36,8 +36,17 @@ FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "
 FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "d": 8, "?": 1}
 PRIMITIVES = set(FIXED) | {"string", "bytes", "records", "uuid"}
 PY_TYPES = {
-    "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int", "float64": "float",
-    "bool": "bool", "string": "str", "bytes": "bytes", "records": "bytes", "uuid": "uuid.UUID",
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "int",
+    "uint16": "int",
+    "float64": "float",
+    "bool": "bool",
+    "string": "str",
+    "bytes": "bytes",
+    "records": "bytes",
+    "uuid": "uuid.UUID",
 }
 
 Versions = tuple[int, int] | None
@@ -232,8 +241,11 @@ class Emitter:
         if f.is_array:
             reader = "read_compact_array_length" if compact else "read_array_length"
             lines = [f"{ind}n, pos = _c.{reader}(buf, pos)"]
-            null_line = f"{ind}    {target} = None" if nullable else \
-                f"{ind}    raise DecodeError('null array in non-nullable field {f.name}')"
+            null_line = (
+                f"{ind}    {target} = None"
+                if nullable
+                else f"{ind}    raise DecodeError('null array in non-nullable field {f.name}')"
+            )
             lines += [f"{ind}if n < 0:", null_line, f"{ind}else:"]
             if t in FIXED:
                 s = self.fmt_name(FIXED[t])
@@ -242,7 +254,10 @@ class Emitter:
             lines += [f"{ind}    items = []", f"{ind}    for _ in range(n):"]
             lines += self.decode_value(
                 Field(f.name, f.attr, t, f.versions, None, None, None, f.flexible_override, None, f.struct),
-                "item", version, flexible, ind + "        ",
+                "item",
+                version,
+                flexible,
+                ind + "        ",
             )
             lines += [f"{ind}        items.append(item)", f"{ind}    {target} = items"]
             return lines
@@ -334,9 +349,7 @@ class Emitter:
         t = f.element
         if f.is_array:
             lines: list[str] = []
-            length_writer = (
-                f"_c.write_uvarint({out}, len(v) + 1)" if compact else f"{out} += _c.INT32.pack(len(v))"
-            )
+            length_writer = f"_c.write_uvarint({out}, len(v) + 1)" if compact else f"{out} += _c.INT32.pack(len(v))"
             null_writer = f"{out}.append(0)" if compact else f"{out} += b'\\xff\\xff\\xff\\xff'"
             lines.append(f"{ind}v = {value}")
             if nullable:
@@ -352,7 +365,11 @@ class Emitter:
             lines.append(f"{inner}for item in v:")
             lines += self.encode_value(
                 Field(f.name, f.attr, t, f.versions, None, None, None, f.flexible_override, None, f.struct),
-                "item", version, flexible, inner + "    ", out,
+                "item",
+                version,
+                flexible,
+                inner + "    ",
+                out,
             )
             return lines
         if f.struct is not None:

@@ -10,8 +10,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis import (
     api_versions,
     cluster,
@@ -25,6 +23,7 @@ from kbroker.apis import (
     topics,
 )
 from kbroker.apis.context import RequestContext
+from protocol.errors import ErrorCode
 from protocol.messages import APIS
 from protocol.messages.api_versions_response import ApiVersionsResponse
 
@@ -93,5 +92,3 @@ def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
 
 def unsupported_version_response() -> ApiVersionsResponse:
     return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=advertised_versions())
-
-

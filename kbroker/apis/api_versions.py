@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
+from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
 
@@ -20,8 +19,7 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
     from kbroker.apis import advertised_versions  # the table imports this module
 
     if ctx.api_version >= 3 and not (
-        _valid_software_field(request.client_software_name)
-        and _valid_software_field(request.client_software_version)
+        _valid_software_field(request.client_software_name) and _valid_software_field(request.client_software_version)
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
     return ApiVersionsResponse(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED, CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from protocol.errors import ErrorCode
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_cluster_response import DescribeClusterResponse
 from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
@@ -65,8 +64,11 @@ async def handle_describe_topic_partitions(
     for name in names:
         info = broker.topic(name)
         if info is None:
-            topics.append(TopicResult(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
-                                      topic_id=uuid.UUID(int=0), partitions=[]))
+            topics.append(
+                TopicResult(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=uuid.UUID(int=0), partitions=[]
+                )
+            )
             continue
         first = cursor.partition_index if cursor is not None and cursor.topic_name == name else 0
         if budget == 0:

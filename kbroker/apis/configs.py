@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
 from kbroker.config import KEYS as BROKER_KEYS
 from kbroker.topic_config import TOPIC_CONFIG_KEYS, broker_default, validate_topic_configs
+from protocol.errors import ErrorCode
 from protocol.messages.alter_configs_request import AlterConfigsRequest
 from protocol.messages.alter_configs_response import AlterConfigsResponse
 from protocol.messages.describe_configs_request import DescribeConfigsRequest
@@ -62,8 +61,9 @@ def describe_topic_configs(
             synonyms.append((key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
         if key.broker_synonym is not None and broker_set:
             synonyms.append((key.broker_synonym, broker_value, STATIC_BROKER_CONFIG))
-        synonyms.append((key.broker_synonym or key.name, broker_value if key.broker_synonym else key.default,
-                         DEFAULT_CONFIG))
+        synonyms.append(
+            (key.broker_synonym or key.name, broker_value if key.broker_synonym else key.default, DEFAULT_CONFIG)
+        )
         if key.name in overrides:
             value, source = overrides[key.name], DYNAMIC_TOPIC_CONFIG
         elif broker_set:
@@ -183,7 +183,10 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
                 code, message = ErrorCode.INVALID_REQUEST, "Null value not supported"
             else:
                 code, message = _apply_topic_configs(
-                    ctx, resource.resource_name, configs, request.validate_only  # type: ignore[arg-type]
+                    ctx,
+                    resource.resource_name,
+                    configs,
+                    request.validate_only,  # type: ignore[arg-type]
                 )
         elif resource.resource_type in (BROKER, BROKER_LOGGER):
             code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC

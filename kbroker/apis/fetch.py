@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 
 import trio
-from protocol.errors import ErrorCode
 
 from kbroker.apis.context import RequestContext
 from kbroker.storage import OffsetOutOfRange
+from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
 
@@ -129,6 +129,3 @@ def _read_all(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse
         )
     response = FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
     return response, total, has_error
-
-
-

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
+from protocol.errors import ErrorCode
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.list_offsets_response import ListOffsetsResponse
 

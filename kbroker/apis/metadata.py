@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
 from kbroker.storage import TopicInfo, validate_topic_name
+from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 

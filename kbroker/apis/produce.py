@@ -10,13 +10,13 @@ import logging
 import time
 
 import trio
-from protocol.errors import ErrorCode
-from protocol.records import iter_batches, validate_crc
 
 from kbroker.apis.context import RequestContext
+from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
+from protocol.records import iter_batches, validate_crc
 
 log = logging.getLogger("kbroker.produce")
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
+from protocol.errors import ErrorCode
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.init_producer_id_response import InitProducerIdResponse
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
+from protocol.errors import ErrorCode
 from protocol.messages.delete_records_request import DeleteRecordsRequest
 from protocol.messages.delete_records_response import DeleteRecordsResponse
 

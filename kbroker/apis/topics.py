@@ -6,11 +6,10 @@ import logging
 import uuid
 from collections import Counter
 
-from protocol.errors import ErrorCode
-
 from kbroker.apis.context import RequestContext
 from kbroker.storage import validate_topic_name
 from kbroker.topic_config import validate_topic_configs
+from protocol.errors import ErrorCode
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_partitions_response import CreatePartitionsResponse
 from protocol.messages.create_topics_request import CreateTopicsRequest
@@ -150,9 +149,7 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
-async def handle_create_partitions(
-    ctx: RequestContext, request: CreatePartitionsRequest
-) -> CreatePartitionsResponse:
+async def handle_create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
     results = []
@@ -170,9 +167,9 @@ async def handle_create_partitions(
         elif topic.count <= info.partitions:
             result.error_code = ErrorCode.INVALID_PARTITIONS
             result.error_message = (
-                f"Topic currently has {info.partitions} partitions, which is higher than the requested "
-                f"{topic.count}." if topic.count < info.partitions else
-                f"Topic already has {info.partitions} partitions."
+                f"Topic currently has {info.partitions} partitions, which is higher than the requested {topic.count}."
+                if topic.count < info.partitions
+                else f"Topic already has {info.partitions} partitions."
             )
         elif topic.assignments is not None and (
             len(topic.assignments) != topic.count - info.partitions

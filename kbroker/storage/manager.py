@@ -1,0 +1,253 @@
+"""All topics on this broker: their metadata and their partition logs.
+
+Layout of the data directory, as Kafka's: one directory ``<topic>-<partition>`` per partition, holding its
+segments and a ``partition.metadata`` naming the topic id (so a directory left behind by an interrupted
+delete is never mistaken for a new topic of the same name). Topic metadata (id, partition count, config
+overrides) is one JSON file, replaced atomically on every change. A marker written at clean shutdown tells
+the next start whether the active segments' tails need checking.
+
+Partition logs are opened on first use, so start-up time does not grow with the number of partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, PartitionLog, Segment
+
+log = logging.getLogger("kbroker.storage")
+
+TOPICS_FILE = "topics.json"
+CLEAN_SHUTDOWN_FILE = ".kbroker_cleanshutdown"
+DELETED_SUFFIX = "-delete"
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str | None) -> str | None:
+    """Kafka's topic name rules: an error message, or None for a legal name."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return (
+            f"Topic name {name!r} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # overrides set on the topic itself
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _stored_topic_id(directory: Path) -> str | None:
+    try:
+        text = (directory / PARTITION_METADATA_FILE).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            return value.strip()
+    return None
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, topic_defaults: dict[str, str]) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.topic_defaults = dict(topic_defaults)
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        self.clean_start = marker.exists()
+        marker.unlink(missing_ok=True)
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self._load_topics()
+        self._remove_deleted_directories()
+
+    # --- metadata ------------------------------------------------------------------------------------
+
+    def _load_topics(self) -> None:
+        path = self.data_dir / TOPICS_FILE
+        if not path.exists():
+            return
+        raw = json.loads(path.read_text())
+        for name, item in raw.get("topics", {}).items():
+            info = TopicInfo(name, uuid.UUID(item["id"]), int(item["partitions"]), dict(item.get("configs", {})))
+            self._topics[name] = info
+            self._by_id[info.topic_id] = info
+
+    def _save_topics(self) -> None:
+        data = {
+            "version": 1,
+            "topics": {
+                info.name: {"id": str(info.topic_id), "partitions": info.partitions, "configs": info.configs}
+                for info in self._topics.values()
+            },
+        }
+        _write_atomically(self.data_dir / TOPICS_FILE, json.dumps(data, indent=1, sort_keys=True))
+
+    def _remove_deleted_directories(self) -> None:
+        for path in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
+        return self._by_id.get(topic_id) if topic_id is not None else None
+
+    def topics(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda info: info.name)
+
+    def effective_configs(self, info: TopicInfo) -> dict[str, str]:
+        return {**self.topic_defaults, **info.configs}
+
+    def log_config(self, info: TopicInfo) -> LogConfig:
+        return LogConfig.from_topic_configs(self.effective_configs(info))
+
+    # --- topic changes -------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        if name in self._topics:
+            raise ValueError(f"topic {name} already exists")
+        problem = validate_topic_name(name)
+        if problem is not None:
+            raise ValueError(problem)
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        for index in range(partitions):
+            self._prepare_directory(info, index)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        self._save_topics()
+        return info
+
+    def _prepare_directory(self, info: TopicInfo, index: int) -> None:
+        directory = self._directory(info.name, index)
+        if directory.exists():
+            # Left behind by a delete that did not finish: it belongs to an older topic of this name.
+            self._discard_directory(directory)
+        directory.mkdir(parents=True)
+        _write_atomically(directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {info.topic_id}\n")
+
+    def _directory(self, name: str, index: int) -> Path:
+        return self.data_dir / f"{name}-{index}"
+
+    def _discard_directory(self, directory: Path) -> None:
+        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
+        os.rename(directory, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def delete_topic(self, name: str) -> None:
+        info = self._topics.pop(name)
+        self._by_id.pop(info.topic_id, None)
+        self._save_topics()  # the topic is gone once this is written; removing files can lag behind
+        for index in range(info.partitions):
+            plog = self._partitions.pop((name, index), None)
+            if plog is not None:
+                plog.delete()
+            directory = self._directory(name, index)
+            if directory.exists():
+                self._discard_directory(directory)
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        info = self._topics[name]
+        if total <= info.partitions:
+            raise ValueError(f"topic {name} already has {info.partitions} partitions")
+        for index in range(info.partitions, total):
+            self._prepare_directory(info, index)
+        info.partitions = total
+        self._save_topics()
+        return info
+
+    def alter_topic_config(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        """Replace the topic's config overrides; takes effect on its open partitions at once."""
+        info = self._topics[name]
+        info.configs = dict(configs)
+        self._save_topics()
+        config = self.log_config(info)
+        for index in range(info.partitions):
+            plog = self._partitions.get((name, index))
+            if plog is not None:
+                plog.update_config(config)
+        return info
+
+    # --- partitions ----------------------------------------------------------------------------------
+
+    def get_partition(self, topic: str, partition: int) -> PartitionLog | None:
+        plog = self._partitions.get((topic, partition))
+        if plog is not None:
+            return plog
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        directory = self._directory(topic, partition)
+        if _stored_topic_id(directory) != str(info.topic_id):
+            self._prepare_directory(info, partition)
+        plog = PartitionLog(topic, partition, directory, self.log_config(info), clean=self.clean_start)
+        self._partitions[(topic, partition)] = plog
+        return plog
+
+    def open_partitions(self) -> list[PartitionLog]:
+        return list(self._partitions.values())
+
+    def all_partitions(self) -> list[PartitionLog]:
+        """Every partition of every topic, opening those not yet open."""
+        result = []
+        for info in list(self._topics.values()):
+            for index in range(info.partitions):
+                plog = self.get_partition(info.name, index)
+                if plog is not None:
+                    result.append(plog)
+        return result
+
+    def apply_retention(self, now_ms: int) -> list[Segment]:
+        deleted: list[Segment] = []
+        for plog in self.all_partitions():
+            deleted.extend(plog.apply_retention(now_ms))
+        return deleted
+
+    def due_for_flush(self, now_ms: int) -> list[PartitionLog]:
+        return [plog for plog in self._partitions.values() if plog.flush_due(now_ms)]
+
+    def close(self) -> None:
+        for plog in self._partitions.values():
+            plog.close()
+        self._partitions.clear()
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        marker.write_text("")
+        _fsync_directory(self.data_dir)

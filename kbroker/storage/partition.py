@@ -1,0 +1,443 @@
+"""The log of one partition: an ordered list of segments, the active one last.
+
+Appends take a record batch as bytes, check it against the idempotent producer state, assign offsets in
+place (the CRC does not cover them) and write it to the active segment; nothing decodes its records.
+Reads return whole batches straight from the segment files. On a single node every appended record is
+replicated as soon as it is written, so the high watermark is the log end offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.storage.producer_state import ProducerStateTable, snapshot_offsets
+from kbroker.storage.segment import NO_TIMESTAMP, Segment
+from protocol.errors import ErrorCode
+from protocol.exceptions import DecodeError
+from protocol.records import BatchHeader, assign_offsets, decode_records
+
+log = logging.getLogger("kbroker.storage")
+
+LEADER_EPOCH = 0
+LOG_START_OFFSET_FILE = "log-start-offset"
+PARTITION_METADATA_FILE = "partition.metadata"
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+
+
+class OffsetOutOfRange(Exception):
+    """A read below the log start offset or beyond the log end offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The topic settings a partition log acts on, parsed from effective topic configs."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 86_400_000
+    retention_ms: int = 7 * 86_400_000
+    retention_bytes: int = -1
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    timestamp_before_max_ms: int = 2**63 - 1
+    timestamp_after_max_ms: int = 2**63 - 1
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    index_interval_bytes: int = 4096
+    cleanup_policy: str = "delete"
+
+    @classmethod
+    def from_topic_configs(cls, configs: dict[str, str]) -> LogConfig:
+        def number(key: str, default: int) -> int:
+            return int(configs[key]) if key in configs else default
+
+        base = cls()
+        return cls(
+            segment_bytes=number("segment.bytes", base.segment_bytes),
+            segment_ms=number("segment.ms", base.segment_ms),
+            retention_ms=number("retention.ms", base.retention_ms),
+            retention_bytes=number("retention.bytes", base.retention_bytes),
+            max_message_bytes=number("max.message.bytes", base.max_message_bytes),
+            message_timestamp_type=configs.get("message.timestamp.type", base.message_timestamp_type),
+            timestamp_before_max_ms=number("message.timestamp.before.max.ms", base.timestamp_before_max_ms),
+            timestamp_after_max_ms=number("message.timestamp.after.max.ms", base.timestamp_after_max_ms),
+            flush_messages=number("flush.messages", base.flush_messages),
+            flush_ms=number("flush.ms", base.flush_ms),
+            index_interval_bytes=number("index.interval.bytes", base.index_interval_bytes),
+            cleanup_policy=configs.get("cleanup.policy", base.cleanup_policy),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """Whole batches read from one segment, and the last offset they hold."""
+
+    data: bytes
+    last_offset: int
+
+    def read_bytes(self) -> bytes:
+        return self.data
+
+
+EMPTY_CHUNK = ReadChunk(b"", -1)
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    def __init__(self, topic: str, partition: int, directory: Path, config: LogConfig, *, clean: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.producers = ProducerStateTable()
+        self._unflushed_messages = 0
+        self._last_flush_ms = wall_clock_ms()
+        self.log_start_offset = 0
+        self._open(clean)
+
+    # --- start-up ------------------------------------------------------------------------------------
+
+    def _open(self, clean: bool) -> None:
+        for stray in self.directory.glob("*.tmp"):
+            stray.unlink()
+        bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit())
+        created = wall_clock_ms()
+        for i, base in enumerate(bases):
+            segment = Segment(self.directory, base, self.config.index_interval_bytes, created)
+            # Sealed segments were fsynced with their indexes at roll; the active one may have a torn tail.
+            segment.load(trust_indexes=clean or i < len(bases) - 1)
+            self.segments.append(segment)
+        if not self.segments:
+            self.segments.append(Segment(self.directory, 0, self.config.index_interval_bytes, created))
+        self._bases = [s.base_offset for s in self.segments]
+        start_file = self.directory / LOG_START_OFFSET_FILE
+        stored_start = int(start_file.read_text()) if start_file.exists() else 0
+        self.log_start_offset = max(stored_start, self.segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._rebuild_producer_state()
+
+    def _rebuild_producer_state(self) -> None:
+        end = self.log_end_offset
+        usable = [o for o in snapshot_offsets(self.directory) if o <= end]
+        start = 0
+        if usable:
+            try:
+                self.producers = ProducerStateTable.load_snapshot(self.directory, usable[-1])
+                start = usable[-1]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: unreadable producer snapshot, rebuilding from the log: %s", self.directory, exc)
+                self.producers = ProducerStateTable()
+        for segment in self.segments:
+            if segment.next_offset <= start:
+                continue
+            for scanned in segment.scan(segment.position_of(start)):
+                if scanned.header.producer_id >= 0 and not scanned.header.is_control:
+                    self.producers.record(scanned.header)
+
+    # --- offsets -------------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        # Transactions are not written yet (see UNSUPPORTED.md), so nothing is ever pending.
+        return self.active.next_offset
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        return []
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # --- appending -----------------------------------------------------------------------------------
+
+    def append(
+        self, batch: bytearray, *, now_ms: int | None = None, timestamp_type_log_append: bool = False
+    ) -> AppendResult:
+        """Append one record batch (validated by the caller: header, magic, CRC, size)."""
+        if now_ms is None:
+            now_ms = wall_clock_ms()
+        try:
+            header = BatchHeader.parse(batch)
+        except DecodeError as exc:
+            return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        if header.size != len(batch):
+            return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+        if not timestamp_type_log_append:
+            problem = self._timestamp_problem(header, now_ms)
+            if problem is not None:
+                return AppendResult(ErrorCode.INVALID_TIMESTAMP, problem)
+        if header.producer_id >= 0:
+            check = self.producers.check(header)
+            if check.error_code != ErrorCode.NONE:
+                return AppendResult(check.error_code, check.error_message)
+            if check.duplicate_of is not None:
+                return AppendResult(
+                    base_offset=check.duplicate_of.first_offset,
+                    log_append_time_ms=-1,
+                    log_start_offset=self.log_start_offset,
+                )
+        self._maybe_roll(len(batch), now_ms)
+        base_offset = self.log_end_offset
+        append_time = now_ms if timestamp_type_log_append else None
+        assign_offsets(batch, base_offset, partition_leader_epoch=LEADER_EPOCH, log_append_time_ms=append_time)
+        header = BatchHeader.parse(batch)
+        self.active.append(batch, header)
+        if header.producer_id >= 0:
+            self.producers.record(header)
+        self._unflushed_messages += header.records_count
+        return AppendResult(
+            base_offset=base_offset,
+            log_append_time_ms=append_time if append_time is not None else -1,
+            log_start_offset=self.log_start_offset,
+        )
+
+    def _timestamp_problem(self, header: BatchHeader, now: int) -> str | None:
+        # Checked on the batch's first and largest timestamps; Kafka checks each record.
+        if now - header.base_timestamp > self.config.timestamp_before_max_ms:
+            return f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms in the past"
+        if header.max_timestamp - now > self.config.timestamp_after_max_ms:
+            return f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms in the future"
+        return None
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        active = self.active
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = now - active.created_ms >= self.config.segment_ms
+        if too_big or too_old:
+            self.roll(now)
+
+    def roll(self, now: int | None = None) -> Segment:
+        """Seal the active segment (indexes written, data fsynced) and start a new one at the log end."""
+        old = self.active
+        if old.size == 0:
+            return old
+        old.fsync()
+        old.write_indexes()
+        segment = Segment(self.directory, old.next_offset, self.config.index_interval_bytes, now or wall_clock_ms())
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self.producers.expire((now or wall_clock_ms()) - PRODUCER_ID_EXPIRATION_MS)
+        self.producers.write_snapshot(self.directory, segment.base_offset)
+        log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, segment.base_offset)
+        return segment
+
+    # --- flushing ------------------------------------------------------------------------------------
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._unflushed_messages >= self.config.flush_messages
+
+    def flush_due(self, now: int) -> bool:
+        return self._unflushed_messages > 0 and now - self._last_flush_ms >= self.config.flush_ms
+
+    def flush(self) -> None:
+        """fsync what was written; safe to call from a worker thread."""
+        self._unflushed_messages = 0
+        self._last_flush_ms = wall_clock_ms()
+        for segment in list(self.segments):
+            if segment.dirty:
+                segment.fsync()
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def _segment_index_for(self, offset: int) -> int:
+        i = bisect_right(self._bases, offset) - 1
+        return max(i, 0)
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> ReadChunk:
+        """Whole batches from ``offset`` (which may fall inside the first one), up to ``max_bytes``.
+
+        Batches at or beyond ``max_offset`` (the high watermark or last stable offset) are left out. With
+        ``min_one_batch`` the first batch is returned whole even when it is larger than ``max_bytes``.
+        """
+        end_offset = self.log_end_offset
+        if offset < self.log_start_offset or offset > end_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside {self.log_start_offset}..{end_offset} of {self.topic}-{self.partition}"
+            )
+        upper = end_offset if max_offset is None else min(max_offset, end_offset)
+        if offset >= upper:
+            return EMPTY_CHUNK
+        i = self._segment_index_for(offset)
+        while i < len(self.segments) and self.segments[i].next_offset <= offset:
+            i += 1  # the offset is in a gap after a segment's last batch
+        if i == len(self.segments):
+            return EMPTY_CHUNK
+        segment = self.segments[i]
+        start = segment.position_of(offset)
+        end = segment.size if upper >= segment.next_offset else segment.position_of(upper)
+        if end <= start:
+            return EMPTY_CHUNK
+        wanted = min(end - start, max(max_bytes, 0))
+        data = segment.read(start, wanted) if wanted > 0 else b""
+        whole, last_offset = _whole_batches(data)
+        if whole == 0 and min_one_batch:
+            first = BatchHeader.parse(segment.read(start, 61))
+            data = segment.read(start, first.size)
+            whole, last_offset = len(data), first.last_offset
+        if whole == 0:
+            return EMPTY_CHUNK
+        return ReadChunk(data if whole == len(data) else data[:whole], last_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """The first record with a timestamp at least ``timestamp``: (offset, its timestamp), or None."""
+        for segment in self.segments:
+            header = segment.first_batch_at_timestamp(timestamp)
+            if header is None:
+                continue
+            return self._record_at_timestamp(segment, header, lambda ts: ts >= timestamp)
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """The record with the largest timestamp: (offset, timestamp), or None for an empty log."""
+        best: Segment | None = None
+        for segment in self.segments:
+            if segment.max_timestamp != NO_TIMESTAMP and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return None
+        target = best.max_timestamp
+        header = best.first_batch_at_timestamp(target)
+        if header is None:
+            return None
+        return self._record_at_timestamp(best, header, lambda ts: ts == target)
+
+    def _record_at_timestamp(self, segment: Segment, header: BatchHeader, match) -> tuple[int, int] | None:  # noqa: ANN001
+        if header.is_log_append_time:
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        batch = segment.batch_at(header.base_offset)
+        if batch is None:
+            return None
+        try:
+            records = decode_records(batch)
+        except DecodeError as exc:
+            log.warning("%s-%d: cannot decode batch at %d: %s", self.topic, self.partition, header.base_offset, exc)
+            return header.base_offset, header.max_timestamp
+        for record in records:
+            ts = header.base_timestamp + record.timestamp_delta
+            offset = header.base_offset + record.offset_delta
+            if match(ts) and offset >= self.log_start_offset:
+                return offset, ts
+        return None
+
+    # --- deleting ------------------------------------------------------------------------------------
+
+    def delete_records(self, offset: int) -> None:
+        """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
+        if offset <= self.log_start_offset:
+            return
+        self._set_log_start_offset(min(offset, self.log_end_offset))
+        self._delete_segments_before(self.log_start_offset)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self.log_start_offset = offset
+        path = self.directory / LOG_START_OFFSET_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(str(offset))
+        os.replace(tmp, path)
+
+    def _delete_segments_before(self, offset: int) -> list[Segment]:
+        doomed = []
+        while self.segments and self.segments[0].next_offset <= offset and self.segments[0].size > 0:
+            if len(self.segments) == 1:
+                self.roll()
+            doomed.append(self.segments.pop(0))
+            self._bases.pop(0)
+        for segment in doomed:
+            segment.delete()
+            log.info("%s-%d: deleted %s", self.topic, self.partition, segment)
+        return doomed
+
+    def apply_retention(self, now: int) -> list[Segment]:
+        """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""
+        if "delete" not in self.config.cleanup_policy:
+            return []
+        new_start = self.log_start_offset
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            for segment in self.segments:
+                if segment.size == 0 or now - segment.max_timestamp <= retention_ms:
+                    break
+                new_start = segment.next_offset
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_bytes - retention_bytes
+            for segment in self.segments[:-1]:  # the active segment is never deleted for size
+                if excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                new_start = max(new_start, segment.next_offset)
+        if new_start <= self.log_start_offset:
+            return []
+        self._set_log_start_offset(new_start)
+        return self._delete_segments_before(new_start)
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Clean shutdown: data fsynced, indexes and a producer snapshot written, files closed."""
+        for segment in self.segments:
+            if segment.dirty:
+                segment.fsync()
+        self.active.write_indexes()
+        self.producers.write_snapshot(self.directory, self.log_end_offset)
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+
+def _whole_batches(data: bytes) -> tuple[int, int]:
+    """How many leading bytes of ``data`` are whole batches, and the last offset among them."""
+    position = 0
+    last_offset = -1
+    end = len(data)
+    while end - position >= 61:
+        header = BatchHeader.parse(data, position)
+        if position + header.size > end:
+            break
+        position += header.size
+        last_offset = header.last_offset
+    return position, last_offset

@@ -1,0 +1,170 @@
+"""Idempotent producer state of one partition: epochs, sequence numbers and recent batches per producer.
+
+Kafka's rules (ProducerStateManager / ProducerAppendInfo):
+- an epoch older than the producer's current one is fenced (INVALID_PRODUCER_EPOCH for a client's write);
+- a new epoch must start at sequence 0, unless the broker knows nothing about the producer;
+- within an epoch each batch must start right after the last one (wrapping at 2^31 - 1);
+- a batch whose sequence range matches one of the producer's last five batches is a duplicate (a retry):
+  it is acknowledged with the offsets it was first written at and not written again.
+
+The state is rebuilt after a restart from a snapshot written at clean shutdown and at each segment roll,
+plus the batch headers after the snapshot's offset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.errors import ErrorCode
+from protocol.records import BatchHeader
+
+RETAINED_BATCHES = 5  # Kafka keeps metadata of the last five batches per producer (max.in.flight <= 5)
+NO_EPOCH = -1
+INT32_MAX = 2**31 - 1
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int = NO_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
+    last_timestamp: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceCheck:
+    """What the log should do with a batch: append it, answer with a duplicate's offsets, or reject it."""
+
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    duplicate_of: BatchMetadata | None = None
+
+
+APPEND = SequenceCheck()
+
+
+def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
+    return next_sequence == last_sequence + 1 or (next_sequence == 0 and last_sequence == INT32_MAX)
+
+
+class ProducerStateTable:
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(self, header: BatchHeader) -> SequenceCheck:
+        """Kafka's checks for a batch from an idempotent producer, before it is written."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None or entry.epoch == NO_EPOCH:
+            return APPEND  # unknown producer (new, or its state expired): any sequence is accepted
+        epoch = header.producer_epoch
+        if epoch < entry.epoch:
+            return SequenceCheck(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"epoch {epoch} of producer {header.producer_id} is older than its current epoch {entry.epoch}",
+            )
+        if epoch == entry.epoch:
+            for batch in entry.batches:
+                if batch.first_sequence == header.base_sequence and batch.last_sequence == header.last_sequence:
+                    return SequenceCheck(duplicate_of=batch)
+            if header.base_sequence >= 0 and not _in_sequence(entry.last_sequence, header.base_sequence):
+                return SequenceCheck(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"producer {header.producer_id} sent sequence {header.base_sequence} after {entry.last_sequence}",
+                )
+        elif header.base_sequence not in (0, -1):
+            return SequenceCheck(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"a new epoch {epoch} of producer {header.producer_id} must start at sequence 0, "
+                f"not {header.base_sequence}",
+            )
+        return APPEND
+
+    def record(self, header: BatchHeader) -> None:
+        """Update the table with a batch that was written (offsets assigned)."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            entry = self.producers[header.producer_id] = ProducerEntry()
+        if header.producer_epoch != entry.epoch:
+            entry.epoch = header.producer_epoch
+            entry.batches.clear()
+        if header.base_sequence >= 0:
+            entry.batches.append(
+                BatchMetadata(
+                    header.base_sequence,
+                    header.last_sequence,
+                    header.base_offset,
+                    header.last_offset,
+                    header.max_timestamp,
+                )
+            )
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+
+    def expire(self, older_than_ms: int) -> int:
+        """Forget producers that have not written since ``older_than_ms`` (producer.id.expiration.ms)."""
+        stale = [pid for pid, entry in self.producers.items() if entry.last_timestamp < older_than_ms]
+        for pid in stale:
+            del self.producers[pid]
+        return len(stale)
+
+    # --- snapshots ----------------------------------------------------------------------------------
+
+    def write_snapshot(self, directory: Path, offset: int) -> None:
+        data = {
+            str(pid): {
+                "epoch": entry.epoch,
+                "last_timestamp": entry.last_timestamp,
+                "batches": [
+                    [b.first_sequence, b.last_sequence, b.first_offset, b.last_offset, b.timestamp]
+                    for b in entry.batches
+                ],
+            }
+            for pid, entry in self.producers.items()
+        }
+        path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in snapshot_offsets(directory):
+            if old < offset:
+                (directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+
+    @classmethod
+    def load_snapshot(cls, directory: Path, offset: int) -> ProducerStateTable:
+        table = cls()
+        raw = json.loads((directory / f"{offset:020d}{SNAPSHOT_SUFFIX}").read_text())
+        for pid, item in raw.items():
+            entry = ProducerEntry(epoch=int(item["epoch"]), last_timestamp=int(item["last_timestamp"]))
+            for values in item["batches"]:
+                entry.batches.append(BatchMetadata(*(int(v) for v in values)))
+            table.producers[int(pid)] = entry
+        return table
+
+
+def snapshot_offsets(directory: Path) -> list[int]:
+    offsets = []
+    for path in directory.glob("*" + SNAPSHOT_SUFFIX):
+        try:
+            offsets.append(int(path.name[: -len(SNAPSHOT_SUFFIX)]))
+        except ValueError:
+            continue
+    return sorted(offsets)

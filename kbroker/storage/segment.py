@@ -1,0 +1,301 @@
+"""One log segment: a ``.log`` file of record batches plus its sparse offset and time indexes.
+
+The batches are stored exactly as the partition log hands them over (offsets already assigned). The
+indexes live in memory while the broker runs and are written next to the log, in Kafka's layout, when the
+segment is sealed and at a clean shutdown:
+
+- ``.index``: 8-byte entries (int32 offset relative to the segment's base offset, int32 file position),
+  one per ``index.interval.bytes`` of log, for the last offset of the batch at that position;
+- ``.timeindex``: 12-byte entries (int64 timestamp, int32 relative offset), added alongside when the
+  largest timestamp seen so far grows.
+
+If an index file is missing or inconsistent it is rebuilt from the log, which needs only batch headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.exceptions import DecodeError
+from protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_crc
+
+log = logging.getLogger("kbroker.storage")
+
+_INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_SCAN_CHUNK = 1 << 20
+NO_TIMESTAMP = -1
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(slots=True)
+class ScannedBatch:
+    position: int
+    header: BatchHeader
+
+
+class Segment:
+    """A segment's files and in-memory indexes. Not thread-safe: used from the event loop only."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / (segment_name(base_offset) + ".log")
+        self.index_path = directory / (segment_name(base_offset) + ".index")
+        self.time_index_path = directory / (segment_name(base_offset) + ".timeindex")
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.created_ms = created_ms
+        self.max_timestamp = NO_TIMESTAMP
+        self._index_offsets = array("q")  # absolute last offsets of indexed batches
+        self._index_positions = array("q")
+        self._time_timestamps = array("q")
+        self._time_offsets = array("q")
+        self._bytes_since_index = index_interval_bytes  # so the first batch is always indexed
+        self.dirty = False  # written since the last fsync
+
+    # --- opening ----------------------------------------------------------------------------------------
+
+    def load(self, *, trust_indexes: bool) -> int:
+        """Bring the in-memory state in line with the files; returns bytes truncated from a torn tail.
+
+        With ``trust_indexes`` (a sealed segment, or any segment after a clean shutdown) the index files
+        are loaded and only the tail after the last index entry is read. Otherwise every batch is read and
+        its CRC checked, the log is cut after the last good batch, and the indexes are rebuilt.
+        """
+        if trust_indexes and self._load_index_files():
+            # The time index's last entry is the segment's largest timestamp when the files were written.
+            self.max_timestamp = int(self._time_timestamps[-1]) if self._time_timestamps else NO_TIMESTAMP
+            start = 0
+            if self._index_positions:
+                # Re-read from the last indexed batch: it and anything after it get indexed again.
+                start = int(self._index_positions.pop())
+                popped = self._index_offsets.pop()
+                while self._time_offsets and self._time_offsets[-1] >= popped:
+                    self._time_offsets.pop()
+                    self._time_timestamps.pop()
+            good_end = self._scan_tail(start, check_crc=False)
+        else:
+            self._clear_indexes()
+            good_end = self._scan_tail(0, check_crc=True)
+        truncated = self.size - good_end
+        if truncated:
+            log.warning("%s: truncating %d bytes of a torn or corrupt tail", self.log_path, truncated)
+            os.ftruncate(self._fd, good_end)
+            self.size = good_end
+        return truncated
+
+    def _clear_indexes(self) -> None:
+        for arr in (self._index_offsets, self._index_positions, self._time_timestamps, self._time_offsets):
+            del arr[:]
+        self.max_timestamp = NO_TIMESTAMP
+        self._bytes_since_index = self.index_interval_bytes
+
+    def _load_index_files(self) -> bool:
+        try:
+            index = self.index_path.read_bytes()
+            time_index = self.time_index_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        if len(index) % _INDEX_ENTRY.size or len(time_index) % _TIME_ENTRY.size:
+            return False
+        last_offset, last_position = self.base_offset - 1, -1
+        for relative, position in _INDEX_ENTRY.iter_unpack(index):
+            offset = self.base_offset + relative
+            if offset <= last_offset or position <= last_position or position + HEADER_SIZE > self.size:
+                return False
+            self._index_offsets.append(offset)
+            self._index_positions.append(position)
+            last_offset, last_position = offset, position
+        last_timestamp = NO_TIMESTAMP
+        for timestamp, relative in _TIME_ENTRY.iter_unpack(time_index):
+            if timestamp < last_timestamp:
+                self._clear_indexes()
+                return False
+            self._time_timestamps.append(timestamp)
+            self._time_offsets.append(self.base_offset + relative)
+            last_timestamp = timestamp
+        return True
+
+    def _scan_tail(self, start: int, *, check_crc: bool) -> int:
+        """Read batches from ``start`` to the end, indexing them; returns where the last good one ends."""
+        position = start
+        for scanned in self.scan(start, check_crc=check_crc, stop_on_error=True):
+            self._track(scanned.header, scanned.position)
+            position = scanned.position + scanned.header.size
+        return position
+
+    # --- scanning ---------------------------------------------------------------------------------------
+
+    def scan(
+        self, start: int = 0, end: int | None = None, *, check_crc: bool = False, stop_on_error: bool = False
+    ) -> Iterator[ScannedBatch]:
+        """Batch headers from ``start`` (a batch boundary) up to ``end``, read in large chunks.
+
+        A batch that is cut short, has a bad header or (with ``check_crc``) a bad CRC ends the scan when
+        ``stop_on_error``, and raises DecodeError otherwise.
+        """
+        end = self.size if end is None else end
+        position = start
+        while position < end:
+            chunk = os.pread(self._fd, min(max(_SCAN_CHUNK, HEADER_SIZE), end - position), position)
+            offset_in_chunk = 0
+            progressed = False
+            while offset_in_chunk + HEADER_SIZE <= len(chunk):
+                header = BatchHeader(*HEADER.unpack_from(chunk, offset_in_chunk))
+                problem = _header_problem(header)
+                if problem is None and position + header.size > end:
+                    problem = "batch runs past the end of the segment"
+                if problem is None and check_crc:
+                    if offset_in_chunk + header.size <= len(chunk):
+                        body = memoryview(chunk)[offset_in_chunk : offset_in_chunk + header.size]
+                    else:
+                        body = os.pread(self._fd, header.size, position)
+                    if len(body) != header.size or not validate_crc(body):
+                        problem = "CRC mismatch"
+                if problem is not None:
+                    if stop_on_error:
+                        log.warning("%s: bad batch at position %d: %s", self.log_path, position, problem)
+                        return
+                    raise DecodeError(f"{self.log_path} position {position}: {problem}")
+                yield ScannedBatch(position, header)
+                position += header.size
+                offset_in_chunk += header.size
+                progressed = True
+            if not progressed:
+                if end - position >= HEADER_SIZE:
+                    continue  # the header straddled the chunk; re-read from the batch start
+                if stop_on_error:
+                    log.warning("%s: %d trailing bytes are not a batch", self.log_path, end - position)
+                    return
+                raise DecodeError(f"{self.log_path}: {end - position} trailing bytes are not a batch")
+
+    # --- appending --------------------------------------------------------------------------------------
+
+    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
+        """Write one batch (offsets already assigned); returns its file position."""
+        position = self.size
+        written = os.write(self._fd, batch)
+        while written < len(batch):  # regular files rarely write short, but it is allowed
+            written += os.write(self._fd, memoryview(batch)[written:])
+        self.size += len(batch)
+        self.dirty = True
+        self._track(header, position)
+        return position
+
+    def _track(self, header: BatchHeader, position: int) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self._index_offsets.append(header.last_offset)
+            self._index_positions.append(position)
+            self._bytes_since_index = 0
+            # (T, o): every record up to offset o has a timestamp <= T, the largest seen so far.
+            if self.max_timestamp > (self._time_timestamps[-1] if self._time_timestamps else NO_TIMESTAMP):
+                self._time_timestamps.append(self.max_timestamp)
+                self._time_offsets.append(header.last_offset)
+        self._bytes_since_index += header.size
+        self.next_offset = header.next_offset
+
+    # --- reading ----------------------------------------------------------------------------------------
+
+    def position_of(self, offset: int) -> int:
+        """File position of the first batch whose last offset is at least ``offset`` (or the size)."""
+        if offset <= self.base_offset:
+            return 0
+        if offset >= self.next_offset:
+            return self.size
+        # The last indexed batch that ends before ``offset``; the one we want starts at or after it.
+        i = bisect_right(self._index_offsets, offset - 1)
+        start = int(self._index_positions[i - 1]) if i else 0
+        for scanned in self.scan(start):
+            if scanned.header.last_offset >= offset:
+                return scanned.position
+        return self.size
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def first_batch_at_timestamp(self, timestamp: int) -> BatchHeader | None:
+        """The first batch whose max timestamp is at least ``timestamp``, or None."""
+        if self.max_timestamp < timestamp:
+            return None
+        # Records before a time index entry (T, o) have timestamps <= T; start from the last T < timestamp.
+        i = bisect_right(self._time_timestamps, timestamp - 1)
+        start = self.position_of(int(self._time_offsets[i - 1])) if i else 0
+        for scanned in self.scan(start):
+            if scanned.header.max_timestamp >= timestamp:
+                return scanned.header
+        return None
+
+    def batch_at(self, base_offset: int) -> bytes | None:
+        """The whole batch that starts at ``base_offset``."""
+        position = self.position_of(base_offset)
+        if position >= self.size:
+            return None
+        header = BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, position))
+        return os.pread(self._fd, header.size, position)
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+
+    def write_indexes(self) -> None:
+        """Write the index files (written whole, then renamed into place)."""
+        index = bytearray()
+        for offset, position in zip(self._index_offsets, self._index_positions, strict=True):
+            index += _INDEX_ENTRY.pack(offset - self.base_offset, position)
+        time_index = bytearray()
+        for timestamp, offset in zip(self._time_timestamps, self._time_offsets, strict=True):
+            time_index += _TIME_ENTRY.pack(timestamp, offset - self.base_offset)
+        if self.max_timestamp > (self._time_timestamps[-1] if self._time_timestamps else NO_TIMESTAMP):
+            # Kafka's final entry on roll: the segment's largest timestamp, so retention can read it back.
+            time_index += _TIME_ENTRY.pack(self.max_timestamp, self.next_offset - 1 - self.base_offset)
+        for path, data in ((self.index_path, index), (self.time_index_path, time_index)):
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+
+    def fsync(self) -> None:
+        self.dirty = False
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:  # the segment may have been deleted and closed meanwhile
+            log.debug("fsync of %s: %s", self.log_path, exc)
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"Segment({self.log_path.name}, offsets {self.base_offset}..{self.next_offset - 1}, {self.size} B)"
+
+
+def _header_problem(header: BatchHeader) -> str | None:
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        return f"batch length {header.batch_length} is too small"
+    if header.magic != 2:
+        return f"magic {header.magic}"
+    if header.last_offset_delta < 0 or header.base_offset < 0:
+        return "negative offsets"
+    return None

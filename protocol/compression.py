@@ -1,0 +1,128 @@
+"""Kafka's four record-batch codecs, through cramjam (one Rust-backed package for all of them).
+
+Decompression is bounded: output goes into a buffer that grows geometrically up to ``max_size``, and
+cramjam stops with an error the moment a buffer is full, so a small hostile batch cannot make us allocate
+more than the limit. Snappy comes in two shapes: the xerial framing the Java client writes (a magic
+header then length-prefixed raw blocks) and plain raw snappy; both are read, xerial is written.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+import cramjam
+
+from protocol.exceptions import DecodeError
+
+
+class Codec(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = struct.Struct(">8sii")
+_XERIAL_VERSION = 1
+_XERIAL_COMPATIBLE = 1
+_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
+_INT32 = struct.Struct(">i")
+_MIN_BUFFER = 64 * 1024
+
+_STREAM_CODECS = {Codec.GZIP: cramjam.gzip, Codec.LZ4: cramjam.lz4, Codec.ZSTD: cramjam.zstd}
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    if codec == Codec.NONE:
+        return bytes(data)
+    if codec == Codec.SNAPPY:
+        return _xerial_compress(data)
+    module = _STREAM_CODECS.get(codec)  # type: ignore[call-overload]
+    if module is None:
+        raise ValueError(f"unknown compression codec {codec}")
+    return bytes(module.compress(bytes(data)))
+
+
+def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    """Decompressed bytes, or DecodeError if they are corrupt or would exceed ``max_size``."""
+    if codec == Codec.NONE:
+        return bytes(data)
+    if codec == Codec.SNAPPY:
+        data = bytes(data)
+        if data[:8] == XERIAL_MAGIC:
+            return _xerial_decompress(data, max_size)
+        return _raw_snappy(data, max_size)
+    module = _STREAM_CODECS.get(codec)  # type: ignore[call-overload]
+    if module is None:
+        raise DecodeError(f"unknown compression codec {codec}")
+    return _bounded(module, bytes(data), max_size)
+
+
+def _bounded(module: object, data: bytes, max_size: int) -> bytes:
+    size = min(max_size + 1, max(_MIN_BUFFER, 4 * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            written = module.decompress_into(data, out)  # type: ignore[attr-defined]
+        except cramjam.DecompressionError as exc:
+            if "failed to write whole buffer" not in str(exc):
+                raise DecodeError(f"corrupt compressed data: {exc}") from exc
+            written = size
+        except Exception as exc:  # cramjam raises a few other types on garbage input
+            raise DecodeError(f"corrupt compressed data: {exc}") from exc
+        if written < size:
+            del out[written:]
+            return bytes(out)
+        if size > max_size:
+            raise DecodeError(f"decompressed data exceeds the limit of {max_size} bytes")
+        size = min(max_size + 1, size * 4)
+
+
+def _snappy_length(data: bytes) -> int:
+    """The uncompressed length a raw snappy block declares in its varint preamble."""
+    value = shift = 0
+    for byte in data[:5]:
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value
+        shift += 7
+    raise DecodeError("snappy block has a bad length preamble")
+
+
+def _raw_snappy(data: bytes, max_size: int) -> bytes:
+    if _snappy_length(data) > max_size:
+        raise DecodeError(f"decompressed data exceeds the limit of {max_size} bytes")
+    try:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    except Exception as exc:
+        raise DecodeError(f"corrupt snappy data: {exc}") from exc
+
+
+def _xerial_decompress(data: bytes, max_size: int) -> bytes:
+    if len(data) < _XERIAL_HEADER.size:
+        raise DecodeError("truncated xerial snappy header")
+    out = bytearray()
+    pos = _XERIAL_HEADER.size
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise DecodeError("truncated xerial snappy block length")
+        (length,) = _INT32.unpack_from(data, pos)
+        pos += 4
+        if length < 0 or pos + length > len(data):
+            raise DecodeError(f"xerial snappy block length {length} is invalid")
+        out += _raw_snappy(data[pos : pos + length], max_size - len(out))
+        pos += length
+    return bytes(out)
+
+
+def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
+    view = memoryview(bytes(data))
+    out = bytearray(_XERIAL_HEADER.pack(XERIAL_MAGIC, _XERIAL_VERSION, _XERIAL_COMPATIBLE))
+    for start in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(bytes(view[start : start + _XERIAL_BLOCK])))
+        out += _INT32.pack(len(block))
+        out += block
+    return bytes(out)

@@ -1,0 +1,404 @@
+"""RecordBatch v2 (magic 2), sans I/O.
+
+The broker's hot path only needs the 61-byte batch header: ``BatchHeader`` reads it with one struct call
+and never touches the records, so its cost does not depend on how many records a batch holds. Full
+record decoding and encoding are here too, for features that need them and for tests.
+
+Layout (big-endian): baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64 |
+producerId int64 | producerEpoch int16 | baseSequence int32 | recordsCount int32 | records.
+The CRC-32C covers everything from attributes to the end, so the base offset and the partition leader
+epoch can be rewritten without recomputing it, but a LogAppendTime max timestamp cannot.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from crc32c import crc32c
+
+from protocol import compression
+from protocol.exceptions import DecodeError
+
+HEADER = struct.Struct(">qiiBIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # base offset and batch length precede what batch length counts
+CRC_START = 21  # attributes onwards
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_MAGIC_AT = 16
+_ATTRIBUTES_AT = 21
+_MAX_TIMESTAMP_AT = 35
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+NO_PRODUCER_ID = -1
+DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @classmethod
+    def parse(cls, data: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+        try:
+            return cls(*HEADER.unpack_from(data, pos))
+        except struct.error as exc:
+            raise DecodeError(f"record batch header truncated: {exc}") from exc
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_BIT)
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch takes, including the offset and length fields."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+def iter_batches(
+    data: bytes | bytearray | memoryview, *, strict: bool = False
+) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Split a records blob into (header, whole-batch view) pairs.
+
+    A trailing partial batch (a Fetch response may end with one) ends the iteration, or raises
+    DecodeError when ``strict``. Magic other than 2 is always an error: formats v0 and v1 are not supported.
+    """
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    end = len(view)
+    pos = 0
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            if strict:
+                raise DecodeError(f"{end - pos} trailing bytes are too few for a record batch")
+            return
+        (_, batch_length) = _OFFSET_AND_LENGTH.unpack_from(view, pos)
+        if batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise DecodeError(f"record batch length {batch_length} is smaller than a batch header")
+        magic = view[pos + _MAGIC_AT]
+        if magic != 2:
+            raise DecodeError(f"record batch magic {magic} is not supported (only magic 2, Kafka 0.11+)")
+        size = batch_length + LOG_OVERHEAD
+        if pos + size > end:
+            if strict:
+                raise DecodeError(f"record batch of {size} bytes runs past the end of the data")
+            return
+        header = BatchHeader(*HEADER.unpack_from(view, pos))
+        yield header, view[pos : pos + size]
+        pos += size
+
+
+def compute_crc(batch: bytes | bytearray | memoryview) -> int:
+    return crc32c(memoryview(batch)[CRC_START:])
+
+
+def validate_crc(batch: bytes | bytearray | memoryview) -> bool:
+    (stored,) = _UINT32.unpack_from(batch, 17)
+    return stored == compute_crc(batch)
+
+
+def assign_offsets(
+    batch: bytearray | memoryview,
+    base_offset: int,
+    *,
+    partition_leader_epoch: int | None = None,
+    log_append_time_ms: int | None = None,
+) -> None:
+    """Rewrite a batch in place as the log stores it; the CRC stays correct."""
+    _INT64.pack_into(batch, 0, base_offset)
+    if partition_leader_epoch is not None:
+        _INT32.pack_into(batch, 12, partition_leader_epoch)
+    if log_append_time_ms is not None:
+        (attributes,) = _INT16.unpack_from(batch, _ATTRIBUTES_AT)
+        _INT16.pack_into(batch, _ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_BIT)
+        _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, log_append_time_ms)
+        _UINT32.pack_into(batch, 17, compute_crc(batch))
+
+
+# --- records -------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Record:
+    offset_delta: int = 0
+    timestamp_delta: int = 0
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    attributes: int = 0
+
+
+def _read_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """Zigzag-encoded signed varint, at most 10 bytes."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise DecodeError("varint runs past the end of the record")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint longer than 10 bytes")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    zigzag = (value << 1) ^ (value >> 63)
+    zigzag &= (1 << 64) - 1
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+
+
+def _read_sized(buf: bytes | memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos, end)
+    if length < 0:
+        if length != -1:
+            raise DecodeError(f"invalid length {length} in record")
+        return None, pos
+    if pos + length > end:
+        raise DecodeError(f"length {length} runs past the end of the record")
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def _decode_record(buf: bytes | memoryview, pos: int, end: int) -> tuple[Record, int]:
+    length, pos = _read_varint(buf, pos, end)
+    if length <= 0 or pos + length > end:
+        raise DecodeError(f"record length {length} is invalid here")
+    record_end = pos + length
+    attributes = buf[pos]
+    pos += 1
+    timestamp_delta, pos = _read_varint(buf, pos, record_end)
+    offset_delta, pos = _read_varint(buf, pos, record_end)
+    key, pos = _read_sized(buf, pos, record_end)
+    value, pos = _read_sized(buf, pos, record_end)
+    count, pos = _read_varint(buf, pos, record_end)
+    if count < 0 or count > record_end - pos:
+        raise DecodeError(f"header count {count} is invalid")
+    headers = []
+    for _ in range(count):
+        name, pos = _read_sized(buf, pos, record_end)
+        if name is None:
+            raise DecodeError("record header with a null key")
+        header_value, pos = _read_sized(buf, pos, record_end)
+        try:
+            headers.append((name.decode(), header_value))
+        except UnicodeDecodeError as exc:
+            raise DecodeError("record header key is not UTF-8") from exc
+    if pos != record_end:
+        raise DecodeError("record length does not match its contents")
+    return Record(offset_delta, timestamp_delta, key, value, headers, attributes), pos
+
+
+def decode_records(batch: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_DECOMPRESSED) -> list[Record]:
+    """Every record of one batch, decompressing with at most ``max_size`` bytes of output."""
+    header = BatchHeader.parse(batch)
+    if header.magic != 2:
+        raise DecodeError(f"record batch magic {header.magic} is not supported")
+    if header.size > len(batch):
+        raise DecodeError("record batch truncated")
+    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
+    if header.compression:
+        body = compression.decompress(header.compression, body, max_size)
+    count = header.records_count
+    if count < 0 or count > len(body):
+        raise DecodeError(f"record count {count} is impossible for {len(body)} bytes")
+    records = []
+    pos, end = 0, len(body)
+    for _ in range(count):
+        record, pos = _decode_record(body, pos, end)
+        records.append(record)
+    if pos != end:
+        raise DecodeError(f"{end - pos} bytes after the last record")
+    return records
+
+
+def encode_record(record: Record) -> bytes:
+    body = bytearray()
+    body.append(record.attributes)
+    _write_varint(body, record.timestamp_delta)
+    _write_varint(body, record.offset_delta)
+    for data in (record.key, record.value):
+        if data is None:
+            _write_varint(body, -1)
+        else:
+            _write_varint(body, len(data))
+            body += data
+    _write_varint(body, len(record.headers))
+    for name, value in record.headers:
+        encoded = name.encode()
+        _write_varint(body, len(encoded))
+        body += encoded
+        if value is None:
+            _write_varint(body, -1)
+        else:
+            _write_varint(body, len(value))
+            body += value
+    out = bytearray()
+    _write_varint(out, len(body))
+    return bytes(out + body)
+
+
+def build_batch(
+    records: list[Record],
+    *,
+    base_offset: int = 0,
+    compression_type: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = -1,
+    base_timestamp: int | None = None,
+    log_append_time: bool = False,
+) -> bytes:
+    """Encode records as one batch; record offset and timestamp deltas are taken as given."""
+    if not records:
+        raise ValueError("a record batch holds at least one record")
+    if base_timestamp is None:
+        base_timestamp = int(time.time() * 1000)
+    payload = b"".join(encode_record(r) for r in records)
+    if compression_type:
+        payload = compression.compress(compression_type, payload)
+    attributes = compression_type & COMPRESSION_MASK
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_BIT
+    if is_transactional:
+        attributes |= TRANSACTIONAL_BIT
+    if is_control:
+        attributes |= CONTROL_BIT
+    last_offset_delta = max(r.offset_delta for r in records)
+    max_timestamp = base_timestamp + max(r.timestamp_delta for r in records)
+    batch = bytearray(HEADER_SIZE)
+    HEADER.pack_into(
+        batch,
+        0,
+        base_offset,
+        HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch,
+        2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    batch += payload
+    _UINT32.pack_into(batch, 17, compute_crc(batch))
+    return bytes(batch)
+
+
+# --- control batches (transaction markers) ------------------------------------------------------------
+
+
+class ControlRecordType(IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    base_offset: int = 0,
+    timestamp_ms: int | None = None,
+) -> bytes:
+    marker = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    record = Record(
+        key=_CONTROL_KEY.pack(0, marker),
+        value=_CONTROL_VALUE.pack(0, coordinator_epoch),
+    )
+    return build_batch(
+        [record],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+        base_timestamp=timestamp_ms,
+    )
+
+
+def parse_control_record(record: Record) -> tuple[ControlRecordType, int]:
+    """The marker type and coordinator epoch of a control record."""
+    if record.key is None or len(record.key) < 4:
+        raise DecodeError("control record without a valid key")
+    _, kind = _CONTROL_KEY.unpack_from(record.key)
+    epoch = -1
+    if record.value is not None and len(record.value) >= 6:
+        _, epoch = _CONTROL_VALUE.unpack_from(record.value)
+    try:
+        return ControlRecordType(kind), epoch
+    except ValueError as exc:
+        raise DecodeError(f"unknown control record type {kind}") from exc

@@ -1,0 +1,81 @@
+"""Topic metadata and partition directories of the log manager."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kbroker.storage import LogManager, validate_topic_name
+from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE
+from protocol.records import Record, build_batch
+
+
+def one_batch(value: bytes) -> bytearray:
+    return bytearray(build_batch([Record(value=value)], base_timestamp=1))
+
+
+def test_topics_persist_with_ids_partitions_and_configs(tmp_path: Path) -> None:
+    logs = LogManager(tmp_path, {"retention.ms": "1000"})
+    info = logs.create_topic("orders", 3, {"segment.bytes": "2048"})
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["orders-0", "orders-1", "orders-2"]
+    assert logs.get_partition("orders", 2) is not None and logs.get_partition("orders", 3) is None
+    assert logs.log_config(info).segment_bytes == 2048 and logs.log_config(info).retention_ms == 1000
+    logs.get_partition("orders", 1).append(one_batch(b"x"))  # type: ignore[union-attr]
+    logs.close()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+    again = LogManager(tmp_path, {})
+    assert again.clean_start and not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    reloaded = again.topic("orders")
+    assert reloaded is not None
+    assert (reloaded.topic_id, reloaded.partitions, reloaded.configs) == (info.topic_id, 3, {"segment.bytes": "2048"})
+    assert again.topic_by_id(info.topic_id) is reloaded
+    assert again.get_partition("orders", 1).high_watermark == 1  # type: ignore[union-attr]
+    assert json.loads((tmp_path / "topics.json").read_text())["topics"]["orders"]["partitions"] == 3
+
+
+def test_delete_and_recreate_starts_empty(tmp_path: Path) -> None:
+    logs = LogManager(tmp_path, {})
+    old = logs.create_topic("t", 1, {})
+    logs.get_partition("t", 0).append(one_batch(b"old"))  # type: ignore[union-attr]
+    logs.delete_topic("t")
+    assert logs.topic("t") is None and logs.topic_by_id(old.topic_id) is None
+    assert not (tmp_path / "t-0").exists()
+    new = logs.create_topic("t", 1, {})
+    assert new.topic_id != old.topic_id
+    assert logs.get_partition("t", 0).high_watermark == 0  # type: ignore[union-attr]
+
+
+def test_leftover_directory_of_an_interrupted_delete_is_not_reused(tmp_path: Path) -> None:
+    logs = LogManager(tmp_path, {})
+    logs.create_topic("t", 1, {})
+    logs.get_partition("t", 0).append(one_batch(b"old"))  # type: ignore[union-attr]
+    logs.close()
+    # A crash after the metadata was written but before the directory went away.
+    (tmp_path / "topics.json").write_text(json.dumps({"version": 1, "topics": {}}))
+    again = LogManager(tmp_path, {})
+    again.create_topic("t", 1, {})
+    assert again.get_partition("t", 0).high_watermark == 0  # type: ignore[union-attr]
+
+
+def test_add_partitions_and_alter_config_apply_live(tmp_path: Path) -> None:
+    logs = LogManager(tmp_path, {})
+    logs.create_topic("t", 1, {})
+    plog = logs.get_partition("t", 0)
+    logs.add_partitions("t", 4)
+    assert logs.get_partition("t", 3) is not None
+    logs.alter_topic_config("t", {"max.message.bytes": "100"})
+    assert plog.config.max_message_bytes == 100  # type: ignore[union-attr]
+    with pytest.raises(ValueError):
+        logs.add_partitions("t", 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("ok.name_1-x", None), ("", "empty"), ("..", '"." or ".."'), ("a" * 250, "249"), ("bad/name", "character")],
+)
+def test_topic_name_rules(name: str, problem: str | None) -> None:
+    result = validate_topic_name(name)
+    assert (result is None) if problem is None else (result is not None and problem in result)
