@@ -40,6 +40,7 @@ class Request:
     header: RequestHeader
     api: ApiSchema | None
     body: Any | None  # None when the API key or version is not supported
+    trailing_bytes: int = 0  # bytes after the body; Kafka ignores them, and librdkafka sends some
 
     @property
     def api_key(self) -> int:
@@ -81,9 +82,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
         return Request(header, api, None)
     assert api is not None
     body, end = api.request_type().decode(frame, api_version, pos)
-    if end != len(frame):
-        raise DecodeError(f"{api.name} v{api_version} request has {len(frame) - end} trailing bytes")
-    return Request(header, api, body)
+    return Request(header, api, body, len(frame) - end)
 
 
 def encode_request(body: Any, api_version: int, correlation_id: int, client_id: str | None = "kbroker") -> bytes:

@@ -85,3 +85,13 @@ def test_frame_buffer_rejects_oversized_and_negative_sizes() -> None:
     buffer.feed(b"\xff\xff\xff\xff")
     with pytest.raises(FrameTooLarge):
         buffer.next_frame()
+
+
+def test_trailing_bytes_after_a_request_body_are_ignored_as_kafka_does() -> None:
+    # librdkafka 2.x sends Metadata v13 with three bytes after the body; Kafka ignores them.
+    frame = bytes.fromhex("0003000d00000003000772646b61666b610000000000010000")
+    request = decode_request(frame)
+    assert (request.api_key, request.api_version, request.correlation_id) == (3, 13, 3)
+    assert request.header.client_id == "rdkafka"
+    assert request.body.topics is None and request.body.allow_auto_topic_creation is False
+    assert request.trailing_bytes == 3

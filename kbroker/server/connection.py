@@ -104,6 +104,8 @@ async def _process(
                 log.warning("closing connection from %s: unparseable request: %s", host, exc)
                 return
             key, version = request.api_key, request.api_version
+            if request.trailing_bytes:
+                log.debug("ignoring %d trailing bytes after api key %d v%d", request.trailing_bytes, key, version)
             handler = HANDLERS.get(key)
             if request.body is None or handler is None or not handler.supports(version):
                 if key == API_VERSIONS:
