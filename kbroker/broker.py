@@ -18,6 +18,8 @@ from pathlib import Path
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.groups.coordinator import GroupCoordinator
+from kbroker.groups.offsets import OffsetStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 
 log = logging.getLogger("kbroker")
@@ -59,6 +61,12 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_meta()
         self.logs = LogManager(data_dir, config.topic_defaults())
+        self.offsets = OffsetStore(data_dir)
+        self.groups = GroupCoordinator(
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+        )
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: set[int] = set()
@@ -170,8 +178,32 @@ class Broker:
             if due:
                 await trio.to_thread.run_sync(_flush_all, due)
 
+    async def offset_expiry_loop(self) -> None:
+        """Offsets of groups without members expire after offsets.retention.minutes (KIP-211)."""
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        retention_ms = self.config["offsets.retention.minutes"] * 60_000
+        while True:
+            await trio.sleep(interval)
+            self.expire_offsets(int(time.time() * 1000), retention_ms)
+
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
+        expired = 0
+        for group_id in list(self.offsets.offsets):
+            group = self.groups.groups.get(group_id)
+            if group is not None and group.members:
+                continue
+            expired += self.offsets.expire(group_id, now_ms - retention_ms, now_ms)
+        if expired:
+            log.info("expired %d committed offset(s)", expired)
+        return expired
+
+    def delete_topic(self, name: str) -> None:
+        self.logs.delete_topic(name)
+        self.offsets.delete_topic(name)
+
     def begin_drain(self) -> None:
         self.draining = True
+        self.groups.wake_all()
         self.accepting.cancel()
         for scope in list(self.idle_scopes):
             scope.cancel()
@@ -179,3 +211,4 @@ class Broker:
 
     def close(self) -> None:
         self.logs.close()
+        self.offsets.close()

@@ -79,6 +79,8 @@ async def run_broker(
             nursery.start_soon(serve, broker, listeners)
             nursery.start_soon(broker.retention_loop)
             nursery.start_soon(broker.flush_loop)
+            nursery.start_soon(broker.groups.run)
+            nursery.start_soon(broker.offset_expiry_loop)
             elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
             log.info(
                 "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",

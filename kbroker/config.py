@@ -142,6 +142,8 @@ KEYS: dict[str, Key] = {
             "3000",
             "Wait for more members before the first rebalance of an empty group.",
         ),
+        Key("offsets.retention.check.interval.ms", _int(1, LONG_MAX), "600000", "How often expired offsets go."),
+        Key("offset.metadata.max.bytes", _int(0, INT_MAX), "4096", "Largest metadata string of a commit."),
         Key("group.min.session.timeout.ms", _int(0, INT_MAX), "6000", "Smallest session timeout allowed."),
         Key("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000", "Largest session timeout allowed."),
         Key("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000", "Idle transactional ids expire."),

@@ -29,12 +29,7 @@ def test_every_client_codec_and_variant_is_covered() -> None:
     assert {"kafka-python", "confluent-kafka"} <= clients
     for client in clients:
         cases = [c for c in MANIFEST.values() if c["client"] == client]
-        codecs = set(CODEC_IDS)
-        if client == "confluent-kafka":
-            # librdkafka compresses with lz4 only when the broker supports FindCoordinator (its marker of
-            # Kafka >= 0.8.2); until the group coordinator lands it sends those batches uncompressed.
-            codecs.discard("lz4")
-        assert {c["codec"] for c in cases} == codecs
+        assert {c["codec"] for c in cases} == set(CODEC_IDS)
         assert {(c["keys"], c["headers"], c["idempotent"]) for c in cases} == {
             (False, False, False),
             (True, True, False),

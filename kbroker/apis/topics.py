@@ -144,7 +144,7 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
             result.error_message = "Topic deletion is disabled."
             continue
-        broker.logs.delete_topic(info.name)
+        broker.delete_topic(info.name)
         log.info("deleted topic %s", info.name)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 

@@ -1,0 +1,179 @@
+"""Committed offsets: OffsetCommit (8), OffsetFetch (9) and OffsetDelete (47)."""
+
+from __future__ import annotations
+
+import time
+
+from kbroker.apis.context import RequestContext
+from kbroker.groups.coordinator import GroupState
+from kbroker.groups.offsets import CommittedOffset
+from protocol.errors import ErrorCode
+from protocol.messages.offset_commit_request import OffsetCommitRequest
+from protocol.messages.offset_commit_response import OffsetCommitResponse
+from protocol.messages.offset_delete_request import OffsetDeleteRequest
+from protocol.messages.offset_delete_response import OffsetDeleteResponse
+from protocol.messages.offset_fetch_request import OffsetFetchRequest
+from protocol.messages.offset_fetch_response import OffsetFetchResponse
+
+NO_GENERATION = -1
+DEFAULT_RETENTION = -1
+
+
+def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCode:
+    """Kafka's validation of who may commit for a classic group."""
+    if not request.group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    group = ctx.broker.groups.groups.get(request.group_id)
+    generation = request.generation_id_or_member_epoch
+    if group is None or (not group.members and group.state == GroupState.EMPTY):
+        # A group that only uses Kafka to store offsets (assign() consumers, admin tools).
+        return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+    if generation < 0 and not request.member_id:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    member = group.members.get(request.member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    instance = request.group_instance_id if ctx.api_version >= 7 else None
+    if instance is not None and member.group_instance_id != instance:
+        return ErrorCode.FENCED_INSTANCE_ID
+    if generation != group.generation_id:
+        return ErrorCode.ILLEGAL_GENERATION
+    if group.state == GroupState.COMPLETING_REBALANCE:
+        return ErrorCode.REBALANCE_IN_PROGRESS
+    return ErrorCode.NONE
+
+
+async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    broker = ctx.broker
+    check = _commit_check(ctx, request)
+    now = int(time.time() * 1000)
+    retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else DEFAULT_RETENTION
+    max_metadata = broker.config["offset.metadata.max.bytes"]
+    commits: dict[tuple[str, int], CommittedOffset] = {}
+    topics = []
+    for topic in request.topics:
+        info = broker.topic(topic.name)
+        partitions = []
+        for part in topic.partitions:
+            code = check
+            if code == ErrorCode.NONE:
+                if info is None or not 0 <= part.partition_index < info.partitions:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif part.committed_metadata is not None and len(part.committed_metadata.encode()) > max_metadata:
+                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                else:
+                    epoch = part.committed_leader_epoch if ctx.api_version >= 6 else -1
+                    commits[(topic.name, part.partition_index)] = CommittedOffset(
+                        part.committed_offset,
+                        epoch,
+                        part.committed_metadata,
+                        now,
+                        now + retention if retention >= 0 else -1,
+                    )
+            partitions.append(
+                OffsetCommitResponse.OffsetCommitResponsePartition(
+                    partition_index=part.partition_index, error_code=code
+                )
+            )
+        topics.append(OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
+    if commits:
+        broker.offsets.commit(request.group_id, commits)
+    return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+
+def _fetch_group(
+    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
+) -> list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]:
+    committed = ctx.broker.offsets.get(group_id)
+    if wanted is None:  # every partition the group has committed
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            by_topic.setdefault(topic, []).append(partition)
+        wanted = list(by_topic.items())
+    result = []
+    for topic, partitions in wanted:
+        rows = []
+        for partition in partitions:
+            rows.append((partition, committed.get((topic, partition)), ErrorCode.NONE))
+        result.append((topic, rows))
+    return result
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    version = ctx.api_version
+    if version >= 8:
+        groups = []
+        for group in request.groups:
+            wanted = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
+            topics = [
+                OffsetFetchResponse.OffsetFetchResponseTopics(
+                    name=topic,
+                    partitions=[
+                        OffsetFetchResponse.OffsetFetchResponsePartitions(
+                            partition_index=p,
+                            committed_offset=c.offset if c else -1,
+                            committed_leader_epoch=c.leader_epoch if c else -1,
+                            metadata=c.metadata if c else "",
+                            error_code=code,
+                        )
+                        for p, c, code in rows
+                    ],
+                )
+                for topic, rows in _fetch_group(ctx, group.group_id, wanted)
+            ]
+            groups.append(
+                OffsetFetchResponse.OffsetFetchResponseGroup(
+                    group_id=group.group_id, topics=topics, error_code=ErrorCode.NONE
+                )
+            )
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    topics = [
+        OffsetFetchResponse.OffsetFetchResponseTopic(
+            name=topic,
+            partitions=[
+                OffsetFetchResponse.OffsetFetchResponsePartition(
+                    partition_index=p,
+                    committed_offset=c.offset if c else -1,
+                    committed_leader_epoch=c.leader_epoch if c else -1,
+                    metadata=c.metadata if c else "",
+                    error_code=code,
+                )
+                for p, c, code in rows
+            ],
+        )
+        for topic, rows in _fetch_group(ctx, request.group_id, wanted)
+    ]
+    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=ErrorCode.NONE)
+
+
+async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    broker = ctx.broker
+    group = broker.groups.groups.get(request.group_id)
+    if group is None and not broker.offsets.has_group(request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
+    subscribed: set[str] | None = set()
+    if group is not None and group.members:
+        subscribed = group.subscribed_topics()
+        if subscribed is None:
+            return OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0, topics=[])
+    topics = []
+    doomed = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            if topic.name in subscribed:
+                code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            elif broker.topic(topic.name) is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                code = ErrorCode.NONE
+                doomed.append((topic.name, part.partition_index))
+            partitions.append(
+                OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                    partition_index=part.partition_index, error_code=code
+                )
+            )
+        topics.append(OffsetDeleteResponse.OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
+    broker.offsets.delete(request.group_id, doomed)
+    return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=topics)

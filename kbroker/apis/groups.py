@@ -1,0 +1,227 @@
+"""Consumer group APIs: FindCoordinator (10), JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13),
+DescribeGroups (15), ListGroups (16), DeleteGroups (42). The state machine lives in kbroker/groups."""
+
+from __future__ import annotations
+
+from kbroker.apis.context import RequestContext
+from kbroker.groups.coordinator import GroupState
+from protocol.errors import ErrorCode
+from protocol.messages.delete_groups_request import DeleteGroupsRequest
+from protocol.messages.delete_groups_response import DeleteGroupsResponse
+from protocol.messages.describe_groups_request import DescribeGroupsRequest
+from protocol.messages.describe_groups_response import DescribeGroupsResponse
+from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.find_coordinator_response import FindCoordinatorResponse
+from protocol.messages.heartbeat_request import HeartbeatRequest
+from protocol.messages.heartbeat_response import HeartbeatResponse
+from protocol.messages.join_group_request import JoinGroupRequest
+from protocol.messages.join_group_response import JoinGroupResponse
+from protocol.messages.leave_group_request import LeaveGroupRequest
+from protocol.messages.leave_group_response import LeaveGroupResponse
+from protocol.messages.list_groups_request import ListGroupsRequest
+from protocol.messages.list_groups_response import ListGroupsResponse
+from protocol.messages.sync_group_request import SyncGroupRequest
+from protocol.messages.sync_group_response import SyncGroupResponse
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+CLASSIC = "classic"
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    """A single node coordinates every group (and, once transactions exist, every transactional id)."""
+    broker = ctx.broker
+    node, host, port = broker.node_id, broker.advertised.host, broker.advertised.port
+    key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        code = ErrorCode.INVALID_REQUEST
+    else:
+        code = ErrorCode.NONE
+    if ctx.api_version >= 4:  # batched (KIP-699)
+        coordinators = [
+            FindCoordinatorResponse.Coordinator(
+                key=key,
+                node_id=node if code == ErrorCode.NONE else -1,
+                host=host if code == ErrorCode.NONE else "",
+                port=port if code == ErrorCode.NONE else -1,
+                error_code=code,
+                error_message=None if code == ErrorCode.NONE else f"unknown key type {key_type}",
+            )
+            for key in request.coordinator_keys
+        ]
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    if code != ErrorCode.NONE:
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            error_code=code,
+            error_message=f"unknown key type {key_type}",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    return FindCoordinatorResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=node, host=host, port=port
+    )
+
+
+async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    version = ctx.api_version
+    rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+    result = await ctx.broker.groups.join(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 5 else None,
+        ctx.client_id or "",
+        "/" + ctx.client_host,
+        request.session_timeout_ms,
+        rebalance_timeout,
+        request.protocol_type,
+        [(p.name, p.metadata) for p in request.protocols],
+        require_known_member_id=version >= 4,
+    )
+    return JoinGroupResponse(
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name if result.protocol_name is not None or version >= 7 else "",
+        leader=result.leader,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=[
+            JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
+            for m, i, md in result.members
+        ],
+    )
+
+
+async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    version = ctx.api_version
+    result = await ctx.broker.groups.sync(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        request.group_instance_id if version >= 3 else None,
+        request.protocol_type if version >= 5 else None,
+        request.protocol_name if version >= 5 else None,
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+    return SyncGroupResponse(
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    instance = request.group_instance_id if ctx.api_version >= 3 else None
+    code = ctx.broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id, instance)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+
+async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    coordinator = ctx.broker.groups
+    if ctx.api_version < 3:
+        code = coordinator.leave(request.group_id, request.member_id, None)
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
+    results = []
+    for identity in request.members:
+        code = coordinator.leave(request.group_id, identity.member_id, identity.group_instance_id)
+        results.append(
+            LeaveGroupResponse.MemberResponse(
+                member_id=identity.member_id, group_instance_id=identity.group_instance_id, error_code=code
+            )
+        )
+    top = ErrorCode.UNKNOWN_MEMBER_ID if coordinator.state_of(request.group_id) is None else ErrorCode.NONE
+    return LeaveGroupResponse(throttle_time_ms=0, error_code=top, members=results)
+
+
+def _known_group_ids(ctx: RequestContext) -> list[str]:
+    return sorted(set(ctx.broker.groups.groups) | set(ctx.broker.offsets.offsets))
+
+
+async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    states = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 and request.states_filter else None
+    types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 and request.types_filter else None
+    listed = []
+    for group_id in _known_group_ids(ctx):
+        group = ctx.broker.groups.groups.get(group_id)
+        state = group.state.value if group is not None else GroupState.EMPTY.value
+        if states is not None and state.lower() not in states:
+            continue
+        if types is not None and CLASSIC not in types:
+            continue
+        protocol_type = group.protocol_type if group is not None and group.protocol_type else ""
+        listed.append(
+            ListGroupsResponse.ListedGroup(
+                group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=CLASSIC
+            )
+        )
+    return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
+
+
+async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    described = []
+    known = set(_known_group_ids(ctx))
+    for group_id in request.groups:
+        group = ctx.broker.groups.groups.get(group_id)
+        if group is None:
+            if group_id in known:
+                state, code = GroupState.EMPTY.value, ErrorCode.NONE
+            elif ctx.api_version >= 6:
+                state, code = GroupState.DEAD.value, ErrorCode.GROUP_ID_NOT_FOUND
+            else:
+                state, code = GroupState.DEAD.value, ErrorCode.NONE
+            described.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=code,
+                    error_message=None if code == ErrorCode.NONE else f"Group {group_id} not found.",
+                    group_id=group_id,
+                    group_state=state,
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=-2147483648,
+                )
+            )
+            continue
+        stable = group.state == GroupState.STABLE
+        members = [
+            DescribeGroupsResponse.DescribedGroupMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata_for(group.protocol_name) if stable and group.protocol_name else b"",
+                member_assignment=m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        ]
+        described.append(
+            DescribeGroupsResponse.DescribedGroup(
+                error_code=ErrorCode.NONE,
+                group_id=group_id,
+                group_state=group.state.value,
+                protocol_type=group.protocol_type or "",
+                protocol_data=group.protocol_name or "",
+                members=members,
+                authorized_operations=-2147483648,
+            )
+        )
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=described)
+
+
+async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    results = []
+    known = set(_known_group_ids(ctx))
+    for group_id in request.groups_names:
+        if group_id not in known:
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+        else:
+            code = ctx.broker.groups.delete(group_id)
+            if code == ErrorCode.NONE:
+                ctx.broker.offsets.delete_group(group_id)
+        results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=results)

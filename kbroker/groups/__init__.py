@@ -1,0 +1,1 @@
+"""Group coordination: the classic consumer group protocol and committed offsets."""

@@ -1,0 +1,258 @@
+"""Consumer groups with kafka-python 3.x: shares, leaving, crashing, resuming from commits, fan-out, static
+membership and the group admin APIs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.structs import OffsetAndMetadata
+
+from kbroker.testing import RunningBroker
+
+MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
+FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def make_topic(bootstrap: str, name: str, partitions: int, records_per_partition: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for partition in range(partitions):
+        for i in range(records_per_partition):
+            producer.send(name, value=f"{partition}-{i}".encode(), partition=partition)
+    producer.flush()
+    producer.close()
+
+
+class MemberProcess:
+    """A group member in a child process; ``kill`` stops it without a LeaveGroup."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(MEMBER_SCRIPT), bootstrap, group, topic], stdout=subprocess.PIPE, text=True
+        )
+        self.assigned: list[int] = []
+        self.records: list[tuple[int, int]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if "assigned" in event:
+                self.assigned = event["assigned"]
+            else:
+                self.records.extend((p, o) for p, o in event["records"])
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def terminate(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+@pytest.fixture
+def fast_broker(broker_factory) -> RunningBroker:  # noqa: ANN001
+    return broker_factory(FAST_GROUPS)
+
+
+def test_three_members_share_six_partitions_then_survive_a_crash(fast_broker: RunningBroker) -> None:
+    make_topic(fast_broker.bootstrap, "six", 6, 10)
+    members = [MemberProcess(fast_broker.bootstrap, "g", "six") for _ in range(3)]
+    try:
+
+        def balanced() -> bool:
+            shares = [m.assigned for m in members]
+            return all(len(s) == 2 for s in shares) and sorted(sum(shares, [])) == list(range(6))
+
+        wait_for(balanced, what="three disjoint shares of two partitions")
+        wait_for(lambda: sum(len(m.records) for m in members) >= 60, what="all 60 records")
+        consumed = [r for m in members for r in m.records]
+        # At least once: while the group settles, a record read before a rebalance whose commit was refused
+        # (REBALANCE_IN_PROGRESS) is read again by the partition's next owner, as with Kafka.
+        assert set(consumed) == {(p, o) for p in range(6) for o in range(10)}
+
+        # One member dies without leaving: within the session timeout the others take over its share.
+        crashed, survivors = members[0], members[1:]
+        crashed_share = crashed.assigned
+        crashed.kill()
+        wait_for(
+            lambda: sorted(sum((m.assigned for m in survivors), [])) == list(range(6)),
+            timeout=20,
+            what="survivors owning every partition",
+        )
+        assert set(crashed_share) <= set(sum((m.assigned for m in survivors), []))
+        # New records reach the survivors; nothing already committed is read again.
+        seen = [len(m.records) for m in survivors]
+        before = sum(seen)
+        producer = KafkaProducer(bootstrap_servers=fast_broker.bootstrap)
+        for partition in range(6):
+            producer.send("six", value=b"late", partition=partition)
+        producer.flush()
+        producer.close()
+        wait_for(lambda: sum(len(m.records) for m in survivors) >= before + 6, what="the late records")
+        late = [r for m, n in zip(survivors, seen, strict=True) for r in m.records[n:]]
+        # Exactly the six new records: nothing below the crashed member's commits was read again.
+        assert sorted(late) == [(p, 10) for p in range(6)]
+
+        # One leaves cleanly (LeaveGroup on close): the last one gets everything at once.
+        survivors[0].terminate()
+        wait_for(lambda: survivors[1].assigned == list(range(6)), what="the last member owning all")
+    finally:
+        for member in members:
+            member.kill()
+
+
+def _consume_committing(bootstrap: str, group: str, topic: str, count: int, **config) -> list[int]:
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+        **config,
+    )
+    values = []
+    for record in consumer:
+        values.append(int(record.value))
+        if len(values) == count:
+            break
+    if not config.get("enable_auto_commit", True):
+        consumer.commit()
+    consumer.close()  # auto-commit commits on close
+    return values
+
+
+@pytest.mark.parametrize("auto_commit", [True, False], ids=["auto-commit", "manual-commit"])
+def test_resume_after_commit_across_a_broker_restart(fast_broker: RunningBroker, auto_commit: bool) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=fast_broker.bootstrap)
+    admin.create_topics([NewTopic("resume", 1, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=fast_broker.bootstrap)
+    for i in range(20):
+        producer.send("resume", value=str(i).encode())
+    producer.flush()
+    producer.close()
+    first = _consume_committing(fast_broker.bootstrap, "resumer", "resume", 8, enable_auto_commit=auto_commit)
+    assert first == list(range(8))
+    fast_broker.restart()
+    rest = _consume_committing(fast_broker.bootstrap, "resumer", "resume", 12, enable_auto_commit=auto_commit)
+    assert rest == list(range(8, 20))
+
+
+def test_two_groups_each_receive_every_record(fast_broker: RunningBroker) -> None:
+    make_topic(fast_broker.bootstrap, "fan", 2, 5)
+    expected = sorted(f"{p}-{i}".encode() for p in range(2) for i in range(5))
+    for group in ("billing", "audit"):
+        consumer = KafkaConsumer(
+            "fan",
+            bootstrap_servers=fast_broker.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=5000,
+        )
+        values = []
+        for record in consumer:
+            values.append(record.value)
+            if len(values) == 10:
+                break
+        consumer.close()
+        assert sorted(values) == expected
+
+
+def test_static_member_gets_its_partitions_back_without_a_rebalance(fast_broker: RunningBroker) -> None:
+    make_topic(fast_broker.bootstrap, "static", 4, 1)
+
+    def member(instance: str) -> KafkaConsumer:
+        return KafkaConsumer(
+            "static",
+            bootstrap_servers=fast_broker.bootstrap,
+            group_id="statics",
+            group_instance_id=instance,
+            session_timeout_ms=10_000,
+            auto_offset_reset="earliest",
+        )
+
+    consumers = {name: member(name) for name in ("a", "b")}
+
+    def shares() -> dict[str, list[int]]:
+        for c in consumers.values():
+            c.poll(50)
+        return {n: sorted(tp.partition for tp in c.assignment()) for n, c in consumers.items()}
+
+    wait_for(
+        lambda: sorted(sum(shares().values(), [])) == [0, 1, 2, 3] and all(shares().values()),
+        what="two static members sharing four partitions",
+    )
+    before = shares()
+    coordinator = fast_broker.broker.groups  # type: ignore[union-attr]
+    generation = coordinator.groups["statics"].generation_id
+    # A static member's close does not send LeaveGroup (KIP-345); it comes back with the same instance id.
+    consumers["a"].close()
+    consumers["a"] = member("a")
+    wait_for(lambda: shares()["a"] == before["a"], what="member a getting its partitions back")
+    assert coordinator.groups["statics"].generation_id == generation
+    for c in consumers.values():
+        c.close()
+
+
+def test_group_admin_list_describe_offsets_and_delete(fast_broker: RunningBroker) -> None:
+    make_topic(fast_broker.bootstrap, "admin", 2, 3)
+    consumer = KafkaConsumer(
+        "admin",
+        bootstrap_servers=fast_broker.bootstrap,
+        group_id="tool",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=10_000,
+    )
+    values = []
+    for record in consumer:
+        values.append(record.value)
+        if len(values) == 6:
+            break
+    consumer.commit()
+    consumer.close()
+    assert sorted(values) == sorted(f"{p}-{i}".encode() for p in range(2) for i in range(3))
+    admin = KafkaAdminClient(bootstrap_servers=fast_broker.bootstrap)
+    try:
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed["tool"]["group_state"] == "Empty"
+        offsets = admin.list_group_offsets("tool")["tool"]
+        assert {tp.partition: o.offset for tp, o in offsets.items()} == {0: 3, 1: 3}
+        # Reset offsets through the admin API, as a user rewinding a group would.
+        admin.alter_group_offsets("tool", {TopicPartition("admin", 0): OffsetAndMetadata(1, "rewound", -1)})
+        offsets = admin.list_group_offsets("tool")["tool"]
+        assert (offsets[TopicPartition("admin", 0)].offset, offsets[TopicPartition("admin", 0)].metadata) == (
+            1,
+            "rewound",
+        )
+        described = admin.describe_groups(["tool"])["tool"]
+        assert described["group_state"] == "Empty" and described["members"] == []
+        admin.delete_group_offsets("tool", [TopicPartition("admin", 1)])
+        assert set(admin.list_group_offsets("tool")["tool"]) == {TopicPartition("admin", 0)}
+        admin.delete_groups(["tool"])
+        assert "tool" not in {g["group_id"] for g in admin.list_groups()}
+    finally:
+        admin.close()
