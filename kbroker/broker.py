@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import time
 import uuid
 from collections import defaultdict
@@ -21,6 +20,7 @@ from kbroker.config import BrokerConfig
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
+from kbroker.storage.files import write_atomically
 
 log = logging.getLogger("kbroker")
 
@@ -36,15 +36,6 @@ class Endpoint:
 def new_cluster_id() -> str:
     # Kafka's cluster ids are a random UUID in URL-safe base64 without padding (22 characters).
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _flush_all(logs: list[PartitionLog]) -> None:
@@ -89,7 +80,7 @@ class Broker:
                 )
             return values["cluster.id"]
         cluster_id = new_cluster_id()
-        _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
 
     def _reserve_producer_ids(self, start: int | None = None) -> tuple[int, int]:
@@ -98,7 +89,7 @@ class Broker:
         path = self.data_dir / "producer-id-block"
         if start is None:
             start = int(path.read_text()) if path.exists() else 0
-        _write_atomically(path, str(start + _PRODUCER_ID_BLOCK))
+        write_atomically(path, str(start + _PRODUCER_ID_BLOCK))
         return start, start + _PRODUCER_ID_BLOCK
 
     def allocate_producer_id(self) -> int:

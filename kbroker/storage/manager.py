@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbroker.storage.files import fsync_directory, write_atomically
 from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, PartitionLog, Segment
 
 log = logging.getLogger("kbroker.storage")
@@ -52,24 +53,6 @@ class TopicInfo:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)  # overrides set on the topic itself
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _stored_topic_id(directory: Path) -> str | None:
@@ -118,7 +101,7 @@ class LogManager:
                 for info in self._topics.values()
             },
         }
-        _write_atomically(self.data_dir / TOPICS_FILE, json.dumps(data, indent=1, sort_keys=True))
+        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(data, indent=1, sort_keys=True), sync_directory=True)
 
     def _remove_deleted_directories(self) -> None:
         for path in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
@@ -162,7 +145,9 @@ class LogManager:
             # Left behind by a delete that did not finish: it belongs to an older topic of this name.
             self._discard_directory(directory)
         directory.mkdir(parents=True)
-        _write_atomically(directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {info.topic_id}\n")
+        write_atomically(
+            directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {info.topic_id}\n", sync_directory=True
+        )
 
     def _directory(self, name: str, index: int) -> Path:
         return self.data_dir / f"{name}-{index}"
@@ -250,4 +235,4 @@ class LogManager:
         self._partitions.clear()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.write_text("")
-        _fsync_directory(self.data_dir)
+        fsync_directory(self.data_dir)

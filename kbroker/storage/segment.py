@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbroker.storage.files import write_atomically
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_crc
 
@@ -261,13 +262,8 @@ class Segment:
         if self.max_timestamp > (self._time_timestamps[-1] if self._time_timestamps else NO_TIMESTAMP):
             # Kafka's final entry on roll: the segment's largest timestamp, so retention can read it back.
             time_index += _TIME_ENTRY.pack(self.max_timestamp, self.next_offset - 1 - self.base_offset)
-        for path, data in ((self.index_path, index), (self.time_index_path, time_index)):
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+        write_atomically(self.index_path, bytes(index))
+        write_atomically(self.time_index_path, bytes(time_index))
 
     def fsync(self) -> None:
         self.dirty = False
