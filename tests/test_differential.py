@@ -8,6 +8,7 @@ protocol/ -> bytes -> kafka-python (same values, byte-identical re-encode).
 from __future__ import annotations
 
 import keyword
+import operator
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,7 +42,7 @@ INT_RANGES = {
     "uint16": (0, 2**16 - 1),
     "uint32": (0, 2**32 - 1),
 }
-MAX_EXAMPLES = 6
+MAX_EXAMPLES = 10
 
 # (api_key, version, "request" | "response") pairs that cannot be compared; keep this as small as possible.
 EXCLUDED: dict[tuple[int, int, str], str] = {}
@@ -249,16 +250,23 @@ def build_protocol(nodes: tuple[Node, ...], values: dict[str, Any], cls: Any) ->
 # --- hypothesis strategies from the schema ---------------------------------------------------------------
 
 
+def _long(short: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A short value repeated past 127 bytes or items, so lengths take multi-byte varints; cheap to draw."""
+    return st.builds(operator.mul, short.filter(len), st.integers(130, 200))
+
+
 def _scalar_strategy(kind: str) -> st.SearchStrategy[Any]:
     if kind in INT_RANGES:
         low, high = INT_RANGES[kind]
         return st.integers(low, high)
+    text = st.text(st.characters(codec="utf-8"), max_size=8)
+    binary = st.binary(max_size=12)
     strategies: dict[str, st.SearchStrategy[Any]] = {
         "bool": st.booleans(),
         "float64": st.floats(allow_nan=False),
-        "string": st.text(st.characters(codec="utf-8"), max_size=8),
-        "bytes": st.binary(max_size=12),
-        "records": st.binary(max_size=12),
+        "string": text | _long(text),
+        "bytes": binary | _long(binary),
+        "records": binary | _long(binary),
         "uuid": st.just(ZERO_UUID) | st.uuids(),
     }
     return strategies[kind]
@@ -269,7 +277,8 @@ def _value_strategy(node: Node, version: int) -> st.SearchStrategy[Any]:
         item = struct_strategy(node.children, version, node.proto_cls)
         strategy = st.lists(item, max_size=2) if node.is_array else item
     elif node.is_array:
-        strategy = st.lists(_scalar_strategy(node.scalar), max_size=3)
+        items = st.lists(_scalar_strategy(node.scalar), max_size=3)
+        strategy = items | _long(items)
     else:
         strategy = _scalar_strategy(node.type)
     if within(version, node.nullable):

