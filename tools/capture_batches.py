@@ -1,6 +1,6 @@
 """Capture record batches written by real producers, as test fixtures for protocol/records.py.
 
-    python tools/capture_batches.py [--out tests/fixtures/batches] [--java-classpath CP]
+    python tools/capture_batches.py [--out tests/fixtures/batches] [--java 3.9.0,4.3.0] [--clients ...]
 
 Starts an in-process kbroker, has each client produce a known set of records in each codec (with and
 without keys and headers, with and without idempotence), and copies the stored batches out of the log
@@ -8,14 +8,17 @@ without keys and headers, with and without idempotence), and copies the stored b
 not cover). Writes one ``<name>.bin`` per case and ``manifest.json`` with what was sent, which
 tests/test_captured_batches.py checks the decoder against.
 
-Clients: kafka-python (installed), confluent-kafka (librdkafka) and, given ``--java-classpath`` with
-kafka-clients and its codec jars plus the compiled tools/java/CaptureProducer.java, the Java producer.
+Clients: kafka-python (installed), confluent-kafka (librdkafka) and the Java producer of each kafka-clients
+version given with ``--java`` (jars from tools/java_clients.py; tools/java/CaptureProducer.java is compiled
+with javac against each), named ``java-<version>`` in the fixtures.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -110,6 +113,19 @@ def produce_java(classpath: str, bootstrap: str, topic: str, codec: str, variant
         raise RuntimeError(f"Java producer failed: {run.stderr[-2000:]}")
 
 
+def java_classpath(version: str, classes: Path) -> str:
+    """kafka-clients ``version`` (downloaded if need be) plus CaptureProducer compiled against it."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import java_clients
+
+    java_clients.prepare(version)
+    jars = java_clients.classpath(version)
+    assert jars is not None
+    source = ROOT / "tools" / "java" / "CaptureProducer.java"
+    subprocess.run(["javac", "-d", str(classes), "-cp", jars, str(source)], check=True, timeout=120)
+    return os.pathsep.join([jars, str(classes)])
+
+
 def _bytes(hex_text: str | None) -> bytes | None:
     return None if hex_text is None else bytes.fromhex(hex_text)
 
@@ -117,9 +133,8 @@ def _bytes(hex_text: str | None) -> bytes | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "batches")
-    parser.add_argument("--java-classpath", help="kafka-clients jar and its codec jars, plus compiled CaptureProducer")
-    parser.add_argument("--java-version", default="java", help="name used for the Java client in fixture names")
-    parser.add_argument("--clients", default="kafka-python,confluent-kafka,java")
+    parser.add_argument("--java", default="", help="kafka-clients versions to capture from, comma separated")
+    parser.add_argument("--clients", default=None, help="only these clients (default: all given)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     manifest_path = args.out / "manifest.json"
@@ -129,13 +144,15 @@ def main() -> None:
         "kafka-python": produce_kafka_python,
         "confluent-kafka": produce_confluent,
     }
-    if args.java_classpath:
-        clients[args.java_version] = lambda *a: produce_java(args.java_classpath, *a)
-    wanted = set(args.clients.split(","))
-    with tempfile.TemporaryDirectory() as tmp, RunningBroker(Path(tmp)) as broker:
+    with tempfile.TemporaryDirectory() as tmp, RunningBroker(Path(tmp) / "data") as broker:
+        for version in filter(None, args.java.split(",")):
+            classes = Path(tmp) / f"classes-{version}"
+            classpath = java_classpath(version, classes)
+            clients[f"java-{version}"] = functools.partial(produce_java, classpath)
+        wanted = set(args.clients.split(",")) if args.clients else set(clients)
         assert broker.broker is not None
         for client, produce in clients.items():
-            if client not in wanted and not (client.startswith("java") and "java" in wanted):
+            if client not in wanted:
                 continue
             for codec in CODECS:
                 for variant_name, variant in VARIANTS.items():
