@@ -178,6 +178,26 @@ def read_compact_nullable_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, in
     return bytes(buf[pos:end]), end
 
 
+def read_records(buf: Buffer, pos: int) -> tuple[memoryview | None, int]:
+    """Records (nullable bytes) as a view into ``buf``: writable when ``buf`` is a bytearray."""
+    (n,) = INT32.unpack_from(buf, pos)
+    pos += 4
+    if n < 0:
+        if n != -1:
+            raise DecodeError(f"invalid records length {n}")
+        return None, pos
+    end = _check_length(buf, pos, n)
+    return memoryview(buf)[pos:end], end
+
+
+def read_compact_records(buf: Buffer, pos: int) -> tuple[memoryview | None, int]:
+    n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        return None, pos
+    end = _check_length(buf, pos, n - 1)
+    return memoryview(buf)[pos:end], end
+
+
 def write_bytes(out: bytearray, value: Buffer) -> None:
     out += INT32.pack(len(value))
     out += value

@@ -9,6 +9,7 @@ a version the broker does not know can still read the answer (KIP-511).
 from __future__ import annotations
 
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,33 +129,101 @@ class FrameTooLarge(DecodeError):
 
 
 class FrameBuffer:
-    """Accumulates bytes from a stream and hands out whole frames (without their size prefix)."""
+    """Splits a byte stream into frames (without their size prefix), copying payload bytes at most once.
 
-    def __init__(self, max_frame_size: int = 100 * 1024 * 1024) -> None:
-        self._buffer = bytearray()
+    Sans-I/O and made for ``recv_into``: the caller reads from its stream into :meth:`read_buffer`, reports
+    how many bytes arrived with :meth:`commit`, then takes frames with :meth:`next_frame`. Small frames are
+    gathered in one reusable chunk and copied out; a frame larger than the chunk gets a buffer of its own
+    that the stream is read into directly, so a 1 MiB produce request is never copied in user space.
+    Frames are ``bytearray``: record batches inside them can have their offsets assigned in place.
+    """
+
+    def __init__(self, max_frame_size: int = 100 * 1024 * 1024, chunk_size: int = 64 * 1024) -> None:
         self._max = max_frame_size
+        self._chunk = bytearray(chunk_size)
+        self._start = 0  # unconsumed bytes are _chunk[_start:_end]
+        self._end = 0
+        self._frame: bytearray | None = None  # a large frame being filled straight from the stream
+        self._filled = 0
+        self._ready: deque[bytearray] = deque()  # frames completed inside feed()
+
+    def read_buffer(self) -> memoryview:
+        """Where the next bytes from the stream go (never empty)."""
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled :]
+        if self._end == len(self._chunk):
+            self._compact()
+        return memoryview(self._chunk)[self._end :]
+
+    def commit(self, count: int) -> None:
+        """``count`` bytes were written at the start of the last :meth:`read_buffer`."""
+        if self._frame is not None:
+            self._filled += count
+        else:
+            self._end += count
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._buffer += data
+        """Copy ``data`` in, for callers that already hold the bytes (a client, a test)."""
+        view = memoryview(data).cast("B")
+        while view:
+            target = self.read_buffer()
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            self.commit(count)
+            view = view[count:]
+            # Take complete frames now so the chunk always has room for the rest.
+            while (frame := self._pull()) is not None:
+                self._ready.append(frame)
 
-    def next_frame(self) -> bytes | None:
+    def next_frame(self) -> bytearray | None:
         """The next complete frame, or None until more bytes arrive."""
-        buffer = self._buffer
-        if len(buffer) < 4:
+        return self._ready.popleft() if self._ready else self._pull()
+
+    def _pull(self) -> bytearray | None:
+        if self._frame is not None:
+            return self._take_large() if self._filled == len(self._frame) else None
+        return self._next_small()
+
+    def _next_small(self) -> bytearray | None:
+        available = self._end - self._start
+        if available < 4:
             return None
-        (size,) = _SIZE.unpack_from(buffer, 0)
+        (size,) = _SIZE.unpack_from(self._chunk, self._start)
         if size < 0 or size > self._max:
             raise FrameTooLarge(f"frame size {size} is outside 0..{self._max}")
-        end = 4 + size
-        if len(buffer) < end:
-            return None
-        frame = bytes(buffer[4:end])
-        del buffer[:end]
+        body = self._start + 4
+        if available - 4 >= size:
+            frame = self._chunk[body : body + size]
+            self._start = body + size
+            if self._start == self._end:
+                self._start = self._end = 0
+            return frame
+        if 4 + size > len(self._chunk):
+            # Too large for the chunk: give it its own buffer and read the rest of it straight in.
+            frame = bytearray(size)
+            frame[: available - 4] = self._chunk[body : self._end]
+            self._frame, self._filled = frame, available - 4
+            self._start = self._end = 0
+        elif self._start + 4 + size > len(self._chunk):
+            self._compact()
+        return None
+
+    def _take_large(self) -> bytearray:
+        frame = self._frame
+        assert frame is not None
+        self._frame, self._filled = None, 0
         return frame
+
+    def _compact(self) -> None:
+        unconsumed = self._end - self._start
+        self._chunk[:unconsumed] = self._chunk[self._start : self._end]
+        self._start, self._end = 0, unconsumed
 
     @property
     def pending(self) -> int:
-        return len(self._buffer)
+        """Bytes received that are not yet part of a frame handed out."""
+        completed = sum(len(f) + 4 for f in self._ready)
+        return completed + (self._end - self._start) + (self._filled + 4 if self._frame is not None else 0)
 
 
 __all__ = [

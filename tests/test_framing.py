@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.exceptions import DecodeError
 from protocol.framing import (
@@ -77,14 +79,60 @@ def test_frame_buffer_splits_a_stream() -> None:
 
 
 def test_frame_buffer_rejects_oversized_and_negative_sizes() -> None:
-    buffer = FrameBuffer(max_frame_size=100)
-    buffer.feed(b"\x00\x00\x01\x00")
-    with pytest.raises(FrameTooLarge):
-        buffer.next_frame()
-    buffer = FrameBuffer()
-    buffer.feed(b"\xff\xff\xff\xff")
-    with pytest.raises(FrameTooLarge):
-        buffer.next_frame()
+    for limit, prefix in ((100, b"\x00\x00\x01\x00"), (1 << 20, b"\xff\xff\xff\xff")):
+        buffer = FrameBuffer(max_frame_size=limit)
+        target = buffer.read_buffer()
+        target[:4] = prefix
+        buffer.commit(4)
+        with pytest.raises(FrameTooLarge):
+            buffer.next_frame()
+        with pytest.raises(FrameTooLarge):  # feed() takes frames as it goes, so it reports it too
+            FrameBuffer(max_frame_size=limit).feed(prefix)
+
+
+def _framed(sizes: list[int]) -> tuple[bytes, list[bytes]]:
+    bodies = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    return b"".join(len(b).to_bytes(4, "big") + b for b in bodies), bodies
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 3, 100, 4000, 5000, 9000, 70000]), max_size=12),
+    reads=st.lists(st.integers(1, 20000), min_size=1, max_size=50),
+)
+def test_frame_buffer_recv_into_path_returns_every_frame_intact(sizes: list[int], reads: list[int]) -> None:
+    # A small chunk so that frames straddle it, fill it, and outgrow it (their own buffer).
+    stream, bodies = _framed(sizes)
+    buffer = FrameBuffer(chunk_size=8192)
+    got: list[bytearray] = []
+    position = 0
+    step = 0
+    while position < len(stream):
+        target = buffer.read_buffer()
+        assert len(target) > 0
+        count = min(len(target), reads[step % len(reads)], len(stream) - position)
+        target[:count] = stream[position : position + count]
+        buffer.commit(count)
+        position += count
+        step += 1
+        while (frame := buffer.next_frame()) is not None:
+            got.append(frame)
+    assert got == bodies
+    assert all(type(frame) is bytearray for frame in got)
+    assert buffer.pending == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(0, 20000), max_size=8), piece=st.integers(1, 30000))
+def test_frame_buffer_feed_path_matches(sizes: list[int], piece: int) -> None:
+    stream, bodies = _framed(sizes)
+    buffer = FrameBuffer(chunk_size=4096)
+    got = []
+    for i in range(0, len(stream), piece):
+        buffer.feed(stream[i : i + piece])
+        while (frame := buffer.next_frame()) is not None:
+            got.append(frame)
+    assert got == bodies and buffer.pending == 0
 
 
 def test_trailing_bytes_after_a_request_body_are_ignored_as_kafka_does() -> None:

@@ -45,7 +45,7 @@ PY_TYPES = {
     "bool": "bool",
     "string": "str",
     "bytes": "bytes",
-    "records": "bytes",
+    "records": "_c.Buffer",
     "uuid": "uuid.UUID",
 }
 
@@ -277,8 +277,10 @@ class Emitter:
             return [f"{ind}({target},) = {s}.unpack_from(buf, pos)", f"{ind}pos += {FIXED_SIZE[FIXED[t]]}"]
         if t == "uuid":
             return [f"{ind}{target}, pos = _c.read_uuid(buf, pos)"]
+        if t == "records":  # a view into the frame, not a copy: batches go to disk from where they arrived
+            return [f"{ind}{target}, pos = _c.read_{'compact_' if compact else ''}records(buf, pos)"]
         base = "string" if t == "string" else "bytes"
-        reader = ("compact_" if compact else "") + ("nullable_" if nullable or t == "records" else "") + base
+        reader = ("compact_" if compact else "") + ("nullable_" if nullable else "") + base
         return [f"{ind}{target}, pos = _c.read_{reader}(buf, pos)"]
 
     def struct_decoder(self, struct: Struct, version: int, flexible: bool) -> str:

@@ -27,7 +27,7 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> Partition
     return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
 
 
-def validate_records(records: bytes, max_batch_bytes: int) -> tuple[ErrorCode, str | None]:
+def validate_records(records: bytes | bytearray | memoryview, max_batch_bytes: int) -> tuple[ErrorCode, str | None]:
     """Kafka's checks on a produce payload that need only batch headers and CRCs."""
     if not records:
         return ErrorCode.CORRUPT_MESSAGE, "no record batches"
@@ -70,13 +70,16 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if plog is None:
                 results.append(_error(part.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            code, message = validate_records(part.records or b"", plog.config.max_message_bytes)
+            records = part.records
+            if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
+                records = bytearray(records or b"")  # offsets are assigned in place
+            code, message = validate_records(records, plog.config.max_message_bytes)
             if code != ErrorCode.NONE:
                 log.debug("rejecting produce to %s-%d: %s", info.name, part.index, message)
                 results.append(_error(part.index, code, message))
                 continue
             result = plog.append(
-                bytearray(part.records),  # type: ignore[arg-type]
+                records,
                 now_ms=now_ms,
                 timestamp_type_log_append=plog.config.message_timestamp_type == "LogAppendTime",
             )

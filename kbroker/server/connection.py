@@ -26,7 +26,6 @@ log = logging.getLogger("kbroker.server")
 
 PRODUCE = 0
 API_VERSIONS = 18
-_READ_SIZE = 256 * 1024
 _PIPELINE_DEPTH = 32  # decoded requests waiting per connection; more and the reader stops reading
 
 
@@ -40,7 +39,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, connection
         host = f"{peer[0]}:{peer[1]}"
     except OSError:
         host = "?"
-    send, receive = trio.open_memory_channel[bytes](_PIPELINE_DEPTH)
+    send, receive = trio.open_memory_channel[bytearray](_PIPELINE_DEPTH)
     try:
         async with stream, trio.open_nursery() as nursery:
             nursery.start_soon(_read_frames, broker, stream, send, host)
@@ -56,18 +55,20 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, connection
 
 
 async def _read_frames(
-    broker: Broker, stream: trio.SocketStream, send: trio.MemorySendChannel[bytes], host: str
+    broker: Broker, stream: trio.SocketStream, send: trio.MemorySendChannel[bytearray], host: str
 ) -> None:
     buffer = FrameBuffer(broker.config["socket.request.max.bytes"])
+    sock = stream.socket
     async with send:
         while True:
             try:
-                data = await stream.receive_some(_READ_SIZE)
+                # Straight into the frame buffer: a large request is never copied in user space.
+                count = await sock.recv_into(buffer.read_buffer())
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
-            if not data:
+            if not count:
                 return
-            buffer.feed(data)
+            buffer.commit(count)
             try:
                 while (frame := buffer.next_frame()) is not None:
                     await send.send(frame)
@@ -79,7 +80,7 @@ async def _read_frames(
 async def _process(
     broker: Broker,
     stream: trio.SocketStream,
-    receive: trio.MemoryReceiveChannel[bytes],
+    receive: trio.MemoryReceiveChannel[bytearray],
     host: str,
     connection_id: int,
 ) -> None:

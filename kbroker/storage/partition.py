@@ -182,7 +182,7 @@ class PartitionLog:
     # --- appending -----------------------------------------------------------------------------------
 
     def append(
-        self, batch: bytearray, *, now_ms: int | None = None, timestamp_type_log_append: bool = False
+        self, batch: bytearray | memoryview, *, now_ms: int | None = None, timestamp_type_log_append: bool = False
     ) -> AppendResult:
         """Append one record batch (validated by the caller: header, magic, CRC, size)."""
         if now_ms is None:

@@ -59,7 +59,7 @@ class PartitionData(_c.Struct):
     __slots__ = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records')
 
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, high_watermark: int = 0, last_stable_offset: int = -1, log_start_offset: int = -1, diverging_epoch: EpochEndOffset | None = _c.UNSET, current_leader: LeaderIdAndEpoch | None = _c.UNSET, snapshot_id: SnapshotId | None = _c.UNSET, aborted_transactions: list[AbortedTransaction] | None = _c.UNSET, preferred_read_replica: int = -1, records: bytes | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, high_watermark: int = 0, last_stable_offset: int = -1, log_start_offset: int = -1, diverging_epoch: EpochEndOffset | None = _c.UNSET, current_leader: LeaderIdAndEpoch | None = _c.UNSET, snapshot_id: SnapshotId | None = _c.UNSET, aborted_transactions: list[AbortedTransaction] | None = _c.UNSET, preferred_read_replica: int = -1, records: _c.Buffer | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
         self.high_watermark = high_watermark
@@ -150,7 +150,7 @@ def _decode_PartitionData_v4(buf, pos):
             item, pos = _decode_AbortedTransaction_v4(buf, pos)
             items.append(item)
         o.aborted_transactions = items
-    o.records, pos = _c.read_nullable_bytes(buf, pos)
+    o.records, pos = _c.read_records(buf, pos)
     o.unknown_tagged_fields = None
     return o, pos
 
@@ -234,7 +234,7 @@ def _decode_PartitionData_v5(buf, pos):
             item, pos = _decode_AbortedTransaction_v4(buf, pos)
             items.append(item)
         o.aborted_transactions = items
-    o.records, pos = _c.read_nullable_bytes(buf, pos)
+    o.records, pos = _c.read_records(buf, pos)
     o.unknown_tagged_fields = None
     return o, pos
 
@@ -340,7 +340,7 @@ def _decode_PartitionData_v11(buf, pos):
         o.aborted_transactions = items
     (o.preferred_read_replica,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    o.records, pos = _c.read_nullable_bytes(buf, pos)
+    o.records, pos = _c.read_records(buf, pos)
     o.unknown_tagged_fields = None
     return o, pos
 
@@ -449,7 +449,7 @@ def _decode_PartitionData_v12(buf, pos):
         o.aborted_transactions = items
     (o.preferred_read_replica,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    o.records, pos = _c.read_compact_nullable_bytes(buf, pos)
+    o.records, pos = _c.read_compact_records(buf, pos)
     n, pos = _c.read_uvarint(buf, pos)
     unknown = None
     for _ in range(n):

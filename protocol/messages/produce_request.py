@@ -17,7 +17,7 @@ class PartitionProduceData(_c.Struct):
     __slots__ = ('index', 'records', 'unknown_tagged_fields')
     FIELDS = ('index', 'records')
 
-    def __init__(self, *, index: int = 0, records: bytes | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, index: int = 0, records: _c.Buffer | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.index = index
         self.records = records
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -56,7 +56,7 @@ def _decode_PartitionProduceData_v3(buf, pos):
     o = _new(PartitionProduceData)
     (o.index,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    o.records, pos = _c.read_nullable_bytes(buf, pos)
+    o.records, pos = _c.read_records(buf, pos)
     o.unknown_tagged_fields = None
     return o, pos
 
@@ -116,7 +116,7 @@ def _decode_PartitionProduceData_v9(buf, pos):
     o = _new(PartitionProduceData)
     (o.index,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    o.records, pos = _c.read_compact_nullable_bytes(buf, pos)
+    o.records, pos = _c.read_compact_records(buf, pos)
     o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
     return o, pos
 
