@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any, ClassVar, Self
 
 from protocol.exceptions import DecodeError, EncodeError, UnsupportedVersionError
@@ -220,6 +220,51 @@ def write_compact_nullable_bytes(out: bytearray, value: Buffer | None) -> None:
         out.append(0)
     else:
         write_compact_bytes(out, value)
+
+
+# --- records -------------------------------------------------------------------------------------------
+
+
+class SplicedOutput(bytearray):
+    """Encoded bytes with gaps where record fields go that the transport sends itself.
+
+    A records value that is not a buffer but has a length (the broker's file regions) is not copied in:
+    its position and object are kept in ``splices`` so that the transport can send the bytes before it,
+    then the region (with sendfile, say), then the rest. ``spliced_length`` is what the gaps add up to.
+    """
+
+    __slots__ = ("splices", "spliced_length")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.splices: list[tuple[int, Sized]] = []
+        self.spliced_length = 0
+
+
+def _put_records(out: bytearray, value: Any) -> None:
+    if isinstance(value, bytes | bytearray | memoryview):
+        out += value
+    elif isinstance(out, SplicedOutput):
+        out.splices.append((len(out), value))
+        out.spliced_length += len(value)
+    else:
+        out += bytes(value)
+
+
+def write_records(out: bytearray, value: Any) -> None:
+    if value is None:
+        out += b"\xff\xff\xff\xff"
+    else:
+        out += INT32.pack(len(value))
+        _put_records(out, value)
+
+
+def write_compact_records(out: bytearray, value: Any) -> None:
+    if value is None:
+        out.append(0)
+    else:
+        write_uvarint(out, len(value) + 1)
+        _put_records(out, value)
 
 
 # --- arrays --------------------------------------------------------------------------------------------

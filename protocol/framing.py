@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from protocol._codec import SplicedOutput
 from protocol.exceptions import DecodeError, UnsupportedVersionError
 from protocol.messages import APIS, ApiSchema
 from protocol.messages.request_header import RequestHeader
@@ -104,14 +105,18 @@ def encode_request(body: Any, api_version: int, correlation_id: int, client_id: 
     return bytes(out)
 
 
-def encode_response(body: Any, api_key: int, api_version: int, correlation_id: int) -> bytearray:
-    """A whole response frame, size prefix included."""
-    out = bytearray(4)
+def encode_response(body: Any, api_key: int, api_version: int, correlation_id: int) -> SplicedOutput:
+    """A whole response frame, size prefix included.
+
+    Records given as regions rather than bytes are left out of the bytes and listed in ``splices``;
+    the size prefix counts them, and the transport sends them in place (see SplicedOutput).
+    """
+    out = SplicedOutput(4)
     out += _SIZE.pack(correlation_id)
     if response_header_version(api_key, api_version) == 1:
         out.append(0)  # no tagged fields in the response header
     body.encode_into(out, api_version)
-    _SIZE.pack_into(out, 0, len(out) - 4)
+    _SIZE.pack_into(out, 0, len(out) - 4 + out.spliced_length)
     return out
 
 
@@ -230,6 +235,7 @@ __all__ = [
     "Request",
     "FrameBuffer",
     "FrameTooLarge",
+    "SplicedOutput",
     "decode_request",
     "decode_response",
     "encode_request",

@@ -15,6 +15,7 @@ from protocol.framing import (
 )
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 
@@ -143,3 +144,46 @@ def test_trailing_bytes_after_a_request_body_are_ignored_as_kafka_does() -> None
     assert request.header.client_id == "rdkafka"
     assert request.body.topics is None and request.body.allow_auto_topic_creation is False
     assert request.trailing_bytes == 3
+
+
+class _Region:
+    """Stands for bytes the transport sends itself (the broker's file regions)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __bytes__(self) -> bytes:
+        return self.data
+
+
+def _fetch_response(records: list[object]) -> FetchResponse:
+    partitions = [
+        FetchResponse.PartitionData(partition_index=i, high_watermark=10 + i, records=r)  # type: ignore[arg-type]
+        for i, r in enumerate(records)
+    ]
+    return FetchResponse(responses=[FetchResponse.FetchableTopicResponse(topic="t", partitions=partitions)])
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 16])
+def test_records_given_as_regions_are_left_as_gaps_that_splice_back_to_the_plain_encoding(version: int) -> None:
+    payloads = [b"first batch bytes", b"", b"third" * 50]
+    plain = encode_response(_fetch_response(payloads), 1, version, 77)
+    assert not plain.splices
+    spliced = encode_response(_fetch_response([_Region(p) if p else p for p in payloads]), 1, version, 77)
+    assert [len(region) for _, region in spliced.splices] == [len(payloads[0]), len(payloads[2])]
+    assert spliced.spliced_length == len(payloads[0]) + len(payloads[2])
+    assert len(spliced) + spliced.spliced_length == len(plain)
+    # Reassembled in place, it is byte for byte the ordinary encoding, size prefix included.
+    pieces, previous = [], 0
+    for position, region in spliced.splices:
+        pieces += [bytes(spliced[previous:position]), bytes(region)]
+        previous = position
+    pieces.append(bytes(spliced[previous:]))
+    assert b"".join(pieces) == bytes(plain)
+    # Encoding into a plain buffer (no transport to splice) copies the region's bytes in.
+    body = bytearray()
+    _fetch_response([_Region(p) for p in payloads]).encode_into(body, version)
+    assert bytes(body) == bytes(plain[len(plain) - len(body) :])

@@ -390,8 +390,10 @@ class Emitter:
             return [f"{ind}{out} += {s}.pack({value})"]
         if t == "uuid":
             return [f"{ind}{out} += {value}.bytes"]
+        if t == "records":  # may be a region the transport splices in (see _codec.SplicedOutput)
+            return [f"{ind}_c.write_{'compact_' if compact else ''}records({out}, {value})"]
         base = "string" if t == "string" else "bytes"
-        writer = ("compact_" if compact else "") + ("nullable_" if nullable or t == "records" else "") + base
+        writer = ("compact_" if compact else "") + ("nullable_" if nullable else "") + base
         return [f"{ind}_c.write_{writer}({out}, {value})"]
 
     def struct_encoder(self, struct: Struct, version: int, flexible: bool) -> str:

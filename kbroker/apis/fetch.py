@@ -112,15 +112,14 @@ def _read_all(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse
                 has_error = True
                 partitions.append(data)
                 continue
-            records = chunk.read_bytes()
-            data.records = records
-            if read_committed and records:
+            data.records = chunk.region()  # sent from the segment file as it is (sendfile)
+            if read_committed and chunk.size:
                 aborted = plog.aborted_transactions(part.fetch_offset, chunk.last_offset + 1)
                 data.aborted_transactions = [
                     FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted
                 ]
-            total += len(records)
-            remaining -= len(records)
+            total += chunk.size
+            remaining -= chunk.size
             partitions.append(data)
         topics.append(
             FetchResponse.FetchableTopicResponse(

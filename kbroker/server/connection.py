@@ -15,8 +15,9 @@ import trio
 
 from kbroker.apis import HANDLERS, unsupported_version_response
 from kbroker.apis.context import RequestContext
+from kbroker.server.sending import send_spliced
 from protocol.exceptions import DecodeError
-from protocol.framing import FrameBuffer, FrameTooLarge, decode_request, encode_response
+from protocol.framing import FrameBuffer, FrameTooLarge, SplicedOutput, decode_request, encode_response
 from protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -138,7 +139,10 @@ async def _process(
 
 async def _send(stream: trio.SocketStream, data: bytes | bytearray) -> None:
     try:
-        await stream.send_all(data)
+        if isinstance(data, SplicedOutput) and data.splices:
+            await send_spliced(stream.socket, data)  # record data straight from the segment files
+        else:
+            await stream.send_all(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         raise ConnectionClosed from exc
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.storage.producer_state import ProducerStateTable, snapshot_offsets
-from kbroker.storage.segment import NO_TIMESTAMP, Segment
+from kbroker.storage.segment import NO_TIMESTAMP, FileRegion, Segment
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
-from protocol.records import BatchHeader, assign_offsets, decode_records
+from protocol.records import HEADER_SIZE, BatchHeader, assign_offsets, decode_records
 
 log = logging.getLogger("kbroker.storage")
 
@@ -83,16 +83,29 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadChunk:
-    """Whole batches read from one segment, and the last offset they hold."""
+    """Whole batches in one segment: where they are, and an upper bound of the offsets they hold.
 
-    data: bytes
+    Nothing is read until asked: a fetch response sends the region straight from the file.
+    """
+
+    segment: Segment | None
+    position: int
+    size: int
     last_offset: int
 
     def read_bytes(self) -> bytes:
-        return self.data
+        if self.segment is None or self.size == 0:
+            return b""
+        return self.segment.read(self.position, self.size)
+
+    def region(self) -> FileRegion | bytes:
+        """The bytes as a region of the file that stays readable if the segment is deleted meanwhile."""
+        if self.segment is None or self.size == 0:
+            return b""
+        return self.segment.region(self.position, self.size)
 
 
-EMPTY_CHUNK = ReadChunk(b"", -1)
+EMPTY_CHUNK = ReadChunk(None, 0, 0, -1)
 
 
 def wall_clock_ms() -> int:
@@ -303,16 +316,16 @@ class PartitionLog:
         end = segment.size if upper >= segment.next_offset else segment.position_of(upper)
         if end <= start:
             return EMPTY_CHUNK
-        wanted = min(end - start, max(max_bytes, 0))
-        data = segment.read(start, wanted) if wanted > 0 else b""
-        whole, last_offset = _whole_batches(data)
-        if whole == 0 and min_one_batch:
-            first = BatchHeader.parse(segment.read(start, 61))
-            data = segment.read(start, first.size)
-            whole, last_offset = len(data), first.last_offset
-        if whole == 0:
+        if end - start <= max_bytes:
+            # All of it fits; both ends are batch boundaries, so nothing needs reading.
+            return ReadChunk(segment, start, end - start, min(upper, segment.next_offset) - 1)
+        boundary, last_offset = segment.last_boundary(start, start + max(max_bytes, 0))
+        if boundary > start:
+            return ReadChunk(segment, start, boundary - start, last_offset)
+        if not min_one_batch:
             return EMPTY_CHUNK
-        return ReadChunk(data if whole == len(data) else data[:whole], last_offset)
+        first = BatchHeader.parse(segment.read(start, HEADER_SIZE))
+        return ReadChunk(segment, start, first.size, first.last_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """The first record with a timestamp at least ``timestamp``: (offset, its timestamp), or None."""
@@ -427,17 +440,3 @@ class PartitionLog:
         self.config = config
         for segment in self.segments:
             segment.index_interval_bytes = config.index_interval_bytes
-
-
-def _whole_batches(data: bytes) -> tuple[int, int]:
-    """How many leading bytes of ``data`` are whole batches, and the last offset among them."""
-    position = 0
-    last_offset = -1
-    end = len(data)
-    while end - position >= 61:
-        header = BatchHeader.parse(data, position)
-        if position + header.size > end:
-            break
-        position += header.size
-        last_offset = header.last_offset
-    return position, last_offset

@@ -31,7 +31,8 @@ log = logging.getLogger("kbroker.storage")
 
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
-_SCAN_CHUNK = 1 << 20
+_SCAN_CHUNK = 1 << 20  # recovery and index rebuilds read everything
+_LOOKUP_CHUNK = 16 << 10  # lookups near an index entry read a few headers
 NO_TIMESTAMP = -1
 
 
@@ -43,6 +44,38 @@ def segment_name(base_offset: int) -> str:
 class ScannedBatch:
     position: int
     header: BatchHeader
+
+
+class FileRegion:
+    """Bytes of a segment file to send as they are (with sendfile), not read into memory.
+
+    It holds a descriptor of its own, so retention may delete the segment while a response is being sent;
+    ``close`` releases it (the transport calls it once the bytes are sent, garbage collection otherwise).
+    """
+
+    __slots__ = ("fd", "position", "length")
+
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd = os.dup(fd)
+        self.position = position
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __bytes__(self) -> bytes:
+        data = os.pread(self.fd, self.length, self.position)
+        if len(data) != self.length:
+            raise OSError(f"segment region {self.position}+{self.length} was cut short")
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Segment:
@@ -141,9 +174,15 @@ class Segment:
     # --- scanning ---------------------------------------------------------------------------------------
 
     def scan(
-        self, start: int = 0, end: int | None = None, *, check_crc: bool = False, stop_on_error: bool = False
+        self,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        check_crc: bool = False,
+        stop_on_error: bool = False,
+        chunk_size: int = _SCAN_CHUNK,
     ) -> Iterator[ScannedBatch]:
-        """Batch headers from ``start`` (a batch boundary) up to ``end``, read in large chunks.
+        """Batch headers from ``start`` (a batch boundary) up to ``end``, read ``chunk_size`` bytes at a time.
 
         A batch that is cut short, has a bad header or (with ``check_crc``) a bad CRC ends the scan when
         ``stop_on_error``, and raises DecodeError otherwise.
@@ -151,7 +190,7 @@ class Segment:
         end = self.size if end is None else end
         position = start
         while position < end:
-            chunk = os.pread(self._fd, min(max(_SCAN_CHUNK, HEADER_SIZE), end - position), position)
+            chunk = os.pread(self._fd, min(max(chunk_size, HEADER_SIZE), end - position), position)
             offset_in_chunk = 0
             progressed = False
             while offset_in_chunk + HEADER_SIZE <= len(chunk):
@@ -176,7 +215,7 @@ class Segment:
                 offset_in_chunk += header.size
                 progressed = True
             if not progressed:
-                if end - position >= HEADER_SIZE:
+                if end - position >= HEADER_SIZE and len(chunk) >= HEADER_SIZE:
                     continue  # the header straddled the chunk; re-read from the batch start
                 if stop_on_error:
                     log.warning("%s: %d trailing bytes are not a batch", self.log_path, end - position)
@@ -221,13 +260,37 @@ class Segment:
         # The last indexed batch that ends before ``offset``; the one we want starts at or after it.
         i = bisect_right(self._index_offsets, offset - 1)
         start = int(self._index_positions[i - 1]) if i else 0
-        for scanned in self.scan(start):
+        for scanned in self.scan(start, chunk_size=_LOOKUP_CHUNK):
             if scanned.header.last_offset >= offset:
                 return scanned.position
         return self.size
 
+    def last_boundary(self, start: int, limit: int) -> tuple[int, int]:
+        """The end of the last whole batch between ``start`` (a batch boundary) and ``limit``, and its last offset.
+
+        Returns (start, -1) when not even the first batch fits. The index gives a batch boundary near
+        ``limit``, so only the few headers after it are read.
+        """
+        i = bisect_right(self._index_positions, limit)
+        origin = int(self._index_positions[i - 1]) if i and self._index_positions[i - 1] > start else start
+        end, last_offset = origin, -1
+        for scanned in self.scan(origin, chunk_size=_LOOKUP_CHUNK):
+            if scanned.position + scanned.header.size > limit:
+                if last_offset < 0 and origin > start:
+                    last_offset = scanned.header.base_offset - 1  # the batch before ``origin`` ends there
+                break
+            end = scanned.position + scanned.header.size
+            last_offset = scanned.header.last_offset
+        else:
+            if last_offset < 0 and origin > start:
+                last_offset = self.next_offset - 1  # ``origin`` is the end of the segment
+        return end, last_offset
+
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
+
+    def region(self, position: int, size: int) -> FileRegion:
+        return FileRegion(self._fd, position, size)
 
     def first_batch_at_timestamp(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is at least ``timestamp``, or None."""
@@ -236,7 +299,7 @@ class Segment:
         # Records before a time index entry (T, o) have timestamps <= T; start from the last T < timestamp.
         i = bisect_right(self._time_timestamps, timestamp - 1)
         start = self.position_of(int(self._time_offsets[i - 1])) if i else 0
-        for scanned in self.scan(start):
+        for scanned in self.scan(start, chunk_size=_LOOKUP_CHUNK):
             if scanned.header.max_timestamp >= timestamp:
                 return scanned.header
         return None

@@ -201,7 +201,7 @@ def _encode_PartitionData_v4(o, out):
         out += _c.INT32.pack(len(v))
         for item in v:
             _encode_AbortedTransaction_v4(item, out)
-    _c.write_nullable_bytes(out, o.records)
+    _c.write_records(out, o.records)
 
 def _encode_FetchableTopicResponse_v4(o, out):
     _c.write_string(out, o.topic)
@@ -282,7 +282,7 @@ def _encode_PartitionData_v5(o, out):
         out += _c.INT32.pack(len(v))
         for item in v:
             _encode_AbortedTransaction_v4(item, out)
-    _c.write_nullable_bytes(out, o.records)
+    _c.write_records(out, o.records)
 
 def _encode_FetchableTopicResponse_v5(o, out):
     _c.write_string(out, o.topic)
@@ -387,7 +387,7 @@ def _encode_PartitionData_v11(o, out):
         for item in v:
             _encode_AbortedTransaction_v4(item, out)
     out += _S_i.pack(o.preferred_read_replica)
-    _c.write_nullable_bytes(out, o.records)
+    _c.write_records(out, o.records)
 
 def _encode_FetchableTopicResponse_v11(o, out):
     _c.write_string(out, o.topic)
@@ -546,7 +546,7 @@ def _encode_PartitionData_v12(o, out):
         for item in v:
             _encode_AbortedTransaction_v12(item, out)
     out += _S_i.pack(o.preferred_read_replica)
-    _c.write_compact_nullable_bytes(out, o.records)
+    _c.write_compact_records(out, o.records)
     tags = []
     if o.diverging_epoch != EpochEndOffset():
         t = bytearray()

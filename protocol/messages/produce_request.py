@@ -95,7 +95,7 @@ def _decode_ProduceRequest_v3(buf, pos):
 
 def _encode_PartitionProduceData_v3(o, out):
     out += _S_i.pack(o.index)
-    _c.write_nullable_bytes(out, o.records)
+    _c.write_records(out, o.records)
 
 def _encode_TopicProduceData_v3(o, out):
     _c.write_string(out, o.name)
@@ -155,7 +155,7 @@ def _decode_ProduceRequest_v9(buf, pos):
 
 def _encode_PartitionProduceData_v9(o, out):
     out += _S_i.pack(o.index)
-    _c.write_compact_nullable_bytes(out, o.records)
+    _c.write_compact_records(out, o.records)
     if o.unknown_tagged_fields:
         _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
     else:

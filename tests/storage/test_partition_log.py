@@ -291,3 +291,40 @@ def test_two_batches_in_one_append_are_refused(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     result = plog.append(batch([b"a"]) + batch([b"b"]), now_ms=T0)
     assert result.error_code == ErrorCode.INVALID_RECORD and plog.high_watermark == 0
+
+
+@pytest.mark.parametrize("index_interval_bytes", [1, 150, 4096])
+def test_read_cuts_at_the_last_whole_batch_under_the_limit_whatever_the_index(
+    tmp_path: Path, index_interval_bytes: int
+) -> None:
+    # Batches of different sizes; every limit must end the read exactly after the last batch that fits.
+    plog = open_log(tmp_path, index_interval_bytes=index_interval_bytes)
+    sizes = []
+    for i in range(30):
+        values = [bytes([65 + i % 26]) * (10 + 37 * (i % 7))] * (1 + i % 3)
+        plog.append(batch(values), now_ms=T0)
+        sizes.append(len(batch(values)))
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
+    everything = plog.read(0, 1 << 20).read_bytes()
+    for limit in range(sizes[0], ends[-1] + 1, 13):
+        chunk = plog.read(0, limit)
+        expected_end = max(e for e in ends if e <= limit)
+        assert chunk.size == expected_end
+        assert chunk.read_bytes() == everything[:expected_end]
+        last = max(h.last_offset for h, _ in iter_batches(everything[:expected_end]))
+        assert chunk.last_offset >= last  # an upper bound of the offsets it holds (used for aborted transactions)
+        assert chunk.last_offset < plog.log_end_offset
+
+
+def test_a_read_region_stays_readable_after_its_segment_is_deleted(tmp_path: Path) -> None:
+    plog = open_log(tmp_path, segment_bytes=300, retention_bytes=1)
+    for i in range(6):
+        plog.append(batch([bytes([97 + i]) * 100]), now_ms=T0)
+    chunk = plog.read(0, 1 << 20)
+    expected = chunk.read_bytes()
+    region = chunk.region()
+    assert len(region) == len(expected) > 0
+    assert plog.apply_retention(T0)
+    assert plog.log_start_offset > 0 and not any(tmp_path.glob("00000000000000000000.*"))
+    assert bytes(region) == expected  # its own descriptor outlives the deleted file
+    region.close()

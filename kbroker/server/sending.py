@@ -1,0 +1,64 @@
+"""Sending a response whose record data stays in segment files: bytes from memory, regions with sendfile.
+
+A fetch response is mostly record batches already on disk. Instead of reading them into memory and
+copying them into the encoded response, the encoder leaves gaps (protocol._codec.SplicedOutput) and this
+module sends the encoded bytes around them and each file region with os.sendfile, so the data goes from
+the page cache to the socket without passing through Python.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import trio
+
+from protocol.framing import SplicedOutput
+
+
+async def send_spliced(sock: trio.socket.SocketType, out: SplicedOutput) -> None:
+    """Send ``out`` with its regions in place; the regions are closed whether or not it succeeds."""
+    try:
+        view = memoryview(out)
+        sent_up_to = 0
+        for position, region in out.splices:
+            # No MSG_MORE here: when a region ends the response there is nothing left to send to uncork it.
+            await _send_bytes(sock, view[sent_up_to:position])
+            await _send_region(sock, region)
+            sent_up_to = position
+        await _send_bytes(sock, view[sent_up_to:])
+    finally:
+        release(out)
+
+
+def release(out: SplicedOutput) -> None:
+    for _, region in out.splices:
+        close = getattr(region, "close", None)
+        if close is not None:
+            close()
+
+
+async def _send_bytes(sock: trio.socket.SocketType, data: memoryview) -> None:
+    while data:
+        sent = await sock.send(data)
+        data = data[sent:]
+
+
+async def _send_region(sock: trio.socket.SocketType, region: Any) -> None:
+    fd = getattr(region, "fd", None)
+    if fd is None:  # not a file region: whatever bytes it stands for
+        await _send_bytes(sock, memoryview(bytes(region)))
+        return
+    offset, remaining = region.position, region.length
+    while remaining:
+        try:
+            sent = os.sendfile(sock.fileno(), fd, offset, remaining)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        if sent == 0:
+            # The file is shorter than the region: the size prefix is already out, so the stream is lost.
+            raise OSError(f"segment region ended {remaining} bytes early")
+        offset += sent
+        remaining -= sent
+        await trio.lowlevel.checkpoint()
