@@ -143,7 +143,7 @@ class FrameBuffer:
     Frames are ``bytearray``: record batches inside them can have their offsets assigned in place.
     """
 
-    def __init__(self, max_frame_size: int = 100 * 1024 * 1024, chunk_size: int = 64 * 1024) -> None:
+    def __init__(self, max_frame_size: int = 100 * 1024 * 1024, chunk_size: int = 16 * 1024) -> None:
         self._max = max_frame_size
         self._chunk = bytearray(chunk_size)
         self._start = 0  # unconsumed bytes are _chunk[_start:_end]
