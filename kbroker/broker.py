@@ -16,6 +16,7 @@ from pathlib import Path
 
 import trio
 
+from kbroker.apis.fetch_sessions import FetchSessionCache
 from kbroker.config import BrokerConfig
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
@@ -53,6 +54,7 @@ class Broker:
         self.cluster_id = self._load_meta()
         self.logs = LogManager(data_dir, config.topic_defaults())
         self.offsets = OffsetStore(data_dir)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.groups = GroupCoordinator(
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],

@@ -57,6 +57,48 @@ def _string(text: str) -> str:
     return text.strip()
 
 
+def _assignors(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in ("uniform", "range")]
+    if not names or unknown:
+        raise ConfigError(f"expected a list of uniform, range; got {text!r}")
+    return names
+
+
+def _consumer_group_problems(values: Mapping[str, Any]) -> list[str]:
+    """Kafka's cross-checks of the group.consumer.* settings (GroupCoordinatorConfig)."""
+    prefix = "group.consumer."
+    session, heartbeat = values[prefix + "session.timeout.ms"], values[prefix + "heartbeat.interval.ms"]
+    checks = [
+        (
+            values[prefix + "max.session.timeout.ms"] >= values[prefix + "min.session.timeout.ms"],
+            "group.consumer.max.session.timeout.ms must be >= group.consumer.min.session.timeout.ms",
+        ),
+        (
+            session >= values[prefix + "min.session.timeout.ms"],
+            "group.consumer.session.timeout.ms must be >= group.consumer.min.session.timeout.ms",
+        ),
+        (
+            session <= values[prefix + "max.session.timeout.ms"],
+            "group.consumer.session.timeout.ms must be <= group.consumer.max.session.timeout.ms",
+        ),
+        (
+            values[prefix + "max.heartbeat.interval.ms"] >= values[prefix + "min.heartbeat.interval.ms"],
+            "group.consumer.max.heartbeat.interval.ms must be >= group.consumer.min.heartbeat.interval.ms",
+        ),
+        (
+            heartbeat >= values[prefix + "min.heartbeat.interval.ms"],
+            "group.consumer.heartbeat.interval.ms must be >= group.consumer.min.heartbeat.interval.ms",
+        ),
+        (
+            heartbeat <= values[prefix + "max.heartbeat.interval.ms"],
+            "group.consumer.heartbeat.interval.ms must be <= group.consumer.max.heartbeat.interval.ms",
+        ),
+        (heartbeat < session, "group.consumer.heartbeat.interval.ms must be < group.consumer.session.timeout.ms"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -74,6 +116,12 @@ KEYS: dict[str, Key] = {
         Key("default.replication.factor", _int(1, 1), "1", "Replication factor of auto-created topics."),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata or Produce."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
+        Key(
+            "max.incremental.fetch.session.cache.slots",
+            _int(0, INT_MAX),
+            "1000",
+            "Incremental fetch sessions (KIP-227) kept at once.",
+        ),
         Key("message.max.bytes", _int(0, INT_MAX), "1048588", "Largest record batch accepted.", "max.message.bytes"),
         Key("log.segment.bytes", _int(14, INT_MAX), "1073741824", "Segment size before rolling.", "segment.bytes"),
         Key("log.roll.ms", _int(1, LONG_MAX), "604800000", "Segment age before rolling.", "segment.ms"),
@@ -146,6 +194,49 @@ KEYS: dict[str, Key] = {
         Key("offset.metadata.max.bytes", _int(0, INT_MAX), "4096", "Largest metadata string of a commit."),
         Key("group.min.session.timeout.ms", _int(0, INT_MAX), "6000", "Smallest session timeout allowed."),
         Key("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000", "Largest session timeout allowed."),
+        Key(
+            "group.consumer.session.timeout.ms",
+            _int(1, INT_MAX),
+            "45000",
+            "Session timeout of consumer-protocol members.",
+        ),
+        Key(
+            "group.consumer.min.session.timeout.ms",
+            _int(1, INT_MAX),
+            "45000",
+            "Smallest consumer-protocol session timeout.",
+        ),
+        Key(
+            "group.consumer.max.session.timeout.ms",
+            _int(1, INT_MAX),
+            "60000",
+            "Largest consumer-protocol session timeout.",
+        ),
+        Key(
+            "group.consumer.heartbeat.interval.ms",
+            _int(1, INT_MAX),
+            "5000",
+            "Heartbeat interval given to consumer-protocol members.",
+        ),
+        Key(
+            "group.consumer.min.heartbeat.interval.ms",
+            _int(1, INT_MAX),
+            "5000",
+            "Smallest consumer-protocol heartbeat interval.",
+        ),
+        Key(
+            "group.consumer.max.heartbeat.interval.ms",
+            _int(1, INT_MAX),
+            "15000",
+            "Largest consumer-protocol heartbeat interval.",
+        ),
+        Key("group.consumer.max.size", _int(1, INT_MAX), str(INT_MAX), "Most members of a consumer-protocol group."),
+        Key(
+            "group.consumer.assignors",
+            _assignors,
+            "uniform,range",
+            "Server-side assignors (KIP-848); the first is the default.",
+        ),
         Key("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000", "Idle transactional ids expire."),
         Key("transaction.max.timeout.ms", _int(1, INT_MAX), "900000", "Largest transaction timeout."),
         Key("advertised.listeners", _string, "", "host:port clients are told to connect to."),
@@ -221,6 +312,9 @@ class BrokerConfig:
         for key in KEYS.values():
             if key.name not in self._values:
                 self._values[key.name] = key.parse(key.default)
+        problems = _consumer_group_problems(self._values)
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     @classmethod
     def load(cls, path: Path | None, overrides: Iterable[str] = ()) -> BrokerConfig:

@@ -1,42 +1,87 @@
-"""Fetch (key 1): serve record batches from segment files as they are, with long polling.
+"""Fetch (key 1): serve record batches from segment files as they are, with long polling and fetch sessions.
 
 A fetch that finds fewer than min_bytes waits until max_wait_ms for an append to one of its partitions;
-appends wake it through the broker's per-partition watchers, so nothing polls. Fetch sessions (KIP-227)
-are answered sessionless: session id 0 tells the client to keep sending full fetch requests.
+appends wake it through the broker's per-partition watchers, so nothing polls. Record data is not read
+here: each partition's answer is a region of a segment file that the connection sends with sendfile.
+Fetch sessions (KIP-227, v7+) are in fetch_sessions.py.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
+from dataclasses import dataclass
 
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    CachedPartition,
+    FetchSession,
+    PartitionKey,
+    next_epoch,
+)
 from kbroker.storage import OffsetOutOfRange
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
 
 READ_COMMITTED = 1
-FINAL_EPOCH = -1
+TOPIC_IDS_VERSION = 13
+NO_TOPIC_ID = uuid.UUID(int=0)
 PartitionData = FetchResponse.PartitionData
 
 
-def _partition_error(index: int, code: ErrorCode) -> PartitionData:
-    return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=None)
+@dataclass(slots=True)
+class Wanted:
+    """One partition to read: as the request (or the session) names it, and from where."""
+
+    key: PartitionKey  # (topic id or name, partition): how the session knows it
+    name: str | None  # None when the topic id is unknown
+    topic: str  # the name as the request gave it ("" from v13)
+    topic_id: uuid.UUID
+    partition: int
+    fetch_offset: int
+    max_bytes: int
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
-    version = ctx.api_version
-    if version >= 7:
-        if request.session_id != 0:
-            return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-        if request.session_epoch not in (0, FINAL_EPOCH):
-            return FetchResponse(error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, session_id=0)
+    uses_ids = ctx.api_version >= TOPIC_IDS_VERSION
+    requested = _requested(ctx, request, uses_ids)
+    session: FetchSession | None = None
+    create_session = False
+    if ctx.api_version >= 7:
+        cache = ctx.broker.fetch_sessions
+        now_ms = int(time.time() * 1000)
+        if request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if request.session_id != NO_SESSION:
+                cache.remove(request.session_id)  # a full request closes the session it names
+            create_session = request.session_epoch == INITIAL_EPOCH
+        else:
+            session = cache.get(request.session_id)
+            if session is None:
+                return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            if session.epoch != request.session_epoch:
+                return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+            if session.uses_topic_ids != uses_ids:
+                return _session_error(ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
+            forgotten = _forgotten(request, uses_ids)
+            session.update(((w.key, w.fetch_offset, w.max_bytes) for w in requested), forgotten)
+            if not session.partitions:
+                cache.remove(session.id)  # nothing left to fetch: the session ends
+                session = None
+            else:
+                cache.touch(session, now_ms)
+                session.epoch = next_epoch(session.epoch)
+                requested = _session_partitions(ctx, session, uses_ids, requested)
+
+    keys = [(w.name, w.partition) for w in requested if w.name is not None]
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
-    keys = _partition_keys(ctx, request)
     while True:
-        response, total_bytes, has_error = _read_all(ctx, request)
+        answers, total_bytes, has_error = _read_all(ctx, request, requested)
         if (
             total_bytes >= request.min_bytes
             or has_error
@@ -44,7 +89,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
             or ctx.broker.draining
             or not keys
         ):
-            return response
+            break
         event = ctx.broker.watch(keys)
         try:
             with trio.move_on_at(deadline):
@@ -52,79 +97,164 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
         finally:
             ctx.broker.unwatch(keys, event)
 
+    session_id = NO_SESSION
+    if session is not None:
+        answers = _incremental(session, answers)
+        session_id = session.id
+    elif create_session and answers:
+        partitions = {w.key: _cached(w, data) for w, data in answers}
+        created = ctx.broker.fetch_sessions.create(int(time.time() * 1000), uses_ids, partitions)
+        session_id = created.id if created is not None else NO_SESSION
+    return FetchResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=_by_topic(answers)
+    )
 
-def _topic_name(ctx: RequestContext, topic: FetchRequest.FetchTopic) -> str | None:
-    if ctx.api_version >= 13:
-        info = ctx.broker.logs.topic_by_id(topic.topic_id)
-        return info.name if info is not None else None
-    return topic.topic
+
+def _session_error(code: ErrorCode) -> FetchResponse:
+    return FetchResponse(throttle_time_ms=0, error_code=code, session_id=NO_SESSION, responses=[])
 
 
-def _partition_keys(ctx: RequestContext, request: FetchRequest) -> list[tuple[str, int]]:
-    keys = []
+def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool) -> list[Wanted]:
+    out = []
     for topic in request.topics:
-        name = _topic_name(ctx, topic)
-        if name is not None:
-            keys.extend((name, p.partition) for p in topic.partitions)
-    return keys
+        if uses_ids:
+            info = ctx.broker.logs.topic_by_id(topic.topic_id)
+            name = info.name if info is not None else None
+        else:
+            name = topic.topic
+        ident = topic.topic_id if uses_ids else topic.topic
+        for part in topic.partitions:
+            out.append(
+                Wanted(
+                    (ident, part.partition),
+                    name,
+                    topic.topic,
+                    topic.topic_id or NO_TOPIC_ID,
+                    part.partition,
+                    part.fetch_offset,
+                    part.partition_max_bytes,
+                )
+            )
+    return out
 
 
-def _read_all(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, int, bool]:
+def _forgotten(request: FetchRequest, uses_ids: bool) -> list[PartitionKey]:
+    return [
+        (topic.topic_id if uses_ids else topic.topic, partition)
+        for topic in request.forgotten_topics_data or []
+        for partition in topic.partitions
+    ]
+
+
+def _session_partitions(
+    ctx: RequestContext, session: FetchSession, uses_ids: bool, requested: list[Wanted]
+) -> list[Wanted]:
+    """Every partition of the session, in its order, with the fetch positions it has cached."""
+    by_key = {w.key: w for w in requested}
+    out = []
+    for key, cached in session.partitions.items():
+        known = by_key.get(key)
+        if known is not None:
+            out.append(known)
+            continue
+        ident, partition = key
+        if uses_ids:
+            assert isinstance(ident, uuid.UUID)
+            info = ctx.broker.logs.topic_by_id(ident)
+            name, topic, topic_id = (info.name if info is not None else None), "", ident
+        else:
+            assert isinstance(ident, str)
+            name, topic, topic_id = ident, ident, NO_TOPIC_ID
+        out.append(Wanted(key, name, topic, topic_id, partition, cached.fetch_offset, cached.max_bytes))
+    return out
+
+
+def _cached(wanted: Wanted, data: PartitionData) -> CachedPartition:
+    cached = CachedPartition(wanted.fetch_offset, wanted.max_bytes)
+    cached.remember(data.high_watermark, data.log_start_offset, data.error_code)
+    return cached
+
+
+def _incremental(
+    session: FetchSession, answers: list[tuple[Wanted, PartitionData]]
+) -> list[tuple[Wanted, PartitionData]]:
+    """Only the partitions with news, remembering what was told; they move to the end of the session."""
+    kept = []
+    for wanted, data in answers:
+        cached = session.partitions.get(wanted.key)
+        if cached is None:
+            continue
+        has_records = bool(data.records is not None and len(data.records))
+        if cached.must_respond(has_records, data.high_watermark, data.log_start_offset, data.error_code):
+            cached.remember(data.high_watermark, data.log_start_offset, data.error_code)
+            session.answered(wanted.key)
+            kept.append((wanted, data))
+    return kept
+
+
+def _by_topic(answers: list[tuple[Wanted, PartitionData]]) -> list[FetchResponse.FetchableTopicResponse]:
+    topics: list[FetchResponse.FetchableTopicResponse] = []
+    for wanted, data in answers:
+        if not topics or topics[-1].topic_id != wanted.topic_id or topics[-1].topic != wanted.topic:
+            topics.append(
+                FetchResponse.FetchableTopicResponse(topic=wanted.topic, topic_id=wanted.topic_id, partitions=[])
+            )
+        topics[-1].partitions.append(data)
+    return topics
+
+
+def _partition_error(index: int, code: ErrorCode) -> PartitionData:
+    return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=None)
+
+
+def _read_all(
+    ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]
+) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     broker = ctx.broker
     read_committed = request.isolation_level == READ_COMMITTED
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     has_error = False
-    topics = []
-    for topic in request.topics:
-        name = _topic_name(ctx, topic)
-        partitions = []
-        for part in topic.partitions:
-            if name is None:
-                code = ErrorCode.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                partitions.append(_partition_error(part.partition, code))
-                has_error = True
-                continue
-            plog = broker.partition(name, part.partition)
-            if plog is None:
-                partitions.append(_partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                has_error = True
-                continue
-            high_watermark = plog.high_watermark
-            stable = plog.last_stable_offset
-            upper = stable if read_committed else high_watermark
-            data = PartitionData(
-                partition_index=part.partition,
-                error_code=ErrorCode.NONE,
-                high_watermark=high_watermark,
-                last_stable_offset=stable,
-                log_start_offset=plog.log_start_offset,
-                aborted_transactions=None,
-                records=b"",
-            )
-            limit = min(part.partition_max_bytes, remaining)
-            try:
-                # KIP-74: the first partition with data returns at least one whole batch, whatever the limits.
-                chunk = plog.read(part.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0)
-            except OffsetOutOfRange:
-                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-                data.records = None
-                has_error = True
-                partitions.append(data)
-                continue
-            data.records = chunk.region()  # sent from the segment file as it is (sendfile)
-            if read_committed and chunk.size:
-                aborted = plog.aborted_transactions(part.fetch_offset, chunk.last_offset + 1)
-                data.aborted_transactions = [
-                    FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted
-                ]
-            total += chunk.size
-            remaining -= chunk.size
-            partitions.append(data)
-        topics.append(
-            FetchResponse.FetchableTopicResponse(
-                topic=name or topic.topic, topic_id=topic.topic_id or uuid.UUID(int=0), partitions=partitions
-            )
+    answers = []
+    for part in wanted:
+        if part.name is None:
+            answers.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
+            has_error = True
+            continue
+        plog = broker.partition(part.name, part.partition)
+        if plog is None:
+            answers.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            has_error = True
+            continue
+        high_watermark = plog.high_watermark
+        stable = plog.last_stable_offset
+        upper = stable if read_committed else high_watermark
+        data = PartitionData(
+            partition_index=part.partition,
+            error_code=ErrorCode.NONE,
+            high_watermark=high_watermark,
+            last_stable_offset=stable,
+            log_start_offset=plog.log_start_offset,
+            aborted_transactions=None,
+            records=b"",
         )
-    response = FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
-    return response, total, has_error
+        limit = min(part.max_bytes, remaining)
+        try:
+            # KIP-74: the first partition with data returns at least one whole batch, whatever the limits.
+            chunk = plog.read(part.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0)
+        except OffsetOutOfRange:
+            data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            data.records = None
+            has_error = True
+            answers.append((part, data))
+            continue
+        data.records = chunk.region()  # sent from the segment file as it is (sendfile)
+        if read_committed and chunk.size:
+            aborted = plog.aborted_transactions(part.fetch_offset, chunk.last_offset + 1)
+            data.aborted_transactions = [
+                FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted
+            ]
+        total += chunk.size
+        remaining -= chunk.size
+        answers.append((part, data))
+    return answers, total, has_error
