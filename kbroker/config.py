@@ -57,12 +57,12 @@ def _string(text: str) -> str:
     return text.strip()
 
 
-def _assignors(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
+def _assignors(text: str) -> str:
+    names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in ("uniform", "range")]
     if not names or unknown:
         raise ConfigError(f"expected a list of uniform, range; got {text!r}")
-    return names
+    return ",".join(names)
 
 
 def _consumer_group_problems(values: Mapping[str, Any]) -> list[str]:
