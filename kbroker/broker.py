@@ -54,6 +54,8 @@ class Broker:
         self.cluster_id = self._load_meta()
         self.logs = LogManager(data_dir, config.topic_defaults())
         self.offsets = OffsetStore(data_dir)
+        self._topics_in_creation: dict[str, trio.Event] = {}
+        self._partition_changes = trio.Lock()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.groups = GroupCoordinator(
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
@@ -109,13 +111,53 @@ class Broker:
     def partition(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get_partition(topic, partition)
 
-    def auto_create_topic(self, name: str) -> TopicInfo | None:
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        """Create a topic; its files are made in a worker thread so other clients are not held up.
+
+        Raises ValueError if the name is taken (or being created) or invalid.
+        """
+        info = self.logs.plan_topic(name, partitions, configs)
+        created = self._topics_in_creation[name] = trio.Event()
+        try:
+            logs = await trio.to_thread.run_sync(self.logs.build_partitions, info, 0, abandon_on_cancel=False)
+        except BaseException:
+            self.logs.abandon(info)
+            raise
+        finally:
+            del self._topics_in_creation[name]
+            created.set()
+        return self.logs.commit_topic(info, logs)
+
+    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow a topic to ``total`` partitions. Raises KeyError for an unknown topic, ValueError if not growing."""
+        async with self._partition_changes:  # two requests growing one topic must not build the same partitions
+            info = self.logs.topic(name)
+            if info is None:
+                raise KeyError(name)
+            if total <= info.partitions:
+                raise ValueError(f"topic {name} already has {info.partitions} partitions")
+            logs = await trio.to_thread.run_sync(
+                self.logs.build_partitions, info, info.partitions, total, abandon_on_cancel=False
+            )
+            if self.logs.topic(name) is not info:  # deleted meanwhile
+                for plog in logs:
+                    plog.delete()
+                raise KeyError(name)
+            return self.logs.commit_partitions(info, logs)
+
+    async def auto_create_topic(self, name: str) -> TopicInfo | None:
         """Create ``name`` with the broker defaults if auto-creation is on; None otherwise."""
         if not self.config["auto.create.topics.enable"]:
             return None
+        pending = self._topics_in_creation.get(name)
+        if pending is not None:  # someone else is creating it: use theirs
+            await pending.wait()
         info = self.logs.topic(name)
         if info is None:
-            info = self.logs.create_topic(name, self.config["num.partitions"], {})
+            try:
+                info = await self.create_topic(name, self.config["num.partitions"], {})
+            except ValueError:
+                return self.logs.topic(name)
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         return info
 

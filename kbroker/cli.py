@@ -112,6 +112,18 @@ async def drain(broker: Broker, nursery: trio.Nursery, grace_seconds: float = 5.
     nursery.cancel_scope.cancel()
 
 
+def raise_open_file_limit() -> None:
+    """Every partition holds open segment files and every client a socket: lift the soft limit to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ImportError, ValueError, OSError) as exc:  # not POSIX, or not allowed: run with what there is
+        log.debug("open file limit unchanged: %s", exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     started_at = time.perf_counter()
     args = build_parser().parse_args(argv)
@@ -120,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    raise_open_file_limit()
     try:
         config, data_dir, listen, advertised = resolve_settings(args)
     except ConfigError as exc:

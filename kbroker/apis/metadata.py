@@ -74,7 +74,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                         topics.append(_error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION))
                         continue
                     if allow_create:
-                        info = broker.auto_create_topic(wanted.name)
+                        info = await broker.auto_create_topic(wanted.name)
                     if info is None:
                         topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                         continue

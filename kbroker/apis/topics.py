@@ -72,7 +72,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         if name_problem is not None:
             fail(ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem)
             continue
-        if broker.topic(topic.name) is not None:
+        if broker.topic(topic.name) is not None or broker.logs.is_pending(topic.name):
             fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
             continue
         if topic.assignments:
@@ -101,7 +101,11 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         if request.validate_only:
             topic_id = ZERO_UUID
         else:
-            info = broker.logs.create_topic(topic.name, partitions, configs)  # type: ignore[arg-type]
+            try:
+                info = await broker.create_topic(topic.name, partitions, configs)  # type: ignore[arg-type]
+            except ValueError:  # another request created it meanwhile
+                fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+                continue
             topic_id = info.topic_id
             log.info("created topic %s with %d partitions", topic.name, partitions)
         result.topic_id = topic_id
@@ -178,6 +182,15 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
             result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
             result.error_message = "Replica assignments must name the only broker, once per new partition."
         elif not request.validate_only:
-            broker.logs.add_partitions(topic.name, topic.count)
+            try:
+                await broker.add_partitions(topic.name, topic.count)
+            except KeyError:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"The topic '{topic.name}' does not exist."
+                continue
+            except ValueError as exc:  # another request grew it meanwhile
+                result.error_code = ErrorCode.INVALID_PARTITIONS
+                result.error_message = str(exc)
+                continue
             log.info("topic %s now has %d partitions", topic.name, topic.count)
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)

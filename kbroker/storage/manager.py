@@ -78,6 +78,7 @@ class LogManager:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self._pending: set[str] = set()  # topics being created
         self._load_topics()
         self._remove_deleted_directories()
 
@@ -126,20 +127,55 @@ class LogManager:
     # --- topic changes -------------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        if name in self._topics:
+        """Create a topic in one go (see ``plan_topic`` for the three steps an event loop uses)."""
+        info = self.plan_topic(name, partitions, configs)
+        try:
+            logs = self.build_partitions(info, 0)
+        except BaseException:
+            self.abandon(info)
+            raise
+        return self.commit_topic(info, logs)
+
+    # Creating a partition costs a few file-system calls that can take milliseconds each, so a thousand of
+    # them must not stall the event loop: ``plan_topic`` reserves the name, ``build_partitions`` (safe in a
+    # worker thread: it touches only the new directories) creates the files, and ``commit_topic`` makes the
+    # topic visible.
+
+    def plan_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        if name in self._topics or name in self._pending:
             raise ValueError(f"topic {name} already exists")
         problem = validate_topic_name(name)
         if problem is not None:
             raise ValueError(problem)
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
-        for index in range(partitions):
-            self._prepare_directory(info, index)
-        self._topics[name] = info
+        self._pending.add(name)
+        return TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+
+    def build_partitions(self, info: TopicInfo, first: int, total: int | None = None) -> list[PartitionLog]:
+        """Directories and first segments of partitions ``first`` up to ``total`` (default: all of the topic)."""
+        config = self.log_config(info)
+        logs = []
+        for index in range(first, info.partitions if total is None else total):
+            directory = self._prepare_directory(info, index)
+            logs.append(PartitionLog(info.name, index, directory, config, clean=True))
+        return logs
+
+    def commit_topic(self, info: TopicInfo, logs: list[PartitionLog]) -> TopicInfo:
+        self._pending.discard(info.name)
+        self._topics[info.name] = info
         self._by_id[info.topic_id] = info
+        for plog in logs:
+            self._partitions[(info.name, plog.partition)] = plog
         self._save_topics()
         return info
 
-    def _prepare_directory(self, info: TopicInfo, index: int) -> None:
+    def abandon(self, info: TopicInfo) -> None:
+        """Forget a planned topic whose partitions could not be built."""
+        self._pending.discard(info.name)
+
+    def is_pending(self, name: str) -> bool:
+        return name in self._pending
+
+    def _prepare_directory(self, info: TopicInfo, index: int) -> Path:
         directory = self._directory(info.name, index)
         if directory.exists():
             # Left behind by a delete that did not finish: it belongs to an older topic of this name.
@@ -148,6 +184,7 @@ class LogManager:
         write_atomically(
             directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {info.topic_id}\n", sync_directory=True
         )
+        return directory
 
     def _directory(self, name: str, index: int) -> Path:
         return self.data_dir / f"{name}-{index}"
@@ -173,9 +210,13 @@ class LogManager:
         info = self._topics[name]
         if total <= info.partitions:
             raise ValueError(f"topic {name} already has {info.partitions} partitions")
-        for index in range(info.partitions, total):
-            self._prepare_directory(info, index)
-        info.partitions = total
+        return self.commit_partitions(info, self.build_partitions(info, info.partitions, total))
+
+    def commit_partitions(self, info: TopicInfo, logs: list[PartitionLog]) -> TopicInfo:
+        for plog in logs:
+            self._partitions[(info.name, plog.partition)] = plog
+        if logs:
+            info.partitions = max(info.partitions, logs[-1].partition + 1)
         self._save_topics()
         return info
 
