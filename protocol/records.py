@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -47,8 +48,9 @@ NO_PRODUCER_ID = -1
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a RecordBatch (magic 2). A named tuple: parsed on every produce and every scan."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -66,7 +68,7 @@ class BatchHeader:
     @classmethod
     def parse(cls, data: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
         try:
-            return cls(*HEADER.unpack_from(data, pos))
+            return cls._make(HEADER.unpack_from(data, pos))
         except struct.error as exc:
             raise DecodeError(f"record batch header truncated: {exc}") from exc
 

@@ -195,15 +195,21 @@ class PartitionLog:
     # --- appending -----------------------------------------------------------------------------------
 
     def append(
-        self, batch: bytearray | memoryview, *, now_ms: int | None = None, timestamp_type_log_append: bool = False
+        self,
+        batch: bytearray | memoryview,
+        header: BatchHeader | None = None,
+        *,
+        now_ms: int | None = None,
+        timestamp_type_log_append: bool = False,
     ) -> AppendResult:
-        """Append one record batch (validated by the caller: header, magic, CRC, size)."""
+        """Append one record batch (validated by the caller: magic, CRC, size), given its header if parsed."""
         if now_ms is None:
             now_ms = wall_clock_ms()
-        try:
-            header = BatchHeader.parse(batch)
-        except DecodeError as exc:
-            return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        if header is None:
+            try:
+                header = BatchHeader.parse(batch)
+            except DecodeError as exc:
+                return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
         if header.size != len(batch):
             return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
         if not timestamp_type_log_append:
