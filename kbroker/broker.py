@@ -18,6 +18,8 @@ import trio
 
 from kbroker.apis.fetch_sessions import FetchSessionCache
 from kbroker.config import BrokerConfig
+from kbroker.groups.assignors import TopicMetadata
+from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
@@ -61,6 +63,14 @@ class Broker:
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+        )
+        self.consumer_groups = ConsumerGroupCoordinator(
+            topics=lambda: (TopicMetadata(t.topic_id, t.name, t.partitions) for t in self.logs.topics()),
+            session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            max_size=config["group.consumer.max.size"],
+            assignors=config["group.consumer.assignors"].split(","),
+            classic=self.groups,
         )
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
@@ -226,6 +236,8 @@ class Broker:
         for group_id in list(self.offsets.offsets):
             group = self.groups.groups.get(group_id)
             if group is not None and group.members:
+                continue
+            if self.consumer_groups.has_members(group_id):
                 continue
             expired += self.offsets.expire(group_id, now_ms - retention_ms, now_ms)
         if expired:

@@ -80,6 +80,7 @@ async def run_broker(
             nursery.start_soon(broker.retention_loop)
             nursery.start_soon(broker.flush_loop)
             nursery.start_soon(broker.groups.run)
+            nursery.start_soon(broker.consumer_groups.run)
             nursery.start_soon(broker.offset_expiry_loop)
             elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
             log.info(

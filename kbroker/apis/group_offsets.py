@@ -23,6 +23,11 @@ def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCod
     """Kafka's validation of who may commit for a classic group."""
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
+    consumer_check = ctx.broker.consumer_groups.validate_offset_commit(
+        request.group_id, request.member_id, request.generation_id_or_member_epoch, ctx.api_version
+    )
+    if consumer_check is not None:  # a KIP-848 group: member epochs instead of generations
+        return consumer_check
     group = ctx.broker.groups.groups.get(request.group_id)
     generation = request.generation_id_or_member_epoch
     if group is None or (not group.members and group.state == GroupState.EMPTY):
@@ -104,6 +109,17 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
     if version >= 8:
         groups = []
         for group in request.groups:
+            if version >= 9:
+                check = ctx.broker.consumer_groups.validate_offset_fetch(
+                    group.group_id, group.member_id, group.member_epoch
+                )
+                if check != ErrorCode.NONE:
+                    groups.append(
+                        OffsetFetchResponse.OffsetFetchResponseGroup(
+                            group_id=group.group_id, topics=[], error_code=check
+                        )
+                    )
+                    continue
             wanted = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
             topics = [
                 OffsetFetchResponse.OffsetFetchResponseTopics(
@@ -150,10 +166,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     broker = ctx.broker
     group = broker.groups.groups.get(request.group_id)
-    if group is None and not broker.offsets.has_group(request.group_id):
+    consumer_group = broker.consumer_groups.groups.get(request.group_id)
+    if group is None and consumer_group is None and not broker.offsets.has_group(request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
     subscribed: set[str] | None = set()
-    if group is not None and group.members:
+    if consumer_group is not None:
+        subscribed = consumer_group.subscribed_topic_names()
+    elif group is not None and group.members:
         subscribed = group.subscribed_topics()
         if subscribed is None:
             return OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0, topics=[])

@@ -26,6 +26,7 @@ from protocol.messages.sync_group_response import SyncGroupResponse
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 CLASSIC = "classic"
+CONSUMER = "consumer"
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
@@ -66,6 +67,21 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
 
 async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
+    consumer_groups = ctx.broker.consumer_groups
+    if request.group_id in consumer_groups.groups:
+        # One namespace for both protocols. Kafka 4 would admit a classic member into a consumer group
+        # (mixed groups); kbroker does not, so the id stays with the consumer group while it has members.
+        if consumer_groups.has_members(request.group_id):
+            return JoinGroupResponse(
+                throttle_time_ms=0,
+                error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                generation_id=-1,
+                protocol_name=None if version >= 7 else "",
+                leader="",
+                member_id=request.member_id,
+                members=[],
+            )
+        consumer_groups.delete(request.group_id)  # an empty consumer group becomes a classic one, as in Kafka
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
     result = await ctx.broker.groups.join(
         request.group_id,
@@ -139,7 +155,9 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
 
 
 def _known_group_ids(ctx: RequestContext) -> list[str]:
-    return sorted(set(ctx.broker.groups.groups) | set(ctx.broker.offsets.offsets))
+    return sorted(
+        set(ctx.broker.groups.groups) | set(ctx.broker.offsets.offsets) | set(ctx.broker.consumer_groups.groups)
+    )
 
 
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
@@ -147,6 +165,20 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 and request.types_filter else None
     listed = []
     for group_id in _known_group_ids(ctx):
+        consumer_group = ctx.broker.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:  # KIP-848 group: type "consumer", its own states
+            if (states is None or consumer_group.state.value.lower() in states) and (
+                types is None or CONSUMER in types
+            ):
+                listed.append(
+                    ListGroupsResponse.ListedGroup(
+                        group_id=group_id,
+                        protocol_type=CONSUMER,
+                        group_state=consumer_group.state.value,
+                        group_type=CONSUMER,
+                    )
+                )
+            continue
         group = ctx.broker.groups.groups.get(group_id)
         state = group.state.value if group is not None else GroupState.EMPTY.value
         if states is not None and state.lower() not in states:
@@ -167,6 +199,22 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     known = set(_known_group_ids(ctx))
     for group_id in request.groups:
         group = ctx.broker.groups.groups.get(group_id)
+        if group_id in ctx.broker.consumer_groups.groups:
+            # Kafka (KIP-1043): DescribeGroups only describes classic groups; a consumer group reads as Dead,
+            # with GROUP_ID_NOT_FOUND from v6. Clients use ConsumerGroupDescribe for it.
+            described.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else ErrorCode.NONE,
+                    error_message=f"Group {group_id} is not a classic group." if ctx.api_version >= 6 else None,
+                    group_id=group_id,
+                    group_state=GroupState.DEAD.value,
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=-2147483648,
+                )
+            )
+            continue
         if group is None:
             if group_id in known:
                 state, code = GroupState.EMPTY.value, ErrorCode.NONE
@@ -219,6 +267,10 @@ async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest
     for group_id in request.groups_names:
         if group_id not in known:
             code = ErrorCode.GROUP_ID_NOT_FOUND
+        elif group_id in ctx.broker.consumer_groups.groups:
+            code = ctx.broker.consumer_groups.delete(group_id)
+            if code == ErrorCode.NONE:
+                ctx.broker.offsets.delete_group(group_id)
         else:
             code = ctx.broker.groups.delete(group_id)
             if code == ErrorCode.NONE:

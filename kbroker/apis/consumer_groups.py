@@ -1,0 +1,129 @@
+"""The consumer group protocol of KIP-848: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
+
+The state machine is kbroker/groups/consumer_group.py; these handlers translate requests and responses.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kbroker.apis.context import RequestContext
+from kbroker.groups.assignors import TopicAssignment
+from kbroker.groups.consumer_group import ConsumerGroup
+from protocol.errors import ErrorCode
+from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
+from protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
+from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+async def handle_consumer_group_heartbeat(
+    ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+) -> ConsumerGroupHeartbeatResponse:
+    owned = (
+        None
+        if request.topic_partitions is None
+        else [(tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
+    )
+    result = ctx.broker.consumer_groups.heartbeat(
+        version=ctx.api_version,
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=request.rebalance_timeout_ms,
+        subscribed_topic_names=request.subscribed_topic_names,
+        subscribed_topic_regex=request.subscribed_topic_regex if ctx.api_version >= 1 else None,
+        server_assignor=request.server_assignor,
+        owned=owned,
+        client_id=ctx.client_id or "",
+        client_host="/" + ctx.client_host,
+    )
+    assignment = None
+    if result.assignment is not None:
+        assignment = ConsumerGroupHeartbeatResponse.Assignment(
+            topic_partitions=[
+                ConsumerGroupHeartbeatResponse.TopicPartitions(topic_id=topic_id, partitions=sorted(partitions))
+                for topic_id, partitions in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))
+            ]
+        )
+    return ConsumerGroupHeartbeatResponse(
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        error_message=result.error_message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval_ms=result.heartbeat_interval_ms,
+        assignment=assignment,
+    )
+
+
+def _described_assignment(
+    assignment: TopicAssignment, names: dict[uuid.UUID, str]
+) -> ConsumerGroupDescribeResponse.Assignment:
+    return ConsumerGroupDescribeResponse.Assignment(
+        topic_partitions=[
+            ConsumerGroupDescribeResponse.TopicPartitions(
+                topic_id=topic_id, topic_name=names[topic_id], partitions=sorted(partitions)
+            )
+            for topic_id, partitions in sorted(assignment.items(), key=lambda kv: names.get(kv[0], ""))
+            if topic_id in names  # a deleted topic has no name to give
+        ]
+    )
+
+
+def _describe(ctx: RequestContext, group: ConsumerGroup) -> ConsumerGroupDescribeResponse.DescribedGroup:
+    coordinator = ctx.broker.consumer_groups
+    names = dict(coordinator.topic_names())
+    members = [
+        ConsumerGroupDescribeResponse.Member(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            rack_id=m.rack_id,
+            member_epoch=m.member_epoch,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            subscribed_topic_names=list(m.subscribed_topic_names),
+            subscribed_topic_regex=m.subscribed_topic_regex,
+            assignment=_described_assignment(m.assigned, names),
+            target_assignment=_described_assignment(group.target.get(m.member_id, {}), names),
+        )
+        for m in group.members.values()
+    ]
+    return ConsumerGroupDescribeResponse.DescribedGroup(
+        error_code=ErrorCode.NONE,
+        group_id=group.group_id,
+        group_state=group.state.value,
+        group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch,
+        assignor_name=coordinator.preferred_assignor(group),
+        members=members,
+        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+
+
+async def handle_consumer_group_describe(
+    ctx: RequestContext, request: ConsumerGroupDescribeRequest
+) -> ConsumerGroupDescribeResponse:
+    described = []
+    for group_id in request.group_ids:
+        group = ctx.broker.consumer_groups.groups.get(group_id)
+        if group is not None:
+            described.append(_describe(ctx, group))
+            continue
+        known_elsewhere = group_id in ctx.broker.groups.groups or ctx.broker.offsets.has_group(group_id)
+        described.append(
+            ConsumerGroupDescribeResponse.DescribedGroup(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                error_message=(
+                    f"Group {group_id} is not a consumer group" if known_elsewhere else f"Group {group_id} not found."
+                ),
+                group_id=group_id,
+                members=[],
+                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            )
+        )
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=described)

@@ -1,0 +1,780 @@
+"""Consumer groups of the new consumer group protocol (KIP-848): ConsumerGroupHeartbeat's state machine.
+
+The broker assigns partitions; members only heartbeat. Three epochs drive it:
+
+- the *group epoch* is bumped whenever the group's makeup changes: a member joins, leaves or is fenced,
+  a subscription changes, or a subscribed topic appears, disappears or gains partitions;
+- the *assignment epoch* is the group epoch the current *target assignment* was computed for (by the
+  ``uniform`` or ``range`` assignor, assignors.py); it catches up on the next heartbeat after a bump;
+- each *member epoch* says which target assignment the member has reconciled to.
+
+Reconciliation (Kafka's CurrentAssignmentBuilder) moves each member towards its target, one heartbeat
+at a time, so that no partition is ever owned by two members:
+
+    STABLE ──new target──▶ UNREVOKED_PARTITIONS ──owner stops reporting them──▶ (next epoch)
+       │                                                                            │
+       └──────────▶ UNRELEASED_PARTITIONS ◀── target partitions still owned elsewhere ┘
+
+A member first keeps ``current ∩ target``; partitions it must give up are *pending revocation* and it
+stays at its epoch until a heartbeat no longer lists them among its owned partitions; partitions it
+should gain are handed over only once no other member owns them (their *partition epoch* is free).
+Members that stop heartbeating are removed after the session timeout; members that do not revoke
+within their rebalance timeout are removed too.
+
+The group state is derived, as in Kafka: Empty (no members), Assigning (group epoch ahead of the
+assignment epoch), Reconciling (some member not at the target), Stable.
+
+Kafka keeps all of this in ``__consumer_offsets``; here it lives in memory (committed offsets are
+durable, membership is not: after a broker restart members rejoin).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import trio
+
+from kbroker.groups.assignors import ASSIGNORS, Assignor, MemberSpec, TopicAssignment, TopicMetadata
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kbroker.groups.coordinator import GroupCoordinator
+
+log = logging.getLogger("kbroker.groups")
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+CONSUMER_GENERATED_MEMBER_ID_VERSION = 1  # KIP-1082: from v1 the client picks its member id
+TICK_SECONDS = 0.05
+NO_OWNER = -1
+
+OwnedPartitions = list[tuple[uuid.UUID, list[int]]]
+
+
+class ConsumerGroupState(Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class MemberState(Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def new_member_id() -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of a random UUID, without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _copy(assignment: TopicAssignment) -> TopicAssignment:
+    return {topic_id: set(partitions) for topic_id, partitions in assignment.items() if partitions}
+
+
+@dataclass(slots=True)
+class ConsumerGroupMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: TopicAssignment = field(default_factory=dict)
+    pending_revocation: TopicAssignment = field(default_factory=dict)
+    session_deadline: float = 0.0
+    revocation_deadline: float | None = None  # set while in UNREVOKED_PARTITIONS
+    revocation_epoch: int = 0  # the epoch the member must leave before revocation_deadline
+
+    def update_epoch(self, epoch: int) -> None:
+        self.previous_member_epoch = self.member_epoch
+        self.member_epoch = epoch
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerGroupMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    target: dict[str, TopicAssignment] = field(default_factory=dict)  # member id -> target assignment
+    partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)  # owner's member epoch
+    subscribed_metadata: dict[uuid.UUID, TopicMetadata] = field(default_factory=dict)
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch != self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for member in self.members.values():
+            if member.state != MemberState.STABLE or member.member_epoch != self.assignment_epoch:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self.partition_epochs.get((topic_id, partition), NO_OWNER)
+
+    def subscribed_topic_names(self) -> set[str]:
+        """Names of existing topics some member subscribes to (by name or regex), for OffsetDelete."""
+        return {meta.name for meta in self.subscribed_metadata.values()}
+
+    # Partition ownership: a partition is owned from the moment it is assigned until its owner no longer
+    # has it assigned or pending revocation. Only unowned partitions can be given to another member.
+    def _release(self, member: ConsumerGroupMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in assignment.items():
+                for partition in partitions:
+                    self.partition_epochs.pop((topic_id, partition), None)
+
+    def _claim(self, member: ConsumerGroupMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in assignment.items():
+                for partition in partitions:
+                    key = (topic_id, partition)
+                    owner_epoch = self.partition_epochs.get(key)
+                    # Never two owners: a bug here must not hand a partition out twice silently.
+                    assert owner_epoch is None, f"{self.group_id}: partition {key} is already owned"
+                    self.partition_epochs[key] = member.member_epoch
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicAssignment | None = None  # None: unchanged, not sent
+
+
+class ConsumerGroupCoordinator:
+    def __init__(
+        self,
+        *,
+        topics: Callable[[], Iterable[TopicMetadata]],
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        max_size: int,
+        assignors: Iterable[str],
+        classic: GroupCoordinator | None = None,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._topics = topics
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_size = max_size
+        self.assignors: dict[str, Assignor] = {name: ASSIGNORS[name] for name in assignors}
+        self.default_assignor = next(iter(self.assignors))
+        self.classic = classic
+        self.clock = clock
+        self._regex_cache: dict[str, re.Pattern[str]] = {}
+
+    # --- the heartbeat --------------------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        *,
+        version: int,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        subscribed_topic_names: list[str] | None = None,
+        subscribed_topic_regex: str | None = None,
+        server_assignor: str | None = None,
+        owned: OwnedPartitions | None = None,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> HeartbeatResult:
+        try:
+            self._validate(
+                version,
+                group_id,
+                member_id,
+                member_epoch,
+                instance_id,
+                rack_id,
+                rebalance_timeout_ms,
+                subscribed_topic_names,
+                subscribed_topic_regex,
+                server_assignor,
+                owned,
+            )
+            if member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(group_id, member_id, member_epoch, instance_id)
+            return self._heartbeat(
+                group_id,
+                member_id,
+                member_epoch,
+                instance_id,
+                rack_id,
+                rebalance_timeout_ms,
+                subscribed_topic_names,
+                subscribed_topic_regex,
+                server_assignor,
+                owned,
+                client_id,
+                client_host,
+            )
+        except HeartbeatError as error:
+            return HeartbeatResult(error.code, error.message)
+
+    def _validate(
+        self,
+        version: int,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        names: list[str] | None,
+        regex: str | None,
+        assignor: str | None,
+        owned: OwnedPartitions | None,
+    ) -> None:
+        """Kafka's checks, in Kafka's order (GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid)."""
+
+        def invalid(message: str) -> HeartbeatError:
+            return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+
+        # Kafka's throwIfEmptyString: set, but nothing left once trimmed.
+        if (version >= CONSUMER_GENERATED_MEMBER_ID_VERSION or member_epoch > 0 or member_epoch == -1) and (
+            not member_id.strip()
+        ):
+            raise invalid("MemberId can't be empty.")
+        if not group_id.strip():
+            raise invalid("GroupId can't be empty.")
+        if instance_id is not None and not instance_id.strip():
+            raise invalid("InstanceId can't be empty.")
+        if rack_id is not None and not rack_id.strip():
+            raise invalid("RackId can't be empty.")
+        if member_epoch == 0:
+            if rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if owned is None or owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if names is None and regex is None:
+                raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
+        elif member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        elif member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        if assignor is not None and assignor not in self.assignors:
+            raise HeartbeatError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {assignor} is not supported. Supported assignors: {', '.join(self.assignors)}.",
+            )
+        if regex:
+            self._compile(regex)
+
+    def _compile(self, regex: str) -> re.Pattern[str]:
+        pattern = self._regex_cache.get(regex)
+        if pattern is None:
+            try:
+                pattern = re.compile(regex)
+            except re.error as exc:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.",
+                ) from None
+            if len(self._regex_cache) > 1000:
+                self._regex_cache.clear()
+            self._regex_cache[regex] = pattern
+        return pattern
+
+    def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.classic.groups.get(group_id) if self.classic is not None else None
+        if classic is not None and classic.members:
+            # Kafka would upgrade a classic group whose members all use the consumer protocol type
+            # (KIP-848 online migration); kbroker does not, so the id stays the classic group's.
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
+        if not create:
+            # Kafka answers GROUP_ID_NOT_FOUND here; its groups survive restarts, kbroker's members do not,
+            # so a member still heartbeating after a restart is told to rejoin instead of failing for good.
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
+        if classic is not None:
+            assert self.classic is not None
+            self.classic.delete(group_id)  # an empty classic group (offsets stay) becomes a consumer group
+        group = self.groups[group_id] = ConsumerGroup(group_id)
+        return group
+
+    def _member_for(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        owned: OwnedPartitions | None,
+    ) -> tuple[ConsumerGroupMember, bool]:
+        """The member the heartbeat is for (created or replacing a static one when joining); True if new."""
+        joining = member_epoch == 0
+        if instance_id is not None:
+            existing_id = group.static_members.get(instance_id)
+            existing = group.members.get(existing_id) if existing_id is not None else None
+            if joining:
+                if existing is None:
+                    return self._new_or_rejoining(group, member_id, member_epoch, owned)
+                if existing.member_id == member_id:
+                    return self._new_or_rejoining(group, member_id, member_epoch, owned)
+                if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    raise HeartbeatError(
+                        ErrorCode.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {instance_id} cannot join the group "
+                        f"because the instance id is owned by {existing.member_id} member.",
+                    )
+                return self._replace_static(group, existing, member_id), False  # already in the group
+            if existing is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+            if existing.member_id != member_id:
+                raise HeartbeatError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                    f"{existing.member_id}.",
+                )
+            self._check_epoch(existing, member_epoch, owned)
+            return existing, False
+        if joining:
+            return self._new_or_rejoining(group, member_id, member_epoch, owned)
+        member = group.members.get(member_id)
+        if member is None:
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}."
+            )
+        self._check_epoch(member, member_epoch, owned)
+        return member, False
+
+    def _new_or_rejoining(
+        self, group: ConsumerGroup, member_id: str, member_epoch: int, owned: OwnedPartitions | None
+    ) -> tuple[ConsumerGroupMember, bool]:
+        member = group.members.get(member_id)
+        if member is None:
+            return ConsumerGroupMember(member_id), True
+        if member.previous_member_epoch == 0 or member.member_epoch == 0:
+            # The response to its join was lost: Kafka accepts the repeated join as is.
+            self._check_epoch(member, member_epoch, owned)
+            return member, False
+        # A known member rejoining with epoch 0 has given up all its partitions (after FENCED_MEMBER_EPOCH,
+        # KIP-848). Kafka fences it again until its session expires; releasing its partitions at once is as
+        # safe (it owns none) and lets it rejoin without waiting.
+        log.info("group %s: member %s rejoins with epoch 0", group.group_id, member_id)
+        group._release(member)
+        member.assigned, member.pending_revocation = {}, {}
+        member.member_epoch, member.previous_member_epoch = 0, -1
+        member.state, member.revocation_deadline = MemberState.STABLE, None
+        return member, False
+
+    @staticmethod
+    def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions | None) -> None:
+        """Kafka's throwIfConsumerGroupMemberEpochIsInvalid."""
+        if received > member.member_epoch:
+            raise HeartbeatError(
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"The consumer group member has a greater member epoch ({received}) than the one known by the "
+                f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            )
+        if received < member.member_epoch:
+            # The previous epoch is fine if the member owns only assigned partitions: the response that
+            # bumped its epoch may have been lost.
+            if received != member.previous_member_epoch or not _is_subset(owned, member.assigned):
+                raise HeartbeatError(
+                    ErrorCode.FENCED_MEMBER_EPOCH,
+                    f"The consumer group member has a smaller member epoch ({received}) than the one known by "
+                    f"the group coordinator ({member.member_epoch}). The member must abandon all its "
+                    "partitions and rejoin.",
+                )
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
+        """KIP-345 in KIP-848: a static member back within its session takes over its old assignment."""
+        log.info(
+            "group %s: static member %s rejoins as %s, replacing %s",
+            group.group_id,
+            old.instance_id,
+            member_id,
+            old.member_id,
+        )
+        group._release(old)
+        del group.members[old.member_id]
+        target = group.target.pop(old.member_id, None)
+        new = ConsumerGroupMember(
+            member_id,
+            instance_id=old.instance_id,
+            rack_id=old.rack_id,
+            rebalance_timeout_ms=old.rebalance_timeout_ms,
+            subscribed_topic_names=list(old.subscribed_topic_names),
+            subscribed_topic_regex=old.subscribed_topic_regex,
+            server_assignor=old.server_assignor,
+            member_epoch=0,
+            previous_member_epoch=0,
+            assigned=_copy(old.assigned),
+        )
+        group.members[member_id] = new
+        if target is not None:
+            group.target[member_id] = target
+        assert old.instance_id is not None
+        group.static_members[old.instance_id] = member_id
+        group._claim(new)
+        return new
+
+    def _heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        names: list[str] | None,
+        regex: str | None,
+        assignor: str | None,
+        owned: OwnedPartitions | None,
+        client_id: str,
+        client_host: str,
+    ) -> HeartbeatResult:
+        now = self.clock()
+        joining = member_epoch == 0
+        group = self._group_for(group_id, create=joining)
+        is_known = bool(member_id) and (
+            member_id in group.members or (instance_id is not None and instance_id in group.static_members)
+        )
+        if len(group.members) >= self.max_size and not is_known:
+            self._forget_if_unused(group)
+            raise HeartbeatError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"The consumer group has reached its maximum capacity of {self.max_size} members.",
+            )
+        if not member_id:
+            member_id = new_member_id()  # v0: the coordinator names the member
+        try:
+            member, is_new = self._member_for(group, member_id, member_epoch, instance_id, owned)
+        except HeartbeatError:
+            self._forget_if_unused(group)
+            raise
+        before = _copy(member.assigned)
+
+        # 1. The member's subscription; a change to what the group subscribes to bumps the group epoch
+        #    (as in Kafka, a member joining with an empty subscription changes nothing to assign).
+        changed = False
+        if instance_id is not None:
+            member.instance_id = instance_id
+        if rack_id is not None:
+            member.rack_id = rack_id
+        if rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        if assignor is not None:
+            member.server_assignor = assignor
+        if names is not None and names != member.subscribed_topic_names:
+            member.subscribed_topic_names = list(names)
+            changed = True
+        if regex is not None and (regex or None) != member.subscribed_topic_regex:
+            member.subscribed_topic_regex = regex or None  # "" clears the regex
+            changed = True
+        member.client_id, member.client_host = client_id, client_host
+        if is_new:
+            group.members[member.member_id] = member
+            if member.instance_id is not None:
+                group.static_members[member.instance_id] = member.member_id
+            log.info("group %s: member %s joins (instance %s)", group_id, member.member_id, member.instance_id)
+        metadata = self._subscribed_metadata(group)
+        if metadata != group.subscribed_metadata:
+            group.subscribed_metadata = metadata
+            changed = True
+        if changed or group.group_epoch == 0:
+            group.group_epoch += 1
+            log.info("group %s: epoch %d", group_id, group.group_epoch)
+
+        # 2. A new target assignment when the group epoch moved on.
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+
+        # 3. Reconcile this member towards its target.
+        self._reconcile(group, member, owned, now)
+        member.session_deadline = now + self.session_timeout_ms / 1000
+
+        full_request = joining or (
+            rebalance_timeout_ms != -1 and (names is not None or regex is not None) and owned is not None
+        )
+        return HeartbeatResult(
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            assignment=_copy(member.assigned) if full_request or member.assigned != before else None,
+        )
+
+    def _forget_if_unused(self, group: ConsumerGroup) -> None:
+        """A group created by a join that then failed leaves no trace."""
+        if not group.members and group.group_epoch == 0:
+            self.groups.pop(group.group_id, None)
+
+    def _subscribed_metadata(self, group: ConsumerGroup) -> dict[uuid.UUID, TopicMetadata]:
+        by_name = {meta.name: meta for meta in self._topics()}
+        names: set[str] = set()
+        for member in group.members.values():
+            names.update(n for n in member.subscribed_topic_names if n in by_name)
+            if member.subscribed_topic_regex:
+                # Kafka matches with RE2/J against the whole name; Python's re is close for common patterns.
+                pattern = self._compile(member.subscribed_topic_regex)
+                names.update(n for n in by_name if pattern.fullmatch(n))
+        return {by_name[n].topic_id: by_name[n] for n in names}
+
+    def _member_topics(self, group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[uuid.UUID]:
+        topics = set()
+        pattern = self._compile(member.subscribed_topic_regex) if member.subscribed_topic_regex else None
+        wanted = set(member.subscribed_topic_names)
+        for topic_id, meta in group.subscribed_metadata.items():
+            if meta.name in wanted or (pattern is not None and pattern.fullmatch(meta.name)):
+                topics.add(topic_id)
+        return frozenset(topics)
+
+    def preferred_assignor(self, group: ConsumerGroup) -> str:
+        """The server assignor most members ask for (ties: configuration order), else the default."""
+        votes: dict[str, int] = {}
+        for member in group.members.values():
+            if member.server_assignor is not None:
+                votes[member.server_assignor] = votes.get(member.server_assignor, 0) + 1
+        if not votes:
+            return self.default_assignor
+        order = list(self.assignors)
+        return max(votes, key=lambda name: (votes[name], -order.index(name)))
+
+    def _compute_target(self, group: ConsumerGroup) -> None:
+        specs = [
+            MemberSpec(m.member_id, self._member_topics(group, m), group.target.get(m.member_id, {}))
+            for m in group.members.values()
+        ]
+        assignor = self.assignors[self.preferred_assignor(group)]
+        group.target = assignor.assign(specs, group.subscribed_metadata) if specs else {}
+        group.assignment_epoch = group.group_epoch
+        log.info("group %s: target assignment for epoch %d by %s", group.group_id, group.group_epoch, assignor.name)
+
+    def _reconcile(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, owned: OwnedPartitions | None, now: float
+    ) -> None:
+        """Kafka's CurrentAssignmentBuilder, for one member."""
+        target_epoch = group.assignment_epoch
+        if member.state == MemberState.STABLE and member.member_epoch == target_epoch:
+            return
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            if _owns_any(owned, member.pending_revocation):
+                return  # still revoking
+            next_epoch = member.member_epoch + 1
+        else:
+            next_epoch = member.member_epoch
+        group._release(member)
+        self._next_assignment(group, member, next_epoch, owned)
+        group._claim(member)
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            if member.revocation_deadline is None or member.revocation_epoch != member.member_epoch:
+                member.revocation_deadline = now + max(member.rebalance_timeout_ms, 0) / 1000
+                member.revocation_epoch = member.member_epoch
+        else:
+            member.revocation_deadline = None
+
+    def _next_assignment(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, epoch: int, owned: OwnedPartitions | None
+    ) -> None:
+        target = group.target.get(member.member_id, {})
+        keep: TopicAssignment = {}
+        revoke: TopicAssignment = {}
+        gain: TopicAssignment = {}
+        unreleased = False
+        for topic_id in set(target) | set(member.assigned):
+            wanted = target.get(topic_id, set())
+            current = member.assigned.get(topic_id, set())
+            if current & wanted:
+                keep[topic_id] = current & wanted
+            if current - wanted:
+                revoke[topic_id] = current - wanted
+            free = set()
+            for partition in wanted - current:
+                if group.partition_epoch(topic_id, partition) == NO_OWNER:
+                    free.add(partition)
+                else:
+                    unreleased = True
+            if free:
+                gain[topic_id] = free
+        if revoke and _owns_any(owned, revoke):
+            # Give up first: stay at this epoch until the member reports the partitions gone.
+            member.state = MemberState.UNREVOKED_PARTITIONS
+            member.update_epoch(epoch)
+            member.assigned, member.pending_revocation = keep, revoke
+            return
+        for topic_id, partitions in gain.items():
+            keep.setdefault(topic_id, set()).update(partitions)
+        member.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+        member.update_epoch(group.assignment_epoch)
+        member.assigned, member.pending_revocation = keep, {}
+
+    # --- leaving, fencing, expiry ---------------------------------------------------------------------
+
+    def _leave(self, group_id: str, member_id: str, member_epoch: int, instance_id: str | None) -> HeartbeatResult:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise HeartbeatError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
+                )
+        else:
+            static_id = group.static_members.get(instance_id)
+            member = group.members.get(static_id) if static_id is not None else None
+            if member is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+            if member.member_id != member_id:
+                raise HeartbeatError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                    f"{member.member_id}.",
+                )
+            if member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # Gone for a moment (a bounce): keeps its assignment until its session expires.
+                log.info("group %s: static member %s leaves temporarily", group_id, member_id)
+                group._release(member)
+                member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                member.pending_revocation = {}
+                member.state = MemberState.STABLE
+                member.revocation_deadline = None
+                group._claim(member)
+                return HeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        log.info("group %s: member %s leaves", group_id, member.member_id)
+        self._remove(group, member)
+        return HeartbeatResult(member_id=member_id, member_epoch=member_epoch)
+
+    def _remove(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """Fence a member: its partitions are free and the group epoch moves on (a new target)."""
+        group._release(member)
+        group.members.pop(member.member_id, None)
+        group.target.pop(member.member_id, None)
+        if member.instance_id is not None and group.static_members.get(member.instance_id) == member.member_id:
+            del group.static_members[member.instance_id]
+        group.subscribed_metadata = self._subscribed_metadata(group)
+        group.group_epoch += 1
+
+    def tick(self) -> None:
+        """Fence members whose session expired or who did not revoke within their rebalance timeout."""
+        now = self.clock()
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if member.session_deadline <= now:
+                    log.info("group %s: member %s session expired", group.group_id, member.member_id)
+                    self._remove(group, member)
+                elif (
+                    member.revocation_deadline is not None
+                    and member.revocation_deadline <= now
+                    and member.state == MemberState.UNREVOKED_PARTITIONS
+                    and member.member_epoch == member.revocation_epoch
+                ):
+                    log.info(
+                        "group %s: member %s fenced: did not revoke within %d ms",
+                        group.group_id,
+                        member.member_id,
+                        member.rebalance_timeout_ms,
+                    )
+                    self._remove(group, member)
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(TICK_SECONDS)
+            self.tick()
+
+    # --- administration and offsets -------------------------------------------------------------------
+
+    def delete(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        return ErrorCode.NONE
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def validate_offset_commit(
+        self, group_id: str, member_id: str | None, member_epoch: int, api_version: int
+    ) -> ErrorCode | None:
+        """Kafka's ConsumerGroup.validateOffsetCommit; None if ``group_id`` is not a consumer group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if member_epoch < 0 and not group.members:
+            return ErrorCode.NONE  # an admin client or a consumer without group management
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION  # consumer-protocol members must commit with v9+
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+)."""
+        group = self.groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return ErrorCode.NONE
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def topic_names(self) -> Mapping[uuid.UUID, str]:
+        return {meta.topic_id: meta.name for meta in self._topics()}
+
+
+def _is_subset(owned: OwnedPartitions | None, assigned: TopicAssignment) -> bool:
+    if owned is None:
+        return False
+    for topic_id, partitions in owned:
+        mine = assigned.get(topic_id)
+        if partitions and (mine is None or not set(partitions) <= mine):
+            return False
+    return True
+
+
+def _owns_any(owned: OwnedPartitions | None, partitions: TopicAssignment) -> bool:
+    """Whether the heartbeat still reports any of ``partitions``; unknown (no list sent) counts as yes."""
+    if owned is None:
+        return True
+    for topic_id, reported in owned:
+        pending = partitions.get(topic_id)
+        if pending and pending.intersection(reported):
+            return True
+    return False
