@@ -12,18 +12,13 @@ failing test shows.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -34,63 +29,12 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).with_name("java") / "KafkaClientScenario.java"
 VERSIONS = ["3.9.0", "4.3.0"]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-JAVA = shutil.which("java")
-JAVAC = shutil.which("javac")
-
-pytestmark = pytest.mark.skipif(
-    JAVA is None or JAVAC is None, reason="java/javac are not installed (apt-get install -y default-jdk-headless)"
-)
-
 Event = dict[str, Any]
-
-
-def _java_clients() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("java_clients", REPO / "tools" / "java_clients.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["java_clients"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-java_clients = _java_clients()
-
-
-@pytest.fixture(scope="session")
-def scenario_classpath(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
-    """kafka-clients ``version`` (prepared if need be) plus the scenario compiled against it."""
-    compiled: dict[str, str] = {}
-    unavailable: dict[str, str] = {}  # tried once per session, not once per test
-
-    def get(version: str) -> str:
-        if version in unavailable:
-            pytest.skip(unavailable[version])
-        if version not in compiled:
-            try:
-                java_clients.prepare(version)
-            except java_clients.JavaClientsUnavailable as exc:
-                unavailable[version] = f"kafka-clients {version} jars unavailable (python tools/java_clients.py): {exc}"
-                pytest.skip(unavailable[version])
-            logging = bool(os.environ.get("KBROKER_JAVA_LOG"))
-            jars = java_clients.classpath(version, logging=logging)
-            assert jars is not None
-            classes = tmp_path_factory.mktemp(f"java-{version}")
-            assert JAVAC is not None
-            run = subprocess.run(
-                [JAVAC, "-Xlint:all", "-Werror", "-d", str(classes), "-cp", jars, str(SOURCE)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert run.returncode == 0, f"javac against kafka-clients {version} failed:\n{run.stderr}"
-            compiled[version] = os.pathsep.join([jars, str(classes)])
-        return compiled[version]
-
-    return get
+JavaProgram = Callable[[Path, str], list[str]]  # the java_program fixture (tests/conftest.py)
 
 
 def run_scenario(
-    classpath: Callable[[str], str],
+    java_program: JavaProgram,
     version: str,
     broker: RunningBroker,
     scenario: str,
@@ -98,9 +42,7 @@ def run_scenario(
     on_waiting: Callable[[], None] | None = None,
 ) -> list[Event]:
     """Run one scenario with kafka-clients ``version``; at {"event": "waiting"} call ``on_waiting``, then go on."""
-    assert JAVA is not None
-    # Short-lived JVMs: the C1 compiler alone and the serial collector start and finish sooner.
-    command = [JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath(version), "KafkaClientScenario"]
+    command = java_program(SOURCE, version)
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
@@ -203,8 +145,8 @@ def test_partitioner_matches_the_java_clients() -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_admin_client(broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str) -> None:
-    events = run_scenario(scenario_classpath, version, broker, "admin", base_timestamp())
+def test_admin_client(broker: RunningBroker, java_program: JavaProgram, version: str) -> None:
+    events = run_scenario(java_program, version, broker, "admin", base_timestamp())
     defaults = {
         "cleanup.policy": ["delete", "DEFAULT_CONFIG"],
         "retention.ms": ["604800000", "DEFAULT_CONFIG"],
@@ -281,8 +223,8 @@ def pattern_sha256(length: int) -> str:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_producer_and_consumer(broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str) -> None:
-    events = run_scenario(scenario_classpath, version, broker, "records", base_timestamp())
+def test_producer_and_consumer(broker: RunningBroker, java_program: JavaProgram, version: str) -> None:
+    events = run_scenario(java_program, version, broker, "records", base_timestamp())
 
     # Every codec: 30 keyed records with headers into 3 partitions, idempotent (the default), read back.
     expected_sent: list[Event] = []
@@ -355,10 +297,8 @@ def test_producer_and_consumer(broker: RunningBroker, scenario_classpath: Callab
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_spark_source_and_sink_calls(
-    broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str
-) -> None:
-    events = run_scenario(scenario_classpath, version, broker, "spark", base_timestamp())
+def test_spark_source_and_sink_calls(broker: RunningBroker, java_program: JavaProgram, version: str) -> None:
+    events = run_scenario(java_program, version, broker, "spark", base_timestamp())
     batches = [[f"k{n}" for n in range(20 * b, 20 * b + 20)] for b in range(2)]
     placed0 = assign_offsets("spark", batches[0], 2)
     latest0 = {p: sum(1 for r in placed0 if r["partition"] == p) for p in (0, 1)}
@@ -459,9 +399,9 @@ def test_spark_source_and_sink_calls(
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_producer_and_consumer_across_a_broker_restart(
-    broker: RunningBroker, scenario_classpath: Callable[[str], str], version: str
+    broker: RunningBroker, java_program: JavaProgram, version: str
 ) -> None:
-    events = run_scenario(scenario_classpath, version, broker, "restart", base_timestamp(), on_waiting=broker.restart)
+    events = run_scenario(java_program, version, broker, "restart", base_timestamp(), on_waiting=broker.restart)
     # The same idempotent producer goes on after the restart (its producer id and sequence numbers are
     # still valid), a new one after it gets a new producer id, and the same consumer picks up at the offset
     # it had reached.

@@ -7,11 +7,8 @@ consumer_protocol_member.py) so one can be killed with SIGKILL, leaving the grou
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +17,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -45,8 +41,6 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 JAVA_SOURCE = HERE / "java" / "ConsumerGroupMember.java"
 JAVA_VERSION = "4.3.0"  # the consumer protocol is GA from kafka-clients 4.0
-JAVA = shutil.which("java")
-JAVAC = shutil.which("javac")
 # Kafka's minimums are 45 s session / 5 s heartbeat; lowered (with the minimums) so failover is quick.
 FAST_GROUPS = {
     "group.consumer.session.timeout.ms": "6000",
@@ -57,39 +51,10 @@ FAST_GROUPS = {
 WAIT_SECONDS = 90  # a generous bound for anything to happen, never a speed check
 
 
-def _java_clients() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("java_clients", REPO / "tools" / "java_clients.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["java_clients"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if JAVA is None or JAVAC is None:
-        pytest.skip("java/javac are not installed (apt-get install -y default-jdk-headless)")
-    java_clients = _java_clients()
-    try:
-        java_clients.prepare(JAVA_VERSION)
-    except java_clients.JavaClientsUnavailable as exc:
-        pytest.skip(f"kafka-clients {JAVA_VERSION} jars unavailable (python tools/java_clients.py): {exc}")
-    jars = java_clients.classpath(JAVA_VERSION, logging=bool(os.environ.get("KBROKER_JAVA_LOG")))
-    classes = tmp_path_factory.mktemp("consumer-group-java")
-    run = subprocess.run(
-        [JAVAC, "-Xlint:all", "-Werror", "-d", str(classes), "-cp", jars, str(JAVA_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, f"javac failed:\n{run.stderr}"
-    return os.pathsep.join([jars, str(classes)])
-
-
-def _java_command(classpath: str, *args: str) -> list[str]:
-    assert JAVA is not None
-    return [JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath, "ConsumerGroupMember", *args]
+def java_member(java_program: Callable[[Path, str], list[str]]) -> list[str]:
+    """The command that runs tests/groups/java/ConsumerGroupMember.java on kafka-clients 4.3."""
+    return java_program(JAVA_SOURCE, JAVA_VERSION)
 
 
 class MemberProcess:
@@ -215,12 +180,12 @@ def _failover_scenario(
 
 
 def test_java_members_split_fail_over_and_admin_describes_them(
-    broker_factory, members: list[MemberProcess], java_classpath: str
+    broker_factory, members: list[MemberProcess], java_member: list[str]
 ) -> None:  # noqa: ANN001
     broker: RunningBroker = broker_factory(FAST_GROUPS)
 
     def spawn(name: str) -> MemberProcess:
-        return MemberProcess(_java_command(java_classpath, broker.bootstrap, "member", "jg", "events", name), name)
+        return MemberProcess([*java_member, broker.bootstrap, "member", "jg", "events", name], name)
 
     _create_and_fill(broker, "events", 6, 10)
     members.extend(spawn(f"member-{i}") for i in range(3))
@@ -231,9 +196,7 @@ def test_java_members_split_fail_over_and_admin_describes_them(
         members,
         "3-way split",
     )
-    run = subprocess.run(
-        _java_command(java_classpath, broker.bootstrap, "admin", "jg"), capture_output=True, text=True, timeout=120
-    )
+    run = subprocess.run([*java_member, broker.bootstrap, "admin", "jg"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
     events = {e["event"]: e for e in map(json.loads, run.stdout.splitlines()) if e}
     described = events["described"]
@@ -256,12 +219,12 @@ def test_java_members_split_fail_over_and_admin_describes_them(
 
 
 def test_java_members_fail_over_without_reading_committed_records_twice(
-    broker_factory, members: list[MemberProcess], java_classpath: str
+    broker_factory, members: list[MemberProcess], java_member: list[str]
 ) -> None:  # noqa: ANN001
     broker: RunningBroker = broker_factory(FAST_GROUPS)
 
     def spawn(name: str) -> MemberProcess:
-        return MemberProcess(_java_command(java_classpath, broker.bootstrap, "member", "jg", "events", name), name)
+        return MemberProcess([*java_member, broker.bootstrap, "member", "jg", "events", name], name)
 
     _failover_scenario(broker, members, spawn, "jg")
 
