@@ -193,6 +193,7 @@ class ConsumerGroupCoordinator:
         self.classic = classic
         self.clock = clock
         self._regex_cache: dict[str, re.Pattern[str]] = {}
+        self._members_arrived = trio.Event()  # lets run() sleep while no group has members
 
     # --- the heartbeat --------------------------------------------------------------------------------
 
@@ -440,6 +441,7 @@ class ConsumerGroupCoordinator:
             assigned=_copy(old.assigned),
         )
         group.members[member_id] = new
+        self._members_arrived.set()
         if target is not None:
             group.target[member_id] = target
         assert old.instance_id is not None
@@ -503,6 +505,7 @@ class ConsumerGroupCoordinator:
         member.client_id, member.client_host = client_id, client_host
         if is_new:
             group.members[member.member_id] = member
+            self._members_arrived.set()
             if member.instance_id is not None:
                 group.static_members[member.instance_id] = member.member_id
             log.info("group %s: member %s joins (instance %s)", group_id, member.member_id, member.instance_id)
@@ -707,6 +710,10 @@ class ConsumerGroupCoordinator:
 
     async def run(self) -> None:
         while True:
+            if not any(group.members for group in self.groups.values()):
+                # Nothing can expire: an idle broker does not wake up twenty times a second.
+                self._members_arrived = trio.Event()
+                await self._members_arrived.wait()
             await trio.sleep(TICK_SECONDS)
             self.tick()
 
