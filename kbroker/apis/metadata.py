@@ -11,6 +11,7 @@ from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
+NO_TOPIC_ID = uuid.UUID(int=0)
 # ACL operation codes a topic supports (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
 # DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11); without authorization every one of them is allowed.
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -58,7 +59,13 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     all_topics = request.topics is None or (version == 0 and not request.topics)
     allow_create = request.allow_auto_topic_creation if version >= 4 else True
     topics: list[MetadataResponse.MetadataResponseTopic] = []
-    if all_topics:
+    by_id_too_early = version < 12 and any(
+        t.name is None or t.topic_id not in (None, NO_TOPIC_ID) for t in request.topics or []
+    )
+    if by_id_too_early:
+        # As Kafka: v10 and v11 carry topic ids and nullable names in the schema, but only v12 may use them.
+        topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in request.topics]
+    elif all_topics:
         topics = [topic_metadata(ctx, info, with_operations) for info in broker.logs.topics()]
     else:
         for wanted in request.topics:

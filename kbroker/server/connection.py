@@ -49,10 +49,22 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, connection
             except ConnectionClosed:
                 pass
             nursery.cancel_scope.cancel()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass  # closing a socket the peer already dropped
+    except Exception as exc:  # exception groups from the nursery included
+        if not _is_disconnect(exc):
+            # Whatever went wrong ends this connection only; the broker and other clients carry on.
+            log.error("connection from %s failed", host, exc_info=exc)
     finally:
         broker.connection_closed(connection_id)
+
+
+_DISCONNECTS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ConnectionClosed)
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """A peer that went away (closing a socket it already dropped, say): nothing worth logging."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_disconnect(inner) for inner in exc.exceptions)
+    return isinstance(exc, _DISCONNECTS)
 
 
 async def _read_frames(
@@ -129,12 +141,14 @@ async def _process(
             )
             try:
                 response = await handler.handle(context, request.body)
+                if response is None:  # acks=0 produce: Kafka sends nothing back
+                    continue
+                encoded = encode_response(response, key, version, request.correlation_id)
             except Exception:
+                # A bug in one handler costs this connection, never the broker.
                 log.exception("handler for %s v%d failed (client %s)", handler.name, version, host)
                 return
-            if response is None:  # acks=0 produce: Kafka sends nothing back
-                continue
-            await _send(stream, encode_response(response, key, version, request.correlation_id))
+            await _send(stream, encoded)
 
 
 async def _send(stream: trio.SocketStream, data: bytes | bytearray) -> None:
