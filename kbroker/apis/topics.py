@@ -18,6 +18,9 @@ from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.delete_topics_response import DeleteTopicsResponse
 
 log = logging.getLogger("kbroker.topics")
+# As Kafka's controller (KAFKA-17870, KAFKA-19673): one request may add at most this many partitions.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 ZERO_UUID = uuid.UUID(int=0)
 TopicResult = CreateTopicsResponse.CreatableTopicResult
 
@@ -56,6 +59,24 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
 
     broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
+    default_partitions = broker.config["num.partitions"]
+    requested = sum(
+        len(t.assignments) if t.assignments else (default_partitions if t.num_partitions == -1 else t.num_partitions)
+        for t in request.topics
+    )
+    if requested > MAX_PARTITIONS_PER_REQUEST:
+        return CreateTopicsResponse(
+            throttle_time_ms=0,
+            topics=[
+                TopicResult(
+                    name=t.name,
+                    topic_id=ZERO_UUID,
+                    error_code=ErrorCode.POLICY_VIOLATION,
+                    error_message=EXCESSIVE_PARTITIONS,
+                )
+                for t in request.topics
+            ],
+        )
     results: list[TopicResult] = []
     for topic in request.topics:
         result = TopicResult(name=topic.name, topic_id=ZERO_UUID, error_code=ErrorCode.NONE, error_message=None)
@@ -157,6 +178,20 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
     broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
     results = []
+    new_partitions = 0
+    for topic in request.topics:
+        info = broker.topic(topic.name)
+        new_partitions += max(topic.count - (info.partitions if info is not None else 0), 0)
+    if new_partitions > MAX_PARTITIONS_PER_REQUEST:
+        return CreatePartitionsResponse(
+            throttle_time_ms=0,
+            results=[
+                CreatePartitionsResponse.CreatePartitionsTopicResult(
+                    name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message=EXCESSIVE_PARTITIONS
+                )
+                for t in request.topics
+            ],
+        )
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=topic.name, error_code=ErrorCode.NONE, error_message=None

@@ -82,3 +82,23 @@ def test_concurrent_partition_increases_apply_once(broker: RunningBroker) -> Non
         thread.join()
     assert sorted(results) == [ErrorCode.NONE, ErrorCode.INVALID_PARTITIONS]
     assert _partitions(broker.bootstrap, "grow") == 300
+
+
+def test_a_request_for_more_than_ten_thousand_partitions_is_a_policy_violation(broker: RunningBroker) -> None:
+    # Kafka's controller refuses to add over 10,000 partitions in one request (KAFKA-17870, KAFKA-19673).
+    topics = [
+        CreateTopicsRequest.CreatableTopic(name="a", num_partitions=6000, replication_factor=1),
+        CreateTopicsRequest.CreatableTopic(name="b", num_partitions=4001, replication_factor=1),
+    ]
+    with WireClient(broker.bootstrap) as client:
+        for validate_only in (True, False):
+            answer = client.request(CreateTopicsRequest(topics=topics, timeout_ms=5000, validate_only=validate_only), 7)
+            assert [(t.name, t.error_code) for t in answer.topics] == [
+                ("a", ErrorCode.POLICY_VIOLATION),
+                ("b", ErrorCode.POLICY_VIOLATION),
+            ]
+        assert _create(broker.bootstrap, "small", 2) == ErrorCode.NONE
+        grow = CreatePartitionsRequest.CreatePartitionsTopic(name="small", count=2**31 - 1, assignments=None)
+        answer = client.request(CreatePartitionsRequest(topics=[grow], timeout_ms=5000, validate_only=False), 3)
+        assert answer.results[0].error_code == ErrorCode.POLICY_VIOLATION
+    assert _partitions(broker.bootstrap, "small") == 2
