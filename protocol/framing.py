@@ -133,6 +133,9 @@ class FrameTooLarge(DecodeError):
     """A size prefix above the configured limit (socket.request.max.bytes)."""
 
 
+_FIRST_LARGE_ALLOCATION = 1 << 20
+
+
 class FrameBuffer:
     """Splits a byte stream into frames (without their size prefix), copying payload bytes at most once.
 
@@ -149,15 +152,26 @@ class FrameBuffer:
         self._start = 0  # unconsumed bytes are _chunk[_start:_end]
         self._end = 0
         self._frame: bytearray | None = None  # a large frame being filled straight from the stream
+        self._frame_size = 0  # what it will hold; it grows towards that as bytes arrive
         self._filled = 0
         self._ready: deque[bytearray] = deque()  # frames completed inside feed()
 
     def read_buffer(self) -> memoryview:
         """Where the next bytes from the stream go (never empty)."""
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled :]
-        if self._end == len(self._chunk):
+        if self._frame is not None and self._filled == self._frame_size:
+            self._ready.append(self._take_large())  # complete but not taken yet
+        if self._frame is None and self._end == len(self._chunk):
             self._compact()
+            if self._end == len(self._chunk):
+                # Full of bytes nobody took yet: take the frames (or start the large one) to make room.
+                while (frame := self._pull()) is not None:
+                    self._ready.append(frame)
+        if self._frame is not None:
+            if self._filled == len(self._frame):
+                # Grown as bytes arrive, not allocated whole from the size prefix: four bytes claiming
+                # 100 MB must not cost 100 MB.
+                self._frame += bytes(min(len(self._frame), self._frame_size - len(self._frame)))
+            return memoryview(self._frame)[self._filled :]
         return memoryview(self._chunk)[self._end :]
 
     def commit(self, count: int) -> None:
@@ -174,6 +188,7 @@ class FrameBuffer:
             target = self.read_buffer()
             count = min(len(target), len(view))
             target[:count] = view[:count]
+            target.release()  # the frame buffer may grow on the next read_buffer()
             self.commit(count)
             view = view[count:]
             # Take complete frames now so the chunk always has room for the rest.
@@ -186,7 +201,7 @@ class FrameBuffer:
 
     def _pull(self) -> bytearray | None:
         if self._frame is not None:
-            return self._take_large() if self._filled == len(self._frame) else None
+            return self._take_large() if self._filled == self._frame_size else None
         return self._next_small()
 
     def _next_small(self) -> bytearray | None:
@@ -205,9 +220,9 @@ class FrameBuffer:
             return frame
         if 4 + size > len(self._chunk):
             # Too large for the chunk: give it its own buffer and read the rest of it straight in.
-            frame = bytearray(size)
+            frame = bytearray(min(size, max(_FIRST_LARGE_ALLOCATION, available - 4)))
             frame[: available - 4] = self._chunk[body : self._end]
-            self._frame, self._filled = frame, available - 4
+            self._frame, self._frame_size, self._filled = frame, size, available - 4
             self._start = self._end = 0
         elif self._start + 4 + size > len(self._chunk):
             self._compact()
@@ -216,7 +231,7 @@ class FrameBuffer:
     def _take_large(self) -> bytearray:
         frame = self._frame
         assert frame is not None
-        self._frame, self._filled = None, 0
+        self._frame, self._frame_size, self._filled = None, 0, 0
         return frame
 
     def _compact(self) -> None:

@@ -187,3 +187,28 @@ def test_records_given_as_regions_are_left_as_gaps_that_splice_back_to_the_plain
     body = bytearray()
     _fetch_response([_Region(p) for p in payloads]).encode_into(body, version)
     assert bytes(body) == bytes(plain[len(plain) - len(body) :])
+
+
+def test_a_large_frame_buffer_grows_with_the_bytes_that_arrive() -> None:
+    body = bytes(range(256)) * (3 * 4096 + 7)  # just over 3 MiB
+    stream = len(body).to_bytes(4, "big") + body
+    buffer = FrameBuffer(max_frame_size=100 << 20)
+    position = 0
+    reserved = []
+    while position < len(stream):
+        target = buffer.read_buffer()
+        reserved.append(len(target))
+        count = min(len(target), 65536, len(stream) - position)
+        target[:count] = stream[position : position + count]
+        target.release()
+        buffer.commit(count)
+        position += count
+    assert max(reserved) <= 2 << 20  # never the whole 3 MiB up front
+    assert buffer.next_frame() == body and buffer.pending == 0
+
+
+def test_a_size_prefix_alone_does_not_reserve_its_size() -> None:
+    buffer = FrameBuffer(max_frame_size=100 << 20)
+    buffer.feed((100 << 20).to_bytes(4, "big") + b"x" * 20_000)  # claims 100 MiB, sends 20 kB
+    assert buffer.next_frame() is None
+    assert len(buffer.read_buffer()) <= 1 << 20
