@@ -307,27 +307,41 @@ def test_spark_source_and_sink_calls(broker: RunningBroker, java_program: JavaPr
     assert min(latest0.values()) >= 2 and min(latest1[p] - latest0[p] for p in (0, 1)) >= 4
 
     # The sink: acknowledgements may interleave across partitions, so compare in partition and offset order.
-    sent = sorted(named(events, "sent"), key=lambda e: (e["partition"], e["offset"]))
+    sent = sorted(named(events, "sent", topic="spark"), key=lambda e: (e["partition"], e["offset"]))
     assert [{k: e[k] for k in ("topic", "partition", "offset", "key")} for e in sent] == sorted(
         placed0 + placed1, key=lambda e: (e["partition"], e["offset"])
     )
     timestamps = {e["key"]: e["timestamp"] for e in sent}
     assert max(timestamps[k] for k in batches[0]) < min(timestamps[k] for k in batches[1])
+    # The sink's partition and timestamp columns, a null key.
+    assert sorted(named(events, "sent", topic="spark-sink"), key=lambda e: e["timestamp"]) == [
+        {"topic": "spark-sink", "partition": 1, "offset": 0, "timestamp": 100, "key": None},
+        {"topic": "spark-sink", "partition": 0, "offset": 0, "timestamp": 200, "key": "e1"},
+        {"topic": "spark-sink", "partition": 1, "offset": 1, "timestamp": 300, "key": "e2"},
+    ]
 
     # The driver.
     assert named(events, "spark-partitions") == [{"batch": 0, "partitions": [0, 1]}, {"batch": 1, "partitions": [0, 1]}]
+    assert named(events, "spark-pattern") == [
+        {"topics": ["spark", "spark-sink"], "partitions": ["spark-0", "spark-1", "spark-sink-0", "spark-sink-1"]}
+    ]
     as_json = {str(p): offset for p, offset in latest0.items()}
+    latest1_json = {str(p): offset for p, offset in latest1.items()}
     assert named(events, "spark-offsets") == [
         {"batch": 0, "spec": "earliest", "offsets": {"0": 0, "1": 0}},
         {"batch": 0, "spec": "latest", "offsets": as_json},
         {"batch": 1, "spec": "earliest", "offsets": {"0": 0, "1": 0}},
-        {"batch": 1, "spec": "latest", "offsets": {str(p): offset for p, offset in latest1.items()}},
+        {"batch": 1, "spec": "latest", "offsets": latest1_json},
         # The first offset at or after a time between the batches: where the second batch starts.
         {"batch": 1, "spec": "timestamp", "offsets": as_json},
+        # No transactions: the last stable offset is the high watermark.
+        {"batch": 1, "spec": "latest-read-committed", "offsets": latest1_json},
+        {"batch": 1, "spec": "earliest-0-latest-1", "offsets": {"0": 0, "1": latest1[1]}},
     ]
 
-    # The executors: batch 0 reads [1, latest0) with Spark's settings (one poll), batch 1 [latest0, latest1)
-    # with max.poll.records=4 (polls of 4, 4, 2), then a range past the end polls nothing.
+    # The executors, one consumer per partition: batch 0 reads [1, latest0) with Spark's settings (one
+    # poll), batch 1 [latest0, latest1) with max.poll.records=4 (polls of 4, 4, 2), then a range past the
+    # end polls nothing; after every poll the available range is [0, the partition's end).
     # An empty poll (a slow machine) is legal: Spark then looks at the available range and polls again.
     def polls(start: int, until: int, size: int) -> list[list[int]]:
         return [[o, min(size, until - o), min(o + size, until)] for o in range(start, until, size)]
@@ -335,52 +349,67 @@ def test_spark_source_and_sink_calls(broker: RunningBroker, java_program: JavaPr
     tasks = named(events, "spark-task")
     for task in tasks:
         task["polls"] = [poll for poll in task["polls"] if poll[1] > 0 or task["batch"] == 2]
-        task["ends"] = sorted(set(task["ends"]))
     expected_tasks = [
         {
             "batch": 0,
+            "topic": "spark",
             "partition": p,
             "from": 1,
             "until": latest0[p],
             "offsets": list(range(1, latest0[p])),
             "polls": polls(1, latest0[p], 500),
-            "ends": [latest0[p]],
+            "ranges": [[0, latest0[p]]],
         }
         for p in (0, 1)
     ]
     expected_tasks += [
         {
             "batch": 1,
+            "topic": "spark",
             "partition": p,
             "from": latest0[p],
             "until": latest1[p],
             "offsets": list(range(latest0[p], latest1[p])),
             "polls": polls(latest0[p], latest1[p], 4),
-            "ends": [latest1[p]],
+            "ranges": [[0, latest1[p]]],
         }
         for p in (0, 1)
     ]
+    end0 = latest1[0]
     expected_tasks.append(
         {
             "batch": 2,
+            "topic": "spark",
             "partition": 0,
-            "from": latest1[0],
-            "until": latest1[0] + 1,
+            "from": end0,
+            "until": end0 + 1,
             "offsets": [],
-            "polls": [[latest1[0], 0, latest1[0]]],
-            "ends": [],
+            "polls": [[end0, 0, end0]],
+            "ranges": [[0, end0]],
         }
     )
-    assert tasks == expected_tasks
-    latest = {0: latest0, 1: latest1, 2: latest1}
-    assert named(events, "spark-available-range", batch=2) == [
-        {"batch": 2, "partition": 0, "earliest": 0, "latest": latest1[0]}
+    expected_tasks += [
+        {
+            "batch": 3,
+            "topic": "spark-sink",
+            "partition": p,
+            "from": 0,
+            "until": count,
+            "offsets": list(range(count)),
+            "polls": [[0, count, count]],
+            "ranges": [[0, count]],
+        }
+        for p, count in ((0, 1), (1, 2))
     ]
-    for available in named(events, "spark-available-range"):
-        assert available["earliest"] == 0 and available["latest"] == latest[available["batch"]][available["partition"]]
+    assert tasks == expected_tasks
+
+    # Offsets 0 and 1 deleted under a reader that wants offset 0.
+    assert named(events, "spark-data-loss") == [
+        {"error": "OffsetOutOfRangeException", "offsets": {"0": 0}, "range": [2, end0], "resumedAt": 2}
+    ]
 
     by_partition: dict[int, list[Event]] = {0: [], 1: []}
-    for record in named(events, "record"):
+    for record in named(events, "record", topic="spark"):
         by_partition[record["partition"]].append(record)
     for p in (0, 1):
         keys = [r["key"] for r in placed0 + placed1 if r["partition"] == p][1:]  # batch 0 skipped offset 0
@@ -395,6 +424,20 @@ def test_spark_source_and_sink_calls(broker: RunningBroker, java_program: JavaPr
             }
             for offset, key in zip(range(1, latest1[p]), keys, strict=True)
         ]
+    sink_record = {"topic": "spark-sink", "timestampType": "CREATE_TIME", "leaderEpoch": 0}
+    assert named(events, "record", topic="spark-sink") == [
+        {
+            **sink_record,
+            "partition": 0,
+            "offset": 0,
+            "timestamp": 200,
+            "key": "e1",
+            "value": "e1",
+            "headers": [["h", "1"]],
+        },
+        {**sink_record, "partition": 1, "offset": 0, "timestamp": 100, "key": None, "value": "e0", "headers": []},
+        {**sink_record, "partition": 1, "offset": 1, "timestamp": 300, "key": "e2", "value": "e2", "headers": []},
+    ]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

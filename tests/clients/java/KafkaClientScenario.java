@@ -49,6 +49,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
@@ -416,14 +417,16 @@ public class KafkaClientScenario {
 
     // ---------------------------------------------------------------------------------------- spark
 
-    // The calls Spark's Kafka source (driver: KafkaOffsetReaderAdmin; executors: InternalKafkaConsumer) and
-    // sink (KafkaWriteTask) make, with the settings Spark adds to the user's. Two micro-batches: the sink
-    // writes 20 keyed records, the driver lists offsets, the executors read each partition's range.
+    // The calls Spark's Kafka source (driver: ConsumerStrategy and KafkaOffsetReaderAdmin; executors:
+    // InternalKafkaConsumer) and sink (KafkaWriteTask) make, with the settings Spark adds to the user's
+    // (KafkaSourceProvider.kafkaParamsForDriver/ForExecutors/ForProducer). Two micro-batches: the sink writes
+    // 20 keyed records, the driver lists partitions and offsets, the executors read each partition's range.
     void spark() {
         String topic = "spark";
+        String sinkTopic = "spark-sink";
         try (Admin admin = Admin.create(adminProps())) {
-            step("create-topic", () -> admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all()
-                    .get(TIMEOUT_S, TimeUnit.SECONDS));
+            step("create-topic", () -> admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1),
+                    new NewTopic(sinkTopic, 2, (short) 1))).all().get(TIMEOUT_S, TimeUnit.SECONDS));
         }
         Properties driver = consumerProps();  // kafkaParamsForDriver, given to Admin.create as they are
         driver.put("auto.offset.reset", "earliest");
@@ -436,16 +439,18 @@ public class KafkaClientScenario {
         executor.put("group.id", "spark-kafka-source-" + UUID.randomUUID() + "-executor");
         Properties small = (Properties) executor.clone();
         small.put("max.poll.records", "4");  // a user's kafka.max.poll.records: several polls per range
-        Properties sink = new Properties();
+        Properties sink = new Properties();  // kafkaParamsForProducer: the serializers, else the defaults
         sink.put("bootstrap.servers", bootstrap);
         sink.put("key.serializer", ByteArraySerializer.class.getName());
         sink.put("value.serializer", ByteArraySerializer.class.getName());
+        // The driver lists offsets with the user's kafka.isolation.level (read_uncommitted by default).
         ListOffsetsOptions readUncommitted = new ListOffsetsOptions(IsolationLevel.READ_UNCOMMITTED);
+        ListOffsetsOptions readCommitted = new ListOffsetsOptions(IsolationLevel.READ_COMMITTED);
 
+        // The executors' consumer pool: one consumer per (group id, partition), assigned that partition alone.
+        Map<String, KafkaConsumer<byte[], byte[]>> pool = new LinkedHashMap<>();
         try (Admin admin = Admin.create(driver);
-             KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(sink);
-             KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(executor);
-             KafkaConsumer<byte[], byte[]> smallPolls = new KafkaConsumer<>(small)) {
+             KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(sink)) {
             Map<TopicPartition, Long> previousLatest = new HashMap<>();
             long[] boundary = {-1};
             for (int batch = 0; batch < 2; batch++) {
@@ -457,101 +462,188 @@ public class KafkaClientScenario {
                         Thread.sleep(5);
                     }
                     // KafkaWriteTask: send(record, callback) with no partition and no timestamp, then flush().
-                    List<Object[]> acked = Collections.synchronizedList(new ArrayList<>());
-                    List<Exception> failures = Collections.synchronizedList(new ArrayList<>());
+                    List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
                     for (int i = 0; i < 20; i++) {
                         int n = 20 * b + i;
                         List<Header> headers = List.of(new RecordHeader("n", bytes(Integer.toString(n))));
-                        ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, null, null, bytes("k" + n),
-                                bytes("v" + n), headers);
-                        producer.send(r, (m, e) -> {
-                            if (e != null) failures.add(e);
-                            else acked.add(new Object[] {m, "k" + n});
-                        });
+                        records.add(new ProducerRecord<>(topic, null, null, bytes("k" + n), bytes("v" + n), headers));
                     }
-                    producer.flush();
-                    if (!failures.isEmpty()) throw failures.get(0);
-                    for (Object[] a : acked) emitSent((RecordMetadata) a[0], (String) a[1]);
+                    sinkWrite(producer, records);
                 });
                 step("driver-batch-" + b, () -> {
-                    // ConsumerStrategy.assignedTopicPartitions, then fetchEarliestOffsets / fetchLatestOffsets.
-                    TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
-                    Set<TopicPartition> partitions = partitionSet();
-                    for (TopicPartitionInfo p : d.partitions()) partitions.add(new TopicPartition(topic, p.partition()));
+                    // ConsumerStrategy.assignedTopicPartitions (subscribe: describeTopics, internal topics left
+                    // out), then fetchEarliestOffsets / fetchLatestOffsets.
+                    Set<TopicPartition> partitions = describedPartitions(admin, List.of(topic));
                     emit("event", "spark-partitions", "batch", b, "partitions", partitionIds(partitions));
                     Map<TopicPartition, Long> earliest = offsets(admin, partitions, OffsetSpec.earliest(), readUncommitted);
                     Map<TopicPartition, Long> latest = offsets(admin, partitions, OffsetSpec.latest(), readUncommitted);
                     emit("event", "spark-offsets", "batch", b, "spec", "earliest", "offsets", byPartition(earliest));
                     emit("event", "spark-offsets", "batch", b, "spec", "latest", "offsets", byPartition(latest));
-                    if (b == 1) {  // startingOffsetsByTimestamp
+                    if (b == 0) {
+                        // subscribePattern: listTopics (internal topics not listed), the matches described.
+                        List<String> matching = new ArrayList<>();
+                        for (String name : new TreeSet<>(admin.listTopics().names().get(TIMEOUT_S, TimeUnit.SECONDS))) {
+                            if (name.matches("spark.*")) matching.add(name);
+                        }
+                        Set<TopicPartition> matched = describedPartitions(admin, matching);
+                        List<Object> names = new ArrayList<>();
+                        for (TopicPartition tp : matched) names.add(tp.topic() + "-" + tp.partition());
+                        emit("event", "spark-pattern", "topics", matching, "partitions", names);
+                    }
+                    if (b == 1) {
+                        // startingOffsetsByTimestamp / startingTimestamp.
                         Map<TopicPartition, Long> byTime =
                                 offsets(admin, partitions, OffsetSpec.forTimestamp(boundary[0]), readUncommitted);
                         emit("event", "spark-offsets", "batch", b, "spec", "timestamp", "offsets", byPartition(byTime));
+                        // kafka.isolation.level=read_committed.
+                        Map<TopicPartition, Long> committed = offsets(admin, partitions, OffsetSpec.latest(), readCommitted);
+                        emit("event", "spark-offsets", "batch", b, "spec", "latest-read-committed",
+                                "offsets", byPartition(committed));
+                        // Per-partition JSON with -2/-1 (fetchSpecificOffsets0): one request, mixed specs.
+                        Map<TopicPartition, OffsetSpec> mixed = new HashMap<>();
+                        mixed.put(new TopicPartition(topic, 0), OffsetSpec.earliest());
+                        mixed.put(new TopicPartition(topic, 1), OffsetSpec.latest());
+                        emit("event", "spark-offsets", "batch", b, "spec", "earliest-0-latest-1",
+                                "offsets", byPartition(offsets(admin, mixed, readUncommitted)));
                     }
                     // Executor tasks: each reads [from, until) of one partition; the first batch skips offset 0.
                     for (TopicPartition tp : partitions) {
                         long from = b == 0 ? earliest.get(tp) + 1 : previousLatest.get(tp);
-                        readRange(b == 0 ? consumer : smallPolls, tp, from, latest.get(tp), b, Integer.MAX_VALUE);
+                        readRange(pool, b == 0 ? executor : small, tp, from, latest.get(tp), b, Integer.MAX_VALUE);
                     }
                     previousLatest.putAll(latest);
                 });
             }
             step("executor-beyond-end", () -> {
-                // A range past the end (data not there yet): the poll comes back empty and Spark asks for the
-                // available range (seekToBeginning, position, seekToEnd, position).
+                // A range past the end (data not there yet): the poll comes back empty, and the available
+                // range tells Spark the offset is out of range.
                 TopicPartition tp = new TopicPartition(topic, 0);
                 long end = previousLatest.get(tp);
-                readRange(consumer, tp, end, end + 1, 2, 1);
+                readRange(pool, executor, tp, end, end + 1, 2, 1);
             });
+            step("executor-data-loss", () -> {
+                // Records gone before a task reads them (retention, DeleteRecords): with auto.offset.reset=none
+                // the poll throws OffsetOutOfRangeException; with failOnDataLoss=false Spark goes on from the
+                // earliest available offset (getEarliestAvailableOffsetBetween), on a fresh consumer.
+                TopicPartition tp = new TopicPartition(topic, 0);
+                try (Admin plain = Admin.create(adminProps())) {
+                    plain.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(2))).all().get(TIMEOUT_S, TimeUnit.SECONDS);
+                }
+                try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(executor)) {
+                    consumer.assign(List.of(tp));
+                    consumer.seek(tp, 0);
+                    Object error = null;
+                    Object outOfRange = null;
+                    long deadline = System.currentTimeMillis() + TIMEOUT_S * 1000L;
+                    while (error == null && System.currentTimeMillis() < deadline) {
+                        try {
+                            if (!consumer.poll(Duration.ofMillis(200)).isEmpty()) error = "records";
+                        } catch (OffsetOutOfRangeException e) {
+                            error = e.getClass().getSimpleName();
+                            outOfRange = byPartition(e.offsetOutOfRangePartitions());
+                        }
+                    }
+                    consumer.seekToBeginning(List.of(tp));
+                    long earliest = consumer.position(tp);
+                    consumer.seekToEnd(List.of(tp));
+                    long latest = consumer.position(tp);
+                    consumer.seek(tp, earliest);
+                    List<ConsumerRecord<byte[], byte[]>> fetched = List.of();
+                    while (fetched.isEmpty() && System.currentTimeMillis() < deadline) {
+                        fetched = consumer.poll(Duration.ofMillis(200)).records(tp);
+                    }
+                    emit("event", "spark-data-loss", "error", error, "offsets", outOfRange, "range",
+                            List.of(earliest, latest), "resumedAt", fetched.isEmpty() ? null : fetched.get(0).offset());
+                }
+            });
+            step("sink-columns", () -> {
+                // The sink's optional columns: partition and timestamp set, a null key, no headers.
+                sinkWrite(producer, List.of(
+                        new ProducerRecord<>(sinkTopic, 1, base + 100, null, bytes("e0")),
+                        new ProducerRecord<>(sinkTopic, 0, base + 200, bytes("e1"), bytes("e1"),
+                                List.of(new RecordHeader("h", bytes("1")))),
+                        new ProducerRecord<>(sinkTopic, 1, base + 300, bytes("e2"), bytes("e2"))));
+                for (int p = 0; p < 2; p++) {
+                    TopicPartition tp = new TopicPartition(sinkTopic, p);
+                    readRange(pool, executor, tp, 0, p == 0 ? 1 : 2, 3, Integer.MAX_VALUE);
+                }
+            });
+        } finally {
+            for (KafkaConsumer<byte[], byte[]> consumer : pool.values()) consumer.close();
         }
     }
 
-    // InternalKafkaConsumer.get / fetchData: seek to the wanted offset and poll, look at position() after the
-    // poll, and at the end of the partition (seekToEnd, position) between polls; after an empty poll,
-    // getAvailableOffsetRange (seekToBeginning, position, seekToEnd, position).
-    void readRange(KafkaConsumer<byte[], byte[]> consumer, TopicPartition tp, long from, long until, int batch, int maxPolls) {
-        if (!consumer.assignment().contains(tp)) {
-            Set<TopicPartition> assignment = partitionSet();
-            assignment.addAll(consumer.assignment());
-            assignment.add(tp);
-            consumer.assign(assignment);
+    // KafkaWriteTask.execute and close: send each record with a callback, then flush() and check for errors.
+    void sinkWrite(KafkaProducer<byte[], byte[]> producer, List<ProducerRecord<byte[], byte[]>> records) throws Exception {
+        List<Object[]> acked = Collections.synchronizedList(new ArrayList<>());
+        List<Exception> failures = Collections.synchronizedList(new ArrayList<>());
+        for (ProducerRecord<byte[], byte[]> r : records) {
+            producer.send(r, (m, e) -> {
+                if (e != null) failures.add(e);
+                else acked.add(new Object[] {m, str(r.key())});
+            });
         }
+        producer.flush();
+        if (!failures.isEmpty()) throw failures.get(0);
+        for (Object[] a : acked) emitSent((RecordMetadata) a[0], (String) a[1]);
+    }
+
+    Set<TopicPartition> describedPartitions(Admin admin, Collection<String> topics) throws Exception {
+        Set<TopicPartition> partitions = partitionSet();
+        for (TopicDescription d : admin.describeTopics(topics).allTopicNames().get(TIMEOUT_S, TimeUnit.SECONDS).values()) {
+            if (d.isInternal()) continue;
+            for (TopicPartitionInfo p : d.partitions()) partitions.add(new TopicPartition(d.name(), p.partition()));
+        }
+        return partitions;
+    }
+
+    // InternalKafkaConsumer.fetch (Spark 3.2 on, SPARK-34187): seek to the wanted offset, poll, position(),
+    // then the available offset range (seekToBeginning, position, seekToEnd, position) after every poll: it
+    // tells an offset that is gone or not there yet (data loss, OffsetOutOfRange) from a poll that timed out.
+    void readRange(Map<String, KafkaConsumer<byte[], byte[]>> pool, Properties props, TopicPartition tp, long from,
+            long until, int batch, int maxPolls) {
+        KafkaConsumer<byte[], byte[]> consumer = pool.computeIfAbsent(
+                props.getProperty("max.poll.records", "default") + "/" + tp, key -> {
+                    KafkaConsumer<byte[], byte[]> created = new KafkaConsumer<>(props);
+                    created.assign(List.of(tp));
+                    return created;
+                });
         List<Object> offsets = new ArrayList<>();
         List<Object> polls = new ArrayList<>();
-        List<Object> ends = new ArrayList<>();
+        Set<List<Long>> ranges = new TreeSet<>(Comparator.comparing((List<Long> r) -> r.get(0)).thenComparing(r -> r.get(1)));
         long next = from;
         long deadline = System.currentTimeMillis() + TIMEOUT_S * 1000L;
         while (next < until && polls.size() < maxPolls && System.currentTimeMillis() < deadline) {
             consumer.seek(tp, next);
             List<ConsumerRecord<byte[], byte[]>> fetched = consumer.poll(Duration.ofMillis(512)).records(tp);
-            polls.add(List.of(next, fetched.size(), consumer.position(tp)));
-            if (fetched.isEmpty()) {
-                consumer.seekToBeginning(List.of(tp));
-                long earliest = consumer.position(tp);
-                consumer.seekToEnd(List.of(tp));
-                long latest = consumer.position(tp);
-                emit("event", "spark-available-range", "batch", batch, "partition", tp.partition(),
-                        "earliest", earliest, "latest", latest);
-                continue;
-            }
+            long afterPoll = consumer.position(tp);
+            consumer.seekToBeginning(List.of(tp));
+            long earliest = consumer.position(tp);
+            consumer.seekToEnd(List.of(tp));
+            long latest = consumer.position(tp);
+            polls.add(List.of(next, fetched.size(), afterPoll));
+            ranges.add(List.of(earliest, latest));
             for (ConsumerRecord<byte[], byte[]> r : fetched) {
                 if (r.offset() >= until) break;
                 if (r.offset() != next) throw new IllegalStateException("wanted offset " + next + ", got " + r.offset());
-                emitRecord(r, true);
+                emitRecord(r, batch != 3);
                 offsets.add(r.offset());
                 next = r.offset() + 1;
             }
-            consumer.seekToEnd(List.of(tp));
-            ends.add(consumer.position(tp));
         }
-        emit("event", "spark-task", "batch", batch, "partition", tp.partition(), "from", from, "until", until,
-                "offsets", offsets, "polls", polls, "ends", ends);
+        emit("event", "spark-task", "batch", batch, "topic", tp.topic(), "partition", tp.partition(), "from", from,
+                "until", until, "offsets", offsets, "polls", polls, "ranges", new ArrayList<>(ranges));
     }
 
     Map<TopicPartition, Long> offsets(Admin admin, Collection<TopicPartition> tps, OffsetSpec spec, ListOffsetsOptions options)
             throws Exception {
         Map<TopicPartition, OffsetSpec> request = new HashMap<>();
         for (TopicPartition tp : tps) request.put(tp, spec);
+        return offsets(admin, request, options);
+    }
+
+    Map<TopicPartition, Long> offsets(Admin admin, Map<TopicPartition, OffsetSpec> request, ListOffsetsOptions options)
+            throws Exception {
         Map<TopicPartition, Long> out = new HashMap<>();
         for (Map.Entry<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> e :
                 admin.listOffsets(request, options).all().get(TIMEOUT_S, TimeUnit.SECONDS).entrySet()) {
