@@ -37,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set a server.properties key (repeatable)"
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--ready-file", type=Path, default=None, help="once listening, write the advertised HOST:PORT to this file"
+    )
+    health = sub.add_parser("health", help="check that a broker answers ApiVersions and Metadata (exit 0 if so)")
+    health.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of the broker (default %(default)s)")
+    health.add_argument("--timeout", type=float, default=5.0, help="seconds for one check (default %(default)s)")
+    health.add_argument("--wait", type=float, default=0.0, help="retry for up to this many seconds (default: once)")
     return parser
 
 
@@ -64,6 +71,7 @@ async def run_broker(
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
     install_signal_handlers: bool = False,
     started_at: float | None = None,
+    ready_file: Path | None = None,
 ) -> None:
     """Run until cancelled or signalled; reports the ready broker through ``task_status``."""
     from kbroker.server.connection import serve
@@ -93,6 +101,10 @@ async def run_broker(
                 data_dir,
                 broker.cluster_id,
             )
+            if ready_file is not None:  # written whole, then renamed: a reader never sees half an address
+                partial = ready_file.with_name(ready_file.name + ".partial")
+                partial.write_text(f"{advertised.host}:{advertised.port}\n")
+                partial.replace(ready_file)
             task_status.started(broker)
             if install_signal_handlers:
                 with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -125,9 +137,23 @@ def raise_open_file_limit() -> None:
         log.debug("open file limit unchanged: %s", exc)
 
 
+def health_command(args: argparse.Namespace) -> int:
+    from kbroker.health import NotReady, check, wait_until_ready
+
+    try:
+        health = wait_until_ready(args.bootstrap, args.wait) if args.wait > 0 else check(args.bootstrap, args.timeout)
+    except (NotReady, TimeoutError) as exc:
+        print(f"kbroker health: not ready: {exc}", file=sys.stderr)
+        return 1
+    print(health.summary())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     started_at = time.perf_counter()
     args = build_parser().parse_args(argv)
+    if args.command == "health":
+        return health_command(args)
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -142,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(
             lambda: run_broker(
-                config, data_dir, listen, advertised, install_signal_handlers=True, started_at=started_at
+                config,
+                data_dir,
+                listen,
+                advertised,
+                install_signal_handlers=True,
+                started_at=started_at,
+                ready_file=args.ready_file,
             )
         )
     except OSError as exc:

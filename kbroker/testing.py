@@ -1,4 +1,6 @@
-"""Run a broker inside the current process, on its own thread: for tests and the pytest plugin.
+"""Run a broker for tests: inside the current process on its own thread (RunningBroker), or as a child
+``kbroker serve`` process (BrokerProcess). Both have the same surface: ``bootstrap``, ``data_dir``, ``start``,
+``stop``, ``restart`` and use as a context manager. The pytest plugin (kbroker.pytest_plugin) builds on them.
 
 with RunningBroker(tmp_path) as broker:
     client = KafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -6,9 +8,15 @@ with RunningBroker(tmp_path) as broker:
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import trio
 
@@ -16,7 +24,29 @@ from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 
 
-class RunningBroker:
+class _StartedBroker:
+    """What both kinds share: ``with`` starts and stops; ``restart`` stops and starts on the same data and port."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def restart(self) -> Self:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RunningBroker(_StartedBroker):
     def __init__(
         self,
         data_dir: Path,
@@ -101,10 +131,82 @@ class RunningBroker:
         self.broker = None
         return self.start()
 
-    def __enter__(self) -> RunningBroker:
-        return self.start()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+class BrokerProcess(_StartedBroker):
+    """``kbroker serve`` as a child process on an ephemeral port (then the same port across restarts).
+
+    Its log goes to ``<data_dir>.log`` beside the data directory. ``kill()`` ends it with SIGKILL, as a crash
+    would: no drain, no final flush.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        overrides: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "WARNING",
     ) -> None:
-        self.stop()
+        self.data_dir = Path(data_dir)
+        self.overrides = dict(overrides or {})
+        BrokerConfig(self.overrides)  # a bad key fails here, with Kafka's key name, not in the child
+        self.host = host
+        self.port = port
+        self.log_level = log_level
+        self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
+        self._ready_file = self.data_dir.with_name(self.data_dir.name + ".ready")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.process is not None, "broker not started"
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        self._ready_file.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "kbroker", "serve", "--listen", f"{self.host}:{self.port}"]
+        command += ["--data-dir", str(self.data_dir), "--ready-file", str(self._ready_file)]
+        command += ["--log-level", self.log_level]
+        for name, value in self.overrides.items():
+            command += ["--override", f"{name}={value}"]
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while not self._ready_file.exists():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"kbroker serve exited with {self.process.returncode}:\n{self._log_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"kbroker serve did not start within {timeout:g} s:\n{self._log_tail()}")
+            time.sleep(0.005)
+        self.port = int(self._ready_file.read_text().strip().rpartition(":")[2])
+        return self
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM: the broker drains (in-flight requests answered), flushes and exits."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing drained, nothing flushed beyond what was already written."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None

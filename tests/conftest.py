@@ -1,47 +1,37 @@
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from kbroker.pytest_plugin import KafkaBrokerFactory
 from kbroker.testing import RunningBroker
 
+# The brokers come from the package's pytest plugin (kbroker/pytest_plugin.py), always in-process here:
+# tests reach into the running broker (``broker.broker``).
+
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[RunningBroker]:
+def broker(kafka_broker_factory: KafkaBrokerFactory) -> RunningBroker:
     """A fresh broker on an ephemeral port with its own data directory."""
-    with RunningBroker(tmp_path / "data") as running:
-        yield running
+    return kafka_broker_factory(mode="thread")
 
 
 @pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator:
-    """Start brokers with custom settings; all are stopped at the end of the test."""
-    started: list[RunningBroker] = []
-
-    def start(overrides: dict[str, str] | None = None, name: str = "data") -> RunningBroker:
-        running = RunningBroker(tmp_path / name, overrides).start()
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        running.stop()
+def broker_factory(kafka_broker_factory: KafkaBrokerFactory) -> Callable[..., RunningBroker]:
+    """``broker_factory(overrides)``: start brokers with custom settings; all are stopped at the end of the test."""
+    return functools.partial(kafka_broker_factory, mode="thread")
 
 
 # --- Java kafka-clients programs --------------------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]
-JAVA = shutil.which("java")
-JAVAC = shutil.which("javac")
-JAVA_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]  # short-lived JVMs start and finish sooner
 
 
 def _java_clients() -> ModuleType:
@@ -69,28 +59,17 @@ def java_program(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
     unavailable: dict[str, str] = {}  # tried once per session, not once per test
 
     def command(source: Path, version: str) -> list[str]:
-        if JAVA is None or JAVAC is None:
-            pytest.skip("java/javac are not installed (apt-get install -y default-jdk-headless)")
         if version in unavailable:
             pytest.skip(unavailable[version])
         key = (source, version)
         if key not in compiled:
-            try:
-                java_clients.prepare(version)
-            except java_clients.JavaClientsUnavailable as exc:
-                unavailable[version] = f"kafka-clients {version} jars unavailable (python tools/java_clients.py): {exc}"
-                pytest.skip(unavailable[version])
-            jars = java_clients.classpath(version, logging=bool(os.environ.get("KBROKER_JAVA_LOG")))
-            assert jars is not None
             classes = tmp_path_factory.mktemp(f"{source.stem}-{version}")
-            run = subprocess.run(
-                [JAVAC, "-Xlint:all", "-Werror", "-d", str(classes), "-cp", jars, str(source)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert run.returncode == 0, f"javac {source.name} against kafka-clients {version} failed:\n{run.stderr}"
-            compiled[key] = [JAVA, *JAVA_FLAGS, "-cp", os.pathsep.join([jars, str(classes)]), source.stem]
+            logging = bool(os.environ.get("KBROKER_JAVA_LOG"))
+            try:
+                compiled[key] = java_clients.compile_program(source, version, classes, logging=logging)
+            except java_clients.JavaClientsUnavailable as exc:
+                unavailable[version] = f"kafka-clients {version} unavailable (python tools/java_clients.py): {exc}"
+                pytest.skip(unavailable[version])
         return compiled[key]
 
     return command

@@ -14,35 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from compat import clients as compat_clients
 from kbroker.testing import RunningBroker
 
-KAFKA_PYTHON_2 = "2.3.3"
 SCENARIO = Path(__file__).with_name("kafka_python_scenario.py")
 
 
 @pytest.fixture(scope="session")
 def kafka_python2_path() -> Path:
-    cache = Path(os.environ.get("KBROKER_CACHE", Path.home() / ".cache" / "kbroker")) / f"kafka-python-{KAFKA_PYTHON_2}"
-    if not (cache / "kafka" / "__init__.py").exists():
-        install = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--target",
-                str(cache),
-                f"kafka-python=={KAFKA_PYTHON_2}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if install.returncode != 0:
-            pytest.skip(f"cannot install kafka-python {KAFKA_PYTHON_2} (no package index?): {install.stderr[-300:]}")
-    return cache
+    try:
+        return compat_clients.kafka_python2_path()  # the compat suite's install, shared
+    except compat_clients.ClientUnavailable as exc:
+        pytest.skip(f"{exc} (no package index?)")
 
 
 def test_kafka_python_2_full_flow(broker: RunningBroker, kafka_python2_path: Path) -> None:
@@ -52,7 +35,7 @@ def test_kafka_python_2_full_flow(broker: RunningBroker, kafka_python2_path: Pat
     )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
-    assert result["version"] == KAFKA_PYTHON_2
+    assert result["version"] == compat_clients.KAFKA_PYTHON_2
     assert result["topics"] == ["py"]
     assert result["configs"]["retention.ms"] == "3600000"
     assert result["configs"]["cleanup.policy"] == "delete"

@@ -1,0 +1,212 @@
+"""kafka-python (3.x, and 2.x when its directory is first on PYTHONPATH): one adapter for both lines.
+
+Where the two differ it says so: 2.x admin calls return raw responses instead of raising, and 2.x has no
+IncrementalAlterConfigs, so ``alter_configs`` merges with the topic's current dynamic configs as the
+non-incremental AlterConfigs request requires (kafka-python 3 does the same on old brokers).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kafka
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+from kafka.errors import KafkaError
+
+from compat.clients.api import (
+    Adapter,
+    Json,
+    Unsupported,
+    consumed_record,
+    errno_error,
+    raise_error_codes,
+    send_arguments,
+    set_on_topic,
+)
+
+V2 = kafka.__version__.startswith("2.")
+CODECS = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+
+
+class KafkaPythonAdapter(Adapter):
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(bootstrap)
+        self._admin: KafkaAdminClient | None = None
+
+    def version(self) -> str:
+        return kafka.__version__
+
+    @property
+    def admin(self) -> KafkaAdminClient:
+        if self._admin is None:
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        return self._admin
+
+    # --- admin ---------------------------------------------------------------------------------------------
+    def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
+        new = NewTopic(topic, partitions, 1, topic_configs=configs)
+        try:
+            answer = self.admin.create_topics([new])
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+        if V2:
+            raise_error_codes([(t[0], t[1]) for t in answer.topic_errors])
+
+    def delete_topic(self, topic: str) -> None:
+        try:
+            answer = self.admin.delete_topics([topic])
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+        if V2:
+            raise_error_codes(list(answer.topic_error_codes))
+
+    def list_topics(self) -> list[str]:
+        return sorted(t for t in self.admin.list_topics() if not t.startswith("__"))
+
+    def describe_topic(self, topic: str) -> list[int]:
+        try:
+            described = self.admin.describe_topics([topic])[0]
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+        raise_error_codes([(topic, described["error_code"])])
+        return sorted(p["partition"] if V2 else p["partition_index"] for p in described["partitions"])
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        try:
+            answer = self.admin.create_partitions({topic: NewPartitions(total_count=total)})
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+        if V2:
+            raise_error_codes([(t[0], t[1]) for t in answer.topic_errors])
+
+    def _all_configs(self, topic: str) -> dict[str, tuple[str | None, bool]]:
+        """name -> (value, set on the topic itself)."""
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+        if V2:
+            # (error_code, error_message, resource_type, resource_name, entries); entries: (name, value,
+            # read_only, config_source or is_default, is_sensitive, ...).
+            answer = self.admin.describe_configs([resource])[0].resources[0]
+            raise_error_codes([(topic, answer[0])])
+            return {e[0]: (e[1], set_on_topic(e[3])) for e in answer[4]}
+        described = self.admin.describe_configs([resource], config_filter="all")["topic"][topic]
+        return {name: (e["value"], e["config_source"] == "DYNAMIC_TOPIC_CONFIG") for name, e in described.items()}
+
+    def describe_configs(self, topic: str, names: list[str]) -> dict[str, str | None]:
+        try:
+            everything = self._all_configs(topic)
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+        return {name: everything[name][0] for name in names if name in everything}
+
+    def alter_configs(self, topic: str, configs: dict[str, str]) -> None:
+        try:
+            if V2:
+                current = {k: v for k, (v, on_topic) in self._all_configs(topic).items() if on_topic}
+                answer = self.admin.alter_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, topic, {**current, **configs})]
+                )
+                raise_error_codes([(topic, r[0]) for r in answer.resources])
+            else:
+                self.admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, dict(configs))])
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+
+    # --- producing -----------------------------------------------------------------------------------------
+    def producer_open(self, settings: dict[str, Json]) -> int:
+        options: dict[str, Any] = {"compression_type": CODECS[settings.get("codec") or "none"]}
+        if settings.get("idempotent") is not None:
+            options["enable_idempotence"] = settings["idempotent"]
+        if settings.get("max_request_bytes"):
+            options["max_request_size"] = settings["max_request_bytes"]
+        return self._keep("producer", KafkaProducer(bootstrap_servers=self.bootstrap, **options))
+
+    def producer_send(self, handle: int, topic: str, records: list[dict[str, Json]]) -> list[list[int]]:
+        producer: KafkaProducer = self._get(handle)
+        if any(v is None for r in records for _, v in r.get("headers") or []):
+            raise Unsupported("kafka-python cannot send a header without a value")
+        try:
+            futures = [producer.send(topic, **send_arguments(r)) for r in records]
+            producer.flush(60)
+            return [[m.partition, m.offset] for m in (f.get(60) for f in futures)]
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+
+    def producer_close(self, handle: int) -> None:
+        self._drop(handle).close(10)
+
+    # --- reading by position -------------------------------------------------------------------------------
+    def _consumer(self, **options: Any) -> KafkaConsumer:
+        return KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **options)
+
+    def read(
+        self, topic: str, partition: int, offset: int, count: int, settings: dict[str, Json]
+    ) -> list[dict[str, Json]]:
+        options = {}
+        if settings.get("max_partition_fetch_bytes"):
+            options["max_partition_fetch_bytes"] = settings["max_partition_fetch_bytes"]
+        consumer = self._consumer(**options)
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, offset)
+            out: list[dict[str, Json]] = []
+            deadline = time.monotonic() + settings.get("timeout_ms", 15000) / 1000
+            while len(out) < count and time.monotonic() < deadline:
+                for batch in consumer.poll(200).values():
+                    out.extend(consumed_record(r) for r in batch)
+            return out[:count]
+        finally:
+            consumer.close()
+
+    def offsets_for_times(self, topic: str, timestamps: dict[str, int]) -> dict[str, int | None]:
+        consumer = self._consumer()
+        try:
+            found = consumer.offsets_for_times({TopicPartition(topic, int(p)): ts for p, ts in timestamps.items()})
+            return {str(tp.partition): (None if at is None else at.offset) for tp, at in found.items()}
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+        finally:
+            consumer.close()
+
+    def list_offsets(self, topic: str, partitions: list[int], spec: str) -> dict[str, int]:
+        consumer = self._consumer()
+        try:
+            tps = [TopicPartition(topic, p) for p in partitions]
+            found = consumer.beginning_offsets(tps) if spec == "earliest" else consumer.end_offsets(tps)
+            return {str(tp.partition): offset for tp, offset in found.items()}
+        finally:
+            consumer.close()
+
+    # --- consumer groups -----------------------------------------------------------------------------------
+    def consumer_open(self, group: str, topics: list[str], settings: dict[str, Json]) -> int:
+        consumer = self._consumer(
+            group_id=group,
+            auto_offset_reset="earliest",
+            session_timeout_ms=settings["session_timeout_ms"],
+            heartbeat_interval_ms=settings["heartbeat_interval_ms"],
+        )
+        consumer.subscribe(topics)
+        return self._keep("consumer", consumer)
+
+    def consumer_poll(self, handle: int, timeout_ms: int) -> dict[str, Json]:
+        consumer: KafkaConsumer = self._get(handle)
+        batches = consumer.poll(timeout_ms)
+        records = [consumed_record(r) for batch in batches.values() for r in batch]
+        assignment = sorted([tp.topic, tp.partition] for tp in consumer.assignment())
+        return {"records": records, "assignment": assignment}
+
+    def consumer_commit(self, handle: int) -> None:
+        try:
+            self._get(handle).commit()
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+
+    def consumer_close(self, handle: int) -> None:
+        self._drop(handle).close()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self._admin is not None:
+            self._admin.close()

@@ -1,0 +1,548 @@
+// The compat suite's Java client: kafka-clients driven over JSON lines, the protocol of
+// compat/clients/runner.py (operations as in compat/clients/api.py). Compiled against each kafka-clients
+// version by compat/java/__init__.py.
+//
+// Usage: java -cp <kafka-clients jars>:<classes> CompatDriver BOOTSTRAP
+//   stdin:  {"id": 1, "op": "producer_open", "args": {...}} per line
+//   stdout: {"ready": {"version": "3.9.0"}}, then {"id": 1, "result": ...} or {"id": 1, "error": {...}}
+//
+// Clients run with their defaults (idempotent producer, acks=all) plus the byte-array (de)serializers;
+// a setting is changed only where the request asks. Errors are named by Kafka's error code
+// (org.apache.kafka.common.protocol.Errors) when the exception maps to one.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.TreeSet;
+import java.util.UUID;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.protocol.Errors;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.utils.AppInfoParser;
+
+public class CompatDriver {
+    static final int TIMEOUT_S = 60;
+
+    /** An error the client reported, by Kafka's name. */
+    static final class ClientError extends Exception {
+        private static final long serialVersionUID = 1L;
+        final String error;
+
+        ClientError(String error, String message) {
+            super(message);
+            this.error = error;
+        }
+    }
+
+    final String bootstrap;
+    final Map<Integer, Object> handles = new HashMap<>();
+    int lastHandle = 0;
+    Admin admin;
+
+    CompatDriver(String bootstrap) {
+        this.bootstrap = bootstrap;
+    }
+
+    public static void main(String[] args) throws Exception {
+        // stdout carries only the protocol; anything else printed goes to stderr.
+        PrintStream protocol = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+        System.setOut(System.err);
+        CompatDriver driver = new CompatDriver(args[0]);
+        protocol.println(Json.write(Map.of("ready", Map.of("version", AppInfoParser.getVersion()))));
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.isBlank()) continue;
+            Map<String, Object> request = Json.object(Json.parse(line));
+            Map<String, Object> reply = new LinkedHashMap<>();
+            reply.put("id", request.get("id"));
+            try {
+                Map<String, Object> arguments = Json.object(request.getOrDefault("args", Map.of()));
+                reply.put("result", driver.call((String) request.get("op"), arguments));
+            } catch (UnsupportedOperationException e) {
+                reply.put("error", error("unsupported", "", e.getMessage()));
+            } catch (ClientError e) {
+                reply.put("error", error("client", e.error, e.getMessage()));
+            } catch (Exception e) {
+                java.io.StringWriter trace = new java.io.StringWriter();
+                e.printStackTrace(new java.io.PrintWriter(trace));
+                reply.put("error", error("exception", e.getClass().getSimpleName(), trace.toString()));
+            }
+            protocol.println(Json.write(reply));
+        }
+        driver.shutdown();
+        System.exit(0);
+    }
+
+    static Map<String, Object> error(String kind, String error, String message) {
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("kind", kind);
+        out.put("error", error);
+        out.put("message", message == null ? "" : message);
+        return out;
+    }
+
+    /** Kafka's name for what went wrong: the error code an exception stands for, else its class name. */
+    static ClientError clientError(Throwable e) {
+        Throwable cause = (e instanceof ExecutionException && e.getCause() != null) ? e.getCause() : e;
+        Errors code = Errors.forException(cause);
+        String name = code == Errors.UNKNOWN_SERVER_ERROR ? cause.getClass().getSimpleName() : code.name();
+        return new ClientError(name, String.valueOf(cause.getMessage()));
+    }
+
+    Object call(String op, Map<String, Object> a) throws Exception {
+        try {
+            switch (op) {
+                case "create_topic": return createTopic(str(a, "topic"), num(a, "partitions").intValue(), strings(a.get("configs")));
+                case "delete_topic": return deleteTopic(str(a, "topic"));
+                case "list_topics": return listTopics();
+                case "describe_topic": return describeTopic(str(a, "topic"));
+                case "create_partitions": return createPartitions(str(a, "topic"), num(a, "total").intValue());
+                case "describe_configs": return describeConfigs(str(a, "topic"), Json.list(a.get("names")));
+                case "alter_configs": return alterConfigs(str(a, "topic"), strings(a.get("configs")));
+                case "producer_open": return producerOpen(Json.object(a.get("settings")));
+                case "producer_send": return producerSend(num(a, "handle").intValue(), str(a, "topic"), Json.list(a.get("records")));
+                case "producer_close": return producerClose(num(a, "handle").intValue());
+                case "read": return read(str(a, "topic"), num(a, "partition").intValue(), num(a, "offset").longValue(),
+                        num(a, "count").intValue(), Json.object(a.get("settings")));
+                case "offsets_for_times": return offsetsForTimes(str(a, "topic"), Json.object(a.get("timestamps")));
+                case "list_offsets": return listOffsets(str(a, "topic"), Json.list(a.get("partitions")), str(a, "spec"));
+                case "consumer_open": return consumerOpen(str(a, "group"), Json.list(a.get("topics")), Json.object(a.get("settings")));
+                case "consumer_poll": return consumerPoll(num(a, "handle").intValue(), num(a, "timeout_ms").longValue());
+                case "consumer_commit": return consumerCommit(num(a, "handle").intValue());
+                case "consumer_close": return consumerClose(num(a, "handle").intValue());
+                default: throw new UnsupportedOperationException("unknown operation " + op);
+            }
+        } catch (ExecutionException | org.apache.kafka.common.KafkaException e) {
+            throw clientError(e);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ admin
+
+    Admin admin() {
+        if (admin == null) {
+            Properties props = new Properties();
+            props.put("bootstrap.servers", bootstrap);
+            admin = Admin.create(props);
+        }
+        return admin;
+    }
+
+    Object createTopic(String topic, int partitions, Map<String, String> configs) throws Exception {
+        NewTopic created = new NewTopic(topic, Optional.of(partitions), Optional.empty()).configs(configs);
+        admin().createTopics(List.of(created)).all().get(TIMEOUT_S, TimeUnit.SECONDS);
+        return null;
+    }
+
+    Object deleteTopic(String topic) throws Exception {
+        admin().deleteTopics(List.of(topic)).all().get(TIMEOUT_S, TimeUnit.SECONDS);
+        return null;
+    }
+
+    Object listTopics() throws Exception {
+        return new ArrayList<>(new TreeSet<>(admin().listTopics().names().get(TIMEOUT_S, TimeUnit.SECONDS)));
+    }
+
+    Object describeTopic(String topic) throws Exception {
+        TopicDescription description = admin().describeTopics(List.of(topic)).allTopicNames()
+                .get(TIMEOUT_S, TimeUnit.SECONDS).get(topic);
+        List<Object> partitions = new ArrayList<>();
+        for (TopicPartitionInfo info : description.partitions()) partitions.add(info.partition());
+        return partitions;
+    }
+
+    Object createPartitions(String topic, int total) throws Exception {
+        admin().createPartitions(Map.of(topic, NewPartitions.increaseTo(total))).all().get(TIMEOUT_S, TimeUnit.SECONDS);
+        return null;
+    }
+
+    Object describeConfigs(String topic, List<Object> names) throws Exception {
+        ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        Config config = admin().describeConfigs(List.of(resource)).all().get(TIMEOUT_S, TimeUnit.SECONDS).get(resource);
+        Map<String, Object> out = new LinkedHashMap<>();
+        for (Object name : names) {
+            ConfigEntry entry = config.get((String) name);
+            if (entry != null) out.put((String) name, entry.value());
+        }
+        return out;
+    }
+
+    Object alterConfigs(String topic, Map<String, String> configs) throws Exception {
+        ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        List<AlterConfigOp> ops = new ArrayList<>();
+        for (Map.Entry<String, String> e : configs.entrySet()) {
+            ops.add(new AlterConfigOp(new ConfigEntry(e.getKey(), e.getValue()), AlterConfigOp.OpType.SET));
+        }
+        admin().incrementalAlterConfigs(Map.of(resource, ops)).all().get(TIMEOUT_S, TimeUnit.SECONDS);
+        return null;
+    }
+
+    // -------------------------------------------------------------------------------------- producing
+
+    Object producerOpen(Map<String, Object> settings) {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        props.put("compression.type", settings.get("codec") == null ? "none" : settings.get("codec"));
+        if (settings.get("idempotent") != null) props.put("enable.idempotence", settings.get("idempotent").toString());
+        if (settings.get("max_request_bytes") != null) props.put("max.request.size", settings.get("max_request_bytes").toString());
+        return keep(new KafkaProducer<byte[], byte[]>(props));
+    }
+
+    @SuppressWarnings("unchecked")
+    Object producerSend(int handle, String topic, List<Object> records) throws Exception {
+        KafkaProducer<byte[], byte[]> producer = (KafkaProducer<byte[], byte[]>) handles.get(handle);
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        for (Object item : records) {
+            Map<String, Object> r = Json.object(item);
+            List<Header> headers = new ArrayList<>();
+            for (Object pair : r.get("headers") == null ? List.of() : Json.list(r.get("headers"))) {
+                List<Object> header = Json.list(pair);
+                headers.add(new RecordHeader((String) header.get(0), bytes(header.get(1))));
+            }
+            Integer partition = r.get("partition") == null ? null : ((Number) r.get("partition")).intValue();
+            Long timestamp = r.get("timestamp") == null ? null : ((Number) r.get("timestamp")).longValue();
+            sent.add(producer.send(new ProducerRecord<>(topic, partition, timestamp, bytes(r.get("key")), bytes(r.get("value")), headers)));
+        }
+        producer.flush();
+        List<Object> out = new ArrayList<>();
+        for (Future<RecordMetadata> future : sent) {
+            RecordMetadata meta = future.get(TIMEOUT_S, TimeUnit.SECONDS);
+            out.add(List.of(meta.partition(), meta.offset()));
+        }
+        return out;
+    }
+
+    Object producerClose(int handle) {
+        ((KafkaProducer<?, ?>) handles.remove(handle)).close(Duration.ofSeconds(10));
+        return null;
+    }
+
+    // ------------------------------------------------------------------------------ reading by position
+
+    KafkaConsumer<byte[], byte[]> consumer(Map<String, Object> extra) {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("enable.auto.commit", "false");
+        for (Map.Entry<String, Object> e : extra.entrySet()) props.put(e.getKey(), e.getValue().toString());
+        return new KafkaConsumer<>(props);
+    }
+
+    Object read(String topic, int partition, long offset, int count, Map<String, Object> settings) {
+        Map<String, Object> extra = new HashMap<>();
+        // close() waits for the fetch in flight, which the broker holds for fetch.max.wait.ms (500 ms) when
+        // there is nothing new: a shorter wait only makes each read return sooner.
+        extra.put("fetch.max.wait.ms", 50);
+        if (settings.get("max_partition_fetch_bytes") != null) {
+            extra.put("max.partition.fetch.bytes", settings.get("max_partition_fetch_bytes"));
+        }
+        long timeoutMs = settings.get("timeout_ms") == null ? 15000 : ((Number) settings.get("timeout_ms")).longValue();
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(extra)) {
+            TopicPartition tp = new TopicPartition(topic, partition);
+            consumer.assign(List.of(tp));
+            consumer.seek(tp, offset);
+            List<Object> out = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (out.size() < count && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    if (out.size() < count) out.add(consumed(r));
+                }
+            }
+            return out;
+        }
+    }
+
+    Object offsetsForTimes(String topic, Map<String, Object> timestamps) {
+        Map<TopicPartition, Long> query = new HashMap<>();
+        for (Map.Entry<String, Object> e : timestamps.entrySet()) {
+            query.put(new TopicPartition(topic, Integer.parseInt(e.getKey())), ((Number) e.getValue()).longValue());
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(Map.of())) {
+            Map<String, Object> out = new LinkedHashMap<>();
+            for (Map.Entry<TopicPartition, OffsetAndTimestamp> e : consumer.offsetsForTimes(query).entrySet()) {
+                out.put(String.valueOf(e.getKey().partition()), e.getValue() == null ? null : e.getValue().offset());
+            }
+            return out;
+        }
+    }
+
+    Object listOffsets(String topic, List<Object> partitions, String spec) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (Object p : partitions) tps.add(new TopicPartition(topic, ((Number) p).intValue()));
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(Map.of())) {
+            Map<TopicPartition, Long> found = "earliest".equals(spec) ? consumer.beginningOffsets(tps) : consumer.endOffsets(tps);
+            Map<String, Object> out = new LinkedHashMap<>();
+            for (Map.Entry<TopicPartition, Long> e : found.entrySet()) out.put(String.valueOf(e.getKey().partition()), e.getValue());
+            return out;
+        }
+    }
+
+    // ---------------------------------------------------------------------------------- consumer groups
+
+    Object consumerOpen(String group, List<Object> topics, Map<String, Object> settings) {
+        Map<String, Object> extra = new HashMap<>();
+        extra.put("group.id", group);
+        extra.put("auto.offset.reset", "earliest");
+        extra.put("client.id", "compat-" + UUID.randomUUID());
+        extra.put("session.timeout.ms", settings.get("session_timeout_ms"));
+        extra.put("heartbeat.interval.ms", settings.get("heartbeat_interval_ms"));
+        KafkaConsumer<byte[], byte[]> consumer = consumer(extra);
+        List<String> names = new ArrayList<>();
+        for (Object t : topics) names.add((String) t);
+        consumer.subscribe(names);
+        return keep(consumer);
+    }
+
+    @SuppressWarnings("unchecked")
+    KafkaConsumer<byte[], byte[]> groupConsumer(int handle) {
+        return (KafkaConsumer<byte[], byte[]>) handles.get(handle);
+    }
+
+    Object consumerPoll(int handle, long timeoutMs) {
+        KafkaConsumer<byte[], byte[]> consumer = groupConsumer(handle);
+        List<Object> records = new ArrayList<>();
+        for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(timeoutMs))) records.add(consumed(r));
+        List<List<Object>> assignment = new ArrayList<>();
+        for (TopicPartition tp : consumer.assignment()) assignment.add(List.of(tp.topic(), tp.partition()));
+        assignment.sort((x, y) -> x.get(0).equals(y.get(0))
+                ? Integer.compare((Integer) x.get(1), (Integer) y.get(1)) : ((String) x.get(0)).compareTo((String) y.get(0)));
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("records", records);
+        out.put("assignment", assignment);
+        return out;
+    }
+
+    Object consumerCommit(int handle) {
+        groupConsumer(handle).commitSync();
+        return null;
+    }
+
+    Object consumerClose(int handle) {
+        ((KafkaConsumer<?, ?>) handles.remove(handle)).close();
+        return null;
+    }
+
+    // ------------------------------------------------------------------------------------------ helpers
+
+    int keep(Object thing) {
+        handles.put(++lastHandle, thing);
+        return lastHandle;
+    }
+
+    void shutdown() {
+        for (Object thing : handles.values()) {
+            if (thing instanceof KafkaProducer) ((KafkaProducer<?, ?>) thing).close(Duration.ofSeconds(5));
+            if (thing instanceof KafkaConsumer) ((KafkaConsumer<?, ?>) thing).close();
+        }
+        if (admin != null) admin.close();
+    }
+
+    static Map<String, Object> consumed(ConsumerRecord<byte[], byte[]> r) {
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("topic", r.topic());
+        out.put("partition", r.partition());
+        out.put("offset", r.offset());
+        out.put("timestamp", r.timestamp());
+        out.put("key", text(r.key()));
+        out.put("value", text(r.value()));
+        List<Object> headers = new ArrayList<>();
+        for (Header h : r.headers()) headers.add(java.util.Arrays.asList(h.key(), text(h.value())));
+        out.put("headers", headers);
+        return out;
+    }
+
+    static byte[] bytes(Object text) {
+        return text == null ? null : ((String) text).getBytes(StandardCharsets.UTF_8);
+    }
+
+    static String text(byte[] data) {
+        return data == null ? null : new String(data, StandardCharsets.UTF_8);
+    }
+
+    static String str(Map<String, Object> a, String name) {
+        return (String) a.get(name);
+    }
+
+    static Number num(Map<String, Object> a, String name) {
+        return (Number) a.get(name);
+    }
+
+    static Map<String, String> strings(Object value) {
+        Map<String, String> out = new LinkedHashMap<>();
+        if (value != null) for (Map.Entry<String, Object> e : Json.object(value).entrySet()) out.put(e.getKey(), (String) e.getValue());
+        return out;
+    }
+
+    /** Just enough JSON: objects, arrays, strings, numbers, true/false/null. */
+    static final class Json {
+        final String s;
+        int i = 0;
+
+        Json(String s) {
+            this.s = s;
+        }
+
+        static Object parse(String text) {
+            Json json = new Json(text);
+            Object value = json.value();
+            json.space();
+            if (json.i != text.length()) throw new IllegalArgumentException("trailing characters at " + json.i);
+            return value;
+        }
+
+        @SuppressWarnings("unchecked")
+        static Map<String, Object> object(Object value) {
+            return value == null ? new LinkedHashMap<>() : (Map<String, Object>) value;
+        }
+
+        @SuppressWarnings("unchecked")
+        static List<Object> list(Object value) {
+            return (List<Object>) value;
+        }
+
+        void space() {
+            while (i < s.length() && Character.isWhitespace(s.charAt(i))) i++;
+        }
+
+        Object value() {
+            space();
+            char c = s.charAt(i);
+            if (c == '{') {
+                Map<String, Object> out = new LinkedHashMap<>();
+                i++;
+                space();
+                if (s.charAt(i) == '}') { i++; return out; }
+                while (true) {
+                    space();
+                    String key = string();
+                    space();
+                    expect(':');
+                    out.put(key, value());
+                    space();
+                    if (s.charAt(i++) == '}') return out;
+                }
+            }
+            if (c == '[') {
+                List<Object> out = new ArrayList<>();
+                i++;
+                space();
+                if (s.charAt(i) == ']') { i++; return out; }
+                while (true) {
+                    out.add(value());
+                    space();
+                    if (s.charAt(i++) == ']') return out;
+                }
+            }
+            if (c == '"') return string();
+            if (s.startsWith("true", i)) { i += 4; return Boolean.TRUE; }
+            if (s.startsWith("false", i)) { i += 5; return Boolean.FALSE; }
+            if (s.startsWith("null", i)) { i += 4; return null; }
+            int start = i;
+            while (i < s.length() && "+-0123456789.eE".indexOf(s.charAt(i)) >= 0) i++;
+            String number = s.substring(start, i);
+            if (number.contains(".") || number.contains("e") || number.contains("E")) return Double.parseDouble(number);
+            return Long.parseLong(number);
+        }
+
+        void expect(char c) {
+            if (s.charAt(i++) != c) throw new IllegalArgumentException("expected " + c + " at " + (i - 1));
+        }
+
+        String string() {
+            expect('"');
+            StringBuilder out = new StringBuilder();
+            while (true) {
+                char c = s.charAt(i++);
+                if (c == '"') return out.toString();
+                if (c != '\\') { out.append(c); continue; }
+                char e = s.charAt(i++);
+                switch (e) {
+                    case 'n': out.append('\n'); break;
+                    case 't': out.append('\t'); break;
+                    case 'r': out.append('\r'); break;
+                    case 'b': out.append('\b'); break;
+                    case 'f': out.append('\f'); break;
+                    case 'u': out.append((char) Integer.parseInt(s.substring(i, i + 4), 16)); i += 4; break;
+                    default: out.append(e);
+                }
+            }
+        }
+
+        static String write(Object value) {
+            StringBuilder out = new StringBuilder();
+            write(value, out);
+            return out.toString();
+        }
+
+        static void write(Object value, StringBuilder out) {
+            if (value == null) {
+                out.append("null");
+            } else if (value instanceof String) {
+                out.append('"');
+                for (char c : ((String) value).toCharArray()) {
+                    if (c == '"' || c == '\\') out.append('\\').append(c);
+                    else if (c < 0x20) out.append(String.format("\\u%04x", (int) c));
+                    else out.append(c);
+                }
+                out.append('"');
+            } else if (value instanceof Map) {
+                out.append('{');
+                boolean first = true;
+                for (Map.Entry<?, ?> e : ((Map<?, ?>) value).entrySet()) {
+                    if (!first) out.append(',');
+                    first = false;
+                    write(String.valueOf(e.getKey()), out);
+                    out.append(':');
+                    write(e.getValue(), out);
+                }
+                out.append('}');
+            } else if (value instanceof Iterable) {
+                out.append('[');
+                boolean first = true;
+                for (Object item : (Iterable<?>) value) {
+                    if (!first) out.append(',');
+                    first = false;
+                    write(item, out);
+                }
+                out.append(']');
+            } else {
+                out.append(value);  // numbers and booleans
+            }
+        }
+    }
+}

