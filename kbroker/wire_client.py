@@ -26,8 +26,8 @@ class WireClient:
         api_key = body.API_KEY
         self._sock.sendall(encode_request(body, version, self._correlation_id, client_id=self._client_id))
         while (frame := self._frames.next_frame()) is None:
-            target = self._frames.read_buffer()
-            count = self._sock.recv_into(target)
+            with self._frames.read_buffer() as target:  # released before the buffer may grow again
+                count = self._sock.recv_into(target)
             if not count:
                 raise ConnectionError("the broker closed the connection")
             self._frames.commit(count)

@@ -157,7 +157,7 @@ class FrameBuffer:
         self._ready: deque[bytearray] = deque()  # frames completed inside feed()
 
     def read_buffer(self) -> memoryview:
-        """Where the next bytes from the stream go (never empty)."""
+        """Where the next bytes from the stream go (never empty); release it before asking again."""
         if self._frame is not None and self._filled == self._frame_size:
             self._ready.append(self._take_large())  # complete but not taken yet
         if self._frame is None and self._end == len(self._chunk):

@@ -109,10 +109,10 @@ def test_frame_buffer_recv_into_path_returns_every_frame_intact(sizes: list[int]
     position = 0
     step = 0
     while position < len(stream):
-        target = buffer.read_buffer()
-        assert len(target) > 0
-        count = min(len(target), reads[step % len(reads)], len(stream) - position)
-        target[:count] = stream[position : position + count]
+        with buffer.read_buffer() as target:
+            assert len(target) > 0
+            count = min(len(target), reads[step % len(reads)], len(stream) - position)
+            target[:count] = stream[position : position + count]
         buffer.commit(count)
         position += count
         step += 1

@@ -76,7 +76,8 @@ async def _read_frames(
         while True:
             try:
                 # Straight into the frame buffer: a large request is never copied in user space.
-                count = await sock.recv_into(buffer.read_buffer())
+                with buffer.read_buffer() as target:  # released before the buffer may grow again
+                    count = await sock.recv_into(target)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
             if not count:

@@ -22,6 +22,7 @@ from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.describe_groups_request import DescribeGroupsRequest
 from protocol.messages.metadata_request import MetadataRequest
 
 # Fields that make the broker wait: kept short so that a legitimate long poll does not look like a hang.
@@ -127,3 +128,12 @@ def test_topic_ids_in_metadata_before_v12_are_an_invalid_request(hostile_broker:
             assert [(t.error_code, t.name) for t in answer.topics] == [(ErrorCode.INVALID_REQUEST, "")]
         answer = client.request(MetadataRequest(topics=[by_id]), 12)
         assert [t.error_code for t in answer.topics] == [ErrorCode.UNKNOWN_TOPIC_ID]
+
+
+def test_a_response_larger_than_a_mebibyte_reaches_the_wire_client(hostile_broker: tuple[RunningBroker, Any]) -> None:
+    # 3,000 groups of 400-character ids: a DescribeGroups answer of about 1.2 MB, read in growing pieces.
+    broker, _ = hostile_broker
+    ids = [f"{i:04d}" + "g" * 396 for i in range(3000)]
+    with WireClient(broker.bootstrap) as client:
+        answer = client.request(DescribeGroupsRequest(groups=ids, include_authorized_operations=False), 5)
+    assert [g.group_id for g in answer.groups] == ids
