@@ -63,6 +63,7 @@ class Broker:
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_size=config["group.max.size"],
         )
         self.consumer_groups = ConsumerGroupCoordinator(
             topics=lambda: (TopicMetadata(t.topic_id, t.name, t.partitions) for t in self.logs.topics()),
@@ -239,7 +240,10 @@ class Broker:
                 continue
             if self.consumer_groups.has_members(group_id):
                 continue
-            expired += self.offsets.expire(group_id, now_ms - retention_ms, now_ms)
+            base_ms = self.groups.offset_expiry_base_ms(group_id)
+            expired += self.offsets.expire(group_id, now_ms - retention_ms, now_ms, base_ms)
+        # Kafka's clean-up: an Empty classic group with no offsets left is gone (Dead).
+        self.groups.forget_empty_groups(keep=self.offsets.has_group)
         if expired:
             log.info("expired %d committed offset(s)", expired)
         return expired

@@ -194,6 +194,7 @@ KEYS: dict[str, Key] = {
         Key("offset.metadata.max.bytes", _int(0, INT_MAX), "4096", "Largest metadata string of a commit."),
         Key("group.min.session.timeout.ms", _int(0, INT_MAX), "6000", "Smallest session timeout allowed."),
         Key("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000", "Largest session timeout allowed."),
+        Key("group.max.size", _int(1, INT_MAX), str(INT_MAX), "Most members of a classic group (KIP-389)."),
         Key(
             "group.consumer.session.timeout.ms",
             _int(1, INT_MAX),

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -58,3 +60,39 @@ def test_unknown_target_or_client_is_a_usage_error() -> None:
     run = run_compat("--clients", "kafka-python-9", "-k", "earliest")
     assert run.returncode == 4
     assert "--clients: unknown kafka-python-9" in run.stderr
+
+
+def test_the_kafka_target_configures_apache_kafka_in_kraft_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Apache Kafka container's settings and start script, checked without a Docker engine: only the
+    engine client is replaced; testcontainers' own start flow (configure, then the script written once the
+    mapped port is known) runs as it would against Docker."""
+    import testcontainers.core.container as tc_container
+
+    class NoEngine:
+        def __init__(self, **_: object) -> None:
+            pass
+
+    monkeypatch.setattr(tc_container, "DockerClient", NoEngine)
+    from compat.targets import apache_kafka_container
+
+    container = apache_kafka_container("apache/kafka:4.1.0")
+    written: dict[str, bytes] = {}
+    monkeypatch.setattr(container, "get_bootstrap_server", lambda: "localhost:32801")
+    monkeypatch.setattr(container, "create_file", lambda content, path: written.__setitem__(path, content))
+    container.configure()
+    container.tc_start()
+
+    assert container.image.endswith("apache/kafka:4.1.0")
+    assert list(container.ports) == ["9092"]
+    env = container.env
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@localhost:9094"
+    assert env["KAFKA_LISTENERS"].startswith("PLAINTEXT://0.0.0.0:9092,")
+    assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
+    assert env["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
+    assert len(env["CLUSTER_ID"]) == 22  # a base64url UUID without padding, as kafka-storage expects
+    assert not any(name.startswith("KAFKA_ZOOKEEPER") or name == "KAFKA_BROKER_ID" for name in env)
+    assert container.wait_for.match("[2026-11-23] INFO [KafkaRaftServer nodeId=1] Kafka Server started")
+    script = written["/tc-start.sh"].decode()
+    assert "export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://localhost:32801,BROKER://$(hostname):9093" in script
+    assert script.rstrip().endswith("exec /etc/kafka/docker/run")

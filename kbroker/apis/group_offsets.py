@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from kbroker.apis.context import RequestContext
-from kbroker.groups.coordinator import GroupState
 from kbroker.groups.offsets import CommittedOffset
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit_request import OffsetCommitRequest
@@ -28,24 +27,15 @@ def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCod
     )
     if consumer_check is not None:  # a KIP-848 group: member epochs instead of generations
         return consumer_check
-    group = ctx.broker.groups.groups.get(request.group_id)
-    generation = request.generation_id_or_member_epoch
-    if group is None or (not group.members and group.state == GroupState.EMPTY):
-        # A group that only uses Kafka to store offsets (assign() consumers, admin tools).
-        return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
-    if generation < 0 and not request.member_id:
-        return ErrorCode.UNKNOWN_MEMBER_ID
-    member = group.members.get(request.member_id)
-    if member is None:
-        return ErrorCode.UNKNOWN_MEMBER_ID
     instance = request.group_instance_id if ctx.api_version >= 7 else None
-    if instance is not None and member.group_instance_id != instance:
-        return ErrorCode.FENCED_INSTANCE_ID
-    if generation != group.generation_id:
-        return ErrorCode.ILLEGAL_GENERATION
-    if group.state == GroupState.COMPLETING_REBALANCE:
-        return ErrorCode.REBALANCE_IN_PROGRESS
-    return ErrorCode.NONE
+    return ctx.broker.groups.validate_offset_commit(
+        request.group_id,
+        request.member_id if ctx.api_version >= 1 else "",
+        instance,
+        request.generation_id_or_member_epoch if ctx.api_version >= 1 else -1,
+        ctx.api_version,
+        group_has_offsets=ctx.broker.offsets.has_group(request.group_id),
+    )
 
 
 async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:

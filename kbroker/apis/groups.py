@@ -4,6 +4,7 @@ DescribeGroups (15), ListGroups (16), DeleteGroups (42). The state machine lives
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.groups.coordinator import GroupState
 from protocol.errors import ErrorCode
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
@@ -23,6 +24,8 @@ from protocol.messages.list_groups_response import ListGroupsResponse
 from protocol.messages.sync_group_request import SyncGroupRequest
 from protocol.messages.sync_group_response import SyncGroupResponse
 
+# ACL operations a group supports (READ 3, DELETE 6, DESCRIBE 8); without authorization all are allowed.
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 CLASSIC = "classic"
@@ -88,12 +91,13 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
         request.member_id,
         request.group_instance_id if version >= 5 else None,
         ctx.client_id or "",
-        "/" + ctx.client_host,
+        "/" + ctx.client_host.rpartition(":")[0],  # Kafka reports the client's address without its port
         request.session_timeout_ms,
         rebalance_timeout,
         request.protocol_type,
         [(p.name, p.metadata) for p in request.protocols],
         require_known_member_id=version >= 4,
+        supports_skip_assignment=version >= 9,
     )
     return JoinGroupResponse(
         throttle_time_ms=0,
@@ -138,19 +142,17 @@ async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> He
 
 
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
-    coordinator = ctx.broker.groups
     if ctx.api_version < 3:
-        code = coordinator.leave(request.group_id, request.member_id, None)
+        top, codes = ctx.broker.groups.leave(request.group_id, [(request.member_id, None)])
+        # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).
+        code = top if top != ErrorCode.NONE else next((c for c in codes if c != ErrorCode.NONE), ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
-    results = []
-    for identity in request.members:
-        code = coordinator.leave(request.group_id, identity.member_id, identity.group_instance_id)
-        results.append(
-            LeaveGroupResponse.MemberResponse(
-                member_id=identity.member_id, group_instance_id=identity.group_instance_id, error_code=code
-            )
-        )
-    top = ErrorCode.UNKNOWN_MEMBER_ID if coordinator.state_of(request.group_id) is None else ErrorCode.NONE
+    identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    top, codes = ctx.broker.groups.leave(request.group_id, identities)
+    results = [
+        LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code)
+        for (member_id, instance_id), code in zip(identities, codes, strict=False)
+    ]
     return LeaveGroupResponse(throttle_time_ms=0, error_code=top, members=results)
 
 
@@ -211,7 +213,7 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                     protocol_type="",
                     protocol_data="",
                     members=[],
-                    authorized_operations=-2147483648,
+                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
                 )
             )
             continue
@@ -231,7 +233,7 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                     protocol_type="",
                     protocol_data="",
                     members=[],
-                    authorized_operations=-2147483648,
+                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
                 )
             )
             continue
@@ -253,11 +255,15 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                 group_id=group_id,
                 group_state=group.state.value,
                 protocol_type=group.protocol_type or "",
-                protocol_data=group.protocol_name or "",
+                protocol_data=(group.protocol_name or "") if stable else "",  # Kafka: only once Stable
                 members=members,
-                authorized_operations=-2147483648,
+                authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
             )
         )
+    if ctx.api_version >= 3 and request.include_authorized_operations:
+        for entry in described:
+            if entry.error_code == ErrorCode.NONE:
+                entry.authorized_operations = GROUP_OPERATIONS
     return DescribeGroupsResponse(throttle_time_ms=0, groups=described)
 
 

@@ -1,24 +1,30 @@
 """The classic consumer group coordinator: membership, rebalances and generations.
 
-Kafka's state machine (KIP-62, KIP-345, KIP-394):
+Kafka's state machine (KIP-62, KIP-345, KIP-394, the group coordinator's ClassicGroup):
 
     Empty ──join──▶ PreparingRebalance ──all joined / timeout──▶ CompletingRebalance ──leader syncs──▶ Stable
       ▲                   ▲                                            │                                  │
-      └── last member ────┴──────── join, leave, expiry ───────────────┴──────────────────────────────────┘
+      └── no members ─────┴──────── join, leave, expiry ───────────────┴──────────────────────────────────┘
+    (any state) ──DeleteGroups of an empty group──▶ Dead
 
-A JoinGroup waits until every known member has rejoined (or the rebalance timeout passes, and the
-stragglers are removed); then a new generation starts, the leader receives every member's metadata and
-assigns partitions in the client, and SyncGroup hands each member its share. Members that stop
-heartbeating are removed after their session timeout. Assignors run in the clients, so eager and
-cooperative rebalancing both work unchanged.
+A JoinGroup waits until every known member has rejoined and every member id handed out with
+MEMBER_ID_REQUIRED has been used (or the rebalance timeout passes: dynamic stragglers are removed,
+static ones keep their place until their session ends); then a new generation starts, the leader receives
+every member's metadata and assigns partitions in the client, and SyncGroup hands each member its share.
+The first rebalance of an empty group waits group.initial.rebalance.delay.ms, and again while new members
+keep arriving, so that a group of starting consumers settles in one rebalance. Members that stop
+heartbeating are removed after their session timeout, members that never send SyncGroup after the
+rebalance timeout. Assignors run in the clients, so eager and cooperative rebalancing both work unchanged.
 
-Waiting is done with trio events; a single background task (``run``) handles every timeout.
+Time comes from an injectable ``clock`` (seconds, monotonic); ``tick`` fires every timer that is due and
+``run`` calls it periodically. Waiting requests park on trio events.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +37,10 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("kbroker.groups")
 
 TICK_SECONDS = 0.05
+# Kafka's classic-group constant: a new member parked in JoinGroup cannot heartbeat, so its request is
+# answered (UNKNOWN_MEMBER_ID) after this long if the rebalance has not completed by then.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+UNKNOWN_MEMBER_ID = ""
 
 
 class GroupState(Enum):
@@ -73,11 +83,19 @@ class Member:
     protocols: list[tuple[str, bytes]]
     heartbeat_deadline: float = 0.0
     assignment: bytes = b""
-    join_waiter: trio.Event | None = None
+    is_new: bool = False  # added in this rebalance, not yet given a generation
+    join_waiter: trio.Event | None = None  # set while the member awaits its JoinGroup response
     join_result: JoinResult | None = None
-    sync_waiter: trio.Event | None = None
+    sync_waiter: trio.Event | None = None  # set while the member awaits its SyncGroup response
     sync_result: SyncResult | None = None
-    rejoined: bool = False  # has sent JoinGroup in the current rebalance
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_waiter is not None
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_waiter is not None
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, metadata in self.protocols:
@@ -89,44 +107,61 @@ class Member:
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
 
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among those every member supports."""
+        return next(name for name in self.protocol_names if name in candidates)
+
 
 @dataclass(slots=True)
 class Group:
     group_id: str
     state: GroupState = GroupState.EMPTY
+    previous_state: GroupState = GroupState.DEAD
+    state_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # wall clock
     generation_id: int = 0
-    protocol_type: str | None = None
+    protocol_type: str | None = None  # kept while Empty, as Kafka does (offset expiry and listings use it)
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
-    pending_members: dict[str, float] = field(default_factory=dict)  # KIP-394 ids handed out, with deadline
-    rebalance_deadline: float = 0.0
-    initial_delay_until: float = 0.0
+    pending_members: dict[str, float] = field(default_factory=dict)  # KIP-394 ids handed out -> expiry
+    pending_sync: set[str] = field(default_factory=set)  # members yet to send SyncGroup this generation
+    sync_deadline: float | None = None  # when members still in pending_sync are removed
+    join_deadline: float | None = None  # when the join phase is completed without the stragglers
+    initial_delay_ms: int = 0  # the current window of an initial rebalance's delay
+    initial_remaining_ms: int = 0  # how much longer that delay may still be extended
+    new_member_added: bool = False  # a new member arrived during the current initial delay window
 
-    def select_protocol(self) -> str | None:
-        """The protocol every member supports, preferring the members' most-preferred ones (Kafka's vote)."""
-        candidates = None
+    def candidate_protocols(self) -> set[str]:
+        candidates: set[str] | None = None
         for member in self.members.values():
             names = set(member.protocol_names)
             candidates = names if candidates is None else candidates & names
+        return candidates or set()
+
+    def select_protocol(self) -> str | None:
+        """The protocol every member supports that most members prefer (Kafka's vote)."""
+        candidates = self.candidate_protocols()
         if not candidates:
             return None
         votes: dict[str, int] = {}
         for member in self.members.values():
-            preferred = next(name for name in member.protocol_names if name in candidates)
+            preferred = member.vote(candidates)
             votes[preferred] = votes.get(preferred, 0) + 1
         return max(sorted(votes), key=lambda name: votes[name])
 
     def supports_protocols(self, protocol_type: str, protocols: list[str]) -> bool:
-        if not self.members:
-            return bool(protocols)
+        if self.state == GroupState.EMPTY:
+            return bool(protocol_type) and bool(protocols)
         if protocol_type != self.protocol_type:
             return False
-        common = set(protocols)
-        for member in self.members.values():
-            common &= set(member.protocol_names)
-        return bool(common)
+        return bool(self.candidate_protocols() & set(protocols))
+
+    def has_all_members_joined(self) -> bool:
+        return all(m.awaiting_join for m in self.members.values()) and not self.pending_members
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), or None if that cannot be read."""
@@ -165,13 +200,52 @@ class GroupCoordinator:
         min_session_timeout_ms: int,
         max_session_timeout_ms: int,
         initial_rebalance_delay_ms: int,
+        max_size: int = 2**31 - 1,
         clock: Callable[[], float] = trio.current_time,
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.groups: dict[str, Group] = {}
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
-        self.initial_rebalance_delay = initial_rebalance_delay_ms / 1000
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.max_size = max_size
         self.clock = clock
+        self.wall_clock_ms = wall_clock_ms
+        self.started_ms = wall_clock_ms()
+        self._work_arrived = trio.Event()  # lets run() sleep while no group has members or timers
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _transition(self, group: Group, state: GroupState) -> None:
+        group.previous_state = group.state
+        group.state = state
+        group.state_since_ms = self.wall_clock_ms()
+
+    @staticmethod
+    def validate_member(group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        """Kafka's ClassicGroup.validateMember: a static id must map to this member id, which must exist."""
+        if group_instance_id is not None:
+            existing = group.static_members.get(group_instance_id)
+            if existing is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if existing != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE
+
+    def _schedule_heartbeat(self, member: Member, timeout_ms: int | None = None) -> None:
+        member.heartbeat_deadline = self.clock() + (timeout_ms or member.session_timeout_ms) / 1000
+
+    def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
+        """KIP-389 group.max.size, with Kafka's rules for members already in the group."""
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.state == GroupState.PREPARING_REBALANCE:
+            member = group.members.get(member_id)
+            awaiting = sum(1 for m in group.members.values() if m.awaiting_join)
+            return (member is not None and member.awaiting_join) or awaiting < self.max_size
+        return member_id in group.members or len(group.members) < self.max_size
 
     # --- joining ---------------------------------------------------------------------------------------
 
@@ -187,183 +261,266 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool,
+        supports_skip_assignment: bool = False,
     ) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+        is_unknown_member = member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(group_id)
         if group is None:
-            group = self.groups[group_id] = Group(group_id)
+            if not is_unknown_member:  # a member of a group that no longer exists: start over
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+            group = self.groups[group_id] = Group(group_id, state_since_ms=self.wall_clock_ms())
+        if not self._accepts_joining_member(group, member_id):
+            self._remove_member(group, member_id, JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID))
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID)
         if group.state == GroupState.DEAD:
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
         if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
-        now = self.clock()
-
-        if member_id == "":
-            if group_instance_id is not None and group_instance_id in group.static_members:
-                return await self._rejoin_static(
-                    group,
-                    group_instance_id,
-                    client_id,
-                    client_host,
-                    session_timeout_ms,
-                    rebalance_timeout_ms,
-                    protocol_type,
-                    protocols,
-                )
-            new_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
-            if require_known_member_id and group_instance_id is None:
-                # KIP-394: hand out the id first, so a client that times out does not leave a ghost member.
-                group.pending_members[new_id] = now + session_timeout_ms / 1000
-                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
-            member_id = new_id
-        else:
-            member = group.members.get(member_id)
-            if member is None and member_id not in group.pending_members:
-                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
-            if member is not None and group_instance_id is not None and member.group_instance_id != group_instance_id:
-                return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
-            if group_instance_id is not None and group.static_members.get(group_instance_id, member_id) != member_id:
-                return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
-        group.pending_members.pop(member_id, None)
-
-        member = group.members.get(member_id)
-        if member is None:
-            member = Member(
-                member_id,
-                group_instance_id,
-                client_id,
-                client_host,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-                protocol_type,
-                protocols,
-            )
-            group.members[member_id] = member
-            if group_instance_id is not None:
-                group.static_members[group_instance_id] = member_id
-            if group.protocol_type is None:
-                group.protocol_type = protocol_type
-            log.info("group %s: member %s joins", group_id, member_id)
-        elif group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and (
-            member.protocols == protocols and member_id != group.leader_id
-        ):
-            # A follower rejoining with nothing changed: answer with the current generation at once.
-            if group.state == GroupState.STABLE or member.rejoined:
-                member.heartbeat_deadline = now + member.session_timeout_ms / 1000
-                return self._join_result(group, member)
-        member.protocols = protocols
-        member.session_timeout_ms = session_timeout_ms
-        member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.client_id, member.client_host = client_id, client_host
-        return await self._wait_for_join(group, member)
-
-    async def _rejoin_static(
-        self,
-        group: Group,
-        instance_id: str,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-    ) -> JoinResult:
-        """KIP-345: a static member coming back replaces its old member id, without a rebalance if possible."""
-        old_id = group.static_members[instance_id]
-        old = group.members.pop(old_id)
-        new_id = f"{instance_id}-{uuid.uuid4()}"
-        member = Member(
-            new_id,
-            instance_id,
+        request = _JoinRequest(
+            group_instance_id,
             client_id,
             client_host,
             session_timeout_ms,
             rebalance_timeout_ms,
             protocol_type,
             protocols,
+            supports_skip_assignment,
+        )
+        if is_unknown_member:
+            new_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
+            if group_instance_id is not None:
+                old_id = group.static_members.get(group_instance_id)
+                if old_id is not None:
+                    return await self._replace_static_member(group, old_id, new_id, request)
+            elif require_known_member_id:
+                # KIP-394: hand out the id first, so a client that times out does not leave a ghost member.
+                group.pending_members[new_id] = self.clock() + session_timeout_ms / 1000
+                self._work_arrived.set()
+                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
+            return await self._add_member(group, new_id, request)
+        if member_id in group.pending_members:
+            if group_instance_id is not None:  # pending ids are only handed to dynamic members
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+            return await self._add_member(group, member_id, request)
+        error = self.validate_member(group, member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return JoinResult(error, member_id)
+        member = group.members[member_id]
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return await self._update_member(group, member, request)
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            if member.protocols == protocols:
+                # It lost the JoinGroup response: the current generation's answer again.
+                return self._join_result(group, member)
+            return await self._update_member(group, member, request)
+        if group.state == GroupState.STABLE:
+            if member_id == group.leader_id or member.protocols != protocols:
+                # The leader rejoins to make the group rebalance (e.g. a subscribed topic gained partitions).
+                return await self._update_member(group, member, request)
+            self._schedule_heartbeat(member)
+            return self._join_result(group, member)
+        log.warning("group %s: member %s rejoins in state %s", group_id, member_id, group.state.value)
+        return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+
+    async def _add_member(self, group: Group, member_id: str, request: _JoinRequest) -> JoinResult:
+        group.pending_members.pop(member_id, None)
+        member = Member(
+            member_id,
+            request.group_instance_id,
+            request.client_id,
+            request.client_host,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            request.protocol_type,
+            request.protocols,
+            is_new=True,
+        )
+        if group.state == GroupState.PREPARING_REBALANCE and group.previous_state == GroupState.EMPTY:
+            group.new_member_added = True  # extends the initial rebalance delay
+        if not group.members:
+            group.protocol_type = request.protocol_type
+        if group.leader_id is None:
+            group.leader_id = member_id
+        group.members[member_id] = member
+        if request.group_instance_id is not None:
+            group.static_members[request.group_instance_id] = member_id
+        self._work_arrived.set()
+        log.info("group %s: member %s joins", group.group_id, member_id)
+        # A parked JoinGroup cannot heartbeat; it is bounded by the new-member timeout instead.
+        self._schedule_heartbeat(member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        waiter = self._park_join(member)
+        self._rebalance_or_complete_join(group, f"member {member_id} joins")
+        return await self._join_response(member, waiter)
+
+    async def _update_member(self, group: Group, member: Member, request: _JoinRequest) -> JoinResult:
+        self._update(member, request)
+        waiter = self._park_join(member)
+        self._rebalance_or_complete_join(group, f"member {member.member_id} rejoins")
+        return await self._join_response(member, waiter)
+
+    @staticmethod
+    def _update(member: Member, request: _JoinRequest) -> None:
+        member.protocols = request.protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.client_id, member.client_host = request.client_id, request.client_host
+
+    async def _replace_static_member(self, group: Group, old_id: str, new_id: str, request: _JoinRequest) -> JoinResult:
+        """KIP-345: a static member coming back takes over its old member id's place and assignment."""
+        assert request.group_instance_id is not None
+        current_leader = group.leader_id or ""
+        old = group.members.pop(old_id)
+        # The old incarnation is fenced: anything it is still waiting for is answered now.
+        self._finish_join(old, JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        self._finish_sync(old, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        member = Member(
+            new_id,
+            old.group_instance_id,
+            old.client_id,
+            old.client_host,
+            old.session_timeout_ms,
+            old.rebalance_timeout_ms,
+            old.protocol_type,
+            old.protocols,
             assignment=old.assignment,
         )
         group.members[new_id] = member
-        group.static_members[instance_id] = new_id
+        group.static_members[request.group_instance_id] = new_id
         if group.leader_id == old_id:
             group.leader_id = new_id
-        # The old incarnation's pending requests are fenced.
-        for waiter_kind in ("join", "sync"):
-            event = getattr(old, f"{waiter_kind}_waiter")
-            if event is not None:
-                if waiter_kind == "join":
-                    old.join_result = JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id)
-                else:
-                    old.sync_result = SyncResult(ErrorCode.FENCED_INSTANCE_ID)
-                event.set()
-        log.info("group %s: static member %s rejoins as %s", group.group_id, instance_id, new_id)
-        if group.state == GroupState.STABLE and old.protocols == protocols:
-            member.heartbeat_deadline = self.clock() + session_timeout_ms / 1000
-            result = self._join_result(group, member)
-            result.skip_assignment = group.leader_id == new_id
-            if group.leader_id == new_id:
-                result.members = []  # the leader must not reassign: nothing changed
-            return result
-        return await self._wait_for_join(group, member)
+        if old_id in group.pending_sync:
+            group.pending_sync.discard(old_id)
+            group.pending_sync.add(new_id)
+        self._schedule_heartbeat(member)
+        self._update(member, request)
+        log.info("group %s: static member %s rejoins as %s", group.group_id, request.group_instance_id, new_id)
+        if group.state == GroupState.STABLE:
+            if group.select_protocol() == group.protocol_name:
+                # Nothing the assignment depends on changed: no rebalance; the member syncs to get its share.
+                if request.supports_skip_assignment:
+                    # KIP-814 (JoinGroup v9): a returning leader learns it leads, and the members' metadata,
+                    # but must not reassign.
+                    is_leader = group.leader_id == new_id
+                    result = self._join_result(group, member, with_members=is_leader)
+                    result.skip_assignment = is_leader
+                    return result
+                # Older clients are told the old leader id, so a returning leader acts as a follower.
+                result = self._join_result(group, member, with_members=False)
+                result.leader = current_leader
+                return result
+            waiter = self._park_join(member)
+            self._rebalance_or_complete_join(group, f"static member {new_id} changes the selected protocol")
+            return await self._join_response(member, waiter)
+        waiter = self._park_join(member)
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            # The leader may already be assigning to the old member id: rebalance again.
+            self._prepare_rebalance(group, f"static member {new_id} replaces {old_id}")
+        else:
+            self._maybe_complete_join_phase(group)
+        return await self._join_response(member, waiter)
 
-    async def _wait_for_join(self, group: Group, member: Member) -> JoinResult:
-        member.rejoined = True
-        member.join_waiter = trio.Event()
-        member.join_result = None
-        waiter = member.join_waiter
-        if group.state != GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(group, f"member {member.member_id} joining")
-        elif group.initial_delay_until:
-            # Each new member of a starting group extends the delay, up to the rebalance timeout.
-            group.initial_delay_until = min(self.clock() + self.initial_rebalance_delay, group.rebalance_deadline)
-        self._maybe_complete_join(group)
-        await waiter.wait()
+    @staticmethod
+    def _park_join(member: Member) -> trio.Event:
+        """The event the member's JoinGroup waits on (shared if the client sent the request twice)."""
+        if member.join_waiter is None:
+            member.join_waiter = trio.Event()
+            member.join_result = None
+        return member.join_waiter
+
+    @staticmethod
+    async def _join_response(member: Member, waiter: trio.Event) -> JoinResult:
+        if not waiter.is_set():
+            await waiter.wait()
         assert member.join_result is not None
         return member.join_result
 
+    @staticmethod
+    def _finish_join(member: Member, result: JoinResult) -> None:
+        if member.join_waiter is not None:
+            member.join_result = result
+            waiter, member.join_waiter = member.join_waiter, None
+            waiter.set()
+
+    def _rebalance_or_complete_join(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join_phase(group)
+
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state == GroupState.COMPLETING_REBALANCE:
+            # Members waiting for their assignment rejoin instead.
             for member in group.members.values():
                 member.assignment = b""
                 self._finish_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
-        now = self.clock()
-        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
-        group.rebalance_deadline = now + timeout
-        group.initial_delay_until = 0.0
-        if group.state == GroupState.EMPTY and self.initial_rebalance_delay > 0:
-            group.initial_delay_until = min(now + self.initial_rebalance_delay, group.rebalance_deadline)
-        group.state = GroupState.PREPARING_REBALANCE
-        for member in group.members.values():
-            if member.join_waiter is None:
-                member.rejoined = False
+        group.pending_sync.clear()
+        group.sync_deadline = None
+        initial = group.state == GroupState.EMPTY
+        self._transition(group, GroupState.PREPARING_REBALANCE)
         log.info("group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation_id, reason)
-
-    def _maybe_complete_join(self, group: Group, force: bool = False) -> None:
-        if group.state != GroupState.PREPARING_REBALANCE:
-            return
         now = self.clock()
-        if group.initial_delay_until and now < group.initial_delay_until and not force:
+        if initial:
+            # A new group: wait for more members before the first generation.
+            delay = self.initial_rebalance_delay_ms
+            group.initial_delay_ms = delay
+            group.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
+            group.new_member_added = False
+            group.join_deadline = now + delay / 1000
+            if delay == 0:
+                self._on_join_deadline(group)
             return
-        if not force and not all(m.rejoined for m in group.members.values()):
+        if group.has_all_members_joined():
+            self._complete_join(group)
+        else:
+            group.join_deadline = now + group.rebalance_timeout_ms() / 1000
+
+    def _maybe_complete_join_phase(self, group: Group) -> None:
+        # The first rebalance of an empty group only ends when its delay does.
+        if (
+            group.state == GroupState.PREPARING_REBALANCE
+            and group.previous_state != GroupState.EMPTY
+            and group.has_all_members_joined()
+        ):
+            self._complete_join(group)
+
+    def _on_join_deadline(self, group: Group) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            group.join_deadline = None
             return
-        for member in [m for m in group.members.values() if not m.rejoined]:
+        if group.previous_state == GroupState.EMPTY and group.new_member_added and group.initial_remaining_ms > 0:
+            # Members are still arriving: wait another delay, within the rebalance timeout.
+            group.new_member_added = False
+            window = min(self.initial_rebalance_delay_ms, group.initial_remaining_ms)
+            group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_delay_ms, 0)
+            group.initial_delay_ms = window
+            group.join_deadline = self.clock() + window / 1000
+            return
+        self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        group.join_deadline = None
+        for member in [m for m in group.members.values() if not m.awaiting_join and m.group_instance_id is None]:
             log.info("group %s: removing %s, which did not rejoin in time", group.group_id, member.member_id)
-            self._remove_member(group, member)
-        group.initial_delay_until = 0.0
+            self._remove_member(group, member.member_id)
+        if group.members and not self._elect_joined_leader(group):
+            # Only static members that have not rejoined are left: wait for them (or their session to end).
+            log.warning("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
+            group.join_deadline = self.clock() + group.rebalance_timeout_ms() / 1000
+            return
         group.generation_id += 1
+        group.pending_sync.clear()
         if not group.members:
-            group.state = GroupState.EMPTY
             group.protocol_name = None
             group.leader_id = None
-            group.protocol_type = None
+            self._transition(group, GroupState.EMPTY)
+            log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
             return
         group.protocol_name = group.select_protocol()
-        if group.leader_id not in group.members:
-            group.leader_id = next(iter(group.members))
-        group.state = GroupState.COMPLETING_REBALANCE
+        self._transition(group, GroupState.COMPLETING_REBALANCE)
         log.info(
             "group %s: generation %d with %d member(s), protocol %s",
             group.group_id,
@@ -372,17 +529,30 @@ class GroupCoordinator:
             group.protocol_name,
         )
         for member in group.members.values():
-            member.heartbeat_deadline = now + member.session_timeout_ms / 1000
             member.assignment = b""
-            result = self._join_result(group, member)
-            member.join_result = result
-            if member.join_waiter is not None:
-                member.join_waiter.set()
-                member.join_waiter = None
+            self._finish_join(member, self._join_result(group, member))
+            self._schedule_heartbeat(member)
+            member.is_new = False
+            group.pending_sync.add(member.member_id)
+        group.sync_deadline = self.clock() + group.rebalance_timeout_ms() / 1000
 
-    def _join_result(self, group: Group, member: Member) -> JoinResult:
+    @staticmethod
+    def _elect_joined_leader(group: Group) -> bool:
+        """Keep the leader if it rejoined, else pick one that did; False if no member rejoined."""
+        leader = group.members.get(group.leader_id) if group.leader_id is not None else None
+        if leader is not None and leader.awaiting_join:
+            return True
+        for member in group.members.values():
+            if member.awaiting_join:
+                group.leader_id = member.member_id
+                return True
+        return False
+
+    def _join_result(self, group: Group, member: Member, with_members: bool | None = None) -> JoinResult:
+        if with_members is None:
+            with_members = member.member_id == group.leader_id
         members = []
-        if member.member_id == group.leader_id and group.protocol_name is not None:
+        if with_members and group.protocol_name is not None:
             members = [
                 (m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name)) for m in group.members.values()
             ]
@@ -409,131 +579,234 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> SyncResult:
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
-        member = group.members[member_id]
-        if group_instance_id is not None and member.group_instance_id != group_instance_id:
-            return SyncResult(ErrorCode.FENCED_INSTANCE_ID)
+        if group.state == GroupState.DEAD:
+            return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = self.validate_member(group, member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return SyncResult(error)
         if generation_id != group.generation_id:
             return SyncResult(ErrorCode.ILLEGAL_GENERATION)
-        if (protocol_type is not None and protocol_type != group.protocol_type) or (
-            protocol_name is not None and protocol_name != group.protocol_name
-        ):
+        # SyncGroup v5 carries what the member believes; a mismatch with the group is an error.
+        if _inconsistent(protocol_type, group.protocol_type) or _inconsistent(protocol_name, group.protocol_name):
             return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.state == GroupState.EMPTY:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.state == GroupState.PREPARING_REBALANCE:
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
-        member.heartbeat_deadline = self.clock() + member.session_timeout_ms / 1000
+        member = group.members[member_id]
+        self._synced(group, member_id)
         if group.state == GroupState.STABLE:
+            self._schedule_heartbeat(member)
             return self._sync_result(group, member)
         # CompletingRebalance: the leader's assignments complete it; everyone else waits for them.
+        if member.sync_waiter is None:
+            member.sync_waiter = trio.Event()
+            member.sync_result = None
+        waiter = member.sync_waiter
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            group.state = GroupState.STABLE
+            self._transition(group, GroupState.STABLE)
             log.info("group %s: stable at generation %d", group_id, group.generation_id)
             for m in group.members.values():
-                if m.sync_waiter is not None:
+                if m.awaiting_sync:
                     self._finish_sync(m, self._sync_result(group, m))
-            return self._sync_result(group, member)
-        member.sync_waiter = trio.Event()
-        member.sync_result = None
-        waiter = member.sync_waiter
-        await waiter.wait()
+                    self._schedule_heartbeat(m)
+        if not waiter.is_set():
+            await waiter.wait()
         assert member.sync_result is not None
         return member.sync_result
 
-    def _sync_result(self, group: Group, member: Member) -> SyncResult:
+    @staticmethod
+    def _synced(group: Group, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            group.sync_deadline = None
+
+    @staticmethod
+    def _sync_result(group: Group, member: Member) -> SyncResult:
         return SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type, group.protocol_name)
 
     @staticmethod
     def _finish_sync(member: Member, result: SyncResult) -> None:
         if member.sync_waiter is not None:
             member.sync_result = result
-            member.sync_waiter.set()
-            member.sync_waiter = None
+            waiter, member.sync_waiter = member.sync_waiter, None
+            waiter.set()
 
     # --- heartbeats, leaving, expiry ------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        member = group.members[member_id]
-        if group_instance_id is not None and member.group_instance_id != group_instance_id:
-            return ErrorCode.FENCED_INSTANCE_ID
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = self.validate_member(group, member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return error
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
-        member.heartbeat_deadline = self.clock() + member.session_timeout_ms / 1000
+        if group.state == GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._schedule_heartbeat(group.members[member_id])
         if group.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, group_id: str, member_id: str, group_instance_id: str | None) -> ErrorCode:
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup for (member id, group instance id) pairs: the top-level error and one per member."""
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if member_id == "" and group_instance_id is not None:
-            member_id = group.static_members.get(group_instance_id, "")
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if group_instance_id is not None and member.group_instance_id != group_instance_id:
-            return ErrorCode.FENCED_INSTANCE_ID
-        log.info("group %s: member %s leaves", group_id, member_id)
-        self._member_gone(group, member, "member left")
-        return ErrorCode.NONE
+            return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        codes = []
+        anyone_left = False
+        for member_id, instance_id in leaving:
+            if member_id == UNKNOWN_MEMBER_ID:
+                # An administrator removing a static member by its instance id (KIP-345).
+                current = group.static_members.get(instance_id) if instance_id is not None else None
+                if current is None:
+                    codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                    continue
+                member_id = current
+            elif member_id in group.pending_members:
+                del group.pending_members[member_id]
+                codes.append(ErrorCode.NONE)
+                continue
+            else:
+                error = self.validate_member(group, member_id, instance_id)
+                if error != ErrorCode.NONE:
+                    codes.append(error)
+                    continue
+            log.info("group %s: member %s leaves", group_id, member_id)
+            self._remove_member(group, member_id)
+            codes.append(ErrorCode.NONE)
+            anyone_left = True
+        if anyone_left:
+            if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+                self._prepare_rebalance(group, "members left")
+            else:
+                self._maybe_complete_join_phase(group)
+        return ErrorCode.NONE, codes
 
-    def _remove_member(self, group: Group, member: Member) -> None:
-        group.members.pop(member.member_id, None)
-        if (
-            member.group_instance_id is not None
-            and group.static_members.get(member.group_instance_id) == member.member_id
-        ):
+    def _remove_member(self, group: Group, member_id: str, answer: JoinResult | None = None) -> None:
+        member = group.members.pop(member_id, None)
+        group.pending_members.pop(member_id, None)
+        group.pending_sync.discard(member_id)
+        if member is None:
+            return
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
             del group.static_members[member.group_instance_id]
-        if member.join_waiter is not None:
-            member.join_result = JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id)
-            member.join_waiter.set()
-            member.join_waiter = None
+        # A parked request is answered, so the client (if still there) starts over.
+        self._finish_join(member, answer or JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER_ID))
         self._finish_sync(member, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-        if group.leader_id == member.member_id:
+        if group.leader_id == member_id:
             group.leader_id = next(iter(group.members), None)
 
-    def _member_gone(self, group: Group, member: Member, reason: str) -> None:
-        self._remove_member(group, member)
+    def _expire_member(self, group: Group, member: Member) -> None:
+        log.info("group %s: member %s session expired", group.group_id, member.member_id)
+        self._remove_member(group, member.member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            if group.members:
-                self._prepare_rebalance(group, reason)
-            else:
-                group.state = GroupState.EMPTY
-                group.generation_id += 1
-                group.protocol_name = group.protocol_type = group.leader_id = None
-        elif group.state == GroupState.PREPARING_REBALANCE:
-            self._maybe_complete_join(group)
+            self._prepare_rebalance(group, f"session of {member.member_id} expired")
+        elif group.state == GroupState.PREPARING_REBALANCE and group.has_all_members_joined():
+            self._complete_join(group)
 
     def tick(self) -> None:
-        """Expire silent members and finish rebalances whose time is up."""
+        """Fire every timer that is due: pending ids, sessions, the join phase and the sync phase."""
         now = self.clock()
         for group in list(self.groups.values()):
             for pending, deadline in list(group.pending_members.items()):
                 if deadline <= now:
                     del group.pending_members[pending]
-            if group.state == GroupState.PREPARING_REBALANCE:
-                if now >= group.rebalance_deadline:
-                    self._maybe_complete_join(group, force=True)
-                elif group.initial_delay_until and now >= group.initial_delay_until:
-                    self._maybe_complete_join(group)
-                continue
+                    if group.state == GroupState.PREPARING_REBALANCE and group.has_all_members_joined():
+                        self._complete_join(group)
             for member in list(group.members.values()):
-                if member.heartbeat_deadline <= now and member.join_waiter is None and member.sync_waiter is None:
-                    log.info("group %s: member %s session expired", group.group_id, member.member_id)
-                    self._member_gone(group, member, f"session of {member.member_id} expired")
+                if member.member_id not in group.members or member.heartbeat_deadline > now:
+                    continue
+                # Members parked in JoinGroup/SyncGroup cannot heartbeat; only new ones time out meanwhile.
+                if member.is_new or not (member.awaiting_join or member.awaiting_sync):
+                    self._expire_member(group, member)
+            if group.join_deadline is not None and now >= group.join_deadline:
+                self._on_join_deadline(group)
+            if (
+                group.sync_deadline is not None
+                and now >= group.sync_deadline
+                and group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+            ):
+                group.sync_deadline = None
+                stragglers = sorted(group.pending_sync)
+                if stragglers:
+                    log.info("group %s: removing %s, which did not sync in time", group.group_id, stragglers)
+                    for member_id in stragglers:
+                        self._remove_member(group, member_id)
+                    self._prepare_rebalance(group, "members did not send SyncGroup in time")
+
+    def _has_work(self) -> bool:
+        return any(group.members or group.pending_members or group.join_deadline for group in self.groups.values())
 
     async def run(self) -> None:
         while True:
+            if not self._has_work():
+                # Nothing can expire: an idle broker does not wake up twenty times a second.
+                self._work_arrived = trio.Event()
+                await self._work_arrived.wait()
             await trio.sleep(TICK_SECONDS)
             self.tick()
 
-    # --- administration -------------------------------------------------------------------------------
+    # --- offsets, administration ------------------------------------------------------------------------
+
+    def validate_offset_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        api_version: int,
+        group_has_offsets: bool,
+    ) -> ErrorCode:
+        """Kafka's OffsetCommit checks for a classic group (or a group that only stores offsets)."""
+        group = self.groups.get(group_id)
+        if group is None and not group_has_offsets:
+            if generation_id < 0:
+                return ErrorCode.NONE  # a "simple" group: assign() consumers and admin tools
+            # OffsetCommit v9 says so; older versions answer ILLEGAL_GENERATION, which clients also handle.
+            return ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        if group is None:  # known only by its offsets: an empty group without members
+            return ErrorCode.NONE if generation_id < 0 else ErrorCode.UNKNOWN_MEMBER_ID
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.state == GroupState.EMPTY:
+            return ErrorCode.NONE
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            error = self.validate_member(group, member_id, group_instance_id)
+            if error != ErrorCode.NONE:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif group.state != GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # only members may commit while the group has members
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            # Its generation is current but it has no assignment yet: rejoin and sync first.
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def offset_expiry_base_ms(self, group_id: str) -> int | None:
+        """When an empty group's offsets start to age (KIP-211), or None to age each from its commit.
+
+        A group that had members ages from the moment it became Empty. A group unknown since start-up
+        (membership is not kept across restarts) ages at the earliest from start-up, so a restart never
+        makes offsets expire sooner than Kafka would.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return self.started_ms
+        if group.state != GroupState.EMPTY:
+            return None
+        return group.state_since_ms if group.protocol_type else None
 
     def state_of(self, group_id: str) -> GroupState | None:
         group = self.groups.get(group_id)
@@ -543,13 +816,45 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             return ErrorCode.NON_EMPTY_GROUP
-        self.groups.pop(group_id, None)
+        if group is not None:
+            self._transition(group, GroupState.DEAD)
+            del self.groups[group_id]
         return ErrorCode.NONE
 
+    def forget_empty_groups(self, keep: Callable[[str], bool]) -> list[str]:
+        """Kafka's periodic clean-up: Empty groups with nothing left (no offsets) become Dead and go."""
+        gone = [
+            group_id
+            for group_id, group in self.groups.items()
+            if group.state == GroupState.EMPTY and not group.pending_members and not keep(group_id)
+        ]
+        for group_id in gone:
+            self.delete(group_id)
+        return gone
+
     def wake_all(self) -> None:
-        """At shutdown: answer every waiting JoinGroup/SyncGroup so connections can drain."""
+        """At shutdown: answer every waiting JoinGroup/SyncGroup so connections can drain.
+
+        NOT_COORDINATOR, as Kafka answers when a coordinator unloads its groups: clients look for the
+        coordinator again and rejoin there.
+        """
         for group in self.groups.values():
-            if group.state == GroupState.PREPARING_REBALANCE:
-                self._maybe_complete_join(group, force=True)
             for member in group.members.values():
-                self._finish_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+                self._finish_join(member, JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                self._finish_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
+
+
+@dataclass(slots=True)
+class _JoinRequest:
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    supports_skip_assignment: bool
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    return requested is not None and current is not None and requested != current

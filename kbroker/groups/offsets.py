@@ -140,14 +140,18 @@ class OffsetStore:
         for group in list(self.offsets):
             self.delete(group, [k for k in self.offsets[group] if k[0] == topic])
 
-    def expire(self, group: str, older_than_ms: int, now_ms: int) -> int:
-        """Drop the group's offsets committed before ``older_than_ms`` (or past their own expiry)."""
+    def expire(self, group: str, older_than_ms: int, now_ms: int, base_ms: int | None = None) -> int:
+        """Drop the group's offsets that aged past ``older_than_ms`` (or past their own expiry).
+
+        An offset ages from its commit, or from ``base_ms`` if that is later: the moment its group became
+        empty (KIP-211), so a group that stopped committing while it still had members keeps its offsets.
+        """
         group_offsets = self.offsets.get(group, {})
         stale = [
             key
             for key, c in group_offsets.items()
             if (c.expire_timestamp >= 0 and c.expire_timestamp <= now_ms)
-            or (c.expire_timestamp < 0 and c.commit_timestamp < older_than_ms)
+            or (c.expire_timestamp < 0 and max(c.commit_timestamp, base_ms or -1) < older_than_ms)
         ]
         self.delete(group, stale)
         return len(stale)

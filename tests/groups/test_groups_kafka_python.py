@@ -22,7 +22,7 @@ MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
 FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
