@@ -22,6 +22,7 @@ from kbroker.groups.assignors import TopicMetadata
 from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
+from kbroker.server.connection import stop_reading
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.files import write_atomically
 
@@ -75,8 +76,7 @@ class Broker:
         )
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
-        self.open_connections: set[int] = set()
-        self.idle_scopes: set[trio.CancelScope] = set()
+        self.open_connections: dict[int, trio.socket.SocketType] = {}  # connection id -> its socket
         self._waiters: defaultdict[tuple[str, int], set[trio.Event]] = defaultdict(set)
         self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
 
@@ -202,7 +202,7 @@ class Broker:
 
     def connection_closed(self, connection_id: int) -> None:
         """Forget per-connection state."""
-        self.open_connections.discard(connection_id)
+        self.open_connections.pop(connection_id, None)
 
     # --- background work -------------------------------------------------------------------------------
 
@@ -256,8 +256,8 @@ class Broker:
         self.draining = True
         self.groups.wake_all()
         self.accepting.cancel()
-        for scope in list(self.idle_scopes):
-            scope.cancel()
+        for sock in list(self.open_connections.values()):
+            stop_reading(sock)  # each answers what it already received, then closes
         self.wake_all_waiters()
 
     def close(self) -> None:

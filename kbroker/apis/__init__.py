@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from kbroker.apis.context import RequestContext
@@ -91,6 +92,7 @@ HANDLERS: dict[int, ApiHandler] = _table(
 ADVERTISED_MIN_VERSION = {0: 0}
 
 
+@cache  # the table is fixed at import; every connection asks for it first
 def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
     return [
         ApiVersionsResponse.ApiVersion(

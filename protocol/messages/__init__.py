@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
+
+
+@cache  # looked up for every request: the import machinery only once per class
+def _message_class(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -22,10 +28,10 @@ class ApiSchema:
     flexible_versions: tuple[int, int] | None
 
     def request_type(self) -> Any:
-        return getattr(importlib.import_module(self.request_module), self.request_class)
+        return _message_class(self.request_module, self.request_class)
 
     def response_type(self) -> Any:
-        return getattr(importlib.import_module(self.response_module), self.response_class)
+        return _message_class(self.response_module, self.response_class)
 
     def is_flexible(self, version: int) -> bool:
         flexible = self.flexible_versions
