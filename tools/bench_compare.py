@@ -40,6 +40,10 @@ Scenarios (--only takes a comma-separated list of these names):
   it all back; broker CPU seconds per GB moved in each direction.
 For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads) per GB of
 payload moved are recorded too, with user and sys separately. The peak RSS (VmHWM) is read before each stop.
+Produce and consume runs also record the client processes' CPU seconds per GB (client_cpu_s_per_gb, every
+thread: the Python loop and librdkafka's) and how many cores the whole machine kept busy (machine_busy_cores,
+from /proc/stat): a run where the client used most of the CPU and the machine was near its core count was
+limited by the client, not the broker.
 
 Writes a JSON file and a PNG chart (matplotlib: `pip install -e '.[bench]'`), and prints a table and the
 targets of issue #6. Not a test.
@@ -195,6 +199,14 @@ def proc_cpu(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, summed over cores (/proc/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values[:8]) - idle) / ticks, sum(values[:8]) / ticks
 
 
 def socket_count(pid: int) -> int:
@@ -456,7 +468,7 @@ def produce_worker(
     round-robin over that many partitions. Without wait_for_delivery (the client ceiling) the time stops
     after the last produce() call."""
 
-    def run() -> tuple[float, float, int, int, str]:
+    def run() -> tuple[float, float, int, int, str, float]:
         from confluent_kafka import Producer
 
         failed: list[str] = []
@@ -483,18 +495,20 @@ def produce_worker(
                 producer.flush(60)  # serves every purge report now, not inside the timed pass
         barrier.wait(120)
         start = time.monotonic()
+        cpu_before = sum(os.times()[:2])  # every thread of this process: the Python loop and librdkafka's
         produce_all(producers, topic, payloads, count, partitions)
         remaining = 0
         if wait_for_delivery:
             for producer in producers:
                 remaining += producer.flush(300)
         end = time.monotonic()
+        cpu = sum(os.times()[:2]) - cpu_before
         if not wait_for_delivery:
             for producer in producers:
                 producer.purge()
                 producer.flush(0)
             failed.clear()
-        return start, end, remaining, len(failed), failed[0] if failed else ""
+        return start, end, remaining, len(failed), failed[0] if failed else "", cpu
 
     _report(out, run, barrier)
 
@@ -528,8 +542,8 @@ def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, b
     start-up whatever the broker (metadata, offsets, the first fetch), so the rate is taken from the first batch
     received to the last, over the records after the first batch."""
 
-    def run() -> tuple[float, float, float, int, int]:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    def run() -> tuple[float, float, float, int, int, float]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG})
         barrier.wait(120)
@@ -543,15 +557,19 @@ def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, b
             batch = consumer.consume(10_000, timeout=10)
             if not batch:
                 raise RuntimeError(f"consumer stalled after {seen} of {expected} records")
-            for message in batch:
-                if message.error() is None:
-                    seen += 1
-                    received_bytes += len(message.value())
+            # Counted with C-level map(): a Python loop over each message would make 100 B rates measure
+            # the interpreter (about 1M messages/s) rather than the broker.
+            if any(map(Message.error, batch)):
+                batch = [message for message in batch if message.error() is None]
+            seen += len(batch)
+            received_bytes += sum(map(len, map(Message.value, batch)))
             if not first:
                 first, first_records, first_bytes = time.monotonic(), seen, received_bytes
+                cpu_first = sum(os.times()[:2])
         end = time.monotonic()
+        cpu = sum(os.times()[:2]) - cpu_first
         consumer.close()
-        return start, first, end, seen - first_records, received_bytes - first_bytes
+        return start, first, end, seen - first_records, received_bytes - first_bytes, cpu
 
     _report(out, run, barrier)
 
@@ -562,7 +580,7 @@ def group_worker(
     """One member of a consumer group; consumes until the group as a whole has seen `expected` records."""
 
     def run() -> dict[str, Any]:
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, Message
 
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_CONFIG})
         barrier.wait(120)
@@ -572,7 +590,7 @@ def group_worker(
         seen = 0
         while total.value < expected and time.monotonic() - subscribed < deadline_s:
             batch = consumer.consume(10_000, timeout=0.2)
-            records = sum(1 for message in batch if message.error() is None)
+            records = len(batch) - sum(1 for error in map(Message.error, batch) if error is not None)
             if records:
                 last = time.monotonic()
                 first = first or last
@@ -725,7 +743,7 @@ def run_clients(targets: list[tuple[Callable[..., None], tuple[Any, ...]]], time
                 process.join(5)
 
 
-def producers_elapsed(results: list[tuple[float, float, int, int, str]]) -> float:
+def producers_elapsed(results: list[tuple[float, float, int, int, str, float]]) -> float:
     """From the first producer's start to the last one's end; every record must have been delivered."""
     undelivered = sum(result[2] for result in results)
     failed = sum(result[3] for result in results)
@@ -817,8 +835,12 @@ class Session:
         """Records the broker's CPU (per GB of payload, when given) and RSS around a block."""
         pid = self.broker.pid
         before = proc_cpu(pid) if pid else None
+        machine_before = machine_busy_seconds()
         with ResourceSampler(pid) as sampler:
             yield sampler
+        busy, total = (after - start for after, start in zip(machine_busy_seconds(), machine_before, strict=True))
+        # Busy cores over the block (0..os.cpu_count()): near the core count, the machine itself was the limit.
+        self.record(f"{prefix}.machine_busy_cores", busy / total * (os.cpu_count() or 1) if total else 0.0)
         if pid and before:
             user, system = (after - start for after, start in zip(proc_cpu(pid), before, strict=True))
             moved = payload_bytes() if payload_bytes else 0
@@ -861,7 +883,9 @@ class Session:
             for _ in range(processes)
         ]
         with self.measured(prefix, lambda: total * size) as sampler:
-            elapsed = producers_elapsed(run_clients(targets, self.plan.scenario_timeout_s))
+            results = run_clients(targets, self.plan.scenario_timeout_s)
+            elapsed = producers_elapsed(results)
+        self.record(f"{prefix}.client_cpu_s_per_gb", sum(result[5] for result in results) / (total * size / GB))
         self.record(f"{prefix}.rec_s", total / elapsed)
         self.record(f"{prefix}.mb_s", total * size / MB / elapsed)
         return sampler
@@ -878,10 +902,11 @@ class Session:
     def consume(self, prefix: str, topic: str, partitions: int, records: int, size: int) -> None:
         moved = [records * size]
         with self.measured(prefix, lambda: moved[0]):
-            [(start, first, end, timed_records, timed_bytes)] = run_clients(
+            [(start, first, end, timed_records, timed_bytes, client_cpu)] = run_clients(
                 [(consume_worker, (self.broker.bootstrap, topic, partitions, records))], self.plan.scenario_timeout_s
             )
         self.record(f"{prefix}.first_record_s", first - start)
+        self.record(f"{prefix}.client_cpu_s_per_gb", client_cpu / (timed_bytes / GB))
         self.record(f"{prefix}.rec_s", timed_records / (end - first))
         self.record(f"{prefix}.mb_s", timed_bytes / MB / (end - first))
 
@@ -1274,6 +1299,8 @@ def in_short_table(name: str) -> bool:
     """The printed table leaves out the detail (it is all in the JSON): CPU split and RSS per throughput run."""
     if name.endswith(("cpu_user_s_per_gb", "cpu_sys_s_per_gb")):
         return name.startswith("volume.")
+    if name.endswith((".client_cpu_s_per_gb", ".machine_busy_cores")):  # who was the limit, where it matters
+        return name.startswith(("produce.1KB", "consume."))
     if name.endswith(".rss_mb"):
         return False
     if name.endswith(".max_rss_mb"):

@@ -31,6 +31,25 @@ EXTRA_SCHEMAS = (
     "ConsumerGroupDescribeRequest",
     "ConsumerGroupDescribeResponse",
 )
+# Versions newer than the reference set, described from Kafka's protocol changes (name -> amendment).
+# ConsumerGroupDescribe v1 (KIP-1099, Kafka 4.0): the request is unchanged; each member gains MemberType,
+# int8, -1 unknown, 0 classic, 1 consumer.
+SCHEMA_AMENDMENTS: dict[str, dict] = {
+    "ConsumerGroupDescribeRequest": {"validVersions": "0-1"},
+    "ConsumerGroupDescribeResponse": {
+        "validVersions": "0-1",
+        "append": {
+            ("Groups", "Members"): {
+                "name": "MemberType",
+                "type": "int8",
+                "versions": "1+",
+                "default": "-1",
+                "ignorable": True,
+                "about": "-1 for unknown, 0 for a classic member, 1 for a consumer member.",
+            }
+        },
+    },
+}
 MAX_VERSION = 32767
 FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "float64": "d", "bool": "?"}
 FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "d": 8, "?": 1}
@@ -563,8 +582,23 @@ def collect_schemas(kafka_resources: Path, extra_dir: Path) -> list[Schema]:
         path = extra_dir / f"{name}.json"
         if not path.exists():
             raise SystemExit(f"gen_messages: {path} is missing (the older reference schema set)")
-        schemas[name] = build_schema(load_schema(path))
+        schemas[name] = build_schema(amend_schema(load_schema(path)))
     return sorted(schemas.values(), key=lambda s: s.name)
+
+
+def amend_schema(data: dict) -> dict:
+    """Apply SCHEMA_AMENDMENTS to an older reference schema (only while it lacks the newer version)."""
+    amendment = SCHEMA_AMENDMENTS.get(data["name"])
+    if amendment is None or parse_versions(data["validVersions"]) == parse_versions(amendment["validVersions"]):
+        return data
+    data = {**data, "validVersions": amendment["validVersions"]}
+    for path, new_field in amendment.get("append", {}).items():
+        fields = data["fields"]
+        for name in path:
+            fields = next(f for f in fields if f["name"] == name)["fields"]
+        if all(f["name"] != new_field["name"] for f in fields):
+            fields.append(dict(new_field))
+    return data
 
 
 def registry_source(schemas: list[Schema]) -> str:

@@ -18,6 +18,8 @@ from protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHea
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
+CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 MemberType: 0 classic, 1 consumer, -1 unknown
+
 
 async def handle_consumer_group_heartbeat(
     ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
@@ -90,6 +92,7 @@ def _describe(ctx: RequestContext, group: ConsumerGroup) -> ConsumerGroupDescrib
             subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=_described_assignment(m.assigned, names),
             target_assignment=_described_assignment(group.target.get(m.member_id, {}), names),
+            member_type=CONSUMER_MEMBER,  # v1 (KIP-1099); classic members never join these groups here
         )
         for m in group.members.values()
     ]

@@ -90,7 +90,7 @@ APIS: dict[int, ApiSchema] = {
     65: ApiSchema(65, 'DescribeTransactions', 'protocol.messages.describe_transactions_request', 'DescribeTransactionsRequest', 'protocol.messages.describe_transactions_response', 'DescribeTransactionsResponse', (0, 0), (0, 32767)),
     66: ApiSchema(66, 'ListTransactions', 'protocol.messages.list_transactions_request', 'ListTransactionsRequest', 'protocol.messages.list_transactions_response', 'ListTransactionsResponse', (0, 2), (0, 32767)),
     68: ApiSchema(68, 'ConsumerGroupHeartbeat', 'protocol.messages.consumer_group_heartbeat_request', 'ConsumerGroupHeartbeatRequest', 'protocol.messages.consumer_group_heartbeat_response', 'ConsumerGroupHeartbeatResponse', (0, 1), (0, 32767)),
-    69: ApiSchema(69, 'ConsumerGroupDescribe', 'protocol.messages.consumer_group_describe_request', 'ConsumerGroupDescribeRequest', 'protocol.messages.consumer_group_describe_response', 'ConsumerGroupDescribeResponse', (0, 0), (0, 32767)),
+    69: ApiSchema(69, 'ConsumerGroupDescribe', 'protocol.messages.consumer_group_describe_request', 'ConsumerGroupDescribeRequest', 'protocol.messages.consumer_group_describe_response', 'ConsumerGroupDescribeResponse', (0, 1), (0, 32767)),
     74: ApiSchema(74, 'ListConfigResources', 'protocol.messages.list_config_resources_request', 'ListConfigResourcesRequest', 'protocol.messages.list_config_resources_response', 'ListConfigResourcesResponse', (0, 1), (0, 32767)),
     75: ApiSchema(75, 'DescribeTopicPartitions', 'protocol.messages.describe_topic_partitions_request', 'DescribeTopicPartitionsRequest', 'protocol.messages.describe_topic_partitions_response', 'DescribeTopicPartitionsResponse', (0, 0), (0, 32767)),
 }

@@ -17,7 +17,7 @@ class ConsumerGroupDescribeRequest(_c.Message):
     FIELDS = ('group_ids', 'include_authorized_operations')
     NAME = 'ConsumerGroupDescribeRequest'
     API_KEY = 69
-    VALID_VERSIONS = (0, 0)
+    VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
 
     def __init__(self, *, group_ids: list[str] | None = _c.UNSET, include_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
@@ -53,5 +53,5 @@ def _encode_ConsumerGroupDescribeRequest_v0(o, out):
     else:
         out.append(0)
 
-ConsumerGroupDescribeRequest.DECODERS = (_decode_ConsumerGroupDescribeRequest_v0,)
-ConsumerGroupDescribeRequest.ENCODERS = (_encode_ConsumerGroupDescribeRequest_v0,)
+ConsumerGroupDescribeRequest.DECODERS = (_decode_ConsumerGroupDescribeRequest_v0, _decode_ConsumerGroupDescribeRequest_v0,)
+ConsumerGroupDescribeRequest.ENCODERS = (_encode_ConsumerGroupDescribeRequest_v0, _encode_ConsumerGroupDescribeRequest_v0,)

@@ -10,6 +10,7 @@ from protocol import _codec as _c
 from protocol.exceptions import DecodeError
 
 _new = _c.new_object
+_S_b = _struct.Struct('>b')
 _S_h = _struct.Struct('>h')
 _S_i = _struct.Struct('>i')
 _S_ii = _struct.Struct('>ii')
@@ -33,10 +34,10 @@ class Assignment(_c.Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class Member(_c.Struct):
-    __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'unknown_tagged_fields')
-    FIELDS = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment')
+    __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type', 'unknown_tagged_fields')
+    FIELDS = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type')
 
-    def __init__(self, *, member_id: str = '', instance_id: str | None = None, rack_id: str | None = None, member_epoch: int = 0, client_id: str = '', client_host: str = '', subscribed_topic_names: list[str] | None = _c.UNSET, subscribed_topic_regex: str | None = None, assignment: Assignment | None = _c.UNSET, target_assignment: Assignment | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, member_id: str = '', instance_id: str | None = None, rack_id: str | None = None, member_epoch: int = 0, client_id: str = '', client_host: str = '', subscribed_topic_names: list[str] | None = _c.UNSET, subscribed_topic_regex: str | None = None, assignment: Assignment | None = _c.UNSET, target_assignment: Assignment | None = _c.UNSET, member_type: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.member_id = member_id
         self.instance_id = instance_id
         self.rack_id = rack_id
@@ -47,6 +48,7 @@ class Member(_c.Struct):
         self.subscribed_topic_regex = subscribed_topic_regex
         self.assignment = Assignment() if assignment is _c.UNSET else assignment
         self.target_assignment = Assignment() if target_assignment is _c.UNSET else target_assignment
+        self.member_type = member_type
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class DescribedGroup(_c.Struct):
@@ -70,7 +72,7 @@ class ConsumerGroupDescribeResponse(_c.Message):
     FIELDS = ('throttle_time_ms', 'groups')
     NAME = 'ConsumerGroupDescribeResponse'
     API_KEY = 69
-    VALID_VERSIONS = (0, 0)
+    VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
     DescribedGroup: type[DescribedGroup]
     Member: type[Member]
@@ -115,6 +117,7 @@ def _decode_Assignment_v0(buf, pos):
 
 def _decode_Member_v0(buf, pos):
     o = _new(Member)
+    o.member_type = -1
     o.member_id, pos = _c.read_compact_string(buf, pos)
     o.instance_id, pos = _c.read_compact_nullable_string(buf, pos)
     o.rack_id, pos = _c.read_compact_nullable_string(buf, pos)
@@ -245,5 +248,119 @@ def _encode_ConsumerGroupDescribeResponse_v0(o, out):
     else:
         out.append(0)
 
-ConsumerGroupDescribeResponse.DECODERS = (_decode_ConsumerGroupDescribeResponse_v0,)
-ConsumerGroupDescribeResponse.ENCODERS = (_encode_ConsumerGroupDescribeResponse_v0,)
+def _decode_Member_v1(buf, pos):
+    o = _new(Member)
+    o.member_id, pos = _c.read_compact_string(buf, pos)
+    o.instance_id, pos = _c.read_compact_nullable_string(buf, pos)
+    o.rack_id, pos = _c.read_compact_nullable_string(buf, pos)
+    (o.member_epoch,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    o.client_id, pos = _c.read_compact_string(buf, pos)
+    o.client_host, pos = _c.read_compact_string(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field SubscribedTopicNames')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _c.read_compact_string(buf, pos)
+            items.append(item)
+        o.subscribed_topic_names = items
+    o.subscribed_topic_regex, pos = _c.read_compact_nullable_string(buf, pos)
+    o.assignment, pos = _decode_Assignment_v0(buf, pos)
+    o.target_assignment, pos = _decode_Assignment_v0(buf, pos)
+    (o.member_type,) = _S_b.unpack_from(buf, pos)
+    pos += 1
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_DescribedGroup_v1(buf, pos):
+    o = _new(DescribedGroup)
+    (o.error_code,) = _S_h.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _c.read_compact_nullable_string(buf, pos)
+    o.group_id, pos = _c.read_compact_string(buf, pos)
+    o.group_state, pos = _c.read_compact_string(buf, pos)
+    (o.group_epoch, o.assignment_epoch,) = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    o.assignor_name, pos = _c.read_compact_string(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Members')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_Member_v1(buf, pos)
+            items.append(item)
+        o.members = items
+    (o.authorized_operations,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_ConsumerGroupDescribeResponse_v1(buf, pos):
+    o = _new(ConsumerGroupDescribeResponse)
+    (o.throttle_time_ms,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Groups')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_DescribedGroup_v1(buf, pos)
+            items.append(item)
+        o.groups = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_Member_v1(o, out):
+    _c.write_compact_string(out, o.member_id)
+    _c.write_compact_nullable_string(out, o.instance_id)
+    _c.write_compact_nullable_string(out, o.rack_id)
+    out += _S_i.pack(o.member_epoch)
+    _c.write_compact_string(out, o.client_id)
+    _c.write_compact_string(out, o.client_host)
+    v = o.subscribed_topic_names
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _c.write_compact_string(out, item)
+    _c.write_compact_nullable_string(out, o.subscribed_topic_regex)
+    _encode_Assignment_v0(o.assignment, out)
+    _encode_Assignment_v0(o.target_assignment, out)
+    out += _S_b.pack(o.member_type)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_DescribedGroup_v1(o, out):
+    out += _S_h.pack(o.error_code)
+    _c.write_compact_nullable_string(out, o.error_message)
+    _c.write_compact_string(out, o.group_id)
+    _c.write_compact_string(out, o.group_state)
+    out += _S_ii.pack(o.group_epoch, o.assignment_epoch)
+    _c.write_compact_string(out, o.assignor_name)
+    v = o.members
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_Member_v1(item, out)
+    out += _S_i.pack(o.authorized_operations)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_ConsumerGroupDescribeResponse_v1(o, out):
+    out += _S_i.pack(o.throttle_time_ms)
+    v = o.groups
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_DescribedGroup_v1(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+ConsumerGroupDescribeResponse.DECODERS = (_decode_ConsumerGroupDescribeResponse_v0, _decode_ConsumerGroupDescribeResponse_v1,)
+ConsumerGroupDescribeResponse.ENCODERS = (_encode_ConsumerGroupDescribeResponse_v0, _encode_ConsumerGroupDescribeResponse_v1,)
