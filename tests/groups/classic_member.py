@@ -22,6 +22,8 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -62,92 +64,113 @@ class Uncommitted:
         return len(records)
 
 
-class Stdin:
-    """Watches stdin for "close" on a thread (the consumers' loops poll ``closing``)."""
+class Member:
+    """What every client's loop does around its own poll and commit calls: watching stdin for "close",
+    tracking uncommitted records, and reporting rebalances, reads, commits and assignments."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop_after: int) -> None:
+        self.stop_after = stop_after
         self.closing = False
-        threading.Thread(target=self._read, daemon=True).start()
+        self.uncommitted = Uncommitted()
+        self.committed = 0
+        self.assigned: list[int] | None = None
+        threading.Thread(target=self._read_stdin, daemon=True).start()
 
-    def _read(self) -> None:
+    def _read_stdin(self) -> None:
         for line in sys.stdin:
             if line.strip() == "close":
                 self.closing = True
         self.closing = True
 
+    @property
+    def running(self) -> bool:
+        return not self.closing and not (self.stop_after and self.committed >= self.stop_after)
 
-def run_kafka_python(args: argparse.Namespace, stdin: Stdin) -> None:
+    def added(self, partitions: Iterable[Any]) -> None:
+        """From the rebalance listener: ``partitions`` (the client's TopicPartitions) were assigned."""
+        emit("added", partitions=sorted(tp.partition for tp in partitions), t=time.monotonic_ns())
+
+    def revoked(self, partitions: Iterable[Any], event: str = "revoked") -> None:
+        """From the rebalance listener: what was read of ``partitions`` and not committed is forgotten."""
+        gone = sorted(tp.partition for tp in partitions)
+        self.uncommitted.drop(gone)
+        emit(event, partitions=gone, t=time.monotonic_ns())
+
+    def read(self, records: list[list[int]]) -> None:
+        if records:
+            emit("consumed", records=records)
+            self.uncommitted.add(records)
+
+    @contextmanager
+    def committing(self, errors: type[Exception], describe: Callable[[Exception], str]) -> Iterator[None]:
+        """Around a synchronous commit of all that is uncommitted: its records count as committed once it
+        returns; ``errors`` it raises are reported and the commit is tried again after the next poll."""
+        # Taken before the commit: a revocation may run while it is under way.
+        snapshot = self.uncommitted.snapshot()
+        try:
+            yield
+        except errors as exc:
+            emit("commit-failed", error=describe(exc))
+        else:
+            self.committed += self.uncommitted.committed(snapshot)
+
+    def assignment(self, partitions: Iterable[Any]) -> None:
+        now = sorted(tp.partition for tp in partitions)
+        if now != self.assigned:
+            self.assigned = now
+            emit("assigned", partitions=now, t=time.monotonic_ns())
+
+
+def error_name(exc: Exception) -> str:
+    return type(exc).__name__
+
+
+def kafka_python_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The consumer settings of kafka-python and of aiokafka, which took over its API."""
+    return {
+        "bootstrap_servers": args.bootstrap,
+        "group_id": args.group,
+        "client_id": args.name,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "session_timeout_ms": args.session_ms,
+        "heartbeat_interval_ms": 500,
+    }
+
+
+def run_kafka_python(args: argparse.Namespace, member: Member) -> None:
     import kafka
     from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.errors import KafkaError
 
     emit("client", version=kafka.__version__)
-    pending = Uncommitted()
 
     class Listener(ConsumerRebalanceListener):
         def on_partitions_revoked(self, revoked):  # noqa: ANN001, ANN202
-            partitions = sorted(tp.partition for tp in revoked)
-            pending.drop(partitions)
-            emit("revoked", partitions=partitions, t=time.monotonic_ns())
+            member.revoked(revoked)
 
         def on_partitions_assigned(self, assigned):  # noqa: ANN001, ANN202
-            emit("added", partitions=sorted(tp.partition for tp in assigned), t=time.monotonic_ns())
+            member.added(assigned)
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=args.bootstrap,
-        group_id=args.group,
-        client_id=args.name,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        session_timeout_ms=args.session_ms,
-        heartbeat_interval_ms=500,
-        max_poll_records=args.max_records,
-    )
+    consumer = KafkaConsumer(**kafka_python_settings(args), max_poll_records=args.max_records)
     consumer.subscribe([args.topic], listener=Listener())
-    assigned: list[int] | None = None
-    committed = 0
-    while not stdin.closing and not (args.stop_after and committed >= args.stop_after):
+    while member.running:
         batches = consumer.poll(100)
-        records = [[tp.partition, r.offset] for tp, rs in batches.items() for r in rs]
-        if records:
-            emit("consumed", records=records)
-            pending.add(records)
-        if pending.records:
-            snapshot = pending.snapshot()
-            try:
+        member.read([[tp.partition, r.offset] for tp, rs in batches.items() for r in rs])
+        if member.uncommitted.records:
+            with member.committing(KafkaError, error_name):
                 consumer.commit()  # every assigned partition's position: all that was read
-                committed += pending.committed(snapshot)
-            except KafkaError as exc:
-                emit("commit-failed", error=type(exc).__name__)
-        now = sorted(tp.partition for tp in consumer.assignment())
-        if now != assigned:
-            assigned = now
-            emit("assigned", partitions=now, t=time.monotonic_ns())
+        member.assignment(consumer.assignment())
     emit("closing", t=time.monotonic_ns())
     consumer.close()
     emit("closed")
 
 
-def run_confluent(args: argparse.Namespace, stdin: Stdin) -> None:
+def run_confluent(args: argparse.Namespace, member: Member) -> None:
     import confluent_kafka
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     emit("client", version=confluent_kafka.__version__, librdkafka=confluent_kafka.libversion()[0])
-    pending = Uncommitted()
-
-    def on_assign(consumer, partitions) -> None:  # noqa: ANN001
-        emit("added", partitions=sorted(tp.partition for tp in partitions), t=time.monotonic_ns())
-
-    def on_revoke(consumer, partitions) -> None:  # noqa: ANN001
-        revoked = sorted(tp.partition for tp in partitions)
-        pending.drop(revoked)
-        emit("revoked", partitions=revoked, t=time.monotonic_ns())
-
-    def on_lost(consumer, partitions) -> None:  # noqa: ANN001
-        lost = sorted(tp.partition for tp in partitions)
-        pending.drop(lost)
-        emit("lost", partitions=lost, t=time.monotonic_ns())
-
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -160,81 +183,50 @@ def run_confluent(args: argparse.Namespace, stdin: Stdin) -> None:
             "partition.assignment.strategy": args.assignor,
         }
     )
-    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
-    assigned: list[int] | None = None
-    committed = 0
-    while not stdin.closing and not (args.stop_after and committed >= args.stop_after):
+    consumer.subscribe(
+        [args.topic],
+        on_assign=lambda _, partitions: member.added(partitions),
+        on_revoke=lambda _, partitions: member.revoked(partitions),
+        on_lost=lambda _, partitions: member.revoked(partitions, "lost"),
+    )
+    while member.running:
         messages = [m for m in consumer.consume(args.max_records, 0.1) if m.error() is None]
-        if messages:
-            records = [[m.partition(), m.offset()] for m in messages]
-            emit("consumed", records=records)
-            pending.add(records)
-        if pending.records:
-            snapshot = pending.snapshot()
-            offsets = [TopicPartition(args.topic, p, o) for p, o in pending.next_offsets().items()]
-            try:
+        member.read([[m.partition(), m.offset()] for m in messages])
+        if member.uncommitted.records:
+            offsets = [TopicPartition(args.topic, p, o) for p, o in member.uncommitted.next_offsets().items()]
+            with member.committing(KafkaException, lambda exc: str(exc.args[0])):
                 consumer.commit(offsets=offsets, asynchronous=False)  # exactly what was read
-                committed += pending.committed(snapshot)
-            except KafkaException as exc:
-                emit("commit-failed", error=str(exc.args[0]))
-        now = sorted(tp.partition for tp in consumer.assignment())
-        if now != assigned:
-            assigned = now
-            emit("assigned", partitions=now, t=time.monotonic_ns())
+        member.assignment(consumer.assignment())
     emit("closing", t=time.monotonic_ns())
     consumer.close()
     emit("closed")
 
 
-async def run_aiokafka(args: argparse.Namespace, stdin: Stdin) -> None:
+async def run_aiokafka(args: argparse.Namespace, member: Member) -> None:
     import aiokafka
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     from aiokafka.errors import KafkaError
 
     emit("client", version=aiokafka.__version__)
-    pending = Uncommitted()
 
     class Listener(ConsumerRebalanceListener):
         async def on_partitions_revoked(self, revoked):  # noqa: ANN001, ANN202
-            partitions = sorted(tp.partition for tp in revoked)
-            pending.drop(partitions)
-            emit("revoked", partitions=partitions, t=time.monotonic_ns())
+            member.revoked(revoked)
 
         async def on_partitions_assigned(self, assigned):  # noqa: ANN001, ANN202
-            emit("added", partitions=sorted(tp.partition for tp in assigned), t=time.monotonic_ns())
+            member.added(assigned)
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=args.bootstrap,
-        group_id=args.group,
-        client_id=args.name,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        session_timeout_ms=args.session_ms,
-        heartbeat_interval_ms=500,
-    )
+    consumer = AIOKafkaConsumer(**kafka_python_settings(args))  # its records per poll go to getmany
     consumer.subscribe([args.topic], listener=Listener())
     await consumer.start()
-    assigned: list[int] | None = None
-    committed = 0
     try:
-        while not stdin.closing and not (args.stop_after and committed >= args.stop_after):
+        while member.running:
             batches = await consumer.getmany(timeout_ms=100, max_records=args.max_records)
-            records = [[tp.partition, r.offset] for tp, rs in batches.items() for r in rs]
-            if records:
-                emit("consumed", records=records)
-                pending.add(records)
-            if pending.records:
-                # Taken before the commit: a revocation may run while it is awaited.
-                snapshot = pending.snapshot()
-                try:
+            member.read([[tp.partition, r.offset] for tp, rs in batches.items() for r in rs])
+            if member.uncommitted.records:
+                with member.committing(KafkaError, error_name):
                     await consumer.commit()  # every assigned partition's position: all that was read
-                    committed += pending.committed(snapshot)
-                except KafkaError as exc:
-                    emit("commit-failed", error=type(exc).__name__)
-            now = sorted(tp.partition for tp in consumer.assignment())
-            if now != assigned:
-                assigned = now
-                emit("assigned", partitions=now, t=time.monotonic_ns())
+            member.assignment(consumer.assignment())
     finally:
         emit("closing", t=time.monotonic_ns())
         await consumer.stop()
@@ -253,13 +245,13 @@ def main() -> None:
     parser.add_argument("--max-records", type=int, default=500, help="records per poll")
     parser.add_argument("--stop-after", type=int, default=0, help="close after committing this many records")
     args = parser.parse_args()
-    stdin = Stdin()
+    member = Member(args.stop_after)
     if args.client == "kafka-python":
-        run_kafka_python(args, stdin)
+        run_kafka_python(args, member)
     elif args.client == "confluent":
-        run_confluent(args, stdin)
+        run_confluent(args, member)
     else:
-        asyncio.run(run_aiokafka(args, stdin))
+        asyncio.run(run_aiokafka(args, member))
 
 
 if __name__ == "__main__":

@@ -1,137 +1,41 @@
-"""Shared pieces of the live classic-group tests: member processes, waiting, and the checks every client
-must pass (disjoint complete shares, fail-over without re-reading committed records, no partition owned
-by two members at once)."""
+"""Shared pieces of the live classic-group tests: starting Python members, and the checks every client
+must pass (fail-over without re-reading committed records, no partition owned by two members at once, a
+third member joining two). The member processes themselves are in member_processes.py."""
 
 from __future__ import annotations
 
-import json
-import queue
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from member_processes import MemberProcess, create_topic, disjoint_and_complete, produce, wait_for
 
 from compat.clients import kafka_python2_path, python_env
 from kbroker.testing import RunningBroker
 
 HERE = Path(__file__).parent
 PYTHON_MEMBER = HERE / "classic_member.py"
-WAIT_SECONDS = 60  # a bound for anything to happen, never a speed check; below every rebalance timeout
 # Short sessions so a killed member is noticed quickly; the broker's minimum is lowered to allow them.
 SESSION_MS = 4000
 FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 
 
-class MemberProcess:
-    """A group member in a child process printing JSON lines; a reader thread collects them."""
-
-    def __init__(self, command: list[str], name: str, env: dict[str, str] | None = None) -> None:
-        self.name = name
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        self._events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.events: list[dict[str, Any]] = []
-        self.assigned: list[int] | None = None
-        self.generation: int | None = None
-        self.records: list[tuple[int, int]] = []  # committed
-        self.consumed: list[tuple[int, int]] = []  # read, committed or not
-        self.closed = False
-        self.killed_at: int | None = None
-        self.stderr_tail: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self._events.put(json.loads(line))
-
-    def _read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.stderr_tail = (self.stderr_tail + [line])[-60:]
-
-    def drain(self) -> None:
-        while True:
-            try:
-                event = self._events.get_nowait()
-            except queue.Empty:
-                return
-            self.events.append(event)
-            kind = event["event"]
-            if kind == "assigned":
-                self.assigned = event["partitions"]
-                self.generation = event.get("generation")
-            elif kind == "records":
-                self.records.extend((p, o) for p, o in event["records"])
-            elif kind == "consumed":
-                self.consumed.extend((p, o) for p, o in event["records"])
-            elif kind == "closed":
-                self.closed = True
-
-    def close(self) -> None:
-        """Ask the member to close its consumer (a LeaveGroup for dynamic members)."""
-        assert self.process.stdin is not None
-        self.process.stdin.write("close\n")
-        self.process.stdin.flush()
-
-    def kill(self) -> None:
-        """SIGKILL: no LeaveGroup, the coordinator only notices when the session times out."""
-        self.killed_at = time.monotonic_ns()
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.alive:
-            self.process.kill()
-            self.process.wait(10)
-
-
-def wait_for(
-    condition: Callable[[], bool], members: list[MemberProcess], what: str, timeout: float = WAIT_SECONDS
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for member in members:
-            member.drain()
-        if condition():
-            return
-        time.sleep(0.05)
-    state = {m.name: (m.assigned, len(m.records), m.process.poll()) for m in members}
-    logs = "".join(line for m in members for line in m.stderr_tail[-15:])
-    raise AssertionError(f"timed out waiting for {what}: {state}\n{logs}")
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(10)
-
-
-def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0) -> None:
-    """``per_partition`` records on each partition, values ``start``, ``start + 1``, ... round robin."""
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(partitions * per_partition):
-        producer.produce(topic, value=f"{start + i}".encode(), partition=i % partitions)
-    assert producer.flush(10) == 0
-
-
-def disjoint_and_complete(members: list[MemberProcess], partitions: int) -> bool:
-    shares = [m.assigned or [] for m in members]
-    return all(shares) and sorted(sum(shares, [])) == list(range(partitions))
+def python_member(
+    client: str,
+    broker: RunningBroker,
+    group: str,
+    topic: str,
+    name: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    session_ms: int = SESSION_MS,
+) -> MemberProcess:
+    """classic_member.py with ``client`` (kafka-python, aiokafka or confluent) as a member of ``group``."""
+    command = [sys.executable, str(PYTHON_MEMBER), client, broker.bootstrap, group, topic, name]
+    return MemberProcess([*command, "--session-ms", str(session_ms), *extra], name, env)
 
 
 def ownership_intervals(member: MemberProcess) -> dict[int, list[tuple[int, int]]]:
@@ -203,22 +107,49 @@ def failover(
     assert_no_partition_owned_twice(members)
 
 
+@dataclass
+class ThirdMemberJoined:
+    """The first two members, what each owned before a third joined and its events since (by name), and
+    the newcomer's share."""
+
+    first_two: tuple[MemberProcess, MemberProcess]
+    before: dict[str, set[int]]
+    later: dict[str, list[dict[str, Any]]]
+    moved: set[int]
+
+
+def a_third_member_joins(
+    spawn: Callable[[str], MemberProcess], members: list[MemberProcess], records: int | None = None
+) -> ThirdMemberJoined:
+    """Members "first" and "second" share six partitions three and three (and, given ``records``, have
+    committed that many distinct records); then "third" joins and the group settles on two each."""
+    first, second = spawn("first"), spawn("second")
+    members.extend([first, second])
+    wait_for(
+        lambda: (
+            disjoint_and_complete([first, second], 6)
+            and [len(first.assigned or []), len(second.assigned or [])] == [3, 3]
+            and (records is None or len(set(first.records + second.records)) == records)
+        ),
+        members,
+        "two members with three partitions each" + ("" if records is None else f" and {records} records"),
+    )
+    before = {m.name: set(m.assigned or []) for m in (first, second)}
+    marks = {m.name: len(m.events) for m in (first, second)}
+    third = spawn("third")
+    members.append(third)
+    wait_for(
+        lambda: disjoint_and_complete(members, 6) and sorted(len(m.assigned or []) for m in members) == [2, 2, 2],
+        members,
+        "three members with two partitions each",
+    )
+    later = {m.name: m.events[marks[m.name] :] for m in (first, second)}
+    return ThirdMemberJoined((first, second), before, later, set(third.assigned or []))
+
+
 # --- kafka-python 2.x -------------------------------------------------------------------------------------
 
 
 def kafka_python2_env() -> dict[str, str]:
     """An environment whose PYTHONPATH finds kafka-python 2.x first (the compat suite's cached install)."""
     return python_env(kafka_python2_path())
-
-
-def python_member(
-    client: str,
-    broker: RunningBroker,
-    group: str,
-    topic: str,
-    name: str,
-    *extra: str,
-    env: dict[str, str] | None = None,
-) -> MemberProcess:
-    command = [sys.executable, str(PYTHON_MEMBER), client, broker.bootstrap, group, topic, name]
-    return MemberProcess([*command, "--session-ms", str(SESSION_MS), *extra], name, env)

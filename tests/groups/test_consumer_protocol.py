@@ -7,21 +7,17 @@ consumer_protocol_member.py) so one can be killed with SIGKILL, leaving the grou
 
 from __future__ import annotations
 
-import json
-import queue
-import signal
-import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from member_processes import MemberProcess, create_topic, disjoint_and_complete, produce, run_program, wait_for
 
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -40,6 +36,7 @@ from protocol.messages.offset_fetch_request import OffsetFetchRequest
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 JAVA_SOURCE = HERE / "java" / "ConsumerGroupMember.java"
+JAVA_SHARED = HERE / "java" / "GroupMembers.java"
 JAVA_VERSION = "4.3.0"  # the consumer protocol is GA from kafka-clients 4.0
 # Kafka's minimums are 45 s session / 5 s heartbeat; lowered (with the minimums) so failover is quick.
 FAST_GROUPS = {
@@ -52,96 +49,14 @@ WAIT_SECONDS = 90  # a generous bound for anything to happen, never a speed chec
 
 
 @pytest.fixture(scope="module")
-def java_member(java_program: Callable[[Path, str], list[str]]) -> list[str]:
+def java_member(java_program: Callable[..., list[str]]) -> list[str]:
     """The command that runs tests/groups/java/ConsumerGroupMember.java on kafka-clients 4.3."""
-    return java_program(JAVA_SOURCE, JAVA_VERSION)
+    return java_program(JAVA_SOURCE, JAVA_VERSION, JAVA_SHARED)
 
 
-class MemberProcess:
-    """A group member in a child process; its JSON lines are collected by a reader thread."""
-
-    def __init__(self, command: list[str], name: str) -> None:
-        self.name = name
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.assigned: list[int] | None = None
-        self.records: list[tuple[int, int]] = []
-        self.closed = False
-        self.stderr_tail: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
-
-    def _read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.stderr_tail = (self.stderr_tail + [line])[-40:]
-
-    def drain(self) -> None:
-        while True:
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                return
-            if event["event"] == "assigned":
-                self.assigned = event["partitions"]
-            elif event["event"] == "records":
-                self.records.extend((p, o) for p, o in event["records"])
-            elif event["event"] == "closed":
-                self.closed = True
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write("close\n")
-        self.process.stdin.flush()
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-
-def wait_for(condition: Callable[[], bool], members: list[MemberProcess], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        for member in members:
-            member.drain()
-        if condition():
-            return
-        time.sleep(0.05)
-    state = {m.name: (m.assigned, len(m.records), m.process.poll()) for m in members}
-    logs = "".join(line for m in members for line in m.stderr_tail[-10:])
-    raise AssertionError(f"timed out waiting for {what}: {state}\n{logs}")
-
-
-def _create_and_fill(broker: RunningBroker, topic: str, partitions: int, per_partition: int, start: int = 0) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    if start == 0:
-        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-            future.result(10)
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(partitions * per_partition):
-        producer.produce(topic, value=f"{start + i}".encode(), partition=i % partitions)
-    assert producer.flush(10) == 0
-
-
-@pytest.fixture
-def members() -> Iterator[list[MemberProcess]]:
-    started: list[MemberProcess] = []
-    yield started
-    for member in started:
-        member.stop()
+def _create_and_fill(broker: RunningBroker, topic: str, partitions: int, per_partition: int) -> None:
+    create_topic(broker.bootstrap, topic, partitions)
+    produce(broker.bootstrap, topic, partitions, per_partition)
 
 
 def _failover_scenario(
@@ -151,12 +66,12 @@ def _failover_scenario(
     and nothing that was committed is read twice."""
     _create_and_fill(broker, "events", 6, 10)
     members.extend(spawn(f"member-{i}") for i in range(3))
-
-    def disjoint_and_complete() -> bool:
-        shares = [m.assigned or [] for m in members]
-        return all(shares) and sorted(sum(shares, [])) == list(range(6))
-
-    wait_for(lambda: disjoint_and_complete() and sum(len(m.records) for m in members) == 60, members, "3-way split")
+    wait_for(
+        lambda: disjoint_and_complete(members, 6) and sum(len(m.records) for m in members) == 60,
+        members,
+        "3-way split",
+        timeout=WAIT_SECONDS,
+    )
     state = broker.broker.consumer_groups.groups[group]
     assert sorted(len(m.assigned or []) for m in members) == [2, 2, 2]
     assert state.state.value == "Stable" and len(state.members) == 3
@@ -164,12 +79,13 @@ def _failover_scenario(
     leaving, killed, survivor = members
     leaving.close()
     killed.kill()
-    _create_and_fill(broker, "events", 6, 10, start=60)
-    wait_for(lambda: leaving.closed, members, "the closing member to leave")
+    produce(broker.bootstrap, "events", 6, 10, start=60)
+    wait_for(lambda: leaving.closed, members, "the closing member to leave", timeout=WAIT_SECONDS)
     wait_for(
         lambda: survivor.assigned == list(range(6)) and sum(len(m.records) for m in members) >= 120,
         members,
         "the survivor to own every partition and read every record",
+        timeout=WAIT_SECONDS,
     )
     consumed = [record for m in members for record in m.records]
     assert len(consumed) == len(set(consumed)), "a committed record was consumed twice"
@@ -189,16 +105,8 @@ def test_java_members_split_fail_over_and_admin_describes_them(
 
     _create_and_fill(broker, "events", 6, 10)
     members.extend(spawn(f"member-{i}") for i in range(3))
-    wait_for(
-        lambda: (
-            all(m.assigned for m in members) and sorted(sum((m.assigned or [] for m in members), [])) == [*range(6)]
-        ),
-        members,
-        "3-way split",
-    )
-    run = subprocess.run([*java_member, broker.bootstrap, "admin", "jg"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-4000:]
-    events = {e["event"]: e for e in map(json.loads, run.stdout.splitlines()) if e}
+    wait_for(lambda: disjoint_and_complete(members, 6), members, "3-way split", timeout=WAIT_SECONDS)
+    events = {e["event"]: e for e in run_program([*java_member, broker.bootstrap, "admin", "jg"])}
     described = events["described"]
     group = broker.broker.consumer_groups.groups["jg"]
     assert (described["type"], described["assignor"]) == ("Consumer", "uniform")

@@ -12,11 +12,10 @@ import random
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
-from classic_scenarios import FAST_GROUPS, MemberProcess, create_topic, python_member, wait_for
+from classic_scenarios import FAST_GROUPS, python_member
 from confluent_kafka import Producer
+from member_processes import MemberProcess, create_topic, wait_for
 
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -28,14 +27,6 @@ PARTITIONS = 6
 MAX_MEMBERS = 5
 CLIENTS = ["kafka-python", "aiokafka", "confluent"]
 EXTRA = {"confluent": ["--assignor", "range,roundrobin"]}
-
-
-@pytest.fixture
-def members() -> Iterator[list[MemberProcess]]:
-    started: list[MemberProcess] = []
-    yield started
-    for member in started:
-        member.stop()
 
 
 class SteadyProducer:

@@ -8,36 +8,19 @@ rebalancing that revokes only the partitions that move.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from classic_scenarios import (
-    FAST_GROUPS,
-    SESSION_MS,
-    MemberProcess,
-    assert_no_partition_owned_twice,
-    create_topic,
-    disjoint_and_complete,
-    failover,
-    produce,
-    wait_for,
-)
+from classic_scenarios import FAST_GROUPS, SESSION_MS, a_third_member_joins, assert_no_partition_owned_twice, failover
+from member_processes import MemberProcess, create_topic, disjoint_and_complete, produce, run_program, wait_for
 
 from kbroker.testing import RunningBroker
 
-SOURCE = Path(__file__).parent / "java" / "ClassicGroupMember.java"
+JAVA = Path(__file__).parent / "java"
+SOURCE = JAVA / "ClassicGroupMember.java"
+SHARED = JAVA / "GroupMembers.java"
 VERSIONS = ["3.9.0", "4.3.0"]
-
-
-@pytest.fixture
-def members() -> Iterator[list[MemberProcess]]:
-    started: list[MemberProcess] = []
-    yield started
-    for member in started:
-        member.stop()
 
 
 @pytest.fixture(params=VERSIONS)
@@ -46,9 +29,9 @@ def java_version(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def java(java_version: str, java_program: Callable[[Path, str], list[str]]) -> list[str]:
+def java(java_version: str, java_program: Callable[..., list[str]]) -> list[str]:
     """The command that runs ClassicGroupMember on the parametrized kafka-clients version."""
-    return java_program(SOURCE, java_version)
+    return java_program(SOURCE, java_version, SHARED)
 
 
 def member_spawner(
@@ -62,11 +45,7 @@ def member_spawner(
 
 
 def admin(java: list[str], broker: RunningBroker, group: str, topic: str, *actions: str) -> list[dict]:
-    run = subprocess.run(
-        [*java, broker.bootstrap, "admin", group, topic, *actions], capture_output=True, text=True, timeout=120
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return run_program([*java, broker.bootstrap, "admin", group, topic, *actions])
 
 
 def test_java_members_fail_over_and_the_admin_client_manages_the_group(
@@ -137,11 +116,7 @@ def test_java_group_resumes_after_its_last_commit_across_a_broker_restart(broker
     produce(broker.bootstrap, "resume", 1, 20)
 
     def resume(count: int) -> list[int]:
-        run = subprocess.run(
-            [*java, broker.bootstrap, "resume", "jr", "resume", str(count)], capture_output=True, text=True, timeout=120
-        )
-        assert run.returncode == 0, run.stderr[-4000:]
-        (event,) = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        (event,) = run_program([*java, broker.bootstrap, "resume", "jr", "resume", str(count)])
         return event["values"]
 
     assert resume(8) == list(range(8))
@@ -187,29 +162,14 @@ def test_java_cooperative_sticky_revokes_only_the_partitions_that_move(
     create_topic(broker.bootstrap, "coop", 6)
     produce(broker.bootstrap, "coop", 6, 10)
     spawn = member_spawner(java, broker, "jcoop", "coop", "cooperative-sticky")
-    first, second = spawn("first"), spawn("second")
-    members.extend([first, second])
-    wait_for(
-        lambda: disjoint_and_complete([first, second], 6) and [len(first.assigned), len(second.assigned)] == [3, 3],
-        members,
-        "two members with three partitions each",
-    )
-    before = {"first": set(first.assigned), "second": set(second.assigned)}
-    marks = {"first": len(first.events), "second": len(second.events)}
-    third = spawn("third")
-    members.append(third)
-    wait_for(
-        lambda: disjoint_and_complete(members, 6) and sorted(len(m.assigned or []) for m in members) == [2, 2, 2],
-        members,
-        "three members with two partitions each",
-    )
-    moved = set(third.assigned)
-    for member in (first, second):
-        later = member.events[marks[member.name] :]
+    joined = a_third_member_joins(spawn, members)
+    for member in joined.first_two:
+        before = joined.before[member.name]
+        later = joined.later[member.name]
         revoked = [p for e in later if e["event"] == "revoked" for p in e["partitions"]]
         # Only the partition that moved to the newcomer was revoked; the others stayed put throughout.
-        assert len(revoked) == 1 and set(revoked) <= moved and set(revoked) <= before[member.name]
-        assert set(member.assigned) == before[member.name] - set(revoked)
+        assert len(revoked) == 1 and set(revoked) <= joined.moved and set(revoked) <= before
+        assert set(member.assigned) == before - set(revoked)
         assert not [e for e in later if e["event"] == "lost"]
     assert_no_partition_owned_twice(members)
     # Per generation, the partitions members reported as theirs never overlap.

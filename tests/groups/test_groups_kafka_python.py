@@ -3,31 +3,17 @@ membership and the group admin APIs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
+from classic_scenarios import python_member
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
+from member_processes import MemberProcess, wait_for
 
 from kbroker.testing import RunningBroker
 
-MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
 FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+SESSION_MS = 6000  # the broker's default minimum
 
 
 def make_topic(bootstrap: str, name: str, partitions: int, records_per_partition: int) -> None:
@@ -42,86 +28,58 @@ def make_topic(bootstrap: str, name: str, partitions: int, records_per_partition
     producer.close()
 
 
-class MemberProcess:
-    """A group member in a child process; ``kill`` stops it without a LeaveGroup."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(MEMBER_SCRIPT), bootstrap, group, topic], stdout=subprocess.PIPE, text=True
-        )
-        self.assigned: list[int] = []
-        self.records: list[tuple[int, int]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            event = json.loads(line)
-            if "assigned" in event:
-                self.assigned = event["assigned"]
-            else:
-                self.records.extend((p, o) for p, o in event["records"])
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-    def terminate(self) -> None:
-        self.proc.terminate()
-        self.proc.wait()
-
-
 @pytest.fixture
 def fast_broker(broker_factory) -> RunningBroker:  # noqa: ANN001
     return broker_factory(FAST_GROUPS)
 
 
-def test_three_members_share_six_partitions_then_survive_a_crash(fast_broker: RunningBroker) -> None:
+def test_three_members_share_six_partitions_then_survive_a_crash(
+    fast_broker: RunningBroker, members: list[MemberProcess]
+) -> None:
     make_topic(fast_broker.bootstrap, "six", 6, 10)
-    members = [MemberProcess(fast_broker.bootstrap, "g", "six") for _ in range(3)]
-    try:
+    # classic_member.py with this process's kafka-python (3.x), the member closing its consumer on request.
+    members.extend(
+        python_member("kafka-python", fast_broker, "g", "six", f"member-{i}", session_ms=SESSION_MS) for i in range(3)
+    )
 
-        def balanced() -> bool:
-            shares = [m.assigned for m in members]
-            return all(len(s) == 2 for s in shares) and sorted(sum(shares, [])) == list(range(6))
+    def balanced() -> bool:
+        shares = [m.assigned or [] for m in members]
+        return all(len(s) == 2 for s in shares) and sorted(sum(shares, [])) == list(range(6))
 
-        wait_for(balanced, what="three disjoint shares of two partitions")
-        wait_for(lambda: sum(len(m.records) for m in members) >= 60, what="all 60 records")
-        consumed = [r for m in members for r in m.records]
-        # At least once: while the group settles, a record read before a rebalance whose commit was refused
-        # (REBALANCE_IN_PROGRESS) is read again by the partition's next owner, as with Kafka.
-        assert set(consumed) == {(p, o) for p in range(6) for o in range(10)}
+    wait_for(balanced, members, "three disjoint shares of two partitions")
+    wait_for(lambda: sum(len(m.records) for m in members) >= 60, members, "all 60 records")
+    consumed = [r for m in members for r in m.records]
+    # At least once: while the group settles, a record read before a rebalance whose commit was refused
+    # (REBALANCE_IN_PROGRESS) is read again by the partition's next owner, as with Kafka.
+    assert set(consumed) == {(p, o) for p in range(6) for o in range(10)}
 
-        # One member dies without leaving: within the session timeout the others take over its share.
-        crashed, survivors = members[0], members[1:]
-        crashed_share = crashed.assigned
-        crashed.kill()
-        wait_for(
-            lambda: sorted(sum((m.assigned for m in survivors), [])) == list(range(6)),
-            timeout=20,
-            what="survivors owning every partition",
-        )
-        assert set(crashed_share) <= set(sum((m.assigned for m in survivors), []))
-        # New records reach the survivors; nothing already committed is read again.
-        seen = [len(m.records) for m in survivors]
-        before = sum(seen)
-        producer = KafkaProducer(bootstrap_servers=fast_broker.bootstrap)
-        for partition in range(6):
-            producer.send("six", value=b"late", partition=partition)
-        producer.flush()
-        producer.close()
-        wait_for(lambda: sum(len(m.records) for m in survivors) >= before + 6, what="the late records")
-        late = [r for m, n in zip(survivors, seen, strict=True) for r in m.records[n:]]
-        # Exactly the six new records: nothing below the crashed member's commits was read again.
-        assert sorted(late) == [(p, 10) for p in range(6)]
+    # One member dies without leaving: within the session timeout the others take over its share.
+    crashed, survivors = members[0], members[1:]
+    crashed_share = crashed.assigned or []
+    crashed.kill()
+    wait_for(
+        lambda: sorted(sum((m.assigned or [] for m in survivors), [])) == list(range(6)),
+        members,
+        "survivors owning every partition",
+        timeout=20,
+    )
+    assert set(crashed_share) <= set(sum((m.assigned or [] for m in survivors), []))
+    # New records reach the survivors; nothing already committed is read again.
+    seen = [len(m.records) for m in survivors]
+    before = sum(seen)
+    producer = KafkaProducer(bootstrap_servers=fast_broker.bootstrap)
+    for partition in range(6):
+        producer.send("six", value=b"late", partition=partition)
+    producer.flush()
+    producer.close()
+    wait_for(lambda: sum(len(m.records) for m in survivors) >= before + 6, members, "the late records")
+    late = [r for m, n in zip(survivors, seen, strict=True) for r in m.records[n:]]
+    # Exactly the six new records: nothing below the crashed member's commits was read again.
+    assert sorted(late) == [(p, 10) for p in range(6)]
 
-        # One leaves cleanly (LeaveGroup on close): the last one gets everything at once.
-        survivors[0].terminate()
-        wait_for(lambda: survivors[1].assigned == list(range(6)), what="the last member owning all")
-    finally:
-        for member in members:
-            member.kill()
+    # One leaves cleanly (LeaveGroup on close): the last one gets everything at once.
+    survivors[0].close()
+    wait_for(lambda: survivors[1].assigned == list(range(6)), members, "the last member owning all")
 
 
 def _consume_committing(bootstrap: str, group: str, topic: str, count: int, **config) -> list[int]:
@@ -203,7 +161,8 @@ def test_static_member_gets_its_partitions_back_without_a_rebalance(fast_broker:
 
     wait_for(
         lambda: sorted(sum(shares().values(), [])) == [0, 1, 2, 3] and all(shares().values()),
-        what="two static members sharing four partitions",
+        [],
+        "two static members sharing four partitions",
     )
     before = shares()
     coordinator = fast_broker.broker.groups  # type: ignore[union-attr]
@@ -211,7 +170,7 @@ def test_static_member_gets_its_partitions_back_without_a_rebalance(fast_broker:
     # A static member's close does not send LeaveGroup (KIP-345); it comes back with the same instance id.
     consumers["a"].close()
     consumers["a"] = member("a")
-    wait_for(lambda: shares()["a"] == before["a"], what="member a getting its partitions back")
+    wait_for(lambda: shares()["a"] == before["a"], [], "member a getting its partitions back")
     assert coordinator.groups["statics"].generation_id == generation
     for c in consumers.values():
         c.close()

@@ -1,36 +1,20 @@
-"""Classic consumer groups with aiokafka, kafka-python 2.x and confluent-kafka (in child processes, so one can be killed):
-three members on six partitions get disjoint complete shares; one closes and one is killed and the
-survivor owns everything within the session timeout, reading nothing committed twice; and a group resumes
-exactly after its last commit across a broker restart."""
+"""Classic consumer groups with aiokafka, kafka-python 2.x and confluent-kafka (in child processes, so one
+can be killed): three members on six partitions get disjoint complete shares; one closes and one is killed
+and the survivor owns everything within the session timeout, reading nothing committed twice; and a group
+resumes exactly after its last commit across a broker restart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from classic_scenarios import (
-    FAST_GROUPS,
-    MemberProcess,
-    create_topic,
-    failover,
-    kafka_python2_env,
-    produce,
-    python_member,
-    wait_for,
-)
+from classic_scenarios import FAST_GROUPS, failover, kafka_python2_env, python_member
+from member_processes import MemberProcess, create_topic, produce, wait_for
 
 from compat.clients import KAFKA_PYTHON_2
 from kbroker.testing import RunningBroker
 
 CLIENTS = ["aiokafka", "kafka-python-2", "confluent"]
-
-
-@pytest.fixture
-def members() -> Iterator[list[MemberProcess]]:
-    started: list[MemberProcess] = []
-    yield started
-    for member in started:
-        member.stop()
 
 
 def spawner(client: str, broker: RunningBroker, group: str, topic: str) -> Callable[..., MemberProcess]:

@@ -16,8 +16,10 @@
 // System.nanoTime() reads CLOCK_MONOTONIC on Linux, the clock Python's time.monotonic_ns() reads, so
 // events from different processes can be put on one timeline.
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
+import static groups.GroupMembers.emit;
+import static groups.GroupMembers.partitions;
+import static groups.GroupMembers.quoted;
+
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -27,21 +29,19 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
-import java.util.TreeSet;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
+import groups.GroupMembers;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -67,31 +67,8 @@ public final class ClassicGroupMember {
         }
     }
 
-    private static synchronized void emit(String json) {
-        System.out.println(json);
-        System.out.flush();
-    }
-
-    private static String quoted(String text) {
-        return text == null ? "null" : "\"" + text.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
-    }
-
-    private static String partitions(Collection<TopicPartition> assignment) {
-        Set<Integer> sorted = new TreeSet<>();
-        for (TopicPartition tp : assignment) {
-            sorted.add(tp.partition());
-        }
-        return sorted.toString().replace(" ", "");
-    }
-
     private static Properties consumerProps(String bootstrap, String group, String clientId) {
-        Properties props = new Properties();
-        props.put("bootstrap.servers", bootstrap);
-        props.put("group.id", group);
-        props.put("group.protocol", "classic");
-        props.put("client.id", clientId);
-        props.put("enable.auto.commit", "false");
-        props.put("auto.offset.reset", "earliest");
+        Properties props = GroupMembers.consumerProps(bootstrap, group, "classic", clientId);
         props.put("heartbeat.interval.ms", "500");
         return props;
     }
@@ -106,21 +83,7 @@ public final class ClassicGroupMember {
         if (!instanceId.equals("-")) {
             props.put("group.instance.id", instanceId);
         }
-        AtomicBoolean closing = new AtomicBoolean(false);
-        Thread stdin = new Thread(() -> {
-            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = in.readLine()) != null) {
-                    if (line.trim().equals("close")) {
-                        closing.set(true);
-                    }
-                }
-            } catch (java.io.IOException e) {
-                closing.set(true);
-            }
-        });
-        stdin.setDaemon(true);
-        stdin.start();
+        AtomicBoolean closing = GroupMembers.closeRequested();
         try (KafkaConsumer<byte[], byte[]> consumer =
                 new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
@@ -145,31 +108,9 @@ public final class ClassicGroupMember {
                     report("lost", lost);
                 }
             });
-            String assigned = null;
-            while (!closing.get()) {
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
-                if (!records.isEmpty()) {
-                    List<String> seen = new ArrayList<>();
-                    for (ConsumerRecord<byte[], byte[]> record : records) {
-                        seen.add("[" + record.partition() + "," + record.offset() + "]");
-                    }
-                    try {
-                        consumer.commitSync();
-                        emit("{\"event\":\"records\",\"records\":[" + String.join(",", seen) + "]}");
-                    } catch (KafkaException e) {
-                        // Not committed, so not counted: the partition's next owner reads them again.
-                        emit("{\"event\":\"commit-failed\",\"error\":" + quoted(e.getClass().getSimpleName()) + "}");
-                    }
-                }
-                String now = partitions(consumer.assignment());
-                if (!now.equals(assigned)) {
-                    assigned = now;
-                    emit("{\"event\":\"assigned\",\"partitions\":" + now
-                        + ",\"generation\":" + consumer.groupMetadata().generationId()
-                        + ",\"memberId\":" + quoted(consumer.groupMetadata().memberId())
-                        + ",\"t\":" + System.nanoTime() + "}");
-                }
-            }
+            GroupMembers.consume(consumer, closing, () -> ",\"generation\":" + consumer.groupMetadata().generationId()
+                + ",\"memberId\":" + quoted(consumer.groupMetadata().memberId())
+                + ",\"t\":" + System.nanoTime());
             emit("{\"event\":\"closing\",\"t\":" + System.nanoTime() + "}");
         }
         emit("{\"event\":\"closed\"}");

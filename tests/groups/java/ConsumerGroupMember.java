@@ -8,29 +8,23 @@
 //        java ... ConsumerGroupMember BOOTSTRAP admin GROUP
 //          describeConsumerGroups (ConsumerGroupDescribe) and listGroups for consumer groups, one line each.
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
-import java.time.Duration;
+import static groups.GroupMembers.emit;
+import static groups.GroupMembers.partitions;
+import static groups.GroupMembers.quoted;
+
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.List;
 import java.util.Properties;
-import java.util.Set;
-import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicBoolean;
 
+import groups.GroupMembers;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.MemberAssignment;
 import org.apache.kafka.clients.admin.MemberDescription;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.common.KafkaException;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public final class ConsumerGroupMember {
@@ -45,73 +39,15 @@ public final class ConsumerGroupMember {
         }
     }
 
-    private static void emit(String json) {
-        System.out.println(json);
-        System.out.flush();
-    }
-
-    private static String partitions(Collection<TopicPartition> assignment) {
-        Set<Integer> sorted = new TreeSet<>();
-        for (TopicPartition tp : assignment) {
-            sorted.add(tp.partition());
-        }
-        return sorted.toString().replace(" ", "");
-    }
-
     private static void member(String bootstrap, String group, String topic, String clientId) throws Exception {
-        Properties props = new Properties();
-        props.put("bootstrap.servers", bootstrap);
-        props.put("group.id", group);
-        props.put("group.protocol", "consumer");
-        props.put("client.id", clientId);
-        props.put("enable.auto.commit", "false");
-        props.put("auto.offset.reset", "earliest");
-        AtomicBoolean closing = new AtomicBoolean(false);
-        Thread stdin = new Thread(() -> {
-            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = in.readLine()) != null) {
-                    if (line.trim().equals("close")) {
-                        closing.set(true);
-                    }
-                }
-            } catch (java.io.IOException e) {
-                closing.set(true);
-            }
-        });
-        stdin.setDaemon(true);
-        stdin.start();
+        Properties props = GroupMembers.consumerProps(bootstrap, group, "consumer", clientId);
+        AtomicBoolean closing = GroupMembers.closeRequested();
         try (KafkaConsumer<byte[], byte[]> consumer =
                 new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             consumer.subscribe(List.of(topic));
-            String assigned = null;
-            while (!closing.get()) {
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
-                if (!records.isEmpty()) {
-                    List<String> seen = new ArrayList<>();
-                    for (ConsumerRecord<byte[], byte[]> record : records) {
-                        seen.add("[" + record.partition() + "," + record.offset() + "]");
-                    }
-                    try {
-                        consumer.commitSync();
-                        emit("{\"event\":\"records\",\"records\":[" + String.join(",", seen) + "]}");
-                    } catch (KafkaException e) {
-                        // Not committed, so not counted: the next owner reads these again.
-                        emit("{\"event\":\"commit-failed\",\"error\":\"" + e.getClass().getSimpleName() + "\"}");
-                    }
-                }
-                String now = partitions(consumer.assignment());
-                if (!now.equals(assigned)) {
-                    assigned = now;
-                    emit("{\"event\":\"assigned\",\"partitions\":" + now + "}");
-                }
-            }
+            GroupMembers.consume(consumer, closing, () -> "");
         }
         emit("{\"event\":\"closed\"}");
-    }
-
-    private static String quoted(String text) {
-        return text == null ? "null" : "\"" + text + "\"";
     }
 
     private static void admin(String bootstrap, String group) throws Exception {
