@@ -278,6 +278,12 @@ def test_heartbeat_describe_list_and_offsets_on_the_wire(broker: RunningBroker) 
             ("orders", [0, 1])  # sticky: it keeps the first half of what it had
         ]
         assert by_id["member-a"].subscribed_topic_names == ["orders"] and by_id["member-a"].member_epoch == 1
+        assert by_id["member-a"].member_type == -1  # v0 has no member type: the decoder's default
+        # v1 (KIP-1099) says what kind of member each is: every member of a consumer group here is one.
+        described_v1 = client.request(ConsumerGroupDescribeRequest(group_ids=["wire"]), 1).groups[0]
+        assert sorted((m.member_id, m.member_type) for m in described_v1.members) == [
+            (member_id, 1) for member_id in sorted(by_id)
+        ]
         assert (described[1].error_code, described[1].error_message) == (
             ErrorCode.GROUP_ID_NOT_FOUND,
             "Group nothing not found.",
