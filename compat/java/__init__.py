@@ -14,6 +14,7 @@ from pathlib import Path
 from compat.clients import CACHE, ClientSpec, ClientUnavailable
 
 SOURCE = Path(__file__).with_name("CompatDriver.java")
+JSON_SOURCE = Path(__file__).with_name("Json.java")  # shared with tests/clients/java/KafkaClientScenario.java
 VERSIONS = ["3.9.0", "4.3.0"]
 
 
@@ -21,9 +22,10 @@ VERSIONS = ["3.9.0", "4.3.0"]
 def driver_command(version: str) -> list[str]:
     from tools import java_clients
 
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes() + JSON_SOURCE.read_bytes()).hexdigest()[:16]
+    classes = CACHE / "compat-java" / f"{version}-{digest}"
     try:
-        return java_clients.compile_program(SOURCE, version, CACHE / "compat-java" / f"{version}-{digest}")
+        return java_clients.compile_program(SOURCE, version, classes, shared=(JSON_SOURCE,))
     except java_clients.JavaClientsUnavailable as exc:
         raise ClientUnavailable(f"kafka-clients {version}: {exc}") from None
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from compat.java import JSON_SOURCE
 from kbroker.testing import RunningBroker
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ SOURCE = Path(__file__).with_name("java") / "KafkaClientScenario.java"
 VERSIONS = ["3.9.0", "4.3.0"]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 Event = dict[str, Any]
-JavaProgram = Callable[[Path, str], list[str]]  # the java_program fixture (tests/conftest.py)
+JavaProgram = Callable[..., list[str]]  # the java_program fixture (tests/conftest.py)
 
 
 def run_scenario(
@@ -42,7 +43,7 @@ def run_scenario(
     on_waiting: Callable[[], None] | None = None,
 ) -> list[Event]:
     """Run one scenario with kafka-clients ``version``; at {"event": "waiting"} call ``on_waiting``, then go on."""
-    command = java_program(SOURCE, version)
+    command = java_program(SOURCE, version, JSON_SOURCE)
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(

@@ -773,47 +773,7 @@ public class KafkaClientScenario {
     static synchronized void emit(Object... pairs) {
         Map<String, Object> line = new LinkedHashMap<>();
         for (int i = 0; i < pairs.length; i += 2) line.put((String) pairs[i], pairs[i + 1]);
-        StringBuilder out = new StringBuilder();
-        json(line, out);
-        System.out.println(out);
+        System.out.println(Json.write(line));
         System.out.flush();
-    }
-
-    static void json(Object value, StringBuilder out) {
-        if (value == null) {
-            out.append("null");
-        } else if (value instanceof String) {
-            out.append('"');
-            for (char c : ((String) value).toCharArray()) {
-                if (c == '"' || c == '\\') out.append('\\').append(c);
-                else if (c < 0x20) out.append(String.format("\\u%04x", (int) c));
-                else out.append(c);
-            }
-            out.append('"');
-        } else if (value instanceof Number || value instanceof Boolean) {
-            out.append(value);
-        } else if (value instanceof Map) {
-            out.append('{');
-            boolean first = true;
-            for (Map.Entry<?, ?> e : ((Map<?, ?>) value).entrySet()) {
-                if (!first) out.append(',');
-                first = false;
-                json(String.valueOf(e.getKey()), out);
-                out.append(':');
-                json(e.getValue(), out);
-            }
-            out.append('}');
-        } else if (value instanceof Collection) {
-            out.append('[');
-            boolean first = true;
-            for (Object item : (Collection<?>) value) {
-                if (!first) out.append(',');
-                first = false;
-                json(item, out);
-            }
-            out.append(']');
-        } else {
-            json(value.toString(), out);
-        }
     }
 }
