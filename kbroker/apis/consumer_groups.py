@@ -9,7 +9,7 @@ import uuid
 
 from kbroker.apis.context import RequestContext
 from kbroker.groups.assignors import TopicAssignment
-from kbroker.groups.consumer_group import ConsumerGroup
+from kbroker.groups.consumer_group import ConsumerGroup, MemberHeartbeat
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
@@ -29,7 +29,7 @@ async def handle_consumer_group_heartbeat(
         if request.topic_partitions is None
         else [(tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
     )
-    result = ctx.broker.consumer_groups.heartbeat(
+    heartbeat = MemberHeartbeat(
         version=ctx.api_version,
         group_id=request.group_id,
         member_id=request.member_id,
@@ -44,6 +44,7 @@ async def handle_consumer_group_heartbeat(
         client_id=ctx.client_id or "",
         client_host="/" + ctx.client_host,
     )
+    result = ctx.broker.consumer_groups.heartbeat(heartbeat)
     assignment = None
     if result.assignment is not None:
         assignment = ConsumerGroupHeartbeatResponse.Assignment(

@@ -161,6 +161,25 @@ class ConsumerGroup:
                     self.partition_epochs[key] = member.member_epoch
 
 
+@dataclass(frozen=True, slots=True)
+class MemberHeartbeat:
+    """One ConsumerGroupHeartbeat, as the coordinator needs it (None / -1: the field was not sent)."""
+
+    version: int
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: OwnedPartitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
 @dataclass(slots=True)
 class HeartbeatResult:
     error_code: ErrorCode = ErrorCode.NONE
@@ -197,71 +216,25 @@ class ConsumerGroupCoordinator:
 
     # --- the heartbeat --------------------------------------------------------------------------------
 
-    def heartbeat(
-        self,
-        *,
-        version: int,
-        group_id: str,
-        member_id: str,
-        member_epoch: int,
-        instance_id: str | None = None,
-        rack_id: str | None = None,
-        rebalance_timeout_ms: int = -1,
-        subscribed_topic_names: list[str] | None = None,
-        subscribed_topic_regex: str | None = None,
-        server_assignor: str | None = None,
-        owned: OwnedPartitions | None = None,
-        client_id: str = "",
-        client_host: str = "",
-    ) -> HeartbeatResult:
+    def heartbeat(self, request: MemberHeartbeat) -> HeartbeatResult:
         try:
-            self._validate(
-                version,
-                group_id,
-                member_id,
-                member_epoch,
-                instance_id,
-                rack_id,
-                rebalance_timeout_ms,
-                subscribed_topic_names,
-                subscribed_topic_regex,
-                server_assignor,
-                owned,
-            )
-            if member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._leave(group_id, member_id, member_epoch, instance_id)
-            return self._heartbeat(
-                group_id,
-                member_id,
-                member_epoch,
-                instance_id,
-                rack_id,
-                rebalance_timeout_ms,
-                subscribed_topic_names,
-                subscribed_topic_regex,
-                server_assignor,
-                owned,
-                client_id,
-                client_host,
-            )
+            self._validate(request)
+            if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(request.group_id, request.member_id, request.member_epoch, request.instance_id)
+            return self._heartbeat(request)
         except HeartbeatError as error:
             return HeartbeatResult(error.code, error.message)
 
-    def _validate(
-        self,
-        version: int,
-        group_id: str,
-        member_id: str,
-        member_epoch: int,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        names: list[str] | None,
-        regex: str | None,
-        assignor: str | None,
-        owned: OwnedPartitions | None,
-    ) -> None:
+    def _validate(self, request: MemberHeartbeat) -> None:
         """Kafka's checks, in Kafka's order (GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid)."""
+        version, group_id, member_id, member_epoch = (
+            request.version,
+            request.group_id,
+            request.member_id,
+            request.member_epoch,
+        )
+        instance_id, rack_id, owned = request.instance_id, request.rack_id, request.owned
+        names, regex, assignor = request.subscribed_topic_names, request.subscribed_topic_regex, request.server_assignor
 
         def invalid(message: str) -> HeartbeatError:
             return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
@@ -278,7 +251,7 @@ class ConsumerGroupCoordinator:
         if rack_id is not None and not rack_id.strip():
             raise invalid("RackId can't be empty.")
         if member_epoch == 0:
-            if rebalance_timeout_ms == -1:
+            if request.rebalance_timeout_ms == -1:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if owned is None or owned:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
@@ -449,21 +422,11 @@ class ConsumerGroupCoordinator:
         group._claim(new)
         return new
 
-    def _heartbeat(
-        self,
-        group_id: str,
-        member_id: str,
-        member_epoch: int,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        names: list[str] | None,
-        regex: str | None,
-        assignor: str | None,
-        owned: OwnedPartitions | None,
-        client_id: str,
-        client_host: str,
-    ) -> HeartbeatResult:
+    def _heartbeat(self, request: MemberHeartbeat) -> HeartbeatResult:
+        group_id, member_id, member_epoch = request.group_id, request.member_id, request.member_epoch
+        instance_id, rack_id, owned = request.instance_id, request.rack_id, request.owned
+        names, regex, assignor = request.subscribed_topic_names, request.subscribed_topic_regex, request.server_assignor
+        rebalance_timeout_ms = request.rebalance_timeout_ms
         now = self.clock()
         joining = member_epoch == 0
         group = self._group_for(group_id, create=joining)
@@ -502,7 +465,7 @@ class ConsumerGroupCoordinator:
         if regex is not None and (regex or None) != member.subscribed_topic_regex:
             member.subscribed_topic_regex = regex or None  # "" clears the regex
             changed = True
-        member.client_id, member.client_host = client_id, client_host
+        member.client_id, member.client_host = request.client_id, request.client_host
         if is_new:
             group.members[member.member_id] = member
             self._members_arrived.set()

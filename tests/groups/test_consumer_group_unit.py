@@ -15,6 +15,7 @@ from kbroker.groups.consumer_group import (
     ConsumerGroupCoordinator,
     ConsumerGroupState,
     HeartbeatResult,
+    MemberHeartbeat,
     MemberState,
 )
 from kbroker.groups.coordinator import Group, GroupCoordinator, Member
@@ -65,12 +66,12 @@ class Harness:
             "owned": [],
         }
         fields.update(extra)
-        return self.coordinator.heartbeat(**fields)
+        return self.coordinator.heartbeat(MemberHeartbeat(**fields))
 
     def beat(self, member_id: str, epoch: int, owned: dict[uuid.UUID, set[int]] | None, **extra: object):
         owned_list = None if owned is None else [(t, sorted(p)) for t, p in owned.items()]
         result = self.coordinator.heartbeat(
-            version=1, group_id="g", member_id=member_id, member_epoch=epoch, owned=owned_list, **extra
+            MemberHeartbeat(version=1, group_id="g", member_id=member_id, member_epoch=epoch, owned=owned_list, **extra)
         )
         self.check_single_ownership()
         return result
@@ -357,7 +358,7 @@ def test_unknown_members_and_groups() -> None:
     h.join("m1")
     assert h.beat("ghost", 3, {}).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.beat("ghost", -1, {}).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    gone = h.coordinator.heartbeat(version=1, group_id="nope", member_id="x", member_epoch=-1)
+    gone = h.coordinator.heartbeat(MemberHeartbeat(version=1, group_id="nope", member_id="x", member_epoch=-1))
     assert gone.error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
