@@ -1360,27 +1360,22 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
     brokers = [b for b in metrics if b != "client (no broker)"]
     colors = dict(zip(brokers, ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"], strict=False))
 
+    def measured(prefix: str, suffix: str) -> list[tuple[str, str]]:
+        """(label, metric) for every metric some broker has with this prefix and suffix; the label is the middle."""
+        names = {n for b in brokers for n in metrics[b] if n.startswith(prefix) and n.endswith(suffix)}
+        return [(n.removeprefix(prefix).removesuffix(suffix), n) for n in sorted(names)]
+
     panels: list[tuple[str, str, list[tuple[str, str]], bool]] = [
         (
             "Produce, MB/s (1 KB records)",
             "MB/s",
-            [
-                (k.removeprefix("produce.1KB.").removesuffix(".mb_s"), k)
-                for k in sorted(
-                    {n for b in brokers for n in metrics[b] if n.startswith("produce.1KB.") and n.endswith(".mb_s")}
-                )
-            ],
+            measured("produce.1KB.", ".mb_s"),
             False,
         ),
         (
             "Produce, records/s (100 B records)",
             "records/s",
-            [
-                (k.removeprefix("produce.100B.").removesuffix(".rec_s"), k)
-                for k in sorted(
-                    {n for b in brokers for n in metrics[b] if n.startswith("produce.100B.") and n.endswith(".rec_s")}
-                )
-            ],
+            measured("produce.100B.", ".rec_s"),
             False,
         ),
         (

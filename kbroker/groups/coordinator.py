@@ -808,10 +808,6 @@ class GroupCoordinator:
             return None
         return group.state_since_ms if group.protocol_type else None
 
-    def state_of(self, group_id: str) -> GroupState | None:
-        group = self.groups.get(group_id)
-        return group.state if group is not None else None
-
     def delete(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
         if group is not None and group.members:

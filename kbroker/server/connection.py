@@ -73,7 +73,7 @@ def _is_disconnect(exc: BaseException) -> bool:
     return isinstance(exc, _DISCONNECTS)
 
 
-async def _next_frame(sock: trio.socket.SocketType, buffer: FrameBuffer, host: str) -> bytearray | None:
+async def _next_frame(sock: trio.socket.SocketType, buffer: FrameBuffer) -> bytearray | None:
     """The next request frame, reading from the socket only when none is buffered; None at end of stream."""
     while (frame := buffer.next_frame()) is None:
         try:
@@ -93,7 +93,7 @@ async def _serve(broker: Broker, stream: trio.SocketStream, host: str, connectio
     sock = stream.socket
     while True:
         try:
-            frame = await _next_frame(sock, buffer, host)
+            frame = await _next_frame(sock, buffer)
         except FrameTooLarge as exc:
             log.warning("closing connection from %s: %s", host, exc)
             return
