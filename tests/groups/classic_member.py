@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import threading
 import time
@@ -245,6 +246,8 @@ def main() -> None:
     parser.add_argument("--max-records", type=int, default=500, help="records per poll")
     parser.add_argument("--stop-after", type=int, default=0, help="close after committing this many records")
     args = parser.parse_args()
+    # The clients' own warnings (failed joins, coordinator changes) go to stderr, which a failing test shows.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     member = Member(args.stop_after)
     if args.client == "kafka-python":
         run_kafka_python(args, member)

@@ -91,9 +91,14 @@ class MemberProcess:
 
 
 def wait_for(
-    condition: Callable[[], bool], members: list[MemberProcess], what: str, timeout: float = WAIT_SECONDS
+    condition: Callable[[], bool],
+    members: list[MemberProcess],
+    what: str,
+    timeout: float = WAIT_SECONDS,
+    describe: Callable[[], str] | None = None,
 ) -> None:
-    """Wait until ``condition()`` holds, collecting the members' events meanwhile."""
+    """Wait until ``condition()`` holds, collecting the members' events meanwhile. On a timeout the error shows
+    each member's state and last stderr lines, and ``describe()`` (the broker's side, say) when given."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for member in members:
@@ -103,7 +108,8 @@ def wait_for(
         time.sleep(0.05)
     state = {m.name: (m.assigned, len(m.records), m.process.poll()) for m in members}
     logs = "".join(line for m in members for line in m.stderr_tail[-15:])
-    raise AssertionError(f"timed out waiting for {what}: {state}\n{logs}")
+    broker_side = f"\n{describe()}" if describe is not None else ""
+    raise AssertionError(f"timed out waiting for {what}: {state}\n{logs}{broker_side}")
 
 
 def run_program(command: list[str]) -> list[dict[str, Any]]:

@@ -28,6 +28,22 @@ def make_topic(bootstrap: str, name: str, partitions: int, records_per_partition
     producer.close()
 
 
+def group_state(broker: RunningBroker, group_id: str) -> str:
+    """The coordinator's view of a classic group, for a failure message."""
+    assert broker.broker is not None
+    group = broker.broker.groups.groups.get(group_id)
+    if group is None:
+        return f"group {group_id}: unknown to the coordinator"
+    members = [
+        (m.member_id, m.client_id, f"join={m.awaiting_join} sync={m.awaiting_sync} new={m.is_new}")
+        for m in group.members.values()
+    ]
+    return (
+        f"group {group_id}: {group.state.value} generation {group.generation_id} leader {group.leader_id} "
+        f"pending ids {sorted(group.pending_members)} awaiting sync {sorted(group.pending_sync)} members {members}"
+    )
+
+
 @pytest.fixture
 def fast_broker(broker_factory) -> RunningBroker:  # noqa: ANN001
     return broker_factory(FAST_GROUPS)
@@ -46,7 +62,9 @@ def test_three_members_share_six_partitions_then_survive_a_crash(
         shares = [m.assigned or [] for m in members]
         return all(len(s) == 2 for s in shares) and sorted(sum(shares, [])) == list(range(6))
 
-    wait_for(balanced, members, "three disjoint shares of two partitions")
+    wait_for(
+        balanced, members, "three disjoint shares of two partitions", describe=lambda: group_state(fast_broker, "g")
+    )
     wait_for(lambda: sum(len(m.records) for m in members) >= 60, members, "all 60 records")
     consumed = [r for m in members for r in m.records]
     # At least once: while the group settles, a record read before a rebalance whose commit was refused
