@@ -26,7 +26,10 @@ Scenarios (--only takes a comma-separated list of these names):
   them). Every delivery must succeed; end offsets (ListOffsets) that do not add up are noted in the JSON.
 - consume: a consumer reading a topic of 100 B or of 1 KB records from the beginning (assigned partitions);
   the rate runs from its first batch to the last (its first answer costs about 0.6 s of client start-up
-  whatever the broker, recorded apart as first_record_s).
+  whatever the broker, recorded apart as first_record_s). Then the consumer's own ceiling (client_ceiling):
+  another consumer first lets librdkafka fetch the whole topic into memory (its statistics say when), then
+  the same consume loop is timed over those records, with no broker involved while the clock runs. Whichever
+  broker filled the queue, no broker can make the loop go faster.
 - latency: end-to-end latency at a fixed rate (2,000 records/s of 100 B, linger.ms=0, acks=all): the producer
   puts CLOCK_MONOTONIC in the payload, a consumer in another process takes the receive time; p50/p99/p99.9
   over the records after a warm-up.
@@ -547,34 +550,41 @@ def produce_all(producers: list[Any], topic: str, payloads: list[bytes], count: 
             producers[(i // 10_000) % clients].poll(0)
 
 
+def take_batch(consumer: Any, timeout: float, limit: int = 10_000) -> tuple[int, int]:
+    """One consume() call: (records, payload bytes), counted with C-level map(): a Python loop over each
+    message would make 100 B rates measure the interpreter (about 1M messages/s) rather than the broker.
+    consume() returns once `limit` records arrived or the timeout passed: never ask for more than remain."""
+    from confluent_kafka import Message
+
+    batch = consumer.consume(limit, timeout=timeout)
+    if any(map(Message.error, batch)):
+        batch = [message for message in batch if message.error() is None]
+    return len(batch), sum(map(len, map(Message.value, batch)))
+
+
 def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, barrier: Any, out: Any) -> None:
     """Read every partition from the beginning until `expected` records arrived.
 
-    Reports (start, first, end, records, bytes): the consumer's first answer takes about 0.6 s of client
+    Reports (start, first, end, records, bytes, cpu): the consumer's first answer takes about 0.6 s of client
     start-up whatever the broker (metadata, offsets, the first fetch), so the rate is taken from the first batch
     received to the last, over the records after the first batch."""
 
     def run() -> tuple[float, float, float, int, int, float]:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG})
         barrier.wait(120)
         start = time.monotonic()
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        seen = 0
-        received_bytes = 0
+        seen = received_bytes = 0
         first = 0.0
         first_records = first_bytes = 0
         while seen < expected:
-            batch = consumer.consume(10_000, timeout=10)
-            if not batch:
+            records, payload = take_batch(consumer, timeout=10, limit=min(10_000, expected - seen))
+            if not records:
                 raise RuntimeError(f"consumer stalled after {seen} of {expected} records")
-            # Counted with C-level map(): a Python loop over each message would make 100 B rates measure
-            # the interpreter (about 1M messages/s) rather than the broker.
-            if any(map(Message.error, batch)):
-                batch = [message for message in batch if message.error() is None]
-            seen += len(batch)
-            received_bytes += sum(map(len, map(Message.value, batch)))
+            seen += records
+            received_bytes += payload
             if not first:
                 first, first_records, first_bytes = time.monotonic(), seen, received_bytes
                 cpu_first = sum(os.times()[:2])
@@ -582,6 +592,55 @@ def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, b
         cpu = sum(os.times()[:2]) - cpu_first
         consumer.close()
         return start, first, end, seen - first_records, received_bytes - first_bytes, cpu
+
+    _report(out, run, barrier)
+
+
+def prefetched_consume_worker(
+    bootstrap: str, topic: str, partitions: int, expected: int, barrier: Any, out: Any
+) -> None:
+    """The consumer's own ceiling: the consume loop of consume_worker over records librdkafka has already
+    fetched into memory, so that no broker is involved while the clock runs.
+
+    The consumer assigns every partition and waits, taking one record now and then, until its statistics show
+    the rest of the topic in its fetch queue; then the same loop as consume_worker reads them all. Reports
+    (records, seconds, cpu) of that timed loop."""
+
+    def run() -> tuple[int, float, float]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        queued = [0]
+
+        def on_stats(text: str) -> None:
+            partitions_stats = json.loads(text)["topics"].get(topic, {}).get("partitions", {})
+            # Every assigned partition's fetch queue is forwarded to the one consumer queue, and each reports
+            # that queue's count: the largest is the total (a sum would count it once per partition).
+            queued[0] = max((p["fetchq_cnt"] for key, p in partitions_stats.items() if key != "-1"), default=0)
+
+        config = {"group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG, "statistics.interval.ms": 100}
+        consumer = Consumer({"bootstrap.servers": bootstrap, **config, "stats_cb": on_stats})
+        barrier.wait(120)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        taken = 0
+        deadline = time.monotonic() + 120
+        while taken + queued[0] < expected:
+            time.sleep(0.05)  # while librdkafka fetches; a call for one record serves the statistics callback
+            taken += take_batch(consumer, timeout=0, limit=1)[0]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {taken + queued[0]} of {expected} records fetched after 120 s")
+        remaining = expected - taken
+        seen = 0
+        cpu_before = sum(os.times()[:2])
+        start = time.monotonic()
+        while seen < remaining:
+            records = take_batch(consumer, timeout=10, limit=min(10_000, remaining - seen))[0]
+            if not records:
+                raise RuntimeError(f"consumer stalled after {seen} of {remaining} prefetched records")
+            seen += records
+        end = time.monotonic()
+        cpu = sum(os.times()[:2]) - cpu_before
+        consumer.close()
+        return seen, end - start, cpu
 
     _report(out, run, barrier)
 
@@ -922,6 +981,16 @@ class Session:
         self.record(f"{prefix}.rec_s", timed_records / (end - first))
         self.record(f"{prefix}.mb_s", timed_bytes / MB / (end - first))
 
+    def consume_ceiling(self, prefix: str, topic: str, partitions: int, records: int, size: int) -> None:
+        """The same consume loop over records already fetched: what the client can take at most."""
+        [(timed_records, seconds, client_cpu)] = run_clients(
+            [(prefetched_consume_worker, (self.broker.bootstrap, topic, partitions, records))],
+            self.plan.scenario_timeout_s,
+        )
+        self.record(f"{prefix}.client_ceiling.rec_s", timed_records / seconds)
+        self.record(f"{prefix}.client_ceiling.mb_s", timed_records * size / MB / seconds)
+        self.record(f"{prefix}.client_ceiling.client_cpu_s_per_gb", client_cpu / (timed_records * size / GB))
+
 
 # --- scenarios ---------------------------------------------------------------------------------------------
 
@@ -967,6 +1036,7 @@ def scenario_consume(s: Session) -> None:
             try:
                 s.fill(topic, records, size)
                 s.consume(prefix, topic, 2, records, size)
+                s.consume_ceiling(prefix, topic, 2, records, size)
             finally:
                 s.delete_topic(topic)
 
@@ -1249,12 +1319,14 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[d
     client = {k: v["median"] for k, v in metrics.get("client (no broker)", {}).items()}
     rows: list[dict[str, Any]] = []
 
-    def add(what: str, value: float | None, goal: float | None, higher_is_better: bool, unit: str = "") -> None:
+    def add(
+        what: str, value: float | None, goal: float | None, higher_is_better: bool, unit: str = "", note: str = ""
+    ) -> None:
         if value is None or goal is None:
             rows.append({"target": what, "value": value, "goal": goal, "met": None})
             return
         met = value >= goal if higher_is_better else value <= goal
-        rows.append({"target": what, "value": value, "goal": goal, "met": met, "unit": unit})
+        rows.append({"target": what, "value": value, "goal": goal, "met": met, "unit": unit, "note": note})
 
     def ratio_goal(source: dict[str, float], key: str, factor: float) -> float | None:
         return source[key] * factor if key in source else None
@@ -1266,12 +1338,17 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[d
                 add(f"{key} >= 1.5x Tansu", kb.get(key), ratio_goal(tansu, key, 1.5), True, "MB/s")
     for key in ("consume.1KB.mb_s", "volume.consume.1KB.mb_s"):
         add(f"{key} >= Tansu", kb.get(key), ratio_goal(tansu, key, 1.0), True, "MB/s")
+    ceilings = [b["consume.100B.client_ceiling.mb_s"] for b in (kb, tansu) if "consume.100B.client_ceiling.mb_s" in b]
     add(
         "consume.100B.mb_s >= 1.5x Tansu",
         kb.get("consume.100B.mb_s"),
         ratio_goal(tansu, "consume.100B.mb_s", 1.5),
         True,
         "MB/s",
+        # The consumer's own ceiling is the same whichever broker filled its queue: no broker can pass it.
+        f"the consumer's ceiling (records already fetched): {fmt(statistics.median(ceilings))} MB/s"
+        if ceilings
+        else "",
     )
     for processes in (1, 2):
         for acks in ("1", "all"):
@@ -1312,7 +1389,7 @@ def in_short_table(name: str) -> bool:
     if name.endswith(("cpu_user_s_per_gb", "cpu_sys_s_per_gb")):
         return name.startswith("volume.")
     if name.endswith((".client_cpu_s_per_gb", ".machine_busy_cores")):  # who was the limit, where it matters
-        return name.startswith(("produce.1KB", "consume."))
+        return name.startswith(("produce.1KB", "consume.")) and ".client_ceiling." not in name
     if name.endswith(".rss_mb"):
         return False
     if name.endswith(".max_rss_mb"):
@@ -1344,6 +1421,8 @@ def print_report(report: dict[str, Any], every_metric: bool) -> None:
             else:
                 state = "met " if row["met"] else "MISS"
                 detail = f"{fmt(row['value'])} {row.get('unit', '')} (goal {fmt(row['goal'])})"
+                if row.get("note"):
+                    detail += f"; {row['note']}"
             print(f"  {state} {row['target']}: {detail}")
 
 
@@ -1383,7 +1462,9 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
             "MB/s",
             [
                 ("100 B", "consume.100B.mb_s"),
+                ("100 B, client ceiling", "consume.100B.client_ceiling.mb_s"),
                 ("1 KB", "consume.1KB.mb_s"),
+                ("1 KB, client ceiling", "consume.1KB.client_ceiling.mb_s"),
                 ("1 KB volume", "volume.consume.1KB.mb_s"),
                 ("group of 3", "group.1KB.mb_s"),
             ],
