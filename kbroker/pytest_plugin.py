@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -99,8 +99,9 @@ def start_broker(
     return kind(data_dir, {**ini_overrides(config), **(overrides or {})}).start()
 
 
-def _broker_scope(fixture_name: str, config: pytest.Config) -> str:
-    return config.getini("kafka_broker_scope")
+def _broker_scope(fixture_name: str, config: pytest.Config) -> Literal["function", "session"]:
+    # pytest_configure has already rejected any other value.
+    return "session" if config.getini("kafka_broker_scope") == "session" else "function"
 
 
 @pytest.fixture(scope=_broker_scope)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Sized
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NoReturn, Protocol, Self
 
 from protocol.exceptions import DecodeError, EncodeError, UnsupportedVersionError
 
@@ -225,6 +225,18 @@ def write_compact_nullable_bytes(out: bytearray, value: Buffer | None) -> None:
 # --- records -------------------------------------------------------------------------------------------
 
 
+class Region(Protocol):
+    """Records the transport sends itself (the broker's file regions): a length, and the bytes on demand."""
+
+    def __len__(self) -> int: ...
+
+    def __bytes__(self) -> bytes: ...
+
+
+# What a response's records field may hold: bytes, or a region spliced in when it is sent.
+Records = Buffer | Region
+
+
 class SplicedOutput(bytearray):
     """Encoded bytes with gaps where record fields go that the transport sends itself.
 
@@ -241,7 +253,7 @@ class SplicedOutput(bytearray):
         self.spliced_length = 0
 
 
-def _put_records(out: bytearray, value: Any) -> None:
+def _put_records(out: bytearray, value: Records) -> None:
     if isinstance(value, bytes | bytearray | memoryview):
         out += value
     elif isinstance(out, SplicedOutput):
@@ -251,7 +263,7 @@ def _put_records(out: bytearray, value: Any) -> None:
         out += bytes(value)
 
 
-def write_records(out: bytearray, value: Any) -> None:
+def write_records(out: bytearray, value: Records | None) -> None:
     if value is None:
         out += b"\xff\xff\xff\xff"
     else:
@@ -259,7 +271,7 @@ def write_records(out: bytearray, value: Any) -> None:
         _put_records(out, value)
 
 
-def write_compact_records(out: bytearray, value: Any) -> None:
+def write_compact_records(out: bytearray, value: Records | None) -> None:
     if value is None:
         out.append(0)
     else:
@@ -344,7 +356,7 @@ def check_tag_end(pos: int, end: int, tag: int) -> None:
 class Struct:
     """Base of generated structs: slots, defaults, value equality and a readable repr."""
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()  # each generated class lists its fields (and unknown_tagged_fields)
     FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def __eq__(self, other: object) -> bool:
@@ -352,6 +364,8 @@ class Struct:
             return NotImplemented
         return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
 
+    # Mutable with value equality, so unhashable. Python's own idiom; typeshed declares object.__hash__ a
+    # method, so mypy rejects None here.
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
@@ -375,6 +389,11 @@ Decoder = Callable[[Buffer, int], tuple[Any, int]]
 Encoder = Callable[[Any, bytearray], None]
 
 
+def unsupported_version(*_: object) -> NoReturn:
+    """The DECODERS and ENCODERS entry of a version below a message's first (decode and encode check first)."""
+    raise UnsupportedVersionError("no codec for this version")
+
+
 class Message(Struct):
     """Base of top-level messages (requests, responses, headers, data): versioned decode and encode."""
 
@@ -383,8 +402,8 @@ class Message(Struct):
     API_KEY: ClassVar[int] = -1
     VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
     FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = None
-    DECODERS: ClassVar[tuple[Decoder | None, ...]] = ()
-    ENCODERS: ClassVar[tuple[Encoder | None, ...]] = ()
+    DECODERS: ClassVar[tuple[Decoder, ...]] = ()  # by version
+    ENCODERS: ClassVar[tuple[Encoder, ...]] = ()
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:
@@ -401,7 +420,7 @@ class Message(Struct):
         if not cls.VALID_VERSIONS[0] <= version <= cls.VALID_VERSIONS[1]:
             raise UnsupportedVersionError(f"{cls.NAME} has no version {version}")
         try:
-            return cls.DECODERS[version](buf, pos)  # type: ignore[misc]
+            return cls.DECODERS[version](buf, pos)
         except DecodeError:
             raise
         except DECODE_FAILURES as exc:
@@ -411,7 +430,7 @@ class Message(Struct):
         if not self.VALID_VERSIONS[0] <= version <= self.VALID_VERSIONS[1]:
             raise UnsupportedVersionError(f"{self.NAME} has no version {version}")
         try:
-            self.ENCODERS[version](self, out)  # type: ignore[misc]
+            self.ENCODERS[version](self, out)
         except EncodeError:
             raise
         except (struct.error, AttributeError, TypeError, ValueError) as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
+from typing import Protocol
 
 import cramjam
 
@@ -32,7 +33,16 @@ _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 _INT32 = struct.Struct(">i")
 _MIN_BUFFER = 64 * 1024
 
-_STREAM_CODECS = {Codec.GZIP: cramjam.gzip, Codec.LZ4: cramjam.lz4, Codec.ZSTD: cramjam.zstd}
+
+class _StreamCodec(Protocol):
+    """What is used here of a cramjam codec module (gzip, lz4 and zstd have the same functions)."""
+
+    def compress(self, data: bytes) -> cramjam.Buffer: ...
+
+    def decompress_into(self, input: bytes, output: bytearray) -> int: ...
+
+
+_STREAM_CODECS: dict[int, _StreamCodec] = {Codec.GZIP: cramjam.gzip, Codec.LZ4: cramjam.lz4, Codec.ZSTD: cramjam.zstd}
 
 
 def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
@@ -40,7 +50,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
         return bytes(data)
     if codec == Codec.SNAPPY:
         return _xerial_compress(data)
-    module = _STREAM_CODECS.get(codec)  # type: ignore[call-overload]
+    module = _STREAM_CODECS.get(codec)
     if module is None:
         raise ValueError(f"unknown compression codec {codec}")
     return bytes(module.compress(bytes(data)))
@@ -55,18 +65,18 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int) 
         if data[:8] == XERIAL_MAGIC:
             return _xerial_decompress(data, max_size)
         return _raw_snappy(data, max_size)
-    module = _STREAM_CODECS.get(codec)  # type: ignore[call-overload]
+    module = _STREAM_CODECS.get(codec)
     if module is None:
         raise DecodeError(f"unknown compression codec {codec}")
     return _bounded(module, bytes(data), max_size)
 
 
-def _bounded(module: object, data: bytes, max_size: int) -> bytes:
+def _bounded(module: _StreamCodec, data: bytes, max_size: int) -> bytes:
     size = min(max_size + 1, max(_MIN_BUFFER, 4 * len(data)))
     while True:
         out = bytearray(size)
         try:
-            written = module.decompress_into(data, out)  # type: ignore[attr-defined]
+            written = module.decompress_into(data, out)
         except cramjam.DecompressionError as exc:
             if "failed to write whole buffer" not in str(exc):
                 raise DecodeError(f"corrupt compressed data: {exc}") from exc

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from protocol._codec import SplicedOutput
+from protocol._codec import Buffer, SplicedOutput
 from protocol.exceptions import DecodeError, UnsupportedVersionError
 from protocol.messages import APIS, ApiSchema
 from protocol.messages.request_header import RequestHeader
@@ -57,7 +57,7 @@ class Request:
         return self.header.correlation_id
 
 
-def peek_request_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_request_header(frame: Buffer) -> tuple[int, int, int]:
     """API key, API version and correlation id: readable from any request, even a malformed one."""
     try:
         return _HEADER_START.unpack_from(frame, 0)
@@ -65,7 +65,7 @@ def peek_request_header(frame: bytes | memoryview) -> tuple[int, int, int]:
         raise DecodeError(f"request of {len(frame)} bytes is too short for a header") from exc
 
 
-def decode_request(frame: bytes | memoryview) -> Request:
+def decode_request(frame: Buffer) -> Request:
     """Decode one request frame (without its size prefix).
 
     An unknown API key or an unsupported version gives a Request whose body is None, so the caller can
@@ -120,7 +120,7 @@ def encode_response(body: Any, api_key: int, api_version: int, correlation_id: i
     return out
 
 
-def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
+def decode_response(frame: Buffer, api_key: int, api_version: int) -> tuple[int, Any]:
     """Correlation id and body of a response frame without its size prefix (for clients and tests)."""
     header, pos = ResponseHeader.decode(frame, response_header_version(api_key, api_version))
     body, end = APIS[api_key].response_type().decode(frame, api_version, pos)

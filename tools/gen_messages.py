@@ -224,10 +224,21 @@ def default_expr(f: Field) -> str:
     raise ValueError(t)
 
 
-def type_hint(f: Field) -> str:
-    inner = f.struct.name if f.struct is not None else PY_TYPES[f.element]
+def type_hint(f: Field, kind: str) -> str:
+    """The field's Python type: None only where the wire allows null or the default is null.
+
+    A non-nullable array or struct is never None: decoding rejects a null one, and a field absent from a
+    version gets a fresh empty list or struct. A response's records may also be a region the transport
+    splices in; a request's are the bytes it arrived with.
+    """
+    if f.struct is not None:
+        inner = f.struct.name
+    elif f.element == "records" and kind == "response":
+        inner = "_c.Records"
+    else:
+        inner = PY_TYPES[f.element]
     hint = f"list[{inner}]" if f.is_array else inner
-    if f.nullable is not None or f.type == "records" or default_expr(f) in ("None", "[]") or f.struct:
+    if f.nullable is not None or default_expr(f) == "None":
         return f"{hint} | None"
     return hint
 
@@ -483,8 +494,8 @@ class Emitter:
         encoders: list[str] = []
         for version in range(schema.valid[1] + 1):
             if version < schema.valid[0]:
-                decoders.append("None")
-                encoders.append("None")
+                decoders.append("_c.unsupported_version")
+                encoders.append("_c.unsupported_version")
                 continue
             flexible = in_versions(version, schema.flexible)
             decoders.append(self.struct_decoder(schema.root, version, flexible))
@@ -498,6 +509,10 @@ class Emitter:
             "",
             "import struct as _struct",
             "import uuid",
+        ]
+        if len(schema.structs) > 1:  # the root names its nested structs as type aliases
+            parts.append("from typing import TypeAlias")
+        parts += [
             "",
             "from protocol import _codec as _c",
             "from protocol.exceptions import DecodeError",
@@ -542,9 +557,12 @@ class Emitter:
             if schema.flexible is not None:
                 flexible = (schema.flexible[0], min(schema.flexible[1], MAX_VERSION))
             lines.append(f"    FLEXIBLE_VERSIONS = {flexible!r}")
-            nested = [s.name for s in schema.structs.values() if s is not struct]
-            for name in nested:
-                lines.append(f"    {name}: type[{name}]")
+            # Nested structs are reachable as class attributes (FetchResponse.PartitionData). Assigned in the
+            # body (the module-level classes are defined first) and marked as aliases, because mypy reads a
+            # plain `X = X` in a class body as a variable, which annotations cannot use as a type.
+            for nested in schema.structs.values():
+                if nested is not struct:
+                    lines.append(f"    {nested.name}: TypeAlias = {nested.name}")
         lines.append("")
         params = ["self", "*"]
         assigns = []
@@ -552,21 +570,16 @@ class Emitter:
             expr = default_expr(f)
             if expr in ("[]",) or expr.endswith("()"):
                 # A sentinel, not None: None is a real value for nullable arrays and structs.
-                params.append(f"{f.attr}: {type_hint(f)} = _c.UNSET")
+                params.append(f"{f.attr}: {type_hint(f, schema.kind)} = _c.UNSET")
                 assigns.append(f"        self.{f.attr} = {expr} if {f.attr} is _c.UNSET else {f.attr}")
             else:
-                params.append(f"{f.attr}: {type_hint(f)} = {expr}")
+                params.append(f"{f.attr}: {type_hint(f, schema.kind)} = {expr}")
                 assigns.append(f"        self.{f.attr} = {f.attr}")
         params.append("unknown_tagged_fields: dict[int, bytes] | None = None")
         lines.append(f"    def __init__({', '.join(params)}) -> None:")
         lines += assigns
         lines.append("        self.unknown_tagged_fields = unknown_tagged_fields")
         lines.append("")
-        if is_root:
-            for s in schema.structs.values():
-                if s is not struct:
-                    lines.append(f"{struct.name}.{s.name} = {s.name}  # type: ignore[attr-defined]")
-            lines.append("")
         return "\n".join(lines)
 
 

@@ -175,19 +175,16 @@ _BROKER_STATIC = "Dynamic broker configuration is not supported by kbroker; set 
 
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     responses = []
+    message: str | None
     for resource in request.resources:
         if resource.resource_type == TOPIC:
             # AlterConfigs replaces the whole set of overrides with the given one.
-            configs = {c.name: c.value for c in resource.configs}
-            if any(v is None for v in configs.values()):
+            requested = {c.name: c.value for c in resource.configs}
+            configs = {name: value for name, value in requested.items() if value is not None}
+            if len(configs) != len(requested):
                 code, message = ErrorCode.INVALID_REQUEST, "Null value not supported"
             else:
-                code, message = _apply_topic_configs(
-                    ctx,
-                    resource.resource_name,
-                    configs,
-                    request.validate_only,  # type: ignore[arg-type]
-                )
+                code, message = _apply_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
         elif resource.resource_type in (BROKER, BROKER_LOGGER):
             code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
         else:
@@ -236,6 +233,7 @@ async def handle_incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     responses = []
+    message: str | None
     for resource in request.resources:
         names = [op.name for op in resource.configs]
         if len(names) != len(set(names)):

@@ -134,7 +134,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    topics = [
+    legacy_topics = [  # before v8: one group, its topics at the top level
         OffsetFetchResponse.OffsetFetchResponseTopic(
             name=topic,
             partitions=[
@@ -150,7 +150,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         )
         for topic, rows in _fetch_group(ctx, request.group_id, wanted)
     ]
-    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=ErrorCode.NONE)
+    return OffsetFetchResponse(throttle_time_ms=0, topics=legacy_topics, error_code=ErrorCode.NONE)
 
 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
@@ -159,13 +159,14 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
     consumer_group = broker.consumer_groups.groups.get(request.group_id)
     if group is None and consumer_group is None and not broker.offsets.has_group(request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
-    subscribed: set[str] | None = set()
+    subscribed: set[str] = set()
     if consumer_group is not None:
         subscribed = consumer_group.subscribed_topic_names()
     elif group is not None and group.members:
-        subscribed = group.subscribed_topics()
-        if subscribed is None:
+        group_topics = group.subscribed_topics()
+        if group_topics is None:
             return OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0, topics=[])
+        subscribed = group_topics
     topics = []
     doomed = []
     for topic in request.topics:

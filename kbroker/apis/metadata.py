@@ -59,16 +59,15 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     all_topics = request.topics is None or (version == 0 and not request.topics)
     allow_create = request.allow_auto_topic_creation if version >= 4 else True
     topics: list[MetadataResponse.MetadataResponseTopic] = []
-    by_id_too_early = version < 12 and any(
-        t.name is None or t.topic_id not in (None, NO_TOPIC_ID) for t in request.topics or []
-    )
+    requested = request.topics or []  # the named topics (when not all_topics)
+    by_id_too_early = version < 12 and any(t.name is None or t.topic_id not in (None, NO_TOPIC_ID) for t in requested)
     if by_id_too_early:
         # As Kafka: v10 and v11 carry topic ids and nullable names in the schema, but only v12 may use them.
-        topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in request.topics]
+        topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in requested]
     elif all_topics:
         topics = [topic_metadata(ctx, info, with_operations) for info in broker.logs.topics()]
     else:
-        for wanted in request.topics:
+        for wanted in requested:
             if wanted.name is None:
                 info = broker.logs.topic_by_id(wanted.topic_id)
                 if info is None:

@@ -116,7 +116,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         )
     if to_flush:
         # flush.messages reached: fsync before acknowledging, off the event loop.
-        await trio.to_thread.run_sync(lambda: [plog.flush() for plog in to_flush])
+        def flush_all() -> None:
+            for plog in to_flush:
+                plog.flush()
+
+        await trio.to_thread.run_sync(flush_all)
     if acks == 0:
         return None
     return ProduceResponse(responses=topics, throttle_time_ms=0)

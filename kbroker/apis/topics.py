@@ -114,16 +114,18 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             if replication_problem is not None:
                 fail(ErrorCode.INVALID_REPLICATION_FACTOR, replication_problem)
                 continue
-        configs = {c.name: c.value for c in topic.configs}
-        config_problem = validate_topic_configs(configs)
+        requested_configs = {c.name: c.value for c in topic.configs}
+        config_problem = validate_topic_configs(requested_configs)
         if config_problem is not None:
             fail(ErrorCode.INVALID_CONFIG, config_problem)
             continue
+        # Validated, so no value is null; this says so to the type checker.
+        configs = {name: value for name, value in requested_configs.items() if value is not None}
         if request.validate_only:
             topic_id = ZERO_UUID
         else:
             try:
-                info = await broker.create_topic(topic.name, partitions, configs)  # type: ignore[arg-type]
+                info = await broker.create_topic(topic.name, partitions, configs)
             except ValueError:  # another request created it meanwhile
                 fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
                 continue

@@ -199,6 +199,7 @@ class Segment:
                 if problem is None and position + header.size > end:
                     problem = "batch runs past the end of the segment"
                 if problem is None and check_crc:
+                    body: bytes | memoryview
                     if offset_in_chunk + header.size <= len(chunk):
                         body = memoryview(chunk)[offset_in_chunk : offset_in_chunk + header.size]
                     else:

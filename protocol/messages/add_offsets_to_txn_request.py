@@ -27,7 +27,6 @@ class AddOffsetsToTxnRequest(_c.Message):
         self.group_id = group_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_AddOffsetsToTxnRequest_v0(buf, pos):
     o = _new(AddOffsetsToTxnRequest)
     o.transactional_id, pos = _c.read_string(buf, pos)

@@ -25,7 +25,6 @@ class AddOffsetsToTxnResponse(_c.Message):
         self.error_code = error_code
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_AddOffsetsToTxnResponse_v0(buf, pos):
     o = _new(AddOffsetsToTxnResponse)
     (o.throttle_time_ms, o.error_code,) = _S_ih.unpack_from(buf, pos)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -18,7 +19,7 @@ class AddPartitionsToTxnTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -27,7 +28,7 @@ class AddPartitionsToTxnTransaction(_c.Struct):
     __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'verify_only', 'topics', 'unknown_tagged_fields')
     FIELDS = ('transactional_id', 'producer_id', 'producer_epoch', 'verify_only', 'topics')
 
-    def __init__(self, *, transactional_id: str = '', producer_id: int = 0, producer_epoch: int = 0, verify_only: bool = False, topics: list[AddPartitionsToTxnTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactional_id: str = '', producer_id: int = 0, producer_epoch: int = 0, verify_only: bool = False, topics: list[AddPartitionsToTxnTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -42,19 +43,16 @@ class AddPartitionsToTxnRequest(_c.Message):
     API_KEY = 24
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
-    AddPartitionsToTxnTransaction: type[AddPartitionsToTxnTransaction]
-    AddPartitionsToTxnTopic: type[AddPartitionsToTxnTopic]
+    AddPartitionsToTxnTransaction: TypeAlias = AddPartitionsToTxnTransaction
+    AddPartitionsToTxnTopic: TypeAlias = AddPartitionsToTxnTopic
 
-    def __init__(self, *, transactions: list[AddPartitionsToTxnTransaction] | None = _c.UNSET, v3_and_below_transactional_id: str = '', v3_and_below_producer_id: int = 0, v3_and_below_producer_epoch: int = 0, v3_and_below_topics: list[AddPartitionsToTxnTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactions: list[AddPartitionsToTxnTransaction] = _c.UNSET, v3_and_below_transactional_id: str = '', v3_and_below_producer_id: int = 0, v3_and_below_producer_epoch: int = 0, v3_and_below_topics: list[AddPartitionsToTxnTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactions = [] if transactions is _c.UNSET else transactions
         self.v3_and_below_transactional_id = v3_and_below_transactional_id
         self.v3_and_below_producer_id = v3_and_below_producer_id
         self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
         self.v3_and_below_topics = [] if v3_and_below_topics is _c.UNSET else v3_and_below_topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction = AddPartitionsToTxnTransaction  # type: ignore[attr-defined]
-AddPartitionsToTxnRequest.AddPartitionsToTxnTopic = AddPartitionsToTxnTopic  # type: ignore[attr-defined]
 
 def _decode_AddPartitionsToTxnTopic_v0(buf, pos):
     o = _new(AddPartitionsToTxnTopic)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class AddPartitionsToTxnTopicResult(_c.Struct):
     __slots__ = ('name', 'results_by_partition', 'unknown_tagged_fields')
     FIELDS = ('name', 'results_by_partition')
 
-    def __init__(self, *, name: str = '', results_by_partition: list[AddPartitionsToTxnPartitionResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', results_by_partition: list[AddPartitionsToTxnPartitionResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.results_by_partition = [] if results_by_partition is _c.UNSET else results_by_partition
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -35,7 +36,7 @@ class AddPartitionsToTxnResult(_c.Struct):
     __slots__ = ('transactional_id', 'topic_results', 'unknown_tagged_fields')
     FIELDS = ('transactional_id', 'topic_results')
 
-    def __init__(self, *, transactional_id: str = '', topic_results: list[AddPartitionsToTxnTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactional_id: str = '', topic_results: list[AddPartitionsToTxnTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactional_id = transactional_id
         self.topic_results = [] if topic_results is _c.UNSET else topic_results
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -47,20 +48,16 @@ class AddPartitionsToTxnResponse(_c.Message):
     API_KEY = 24
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
-    AddPartitionsToTxnResult: type[AddPartitionsToTxnResult]
-    AddPartitionsToTxnTopicResult: type[AddPartitionsToTxnTopicResult]
-    AddPartitionsToTxnPartitionResult: type[AddPartitionsToTxnPartitionResult]
+    AddPartitionsToTxnResult: TypeAlias = AddPartitionsToTxnResult
+    AddPartitionsToTxnTopicResult: TypeAlias = AddPartitionsToTxnTopicResult
+    AddPartitionsToTxnPartitionResult: TypeAlias = AddPartitionsToTxnPartitionResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results_by_transaction: list[AddPartitionsToTxnResult] | None = _c.UNSET, results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results_by_transaction: list[AddPartitionsToTxnResult] = _c.UNSET, results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.results_by_transaction = [] if results_by_transaction is _c.UNSET else results_by_transaction
         self.results_by_topic_v3_and_below = [] if results_by_topic_v3_and_below is _c.UNSET else results_by_topic_v3_and_below
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AddPartitionsToTxnResponse.AddPartitionsToTxnResult = AddPartitionsToTxnResult  # type: ignore[attr-defined]
-AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult = AddPartitionsToTxnTopicResult  # type: ignore[attr-defined]
-AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult = AddPartitionsToTxnPartitionResult  # type: ignore[attr-defined]
 
 def _decode_AddPartitionsToTxnPartitionResult_v0(buf, pos):
     o = _new(AddPartitionsToTxnPartitionResult)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -36,7 +37,7 @@ class EntryData(_c.Struct):
     __slots__ = ('entity', 'ops', 'unknown_tagged_fields')
     FIELDS = ('entity', 'ops')
 
-    def __init__(self, *, entity: list[EntityData] | None = _c.UNSET, ops: list[OpData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, entity: list[EntityData] = _c.UNSET, ops: list[OpData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.entity = [] if entity is _c.UNSET else entity
         self.ops = [] if ops is _c.UNSET else ops
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -48,18 +49,14 @@ class AlterClientQuotasRequest(_c.Message):
     API_KEY = 49
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (1, 32767)
-    EntryData: type[EntryData]
-    EntityData: type[EntityData]
-    OpData: type[OpData]
+    EntryData: TypeAlias = EntryData
+    EntityData: TypeAlias = EntityData
+    OpData: TypeAlias = OpData
 
-    def __init__(self, *, entries: list[EntryData] | None = _c.UNSET, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, entries: list[EntryData] = _c.UNSET, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.entries = [] if entries is _c.UNSET else entries
         self.validate_only = validate_only
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterClientQuotasRequest.EntryData = EntryData  # type: ignore[attr-defined]
-AlterClientQuotasRequest.EntityData = EntityData  # type: ignore[attr-defined]
-AlterClientQuotasRequest.OpData = OpData  # type: ignore[attr-defined]
 
 def _decode_EntityData_v0(buf, pos):
     o = _new(EntityData)

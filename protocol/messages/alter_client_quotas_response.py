@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class EntryData(_c.Struct):
     __slots__ = ('error_code', 'error_message', 'entity', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'error_message', 'entity')
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = '', entity: list[EntityData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, error_message: str | None = '', entity: list[EntityData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.entity = [] if entity is _c.UNSET else entity
@@ -39,16 +40,13 @@ class AlterClientQuotasResponse(_c.Message):
     API_KEY = 49
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (1, 32767)
-    EntryData: type[EntryData]
-    EntityData: type[EntityData]
+    EntryData: TypeAlias = EntryData
+    EntityData: TypeAlias = EntityData
 
-    def __init__(self, *, throttle_time_ms: int = 0, entries: list[EntryData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, entries: list[EntryData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.entries = [] if entries is _c.UNSET else entries
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterClientQuotasResponse.EntryData = EntryData  # type: ignore[attr-defined]
-AlterClientQuotasResponse.EntityData = EntityData  # type: ignore[attr-defined]
 
 def _decode_EntityData_v0(buf, pos):
     o = _new(EntityData)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class AlterConfigsResource(_c.Struct):
     __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tagged_fields')
     FIELDS = ('resource_type', 'resource_name', 'configs')
 
-    def __init__(self, *, resource_type: int = 0, resource_name: str = '', configs: list[AlterableConfig] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, resource_type: int = 0, resource_name: str = '', configs: list[AlterableConfig] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.resource_type = resource_type
         self.resource_name = resource_name
         self.configs = [] if configs is _c.UNSET else configs
@@ -39,16 +40,13 @@ class AlterConfigsRequest(_c.Message):
     API_KEY = 33
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    AlterConfigsResource: type[AlterConfigsResource]
-    AlterableConfig: type[AlterableConfig]
+    AlterConfigsResource: TypeAlias = AlterConfigsResource
+    AlterableConfig: TypeAlias = AlterableConfig
 
-    def __init__(self, *, resources: list[AlterConfigsResource] | None = _c.UNSET, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, resources: list[AlterConfigsResource] = _c.UNSET, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.resources = [] if resources is _c.UNSET else resources
         self.validate_only = validate_only
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterConfigsRequest.AlterConfigsResource = AlterConfigsResource  # type: ignore[attr-defined]
-AlterConfigsRequest.AlterableConfig = AlterableConfig  # type: ignore[attr-defined]
 
 def _decode_AlterableConfig_v0(buf, pos):
     o = _new(AlterableConfig)

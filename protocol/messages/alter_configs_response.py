@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -32,14 +33,12 @@ class AlterConfigsResponse(_c.Message):
     API_KEY = 33
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    AlterConfigsResourceResponse: type[AlterConfigsResourceResponse]
+    AlterConfigsResourceResponse: TypeAlias = AlterConfigsResourceResponse
 
-    def __init__(self, *, throttle_time_ms: int = 0, responses: list[AlterConfigsResourceResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, responses: list[AlterConfigsResourceResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.responses = [] if responses is _c.UNSET else responses
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterConfigsResponse.AlterConfigsResourceResponse = AlterConfigsResourceResponse  # type: ignore[attr-defined]
 
 def _decode_AlterConfigsResourceResponse_v0(buf, pos):
     o = _new(AlterConfigsResourceResponse)

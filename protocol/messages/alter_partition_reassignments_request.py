@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class ReassignableTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[ReassignablePartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[ReassignablePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -38,17 +39,14 @@ class AlterPartitionReassignmentsRequest(_c.Message):
     API_KEY = 45
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
-    ReassignableTopic: type[ReassignableTopic]
-    ReassignablePartition: type[ReassignablePartition]
+    ReassignableTopic: TypeAlias = ReassignableTopic
+    ReassignablePartition: TypeAlias = ReassignablePartition
 
-    def __init__(self, *, timeout_ms: int = 60000, allow_replication_factor_change: bool = True, topics: list[ReassignableTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, timeout_ms: int = 60000, allow_replication_factor_change: bool = True, topics: list[ReassignableTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.timeout_ms = timeout_ms
         self.allow_replication_factor_change = allow_replication_factor_change
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterPartitionReassignmentsRequest.ReassignableTopic = ReassignableTopic  # type: ignore[attr-defined]
-AlterPartitionReassignmentsRequest.ReassignablePartition = ReassignablePartition  # type: ignore[attr-defined]
 
 def _decode_ReassignablePartition_v0(buf, pos):
     o = _new(ReassignablePartition)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -27,7 +28,7 @@ class ReassignableTopicResponse(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[ReassignablePartitionResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[ReassignablePartitionResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -39,19 +40,16 @@ class AlterPartitionReassignmentsResponse(_c.Message):
     API_KEY = 45
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
-    ReassignableTopicResponse: type[ReassignableTopicResponse]
-    ReassignablePartitionResponse: type[ReassignablePartitionResponse]
+    ReassignableTopicResponse: TypeAlias = ReassignableTopicResponse
+    ReassignablePartitionResponse: TypeAlias = ReassignablePartitionResponse
 
-    def __init__(self, *, throttle_time_ms: int = 0, allow_replication_factor_change: bool = True, error_code: int = 0, error_message: str | None = '', responses: list[ReassignableTopicResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, allow_replication_factor_change: bool = True, error_code: int = 0, error_message: str | None = '', responses: list[ReassignableTopicResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.allow_replication_factor_change = allow_replication_factor_change
         self.error_code = error_code
         self.error_message = error_message
         self.responses = [] if responses is _c.UNSET else responses
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterPartitionReassignmentsResponse.ReassignableTopicResponse = ReassignableTopicResponse  # type: ignore[attr-defined]
-AlterPartitionReassignmentsResponse.ReassignablePartitionResponse = ReassignablePartitionResponse  # type: ignore[attr-defined]
 
 def _decode_ReassignablePartitionResponse_v0(buf, pos):
     o = _new(ReassignablePartitionResponse)

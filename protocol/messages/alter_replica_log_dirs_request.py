@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -16,7 +17,7 @@ class AlterReplicaLogDirTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -25,7 +26,7 @@ class AlterReplicaLogDir(_c.Struct):
     __slots__ = ('path', 'topics', 'unknown_tagged_fields')
     FIELDS = ('path', 'topics')
 
-    def __init__(self, *, path: str = '', topics: list[AlterReplicaLogDirTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, path: str = '', topics: list[AlterReplicaLogDirTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.path = path
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -37,15 +38,12 @@ class AlterReplicaLogDirsRequest(_c.Message):
     API_KEY = 34
     VALID_VERSIONS = (1, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    AlterReplicaLogDir: type[AlterReplicaLogDir]
-    AlterReplicaLogDirTopic: type[AlterReplicaLogDirTopic]
+    AlterReplicaLogDir: TypeAlias = AlterReplicaLogDir
+    AlterReplicaLogDirTopic: TypeAlias = AlterReplicaLogDirTopic
 
-    def __init__(self, *, dirs: list[AlterReplicaLogDir] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, dirs: list[AlterReplicaLogDir] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.dirs = [] if dirs is _c.UNSET else dirs
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterReplicaLogDirsRequest.AlterReplicaLogDir = AlterReplicaLogDir  # type: ignore[attr-defined]
-AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic = AlterReplicaLogDirTopic  # type: ignore[attr-defined]
 
 def _decode_AlterReplicaLogDirTopic_v1(buf, pos):
     o = _new(AlterReplicaLogDirTopic)
@@ -177,5 +175,5 @@ def _encode_AlterReplicaLogDirsRequest_v2(o, out):
     else:
         out.append(0)
 
-AlterReplicaLogDirsRequest.DECODERS = (None, _decode_AlterReplicaLogDirsRequest_v1, _decode_AlterReplicaLogDirsRequest_v2,)
-AlterReplicaLogDirsRequest.ENCODERS = (None, _encode_AlterReplicaLogDirsRequest_v1, _encode_AlterReplicaLogDirsRequest_v2,)
+AlterReplicaLogDirsRequest.DECODERS = (_c.unsupported_version, _decode_AlterReplicaLogDirsRequest_v1, _decode_AlterReplicaLogDirsRequest_v2,)
+AlterReplicaLogDirsRequest.ENCODERS = (_c.unsupported_version, _encode_AlterReplicaLogDirsRequest_v1, _encode_AlterReplicaLogDirsRequest_v2,)

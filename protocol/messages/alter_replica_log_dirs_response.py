@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class AlterReplicaLogDirTopicResult(_c.Struct):
     __slots__ = ('topic_name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_name', 'partitions')
 
-    def __init__(self, *, topic_name: str = '', partitions: list[AlterReplicaLogDirPartitionResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_name: str = '', partitions: list[AlterReplicaLogDirPartitionResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_name = topic_name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -38,16 +39,13 @@ class AlterReplicaLogDirsResponse(_c.Message):
     API_KEY = 34
     VALID_VERSIONS = (1, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    AlterReplicaLogDirTopicResult: type[AlterReplicaLogDirTopicResult]
-    AlterReplicaLogDirPartitionResult: type[AlterReplicaLogDirPartitionResult]
+    AlterReplicaLogDirTopicResult: TypeAlias = AlterReplicaLogDirTopicResult
+    AlterReplicaLogDirPartitionResult: TypeAlias = AlterReplicaLogDirPartitionResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, results: list[AlterReplicaLogDirTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[AlterReplicaLogDirTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult = AlterReplicaLogDirTopicResult  # type: ignore[attr-defined]
-AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult = AlterReplicaLogDirPartitionResult  # type: ignore[attr-defined]
 
 def _decode_AlterReplicaLogDirPartitionResult_v1(buf, pos):
     o = _new(AlterReplicaLogDirPartitionResult)
@@ -171,5 +169,5 @@ def _encode_AlterReplicaLogDirsResponse_v2(o, out):
     else:
         out.append(0)
 
-AlterReplicaLogDirsResponse.DECODERS = (None, _decode_AlterReplicaLogDirsResponse_v1, _decode_AlterReplicaLogDirsResponse_v2,)
-AlterReplicaLogDirsResponse.ENCODERS = (None, _encode_AlterReplicaLogDirsResponse_v1, _encode_AlterReplicaLogDirsResponse_v2,)
+AlterReplicaLogDirsResponse.DECODERS = (_c.unsupported_version, _decode_AlterReplicaLogDirsResponse_v1, _decode_AlterReplicaLogDirsResponse_v2,)
+AlterReplicaLogDirsResponse.ENCODERS = (_c.unsupported_version, _encode_AlterReplicaLogDirsResponse_v1, _encode_AlterReplicaLogDirsResponse_v2,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -41,16 +42,13 @@ class AlterUserScramCredentialsRequest(_c.Message):
     API_KEY = 51
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    ScramCredentialDeletion: type[ScramCredentialDeletion]
-    ScramCredentialUpsertion: type[ScramCredentialUpsertion]
+    ScramCredentialDeletion: TypeAlias = ScramCredentialDeletion
+    ScramCredentialUpsertion: TypeAlias = ScramCredentialUpsertion
 
-    def __init__(self, *, deletions: list[ScramCredentialDeletion] | None = _c.UNSET, upsertions: list[ScramCredentialUpsertion] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, deletions: list[ScramCredentialDeletion] = _c.UNSET, upsertions: list[ScramCredentialUpsertion] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.deletions = [] if deletions is _c.UNSET else deletions
         self.upsertions = [] if upsertions is _c.UNSET else upsertions
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterUserScramCredentialsRequest.ScramCredentialDeletion = ScramCredentialDeletion  # type: ignore[attr-defined]
-AlterUserScramCredentialsRequest.ScramCredentialUpsertion = ScramCredentialUpsertion  # type: ignore[attr-defined]
 
 def _decode_ScramCredentialDeletion_v0(buf, pos):
     o = _new(ScramCredentialDeletion)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,14 +31,12 @@ class AlterUserScramCredentialsResponse(_c.Message):
     API_KEY = 51
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    AlterUserScramCredentialsResult: type[AlterUserScramCredentialsResult]
+    AlterUserScramCredentialsResult: TypeAlias = AlterUserScramCredentialsResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, results: list[AlterUserScramCredentialsResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[AlterUserScramCredentialsResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult = AlterUserScramCredentialsResult  # type: ignore[attr-defined]
 
 def _decode_AlterUserScramCredentialsResult_v0(buf, pos):
     o = _new(AlterUserScramCredentialsResult)

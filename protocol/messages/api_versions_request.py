@@ -24,7 +24,6 @@ class ApiVersionsRequest(_c.Message):
         self.client_software_version = client_software_version
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_ApiVersionsRequest_v0(buf, pos):
     o = _new(ApiVersionsRequest)
     o.client_software_name = ''

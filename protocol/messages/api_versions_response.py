@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -54,11 +55,11 @@ class ApiVersionsResponse(_c.Message):
     API_KEY = 18
     VALID_VERSIONS = (0, 4)
     FLEXIBLE_VERSIONS = (3, 32767)
-    ApiVersion: type[ApiVersion]
-    SupportedFeatureKey: type[SupportedFeatureKey]
-    FinalizedFeatureKey: type[FinalizedFeatureKey]
+    ApiVersion: TypeAlias = ApiVersion
+    SupportedFeatureKey: TypeAlias = SupportedFeatureKey
+    FinalizedFeatureKey: TypeAlias = FinalizedFeatureKey
 
-    def __init__(self, *, error_code: int = 0, api_keys: list[ApiVersion] | None = _c.UNSET, throttle_time_ms: int = 0, supported_features: list[SupportedFeatureKey] | None = _c.UNSET, finalized_features_epoch: int = -1, finalized_features: list[FinalizedFeatureKey] | None = _c.UNSET, zk_migration_ready: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, api_keys: list[ApiVersion] = _c.UNSET, throttle_time_ms: int = 0, supported_features: list[SupportedFeatureKey] = _c.UNSET, finalized_features_epoch: int = -1, finalized_features: list[FinalizedFeatureKey] = _c.UNSET, zk_migration_ready: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.api_keys = [] if api_keys is _c.UNSET else api_keys
         self.throttle_time_ms = throttle_time_ms
@@ -67,10 +68,6 @@ class ApiVersionsResponse(_c.Message):
         self.finalized_features = [] if finalized_features is _c.UNSET else finalized_features
         self.zk_migration_ready = zk_migration_ready
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ApiVersionsResponse.ApiVersion = ApiVersion  # type: ignore[attr-defined]
-ApiVersionsResponse.SupportedFeatureKey = SupportedFeatureKey  # type: ignore[attr-defined]
-ApiVersionsResponse.FinalizedFeatureKey = FinalizedFeatureKey  # type: ignore[attr-defined]
 
 def _decode_ApiVersion_v0(buf, pos):
     o = _new(ApiVersion)

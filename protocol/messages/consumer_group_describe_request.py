@@ -20,11 +20,10 @@ class ConsumerGroupDescribeRequest(_c.Message):
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
 
-    def __init__(self, *, group_ids: list[str] | None = _c.UNSET, include_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_ids: list[str] = _c.UNSET, include_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_ids = [] if group_ids is _c.UNSET else group_ids
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_ConsumerGroupDescribeRequest_v0(buf, pos):
     o = _new(ConsumerGroupDescribeRequest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -19,7 +20,7 @@ class TopicPartitions(_c.Struct):
     __slots__ = ('topic_id', 'topic_name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_id', 'topic_name', 'partitions')
 
-    def __init__(self, *, topic_id: uuid.UUID = _c.ZERO_UUID, topic_name: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_id: uuid.UUID = _c.ZERO_UUID, topic_name: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_id = topic_id
         self.topic_name = topic_name
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -29,7 +30,7 @@ class Assignment(_c.Struct):
     __slots__ = ('topic_partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_partitions',)
 
-    def __init__(self, *, topic_partitions: list[TopicPartitions] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_partitions: list[TopicPartitions] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_partitions = [] if topic_partitions is _c.UNSET else topic_partitions
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -37,7 +38,7 @@ class Member(_c.Struct):
     __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type', 'unknown_tagged_fields')
     FIELDS = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type')
 
-    def __init__(self, *, member_id: str = '', instance_id: str | None = None, rack_id: str | None = None, member_epoch: int = 0, client_id: str = '', client_host: str = '', subscribed_topic_names: list[str] | None = _c.UNSET, subscribed_topic_regex: str | None = None, assignment: Assignment | None = _c.UNSET, target_assignment: Assignment | None = _c.UNSET, member_type: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, member_id: str = '', instance_id: str | None = None, rack_id: str | None = None, member_epoch: int = 0, client_id: str = '', client_host: str = '', subscribed_topic_names: list[str] = _c.UNSET, subscribed_topic_regex: str | None = None, assignment: Assignment = _c.UNSET, target_assignment: Assignment = _c.UNSET, member_type: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.member_id = member_id
         self.instance_id = instance_id
         self.rack_id = rack_id
@@ -55,7 +56,7 @@ class DescribedGroup(_c.Struct):
     __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations')
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = '', group_state: str = '', group_epoch: int = 0, assignment_epoch: int = 0, assignor_name: str = '', members: list[Member] | None = _c.UNSET, authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = '', group_state: str = '', group_epoch: int = 0, assignment_epoch: int = 0, assignor_name: str = '', members: list[Member] = _c.UNSET, authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.group_id = group_id
@@ -74,20 +75,15 @@ class ConsumerGroupDescribeResponse(_c.Message):
     API_KEY = 69
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
-    DescribedGroup: type[DescribedGroup]
-    Member: type[Member]
-    Assignment: type[Assignment]
-    TopicPartitions: type[TopicPartitions]
+    DescribedGroup: TypeAlias = DescribedGroup
+    Member: TypeAlias = Member
+    Assignment: TypeAlias = Assignment
+    TopicPartitions: TypeAlias = TopicPartitions
 
-    def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.groups = [] if groups is _c.UNSET else groups
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ConsumerGroupDescribeResponse.DescribedGroup = DescribedGroup  # type: ignore[attr-defined]
-ConsumerGroupDescribeResponse.Member = Member  # type: ignore[attr-defined]
-ConsumerGroupDescribeResponse.Assignment = Assignment  # type: ignore[attr-defined]
-ConsumerGroupDescribeResponse.TopicPartitions = TopicPartitions  # type: ignore[attr-defined]
 
 def _decode_TopicPartitions_v0(buf, pos):
     o = _new(TopicPartitions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -16,7 +17,7 @@ class TopicPartitions(_c.Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_id', 'partitions')
 
-    def __init__(self, *, topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -28,7 +29,7 @@ class ConsumerGroupHeartbeatRequest(_c.Message):
     API_KEY = 68
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TopicPartitions: type[TopicPartitions]
+    TopicPartitions: TypeAlias = TopicPartitions
 
     def __init__(self, *, group_id: str = '', member_id: str = '', member_epoch: int = 0, instance_id: str | None = None, rack_id: str | None = None, rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None, subscribed_topic_regex: str | None = None, server_assignor: str | None = None, topic_partitions: list[TopicPartitions] | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
@@ -42,8 +43,6 @@ class ConsumerGroupHeartbeatRequest(_c.Message):
         self.server_assignor = server_assignor
         self.topic_partitions = topic_partitions
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ConsumerGroupHeartbeatRequest.TopicPartitions = TopicPartitions  # type: ignore[attr-defined]
 
 def _decode_TopicPartitions_v0(buf, pos):
     o = _new(TopicPartitions)

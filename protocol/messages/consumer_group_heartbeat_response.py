@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -18,7 +19,7 @@ class TopicPartitions(_c.Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_id', 'partitions')
 
-    def __init__(self, *, topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -27,7 +28,7 @@ class Assignment(_c.Struct):
     __slots__ = ('topic_partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_partitions',)
 
-    def __init__(self, *, topic_partitions: list[TopicPartitions] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_partitions: list[TopicPartitions] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_partitions = [] if topic_partitions is _c.UNSET else topic_partitions
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -38,8 +39,8 @@ class ConsumerGroupHeartbeatResponse(_c.Message):
     API_KEY = 68
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
-    Assignment: type[Assignment]
-    TopicPartitions: type[TopicPartitions]
+    Assignment: TypeAlias = Assignment
+    TopicPartitions: TypeAlias = TopicPartitions
 
     def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, member_id: str | None = None, member_epoch: int = 0, heartbeat_interval_ms: int = 0, assignment: Assignment | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -50,9 +51,6 @@ class ConsumerGroupHeartbeatResponse(_c.Message):
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.assignment = assignment
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ConsumerGroupHeartbeatResponse.Assignment = Assignment  # type: ignore[attr-defined]
-ConsumerGroupHeartbeatResponse.TopicPartitions = TopicPartitions  # type: ignore[attr-defined]
 
 def _decode_TopicPartitions_v0(buf, pos):
     o = _new(TopicPartitions)

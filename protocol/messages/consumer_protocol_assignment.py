@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -16,7 +17,7 @@ class TopicPartition(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -28,14 +29,12 @@ class ConsumerProtocolAssignment(_c.Message):
     API_KEY = -1
     VALID_VERSIONS = (0, 3)
     FLEXIBLE_VERSIONS = None
-    TopicPartition: type[TopicPartition]
+    TopicPartition: TypeAlias = TopicPartition
 
-    def __init__(self, *, assigned_partitions: list[TopicPartition] | None = _c.UNSET, user_data: bytes | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, assigned_partitions: list[TopicPartition] = _c.UNSET, user_data: bytes | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.assigned_partitions = [] if assigned_partitions is _c.UNSET else assigned_partitions
         self.user_data = user_data
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ConsumerProtocolAssignment.TopicPartition = TopicPartition  # type: ignore[attr-defined]
 
 def _decode_TopicPartition_v0(buf, pos):
     o = _new(TopicPartition)

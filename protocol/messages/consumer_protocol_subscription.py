@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -16,7 +17,7 @@ class TopicPartition(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -28,17 +29,15 @@ class ConsumerProtocolSubscription(_c.Message):
     API_KEY = -1
     VALID_VERSIONS = (0, 3)
     FLEXIBLE_VERSIONS = None
-    TopicPartition: type[TopicPartition]
+    TopicPartition: TypeAlias = TopicPartition
 
-    def __init__(self, *, topics: list[str] | None = _c.UNSET, user_data: bytes | None = None, owned_partitions: list[TopicPartition] | None = _c.UNSET, generation_id: int = -1, rack_id: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[str] = _c.UNSET, user_data: bytes | None = None, owned_partitions: list[TopicPartition] = _c.UNSET, generation_id: int = -1, rack_id: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.user_data = user_data
         self.owned_partitions = [] if owned_partitions is _c.UNSET else owned_partitions
         self.generation_id = generation_id
         self.rack_id = rack_id
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ConsumerProtocolSubscription.TopicPartition = TopicPartition  # type: ignore[attr-defined]
 
 def _decode_ConsumerProtocolSubscription_v0(buf, pos):
     o = _new(ConsumerProtocolSubscription)

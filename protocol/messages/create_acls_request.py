@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -34,13 +35,11 @@ class CreateAclsRequest(_c.Message):
     API_KEY = 30
     VALID_VERSIONS = (1, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
-    AclCreation: type[AclCreation]
+    AclCreation: TypeAlias = AclCreation
 
-    def __init__(self, *, creations: list[AclCreation] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, creations: list[AclCreation] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.creations = [] if creations is _c.UNSET else creations
         self.unknown_tagged_fields = unknown_tagged_fields
-
-CreateAclsRequest.AclCreation = AclCreation  # type: ignore[attr-defined]
 
 def _decode_AclCreation_v1(buf, pos):
     o = _new(AclCreation)
@@ -134,5 +133,5 @@ def _encode_CreateAclsRequest_v2(o, out):
     else:
         out.append(0)
 
-CreateAclsRequest.DECODERS = (None, _decode_CreateAclsRequest_v1, _decode_CreateAclsRequest_v2, _decode_CreateAclsRequest_v2,)
-CreateAclsRequest.ENCODERS = (None, _encode_CreateAclsRequest_v1, _encode_CreateAclsRequest_v2, _encode_CreateAclsRequest_v2,)
+CreateAclsRequest.DECODERS = (_c.unsupported_version, _decode_CreateAclsRequest_v1, _decode_CreateAclsRequest_v2, _decode_CreateAclsRequest_v2,)
+CreateAclsRequest.ENCODERS = (_c.unsupported_version, _encode_CreateAclsRequest_v1, _encode_CreateAclsRequest_v2, _encode_CreateAclsRequest_v2,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -29,14 +30,12 @@ class CreateAclsResponse(_c.Message):
     API_KEY = 30
     VALID_VERSIONS = (1, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
-    AclCreationResult: type[AclCreationResult]
+    AclCreationResult: TypeAlias = AclCreationResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, results: list[AclCreationResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[AclCreationResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-CreateAclsResponse.AclCreationResult = AclCreationResult  # type: ignore[attr-defined]
 
 def _decode_AclCreationResult_v1(buf, pos):
     o = _new(AclCreationResult)
@@ -116,5 +115,5 @@ def _encode_CreateAclsResponse_v2(o, out):
     else:
         out.append(0)
 
-CreateAclsResponse.DECODERS = (None, _decode_CreateAclsResponse_v1, _decode_CreateAclsResponse_v2, _decode_CreateAclsResponse_v2,)
-CreateAclsResponse.ENCODERS = (None, _encode_CreateAclsResponse_v1, _encode_CreateAclsResponse_v2, _encode_CreateAclsResponse_v2,)
+CreateAclsResponse.DECODERS = (_c.unsupported_version, _decode_CreateAclsResponse_v1, _decode_CreateAclsResponse_v2, _decode_CreateAclsResponse_v2,)
+CreateAclsResponse.ENCODERS = (_c.unsupported_version, _encode_CreateAclsResponse_v1, _encode_CreateAclsResponse_v2, _encode_CreateAclsResponse_v2,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -17,7 +18,7 @@ class CreatePartitionsAssignment(_c.Struct):
     __slots__ = ('broker_ids', 'unknown_tagged_fields')
     FIELDS = ('broker_ids',)
 
-    def __init__(self, *, broker_ids: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, broker_ids: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.broker_ids = [] if broker_ids is _c.UNSET else broker_ids
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -38,17 +39,14 @@ class CreatePartitionsRequest(_c.Message):
     API_KEY = 37
     VALID_VERSIONS = (0, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
-    CreatePartitionsTopic: type[CreatePartitionsTopic]
-    CreatePartitionsAssignment: type[CreatePartitionsAssignment]
+    CreatePartitionsTopic: TypeAlias = CreatePartitionsTopic
+    CreatePartitionsAssignment: TypeAlias = CreatePartitionsAssignment
 
-    def __init__(self, *, topics: list[CreatePartitionsTopic] | None = _c.UNSET, timeout_ms: int = 0, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[CreatePartitionsTopic] = _c.UNSET, timeout_ms: int = 0, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.timeout_ms = timeout_ms
         self.validate_only = validate_only
         self.unknown_tagged_fields = unknown_tagged_fields
-
-CreatePartitionsRequest.CreatePartitionsTopic = CreatePartitionsTopic  # type: ignore[attr-defined]
-CreatePartitionsRequest.CreatePartitionsAssignment = CreatePartitionsAssignment  # type: ignore[attr-defined]
 
 def _decode_CreatePartitionsAssignment_v0(buf, pos):
     o = _new(CreatePartitionsAssignment)

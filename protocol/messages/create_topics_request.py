@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -18,7 +19,7 @@ class CreatableReplicaAssignment(_c.Struct):
     __slots__ = ('partition_index', 'broker_ids', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'broker_ids')
 
-    def __init__(self, *, partition_index: int = 0, broker_ids: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, broker_ids: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.broker_ids = [] if broker_ids is _c.UNSET else broker_ids
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -36,7 +37,7 @@ class CreatableTopic(_c.Struct):
     __slots__ = ('name', 'num_partitions', 'replication_factor', 'assignments', 'configs', 'unknown_tagged_fields')
     FIELDS = ('name', 'num_partitions', 'replication_factor', 'assignments', 'configs')
 
-    def __init__(self, *, name: str = '', num_partitions: int = 0, replication_factor: int = 0, assignments: list[CreatableReplicaAssignment] | None = _c.UNSET, configs: list[CreatableTopicConfig] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', num_partitions: int = 0, replication_factor: int = 0, assignments: list[CreatableReplicaAssignment] = _c.UNSET, configs: list[CreatableTopicConfig] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
@@ -51,19 +52,15 @@ class CreateTopicsRequest(_c.Message):
     API_KEY = 19
     VALID_VERSIONS = (2, 7)
     FLEXIBLE_VERSIONS = (5, 32767)
-    CreatableTopic: type[CreatableTopic]
-    CreatableReplicaAssignment: type[CreatableReplicaAssignment]
-    CreatableTopicConfig: type[CreatableTopicConfig]
+    CreatableTopic: TypeAlias = CreatableTopic
+    CreatableReplicaAssignment: TypeAlias = CreatableReplicaAssignment
+    CreatableTopicConfig: TypeAlias = CreatableTopicConfig
 
-    def __init__(self, *, topics: list[CreatableTopic] | None = _c.UNSET, timeout_ms: int = 60000, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[CreatableTopic] = _c.UNSET, timeout_ms: int = 60000, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.timeout_ms = timeout_ms
         self.validate_only = validate_only
         self.unknown_tagged_fields = unknown_tagged_fields
-
-CreateTopicsRequest.CreatableTopic = CreatableTopic  # type: ignore[attr-defined]
-CreateTopicsRequest.CreatableReplicaAssignment = CreatableReplicaAssignment  # type: ignore[attr-defined]
-CreateTopicsRequest.CreatableTopicConfig = CreatableTopicConfig  # type: ignore[attr-defined]
 
 def _decode_CreatableReplicaAssignment_v2(buf, pos):
     o = _new(CreatableReplicaAssignment)
@@ -261,5 +258,5 @@ def _encode_CreateTopicsRequest_v5(o, out):
     else:
         out.append(0)
 
-CreateTopicsRequest.DECODERS = (None, None, _decode_CreateTopicsRequest_v2, _decode_CreateTopicsRequest_v2, _decode_CreateTopicsRequest_v2, _decode_CreateTopicsRequest_v5, _decode_CreateTopicsRequest_v5, _decode_CreateTopicsRequest_v5,)
-CreateTopicsRequest.ENCODERS = (None, None, _encode_CreateTopicsRequest_v2, _encode_CreateTopicsRequest_v2, _encode_CreateTopicsRequest_v2, _encode_CreateTopicsRequest_v5, _encode_CreateTopicsRequest_v5, _encode_CreateTopicsRequest_v5,)
+CreateTopicsRequest.DECODERS = (_c.unsupported_version, _c.unsupported_version, _decode_CreateTopicsRequest_v2, _decode_CreateTopicsRequest_v2, _decode_CreateTopicsRequest_v2, _decode_CreateTopicsRequest_v5, _decode_CreateTopicsRequest_v5, _decode_CreateTopicsRequest_v5,)
+CreateTopicsRequest.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _encode_CreateTopicsRequest_v2, _encode_CreateTopicsRequest_v2, _encode_CreateTopicsRequest_v2, _encode_CreateTopicsRequest_v5, _encode_CreateTopicsRequest_v5, _encode_CreateTopicsRequest_v5,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -49,16 +50,13 @@ class CreateTopicsResponse(_c.Message):
     API_KEY = 19
     VALID_VERSIONS = (2, 7)
     FLEXIBLE_VERSIONS = (5, 32767)
-    CreatableTopicResult: type[CreatableTopicResult]
-    CreatableTopicConfigs: type[CreatableTopicConfigs]
+    CreatableTopicResult: TypeAlias = CreatableTopicResult
+    CreatableTopicConfigs: TypeAlias = CreatableTopicConfigs
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[CreatableTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[CreatableTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-CreateTopicsResponse.CreatableTopicResult = CreatableTopicResult  # type: ignore[attr-defined]
-CreateTopicsResponse.CreatableTopicConfigs = CreatableTopicConfigs  # type: ignore[attr-defined]
 
 def _decode_CreatableTopicResult_v2(buf, pos):
     o = _new(CreatableTopicResult)
@@ -295,5 +293,5 @@ def _encode_CreateTopicsResponse_v7(o, out):
     else:
         out.append(0)
 
-CreateTopicsResponse.DECODERS = (None, None, _decode_CreateTopicsResponse_v2, _decode_CreateTopicsResponse_v2, _decode_CreateTopicsResponse_v2, _decode_CreateTopicsResponse_v5, _decode_CreateTopicsResponse_v5, _decode_CreateTopicsResponse_v7,)
-CreateTopicsResponse.ENCODERS = (None, None, _encode_CreateTopicsResponse_v2, _encode_CreateTopicsResponse_v2, _encode_CreateTopicsResponse_v2, _encode_CreateTopicsResponse_v5, _encode_CreateTopicsResponse_v5, _encode_CreateTopicsResponse_v7,)
+CreateTopicsResponse.DECODERS = (_c.unsupported_version, _c.unsupported_version, _decode_CreateTopicsResponse_v2, _decode_CreateTopicsResponse_v2, _decode_CreateTopicsResponse_v2, _decode_CreateTopicsResponse_v5, _decode_CreateTopicsResponse_v5, _decode_CreateTopicsResponse_v7,)
+CreateTopicsResponse.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _encode_CreateTopicsResponse_v2, _encode_CreateTopicsResponse_v2, _encode_CreateTopicsResponse_v2, _encode_CreateTopicsResponse_v5, _encode_CreateTopicsResponse_v5, _encode_CreateTopicsResponse_v7,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -34,13 +35,11 @@ class DeleteAclsRequest(_c.Message):
     API_KEY = 31
     VALID_VERSIONS = (1, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DeleteAclsFilter: type[DeleteAclsFilter]
+    DeleteAclsFilter: TypeAlias = DeleteAclsFilter
 
-    def __init__(self, *, filters: list[DeleteAclsFilter] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, filters: list[DeleteAclsFilter] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.filters = [] if filters is _c.UNSET else filters
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteAclsRequest.DeleteAclsFilter = DeleteAclsFilter  # type: ignore[attr-defined]
 
 def _decode_DeleteAclsFilter_v1(buf, pos):
     o = _new(DeleteAclsFilter)
@@ -134,5 +133,5 @@ def _encode_DeleteAclsRequest_v2(o, out):
     else:
         out.append(0)
 
-DeleteAclsRequest.DECODERS = (None, _decode_DeleteAclsRequest_v1, _decode_DeleteAclsRequest_v2, _decode_DeleteAclsRequest_v2,)
-DeleteAclsRequest.ENCODERS = (None, _encode_DeleteAclsRequest_v1, _encode_DeleteAclsRequest_v2, _encode_DeleteAclsRequest_v2,)
+DeleteAclsRequest.DECODERS = (_c.unsupported_version, _decode_DeleteAclsRequest_v1, _decode_DeleteAclsRequest_v2, _decode_DeleteAclsRequest_v2,)
+DeleteAclsRequest.ENCODERS = (_c.unsupported_version, _encode_DeleteAclsRequest_v1, _encode_DeleteAclsRequest_v2, _encode_DeleteAclsRequest_v2,)

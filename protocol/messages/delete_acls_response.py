@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -35,7 +36,7 @@ class DeleteAclsFilterResult(_c.Struct):
     __slots__ = ('error_code', 'error_message', 'matching_acls', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'error_message', 'matching_acls')
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = '', matching_acls: list[DeleteAclsMatchingAcl] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, error_message: str | None = '', matching_acls: list[DeleteAclsMatchingAcl] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.matching_acls = [] if matching_acls is _c.UNSET else matching_acls
@@ -48,16 +49,13 @@ class DeleteAclsResponse(_c.Message):
     API_KEY = 31
     VALID_VERSIONS = (1, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DeleteAclsFilterResult: type[DeleteAclsFilterResult]
-    DeleteAclsMatchingAcl: type[DeleteAclsMatchingAcl]
+    DeleteAclsFilterResult: TypeAlias = DeleteAclsFilterResult
+    DeleteAclsMatchingAcl: TypeAlias = DeleteAclsMatchingAcl
 
-    def __init__(self, *, throttle_time_ms: int = 0, filter_results: list[DeleteAclsFilterResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, filter_results: list[DeleteAclsFilterResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.filter_results = [] if filter_results is _c.UNSET else filter_results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteAclsResponse.DeleteAclsFilterResult = DeleteAclsFilterResult  # type: ignore[attr-defined]
-DeleteAclsResponse.DeleteAclsMatchingAcl = DeleteAclsMatchingAcl  # type: ignore[attr-defined]
 
 def _decode_DeleteAclsMatchingAcl_v1(buf, pos):
     o = _new(DeleteAclsMatchingAcl)
@@ -221,5 +219,5 @@ def _encode_DeleteAclsResponse_v2(o, out):
     else:
         out.append(0)
 
-DeleteAclsResponse.DECODERS = (None, _decode_DeleteAclsResponse_v1, _decode_DeleteAclsResponse_v2, _decode_DeleteAclsResponse_v2,)
-DeleteAclsResponse.ENCODERS = (None, _encode_DeleteAclsResponse_v1, _encode_DeleteAclsResponse_v2, _encode_DeleteAclsResponse_v2,)
+DeleteAclsResponse.DECODERS = (_c.unsupported_version, _decode_DeleteAclsResponse_v1, _decode_DeleteAclsResponse_v2, _decode_DeleteAclsResponse_v2,)
+DeleteAclsResponse.ENCODERS = (_c.unsupported_version, _encode_DeleteAclsResponse_v1, _encode_DeleteAclsResponse_v2, _encode_DeleteAclsResponse_v2,)

@@ -19,10 +19,9 @@ class DeleteGroupsRequest(_c.Message):
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
 
-    def __init__(self, *, groups_names: list[str] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, groups_names: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.groups_names = [] if groups_names is _c.UNSET else groups_names
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_DeleteGroupsRequest_v0(buf, pos):
     o = _new(DeleteGroupsRequest)

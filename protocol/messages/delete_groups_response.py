@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -29,14 +30,12 @@ class DeleteGroupsResponse(_c.Message):
     API_KEY = 42
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DeletableGroupResult: type[DeletableGroupResult]
+    DeletableGroupResult: TypeAlias = DeletableGroupResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, results: list[DeletableGroupResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[DeletableGroupResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteGroupsResponse.DeletableGroupResult = DeletableGroupResult  # type: ignore[attr-defined]
 
 def _decode_DeletableGroupResult_v0(buf, pos):
     o = _new(DeletableGroupResult)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class DeleteRecordsTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[DeleteRecordsPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[DeleteRecordsPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -38,16 +39,13 @@ class DeleteRecordsRequest(_c.Message):
     API_KEY = 21
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DeleteRecordsTopic: type[DeleteRecordsTopic]
-    DeleteRecordsPartition: type[DeleteRecordsPartition]
+    DeleteRecordsTopic: TypeAlias = DeleteRecordsTopic
+    DeleteRecordsPartition: TypeAlias = DeleteRecordsPartition
 
-    def __init__(self, *, topics: list[DeleteRecordsTopic] | None = _c.UNSET, timeout_ms: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[DeleteRecordsTopic] = _c.UNSET, timeout_ms: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteRecordsRequest.DeleteRecordsTopic = DeleteRecordsTopic  # type: ignore[attr-defined]
-DeleteRecordsRequest.DeleteRecordsPartition = DeleteRecordsPartition  # type: ignore[attr-defined]
 
 def _decode_DeleteRecordsPartition_v0(buf, pos):
     o = _new(DeleteRecordsPartition)

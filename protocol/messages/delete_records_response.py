@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -27,7 +28,7 @@ class DeleteRecordsTopicResult(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[DeleteRecordsPartitionResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[DeleteRecordsPartitionResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -39,16 +40,13 @@ class DeleteRecordsResponse(_c.Message):
     API_KEY = 21
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DeleteRecordsTopicResult: type[DeleteRecordsTopicResult]
-    DeleteRecordsPartitionResult: type[DeleteRecordsPartitionResult]
+    DeleteRecordsTopicResult: TypeAlias = DeleteRecordsTopicResult
+    DeleteRecordsPartitionResult: TypeAlias = DeleteRecordsPartitionResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[DeleteRecordsTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[DeleteRecordsTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteRecordsResponse.DeleteRecordsTopicResult = DeleteRecordsTopicResult  # type: ignore[attr-defined]
-DeleteRecordsResponse.DeleteRecordsPartitionResult = DeleteRecordsPartitionResult  # type: ignore[attr-defined]
 
 def _decode_DeleteRecordsPartitionResult_v0(buf, pos):
     o = _new(DeleteRecordsPartitionResult)

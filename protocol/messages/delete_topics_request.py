@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -28,15 +29,13 @@ class DeleteTopicsRequest(_c.Message):
     API_KEY = 20
     VALID_VERSIONS = (1, 6)
     FLEXIBLE_VERSIONS = (4, 32767)
-    DeleteTopicState: type[DeleteTopicState]
+    DeleteTopicState: TypeAlias = DeleteTopicState
 
-    def __init__(self, *, topics: list[DeleteTopicState] | None = _c.UNSET, topic_names: list[str] | None = _c.UNSET, timeout_ms: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[DeleteTopicState] = _c.UNSET, topic_names: list[str] = _c.UNSET, timeout_ms: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.topic_names = [] if topic_names is _c.UNSET else topic_names
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteTopicsRequest.DeleteTopicState = DeleteTopicState  # type: ignore[attr-defined]
 
 def _decode_DeleteTopicsRequest_v1(buf, pos):
     o = _new(DeleteTopicsRequest)
@@ -133,5 +132,5 @@ def _encode_DeleteTopicsRequest_v6(o, out):
     else:
         out.append(0)
 
-DeleteTopicsRequest.DECODERS = (None, _decode_DeleteTopicsRequest_v1, _decode_DeleteTopicsRequest_v1, _decode_DeleteTopicsRequest_v1, _decode_DeleteTopicsRequest_v4, _decode_DeleteTopicsRequest_v4, _decode_DeleteTopicsRequest_v6,)
-DeleteTopicsRequest.ENCODERS = (None, _encode_DeleteTopicsRequest_v1, _encode_DeleteTopicsRequest_v1, _encode_DeleteTopicsRequest_v1, _encode_DeleteTopicsRequest_v4, _encode_DeleteTopicsRequest_v4, _encode_DeleteTopicsRequest_v6,)
+DeleteTopicsRequest.DECODERS = (_c.unsupported_version, _decode_DeleteTopicsRequest_v1, _decode_DeleteTopicsRequest_v1, _decode_DeleteTopicsRequest_v1, _decode_DeleteTopicsRequest_v4, _decode_DeleteTopicsRequest_v4, _decode_DeleteTopicsRequest_v6,)
+DeleteTopicsRequest.ENCODERS = (_c.unsupported_version, _encode_DeleteTopicsRequest_v1, _encode_DeleteTopicsRequest_v1, _encode_DeleteTopicsRequest_v1, _encode_DeleteTopicsRequest_v4, _encode_DeleteTopicsRequest_v4, _encode_DeleteTopicsRequest_v6,)

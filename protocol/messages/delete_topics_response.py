@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,14 +32,12 @@ class DeleteTopicsResponse(_c.Message):
     API_KEY = 20
     VALID_VERSIONS = (1, 6)
     FLEXIBLE_VERSIONS = (4, 32767)
-    DeletableTopicResult: type[DeletableTopicResult]
+    DeletableTopicResult: TypeAlias = DeletableTopicResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, responses: list[DeletableTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, responses: list[DeletableTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.responses = [] if responses is _c.UNSET else responses
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DeleteTopicsResponse.DeletableTopicResult = DeletableTopicResult  # type: ignore[attr-defined]
 
 def _decode_DeletableTopicResult_v1(buf, pos):
     o = _new(DeletableTopicResult)
@@ -215,5 +214,5 @@ def _encode_DeleteTopicsResponse_v6(o, out):
     else:
         out.append(0)
 
-DeleteTopicsResponse.DECODERS = (None, _decode_DeleteTopicsResponse_v1, _decode_DeleteTopicsResponse_v1, _decode_DeleteTopicsResponse_v1, _decode_DeleteTopicsResponse_v4, _decode_DeleteTopicsResponse_v5, _decode_DeleteTopicsResponse_v6,)
-DeleteTopicsResponse.ENCODERS = (None, _encode_DeleteTopicsResponse_v1, _encode_DeleteTopicsResponse_v1, _encode_DeleteTopicsResponse_v1, _encode_DeleteTopicsResponse_v4, _encode_DeleteTopicsResponse_v5, _encode_DeleteTopicsResponse_v6,)
+DeleteTopicsResponse.DECODERS = (_c.unsupported_version, _decode_DeleteTopicsResponse_v1, _decode_DeleteTopicsResponse_v1, _decode_DeleteTopicsResponse_v1, _decode_DeleteTopicsResponse_v4, _decode_DeleteTopicsResponse_v5, _decode_DeleteTopicsResponse_v6,)
+DeleteTopicsResponse.ENCODERS = (_c.unsupported_version, _encode_DeleteTopicsResponse_v1, _encode_DeleteTopicsResponse_v1, _encode_DeleteTopicsResponse_v1, _encode_DeleteTopicsResponse_v4, _encode_DeleteTopicsResponse_v5, _encode_DeleteTopicsResponse_v6,)

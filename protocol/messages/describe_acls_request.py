@@ -31,7 +31,6 @@ class DescribeAclsRequest(_c.Message):
         self.permission_type = permission_type
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_DescribeAclsRequest_v1(buf, pos):
     o = _new(DescribeAclsRequest)
     (o.resource_type_filter,) = _S_b.unpack_from(buf, pos)
@@ -80,5 +79,5 @@ def _encode_DescribeAclsRequest_v2(o, out):
     else:
         out.append(0)
 
-DescribeAclsRequest.DECODERS = (None, _decode_DescribeAclsRequest_v1, _decode_DescribeAclsRequest_v2, _decode_DescribeAclsRequest_v2,)
-DescribeAclsRequest.ENCODERS = (None, _encode_DescribeAclsRequest_v1, _encode_DescribeAclsRequest_v2, _encode_DescribeAclsRequest_v2,)
+DescribeAclsRequest.DECODERS = (_c.unsupported_version, _decode_DescribeAclsRequest_v1, _decode_DescribeAclsRequest_v2, _decode_DescribeAclsRequest_v2,)
+DescribeAclsRequest.ENCODERS = (_c.unsupported_version, _encode_DescribeAclsRequest_v1, _encode_DescribeAclsRequest_v2, _encode_DescribeAclsRequest_v2,)

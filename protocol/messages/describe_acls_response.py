@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -29,7 +30,7 @@ class DescribeAclsResource(_c.Struct):
     __slots__ = ('resource_type', 'resource_name', 'pattern_type', 'acls', 'unknown_tagged_fields')
     FIELDS = ('resource_type', 'resource_name', 'pattern_type', 'acls')
 
-    def __init__(self, *, resource_type: int = 0, resource_name: str = '', pattern_type: int = 3, acls: list[AclDescription] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, resource_type: int = 0, resource_name: str = '', pattern_type: int = 3, acls: list[AclDescription] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.resource_type = resource_type
         self.resource_name = resource_name
         self.pattern_type = pattern_type
@@ -43,18 +44,15 @@ class DescribeAclsResponse(_c.Message):
     API_KEY = 29
     VALID_VERSIONS = (1, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DescribeAclsResource: type[DescribeAclsResource]
-    AclDescription: type[AclDescription]
+    DescribeAclsResource: TypeAlias = DescribeAclsResource
+    AclDescription: TypeAlias = AclDescription
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', resources: list[DescribeAclsResource] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', resources: list[DescribeAclsResource] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
         self.resources = [] if resources is _c.UNSET else resources
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeAclsResponse.DescribeAclsResource = DescribeAclsResource  # type: ignore[attr-defined]
-DescribeAclsResponse.AclDescription = AclDescription  # type: ignore[attr-defined]
 
 def _decode_AclDescription_v1(buf, pos):
     o = _new(AclDescription)
@@ -202,5 +200,5 @@ def _encode_DescribeAclsResponse_v2(o, out):
     else:
         out.append(0)
 
-DescribeAclsResponse.DECODERS = (None, _decode_DescribeAclsResponse_v1, _decode_DescribeAclsResponse_v2, _decode_DescribeAclsResponse_v2,)
-DescribeAclsResponse.ENCODERS = (None, _encode_DescribeAclsResponse_v1, _encode_DescribeAclsResponse_v2, _encode_DescribeAclsResponse_v2,)
+DescribeAclsResponse.DECODERS = (_c.unsupported_version, _decode_DescribeAclsResponse_v1, _decode_DescribeAclsResponse_v2, _decode_DescribeAclsResponse_v2,)
+DescribeAclsResponse.ENCODERS = (_c.unsupported_version, _encode_DescribeAclsResponse_v1, _encode_DescribeAclsResponse_v2, _encode_DescribeAclsResponse_v2,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,14 +31,12 @@ class DescribeClientQuotasRequest(_c.Message):
     API_KEY = 48
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (1, 32767)
-    ComponentData: type[ComponentData]
+    ComponentData: TypeAlias = ComponentData
 
-    def __init__(self, *, components: list[ComponentData] | None = _c.UNSET, strict: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, components: list[ComponentData] = _c.UNSET, strict: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.components = [] if components is _c.UNSET else components
         self.strict = strict
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeClientQuotasRequest.ComponentData = ComponentData  # type: ignore[attr-defined]
 
 def _decode_ComponentData_v0(buf, pos):
     o = _new(ComponentData)

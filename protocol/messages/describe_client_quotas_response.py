@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -35,7 +36,7 @@ class EntryData(_c.Struct):
     __slots__ = ('entity', 'values', 'unknown_tagged_fields')
     FIELDS = ('entity', 'values')
 
-    def __init__(self, *, entity: list[EntityData] | None = _c.UNSET, values: list[ValueData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, entity: list[EntityData] = _c.UNSET, values: list[ValueData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.entity = [] if entity is _c.UNSET else entity
         self.values = [] if values is _c.UNSET else values
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -47,9 +48,9 @@ class DescribeClientQuotasResponse(_c.Message):
     API_KEY = 48
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (1, 32767)
-    EntryData: type[EntryData]
-    EntityData: type[EntityData]
-    ValueData: type[ValueData]
+    EntryData: TypeAlias = EntryData
+    EntityData: TypeAlias = EntityData
+    ValueData: TypeAlias = ValueData
 
     def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', entries: list[EntryData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -57,10 +58,6 @@ class DescribeClientQuotasResponse(_c.Message):
         self.error_message = error_message
         self.entries = [] if entries is _c.UNSET else entries
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeClientQuotasResponse.EntryData = EntryData  # type: ignore[attr-defined]
-DescribeClientQuotasResponse.EntityData = EntityData  # type: ignore[attr-defined]
-DescribeClientQuotasResponse.ValueData = ValueData  # type: ignore[attr-defined]
 
 def _decode_EntityData_v0(buf, pos):
     o = _new(EntityData)

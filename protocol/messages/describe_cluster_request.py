@@ -28,7 +28,6 @@ class DescribeClusterRequest(_c.Message):
         self.include_fenced_brokers = include_fenced_brokers
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_DescribeClusterRequest_v0(buf, pos):
     o = _new(DescribeClusterRequest)
     o.endpoint_type = 1

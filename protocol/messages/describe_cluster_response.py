@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -34,9 +35,9 @@ class DescribeClusterResponse(_c.Message):
     API_KEY = 60
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
-    DescribeClusterBroker: type[DescribeClusterBroker]
+    DescribeClusterBroker: TypeAlias = DescribeClusterBroker
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, endpoint_type: int = 1, cluster_id: str = '', controller_id: int = -1, brokers: list[DescribeClusterBroker] | None = _c.UNSET, cluster_authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, endpoint_type: int = 1, cluster_id: str = '', controller_id: int = -1, brokers: list[DescribeClusterBroker] = _c.UNSET, cluster_authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
@@ -46,8 +47,6 @@ class DescribeClusterResponse(_c.Message):
         self.brokers = [] if brokers is _c.UNSET else brokers
         self.cluster_authorized_operations = cluster_authorized_operations
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeClusterResponse.DescribeClusterBroker = DescribeClusterBroker  # type: ignore[attr-defined]
 
 def _decode_DescribeClusterBroker_v0(buf, pos):
     o = _new(DescribeClusterBroker)

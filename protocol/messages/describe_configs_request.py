@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,15 +32,13 @@ class DescribeConfigsRequest(_c.Message):
     API_KEY = 32
     VALID_VERSIONS = (1, 4)
     FLEXIBLE_VERSIONS = (4, 32767)
-    DescribeConfigsResource: type[DescribeConfigsResource]
+    DescribeConfigsResource: TypeAlias = DescribeConfigsResource
 
-    def __init__(self, *, resources: list[DescribeConfigsResource] | None = _c.UNSET, include_synonyms: bool = False, include_documentation: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, resources: list[DescribeConfigsResource] = _c.UNSET, include_synonyms: bool = False, include_documentation: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.resources = [] if resources is _c.UNSET else resources
         self.include_synonyms = include_synonyms
         self.include_documentation = include_documentation
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeConfigsRequest.DescribeConfigsResource = DescribeConfigsResource  # type: ignore[attr-defined]
 
 def _decode_DescribeConfigsResource_v1(buf, pos):
     o = _new(DescribeConfigsResource)
@@ -175,5 +174,5 @@ def _encode_DescribeConfigsRequest_v4(o, out):
     else:
         out.append(0)
 
-DescribeConfigsRequest.DECODERS = (None, _decode_DescribeConfigsRequest_v1, _decode_DescribeConfigsRequest_v1, _decode_DescribeConfigsRequest_v3, _decode_DescribeConfigsRequest_v4,)
-DescribeConfigsRequest.ENCODERS = (None, _encode_DescribeConfigsRequest_v1, _encode_DescribeConfigsRequest_v1, _encode_DescribeConfigsRequest_v3, _encode_DescribeConfigsRequest_v4,)
+DescribeConfigsRequest.DECODERS = (_c.unsupported_version, _decode_DescribeConfigsRequest_v1, _decode_DescribeConfigsRequest_v1, _decode_DescribeConfigsRequest_v3, _decode_DescribeConfigsRequest_v4,)
+DescribeConfigsRequest.ENCODERS = (_c.unsupported_version, _encode_DescribeConfigsRequest_v1, _encode_DescribeConfigsRequest_v1, _encode_DescribeConfigsRequest_v3, _encode_DescribeConfigsRequest_v4,)

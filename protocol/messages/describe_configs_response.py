@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -29,7 +30,7 @@ class DescribeConfigsResourceResult(_c.Struct):
     __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation', 'unknown_tagged_fields')
     FIELDS = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
 
-    def __init__(self, *, name: str = '', value: str | None = '', read_only: bool = False, config_source: int = -1, is_default: bool = False, is_sensitive: bool = False, synonyms: list[DescribeConfigsSynonym] | None = _c.UNSET, config_type: int = 0, documentation: str | None = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', value: str | None = '', read_only: bool = False, config_source: int = -1, is_default: bool = False, is_sensitive: bool = False, synonyms: list[DescribeConfigsSynonym] = _c.UNSET, config_type: int = 0, documentation: str | None = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.value = value
         self.read_only = read_only
@@ -45,7 +46,7 @@ class DescribeConfigsResult(_c.Struct):
     __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'configs', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'error_message', 'resource_type', 'resource_name', 'configs')
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = '', resource_type: int = 0, resource_name: str = '', configs: list[DescribeConfigsResourceResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, error_message: str | None = '', resource_type: int = 0, resource_name: str = '', configs: list[DescribeConfigsResourceResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.resource_type = resource_type
@@ -60,18 +61,14 @@ class DescribeConfigsResponse(_c.Message):
     API_KEY = 32
     VALID_VERSIONS = (1, 4)
     FLEXIBLE_VERSIONS = (4, 32767)
-    DescribeConfigsResult: type[DescribeConfigsResult]
-    DescribeConfigsResourceResult: type[DescribeConfigsResourceResult]
-    DescribeConfigsSynonym: type[DescribeConfigsSynonym]
+    DescribeConfigsResult: TypeAlias = DescribeConfigsResult
+    DescribeConfigsResourceResult: TypeAlias = DescribeConfigsResourceResult
+    DescribeConfigsSynonym: TypeAlias = DescribeConfigsSynonym
 
-    def __init__(self, *, throttle_time_ms: int = 0, results: list[DescribeConfigsResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[DescribeConfigsResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeConfigsResponse.DescribeConfigsResult = DescribeConfigsResult  # type: ignore[attr-defined]
-DescribeConfigsResponse.DescribeConfigsResourceResult = DescribeConfigsResourceResult  # type: ignore[attr-defined]
-DescribeConfigsResponse.DescribeConfigsSynonym = DescribeConfigsSynonym  # type: ignore[attr-defined]
 
 def _decode_DescribeConfigsSynonym_v1(buf, pos):
     o = _new(DescribeConfigsSynonym)
@@ -372,5 +369,5 @@ def _encode_DescribeConfigsResponse_v4(o, out):
     else:
         out.append(0)
 
-DescribeConfigsResponse.DECODERS = (None, _decode_DescribeConfigsResponse_v1, _decode_DescribeConfigsResponse_v1, _decode_DescribeConfigsResponse_v3, _decode_DescribeConfigsResponse_v4,)
-DescribeConfigsResponse.ENCODERS = (None, _encode_DescribeConfigsResponse_v1, _encode_DescribeConfigsResponse_v1, _encode_DescribeConfigsResponse_v3, _encode_DescribeConfigsResponse_v4,)
+DescribeConfigsResponse.DECODERS = (_c.unsupported_version, _decode_DescribeConfigsResponse_v1, _decode_DescribeConfigsResponse_v1, _decode_DescribeConfigsResponse_v3, _decode_DescribeConfigsResponse_v4,)
+DescribeConfigsResponse.ENCODERS = (_c.unsupported_version, _encode_DescribeConfigsResponse_v1, _encode_DescribeConfigsResponse_v1, _encode_DescribeConfigsResponse_v3, _encode_DescribeConfigsResponse_v4,)

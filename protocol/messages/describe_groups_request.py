@@ -20,11 +20,10 @@ class DescribeGroupsRequest(_c.Message):
     VALID_VERSIONS = (0, 6)
     FLEXIBLE_VERSIONS = (5, 32767)
 
-    def __init__(self, *, groups: list[str] | None = _c.UNSET, include_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, groups: list[str] = _c.UNSET, include_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.groups = [] if groups is _c.UNSET else groups
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_DescribeGroupsRequest_v0(buf, pos):
     o = _new(DescribeGroupsRequest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,7 +31,7 @@ class DescribedGroup(_c.Struct):
     __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations')
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = '', group_state: str = '', protocol_type: str = '', protocol_data: str = '', members: list[DescribedGroupMember] | None = _c.UNSET, authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = '', group_state: str = '', protocol_type: str = '', protocol_data: str = '', members: list[DescribedGroupMember] = _c.UNSET, authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.group_id = group_id
@@ -48,16 +49,13 @@ class DescribeGroupsResponse(_c.Message):
     API_KEY = 15
     VALID_VERSIONS = (0, 6)
     FLEXIBLE_VERSIONS = (5, 32767)
-    DescribedGroup: type[DescribedGroup]
-    DescribedGroupMember: type[DescribedGroupMember]
+    DescribedGroup: TypeAlias = DescribedGroup
+    DescribedGroupMember: TypeAlias = DescribedGroupMember
 
-    def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.groups = [] if groups is _c.UNSET else groups
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeGroupsResponse.DescribedGroup = DescribedGroup  # type: ignore[attr-defined]
-DescribeGroupsResponse.DescribedGroupMember = DescribedGroupMember  # type: ignore[attr-defined]
 
 def _decode_DescribedGroupMember_v0(buf, pos):
     o = _new(DescribedGroupMember)

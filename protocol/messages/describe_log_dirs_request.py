@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -16,7 +17,7 @@ class DescribableLogDirTopic(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -28,13 +29,11 @@ class DescribeLogDirsRequest(_c.Message):
     API_KEY = 35
     VALID_VERSIONS = (1, 5)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DescribableLogDirTopic: type[DescribableLogDirTopic]
+    DescribableLogDirTopic: TypeAlias = DescribableLogDirTopic
 
     def __init__(self, *, topics: list[DescribableLogDirTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeLogDirsRequest.DescribableLogDirTopic = DescribableLogDirTopic  # type: ignore[attr-defined]
 
 def _decode_DescribableLogDirTopic_v1(buf, pos):
     o = _new(DescribableLogDirTopic)
@@ -124,5 +123,5 @@ def _encode_DescribeLogDirsRequest_v2(o, out):
     else:
         out.append(0)
 
-DescribeLogDirsRequest.DECODERS = (None, _decode_DescribeLogDirsRequest_v1, _decode_DescribeLogDirsRequest_v2, _decode_DescribeLogDirsRequest_v2, _decode_DescribeLogDirsRequest_v2, _decode_DescribeLogDirsRequest_v2,)
-DescribeLogDirsRequest.ENCODERS = (None, _encode_DescribeLogDirsRequest_v1, _encode_DescribeLogDirsRequest_v2, _encode_DescribeLogDirsRequest_v2, _encode_DescribeLogDirsRequest_v2, _encode_DescribeLogDirsRequest_v2,)
+DescribeLogDirsRequest.DECODERS = (_c.unsupported_version, _decode_DescribeLogDirsRequest_v1, _decode_DescribeLogDirsRequest_v2, _decode_DescribeLogDirsRequest_v2, _decode_DescribeLogDirsRequest_v2, _decode_DescribeLogDirsRequest_v2,)
+DescribeLogDirsRequest.ENCODERS = (_c.unsupported_version, _encode_DescribeLogDirsRequest_v1, _encode_DescribeLogDirsRequest_v2, _encode_DescribeLogDirsRequest_v2, _encode_DescribeLogDirsRequest_v2, _encode_DescribeLogDirsRequest_v2,)

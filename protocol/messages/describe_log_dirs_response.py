@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -32,7 +33,7 @@ class DescribeLogDirsTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[DescribeLogDirsPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[DescribeLogDirsPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -41,7 +42,7 @@ class DescribeLogDirsResult(_c.Struct):
     __slots__ = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'is_cordoned', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'is_cordoned')
 
-    def __init__(self, *, error_code: int = 0, log_dir: str = '', topics: list[DescribeLogDirsTopic] | None = _c.UNSET, total_bytes: int = -1, usable_bytes: int = -1, is_cordoned: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, log_dir: str = '', topics: list[DescribeLogDirsTopic] = _c.UNSET, total_bytes: int = -1, usable_bytes: int = -1, is_cordoned: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.log_dir = log_dir
         self.topics = [] if topics is _c.UNSET else topics
@@ -57,19 +58,15 @@ class DescribeLogDirsResponse(_c.Message):
     API_KEY = 35
     VALID_VERSIONS = (1, 5)
     FLEXIBLE_VERSIONS = (2, 32767)
-    DescribeLogDirsResult: type[DescribeLogDirsResult]
-    DescribeLogDirsTopic: type[DescribeLogDirsTopic]
-    DescribeLogDirsPartition: type[DescribeLogDirsPartition]
+    DescribeLogDirsResult: TypeAlias = DescribeLogDirsResult
+    DescribeLogDirsTopic: TypeAlias = DescribeLogDirsTopic
+    DescribeLogDirsPartition: TypeAlias = DescribeLogDirsPartition
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results: list[DescribeLogDirsResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results: list[DescribeLogDirsResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeLogDirsResponse.DescribeLogDirsResult = DescribeLogDirsResult  # type: ignore[attr-defined]
-DescribeLogDirsResponse.DescribeLogDirsTopic = DescribeLogDirsTopic  # type: ignore[attr-defined]
-DescribeLogDirsResponse.DescribeLogDirsPartition = DescribeLogDirsPartition  # type: ignore[attr-defined]
 
 def _decode_DescribeLogDirsPartition_v1(buf, pos):
     o = _new(DescribeLogDirsPartition)
@@ -401,5 +398,5 @@ def _encode_DescribeLogDirsResponse_v5(o, out):
     else:
         out.append(0)
 
-DescribeLogDirsResponse.DECODERS = (None, _decode_DescribeLogDirsResponse_v1, _decode_DescribeLogDirsResponse_v2, _decode_DescribeLogDirsResponse_v3, _decode_DescribeLogDirsResponse_v4, _decode_DescribeLogDirsResponse_v5,)
-DescribeLogDirsResponse.ENCODERS = (None, _encode_DescribeLogDirsResponse_v1, _encode_DescribeLogDirsResponse_v2, _encode_DescribeLogDirsResponse_v3, _encode_DescribeLogDirsResponse_v4, _encode_DescribeLogDirsResponse_v5,)
+DescribeLogDirsResponse.DECODERS = (_c.unsupported_version, _decode_DescribeLogDirsResponse_v1, _decode_DescribeLogDirsResponse_v2, _decode_DescribeLogDirsResponse_v3, _decode_DescribeLogDirsResponse_v4, _decode_DescribeLogDirsResponse_v5,)
+DescribeLogDirsResponse.ENCODERS = (_c.unsupported_version, _encode_DescribeLogDirsResponse_v1, _encode_DescribeLogDirsResponse_v2, _encode_DescribeLogDirsResponse_v3, _encode_DescribeLogDirsResponse_v4, _encode_DescribeLogDirsResponse_v5,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,7 +32,7 @@ class PartitionResponse(_c.Struct):
     __slots__ = ('partition_index', 'error_code', 'error_message', 'active_producers', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'error_code', 'error_message', 'active_producers')
 
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = None, active_producers: list[ProducerState] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = None, active_producers: list[ProducerState] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
         self.error_message = error_message
@@ -42,7 +43,7 @@ class TopicResponse(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[PartitionResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[PartitionResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -54,18 +55,14 @@ class DescribeProducersResponse(_c.Message):
     API_KEY = 61
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TopicResponse: type[TopicResponse]
-    PartitionResponse: type[PartitionResponse]
-    ProducerState: type[ProducerState]
+    TopicResponse: TypeAlias = TopicResponse
+    PartitionResponse: TypeAlias = PartitionResponse
+    ProducerState: TypeAlias = ProducerState
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[TopicResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[TopicResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeProducersResponse.TopicResponse = TopicResponse  # type: ignore[attr-defined]
-DescribeProducersResponse.PartitionResponse = PartitionResponse  # type: ignore[attr-defined]
-DescribeProducersResponse.ProducerState = ProducerState  # type: ignore[attr-defined]
 
 def _decode_ProducerState_v0(buf, pos):
     o = _new(ProducerState)

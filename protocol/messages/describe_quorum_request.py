@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -24,7 +25,7 @@ class TopicData(_c.Struct):
     __slots__ = ('topic_name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_name', 'partitions')
 
-    def __init__(self, *, topic_name: str = '', partitions: list[PartitionData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_name: str = '', partitions: list[PartitionData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_name = topic_name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -36,15 +37,12 @@ class DescribeQuorumRequest(_c.Message):
     API_KEY = 55
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TopicData: type[TopicData]
-    PartitionData: type[PartitionData]
+    TopicData: TypeAlias = TopicData
+    PartitionData: TypeAlias = PartitionData
 
-    def __init__(self, *, topics: list[TopicData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[TopicData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeQuorumRequest.TopicData = TopicData  # type: ignore[attr-defined]
-DescribeQuorumRequest.PartitionData = PartitionData  # type: ignore[attr-defined]
 
 def _decode_PartitionData_v0(buf, pos):
     o = _new(PartitionData)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -36,7 +37,7 @@ class PartitionData(_c.Struct):
     __slots__ = ('partition_index', 'error_code', 'error_message', 'leader_id', 'leader_epoch', 'high_watermark', 'current_voters', 'observers', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'error_code', 'error_message', 'leader_id', 'leader_epoch', 'high_watermark', 'current_voters', 'observers')
 
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = '', leader_id: int = 0, leader_epoch: int = 0, high_watermark: int = 0, current_voters: list[ReplicaState] | None = _c.UNSET, observers: list[ReplicaState] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = '', leader_id: int = 0, leader_epoch: int = 0, high_watermark: int = 0, current_voters: list[ReplicaState] = _c.UNSET, observers: list[ReplicaState] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
         self.error_message = error_message
@@ -51,7 +52,7 @@ class TopicData(_c.Struct):
     __slots__ = ('topic_name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic_name', 'partitions')
 
-    def __init__(self, *, topic_name: str = '', partitions: list[PartitionData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic_name: str = '', partitions: list[PartitionData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic_name = topic_name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -70,7 +71,7 @@ class Node(_c.Struct):
     __slots__ = ('node_id', 'listeners', 'unknown_tagged_fields')
     FIELDS = ('node_id', 'listeners')
 
-    def __init__(self, *, node_id: int = 0, listeners: list[Listener] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, node_id: int = 0, listeners: list[Listener] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.node_id = node_id
         self.listeners = [] if listeners is _c.UNSET else listeners
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -82,24 +83,18 @@ class DescribeQuorumResponse(_c.Message):
     API_KEY = 55
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TopicData: type[TopicData]
-    PartitionData: type[PartitionData]
-    ReplicaState: type[ReplicaState]
-    Node: type[Node]
-    Listener: type[Listener]
+    TopicData: TypeAlias = TopicData
+    PartitionData: TypeAlias = PartitionData
+    ReplicaState: TypeAlias = ReplicaState
+    Node: TypeAlias = Node
+    Listener: TypeAlias = Listener
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = '', topics: list[TopicData] | None = _c.UNSET, nodes: list[Node] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, error_message: str | None = '', topics: list[TopicData] = _c.UNSET, nodes: list[Node] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.topics = [] if topics is _c.UNSET else topics
         self.nodes = [] if nodes is _c.UNSET else nodes
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeQuorumResponse.TopicData = TopicData  # type: ignore[attr-defined]
-DescribeQuorumResponse.PartitionData = PartitionData  # type: ignore[attr-defined]
-DescribeQuorumResponse.ReplicaState = ReplicaState  # type: ignore[attr-defined]
-DescribeQuorumResponse.Node = Node  # type: ignore[attr-defined]
-DescribeQuorumResponse.Listener = Listener  # type: ignore[attr-defined]
 
 def _decode_ReplicaState_v0(buf, pos):
     o = _new(ReplicaState)

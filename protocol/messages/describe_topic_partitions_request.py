@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -36,17 +37,14 @@ class DescribeTopicPartitionsRequest(_c.Message):
     API_KEY = 75
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TopicRequest: type[TopicRequest]
-    Cursor: type[Cursor]
+    TopicRequest: TypeAlias = TopicRequest
+    Cursor: TypeAlias = Cursor
 
-    def __init__(self, *, topics: list[TopicRequest] | None = _c.UNSET, response_partition_limit: int = 2000, cursor: Cursor | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topics: list[TopicRequest] = _c.UNSET, response_partition_limit: int = 2000, cursor: Cursor | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
         self.response_partition_limit = response_partition_limit
         self.cursor = cursor
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeTopicPartitionsRequest.TopicRequest = TopicRequest  # type: ignore[attr-defined]
-DescribeTopicPartitionsRequest.Cursor = Cursor  # type: ignore[attr-defined]
 
 def _decode_TopicRequest_v0(buf, pos):
     o = _new(TopicRequest)

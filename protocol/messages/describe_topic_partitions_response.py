@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -19,7 +20,7 @@ class DescribeTopicPartitionsResponsePartition(_c.Struct):
     __slots__ = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'eligible_leader_replicas', 'last_known_elr', 'offline_replicas', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'eligible_leader_replicas', 'last_known_elr', 'offline_replicas')
 
-    def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: list[int] | None = _c.UNSET, isr_nodes: list[int] | None = _c.UNSET, eligible_leader_replicas: list[int] | None = None, last_known_elr: list[int] | None = None, offline_replicas: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: list[int] = _c.UNSET, isr_nodes: list[int] = _c.UNSET, eligible_leader_replicas: list[int] | None = None, last_known_elr: list[int] | None = None, offline_replicas: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.partition_index = partition_index
         self.leader_id = leader_id
@@ -35,7 +36,7 @@ class DescribeTopicPartitionsResponseTopic(_c.Struct):
     __slots__ = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations')
 
-    def __init__(self, *, error_code: int = 0, name: str | None = '', topic_id: uuid.UUID = _c.ZERO_UUID, is_internal: bool = False, partitions: list[DescribeTopicPartitionsResponsePartition] | None = _c.UNSET, topic_authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, name: str | None = '', topic_id: uuid.UUID = _c.ZERO_UUID, is_internal: bool = False, partitions: list[DescribeTopicPartitionsResponsePartition] = _c.UNSET, topic_authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.name = name
         self.topic_id = topic_id
@@ -60,19 +61,15 @@ class DescribeTopicPartitionsResponse(_c.Message):
     API_KEY = 75
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    DescribeTopicPartitionsResponseTopic: type[DescribeTopicPartitionsResponseTopic]
-    DescribeTopicPartitionsResponsePartition: type[DescribeTopicPartitionsResponsePartition]
-    Cursor: type[Cursor]
+    DescribeTopicPartitionsResponseTopic: TypeAlias = DescribeTopicPartitionsResponseTopic
+    DescribeTopicPartitionsResponsePartition: TypeAlias = DescribeTopicPartitionsResponsePartition
+    Cursor: TypeAlias = Cursor
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[DescribeTopicPartitionsResponseTopic] | None = _c.UNSET, next_cursor: Cursor | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[DescribeTopicPartitionsResponseTopic] = _c.UNSET, next_cursor: Cursor | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.next_cursor = next_cursor
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic = DescribeTopicPartitionsResponseTopic  # type: ignore[attr-defined]
-DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition = DescribeTopicPartitionsResponsePartition  # type: ignore[attr-defined]
-DescribeTopicPartitionsResponse.Cursor = Cursor  # type: ignore[attr-defined]
 
 def _decode_DescribeTopicPartitionsResponsePartition_v0(buf, pos):
     o = _new(DescribeTopicPartitionsResponsePartition)

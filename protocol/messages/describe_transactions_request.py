@@ -19,10 +19,9 @@ class DescribeTransactionsRequest(_c.Message):
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
 
-    def __init__(self, *, transactional_ids: list[str] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactional_ids: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactional_ids = [] if transactional_ids is _c.UNSET else transactional_ids
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_DescribeTransactionsRequest_v0(buf, pos):
     o = _new(DescribeTransactionsRequest)

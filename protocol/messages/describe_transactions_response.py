@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -18,7 +19,7 @@ class TopicData(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -27,7 +28,7 @@ class TransactionState(_c.Struct):
     __slots__ = ('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics')
 
-    def __init__(self, *, error_code: int = 0, transactional_id: str = '', transaction_state: str = '', transaction_timeout_ms: int = 0, transaction_start_time_ms: int = 0, producer_id: int = 0, producer_epoch: int = 0, topics: list[TopicData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, transactional_id: str = '', transaction_state: str = '', transaction_timeout_ms: int = 0, transaction_start_time_ms: int = 0, producer_id: int = 0, producer_epoch: int = 0, topics: list[TopicData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.transactional_id = transactional_id
         self.transaction_state = transaction_state
@@ -45,16 +46,13 @@ class DescribeTransactionsResponse(_c.Message):
     API_KEY = 65
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TransactionState: type[TransactionState]
-    TopicData: type[TopicData]
+    TransactionState: TypeAlias = TransactionState
+    TopicData: TypeAlias = TopicData
 
-    def __init__(self, *, throttle_time_ms: int = 0, transaction_states: list[TransactionState] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, transaction_states: list[TransactionState] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.transaction_states = [] if transaction_states is _c.UNSET else transaction_states
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeTransactionsResponse.TransactionState = TransactionState  # type: ignore[attr-defined]
-DescribeTransactionsResponse.TopicData = TopicData  # type: ignore[attr-defined]
 
 def _decode_TopicData_v0(buf, pos):
     o = _new(TopicData)

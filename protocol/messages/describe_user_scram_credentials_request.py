@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,13 +27,11 @@ class DescribeUserScramCredentialsRequest(_c.Message):
     API_KEY = 50
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    UserName: type[UserName]
+    UserName: TypeAlias = UserName
 
     def __init__(self, *, users: list[UserName] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.users = [] if users is _c.UNSET else users
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeUserScramCredentialsRequest.UserName = UserName  # type: ignore[attr-defined]
 
 def _decode_UserName_v0(buf, pos):
     o = _new(UserName)

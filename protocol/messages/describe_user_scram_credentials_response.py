@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -27,7 +28,7 @@ class DescribeUserScramCredentialsResult(_c.Struct):
     __slots__ = ('user', 'error_code', 'error_message', 'credential_infos', 'unknown_tagged_fields')
     FIELDS = ('user', 'error_code', 'error_message', 'credential_infos')
 
-    def __init__(self, *, user: str = '', error_code: int = 0, error_message: str | None = '', credential_infos: list[CredentialInfo] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, user: str = '', error_code: int = 0, error_message: str | None = '', credential_infos: list[CredentialInfo] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.user = user
         self.error_code = error_code
         self.error_message = error_message
@@ -41,18 +42,15 @@ class DescribeUserScramCredentialsResponse(_c.Message):
     API_KEY = 50
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    DescribeUserScramCredentialsResult: type[DescribeUserScramCredentialsResult]
-    CredentialInfo: type[CredentialInfo]
+    DescribeUserScramCredentialsResult: TypeAlias = DescribeUserScramCredentialsResult
+    CredentialInfo: TypeAlias = CredentialInfo
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', results: list[DescribeUserScramCredentialsResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', results: list[DescribeUserScramCredentialsResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult = DescribeUserScramCredentialsResult  # type: ignore[attr-defined]
-DescribeUserScramCredentialsResponse.CredentialInfo = CredentialInfo  # type: ignore[attr-defined]
 
 def _decode_CredentialInfo_v0(buf, pos):
     o = _new(CredentialInfo)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -17,7 +18,7 @@ class TopicPartitions(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -29,15 +30,13 @@ class ElectLeadersRequest(_c.Message):
     API_KEY = 43
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    TopicPartitions: type[TopicPartitions]
+    TopicPartitions: TypeAlias = TopicPartitions
 
     def __init__(self, *, election_type: int = 0, topic_partitions: list[TopicPartitions] | None = _c.UNSET, timeout_ms: int = 60000, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.election_type = election_type
         self.topic_partitions = [] if topic_partitions is _c.UNSET else topic_partitions
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ElectLeadersRequest.TopicPartitions = TopicPartitions  # type: ignore[attr-defined]
 
 def _decode_TopicPartitions_v0(buf, pos):
     o = _new(TopicPartitions)

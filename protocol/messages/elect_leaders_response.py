@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -27,7 +28,7 @@ class ReplicaElectionResult(_c.Struct):
     __slots__ = ('topic', 'partition_result', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partition_result')
 
-    def __init__(self, *, topic: str = '', partition_result: list[PartitionResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partition_result: list[PartitionResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partition_result = [] if partition_result is _c.UNSET else partition_result
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -39,17 +40,14 @@ class ElectLeadersResponse(_c.Message):
     API_KEY = 43
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (2, 32767)
-    ReplicaElectionResult: type[ReplicaElectionResult]
-    PartitionResult: type[PartitionResult]
+    ReplicaElectionResult: TypeAlias = ReplicaElectionResult
+    PartitionResult: TypeAlias = PartitionResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, replica_election_results: list[ReplicaElectionResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, replica_election_results: list[ReplicaElectionResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.replica_election_results = [] if replica_election_results is _c.UNSET else replica_election_results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ElectLeadersResponse.ReplicaElectionResult = ReplicaElectionResult  # type: ignore[attr-defined]
-ElectLeadersResponse.PartitionResult = PartitionResult  # type: ignore[attr-defined]
 
 def _decode_PartitionResult_v0(buf, pos):
     o = _new(PartitionResult)

@@ -27,7 +27,6 @@ class EndTxnRequest(_c.Message):
         self.committed = committed
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_EndTxnRequest_v0(buf, pos):
     o = _new(EndTxnRequest)
     o.transactional_id, pos = _c.read_string(buf, pos)

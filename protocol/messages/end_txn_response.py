@@ -28,7 +28,6 @@ class EndTxnResponse(_c.Message):
         self.producer_epoch = producer_epoch
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_EndTxnResponse_v0(buf, pos):
     o = _new(EndTxnResponse)
     o.producer_id = -1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -49,7 +50,7 @@ class FetchTopic(_c.Struct):
     __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'topic_id', 'partitions')
 
-    def __init__(self, *, topic: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[FetchPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[FetchPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -59,7 +60,7 @@ class ForgottenTopic(_c.Struct):
     __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'topic_id', 'partitions')
 
-    def __init__(self, *, topic: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -72,12 +73,12 @@ class FetchRequest(_c.Message):
     API_KEY = 1
     VALID_VERSIONS = (4, 18)
     FLEXIBLE_VERSIONS = (12, 32767)
-    ReplicaState: type[ReplicaState]
-    FetchTopic: type[FetchTopic]
-    FetchPartition: type[FetchPartition]
-    ForgottenTopic: type[ForgottenTopic]
+    ReplicaState: TypeAlias = ReplicaState
+    FetchTopic: TypeAlias = FetchTopic
+    FetchPartition: TypeAlias = FetchPartition
+    ForgottenTopic: TypeAlias = ForgottenTopic
 
-    def __init__(self, *, cluster_id: str | None = None, replica_id: int = -1, replica_state: ReplicaState | None = _c.UNSET, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1, topics: list[FetchTopic] | None = _c.UNSET, forgotten_topics_data: list[ForgottenTopic] | None = _c.UNSET, rack_id: str = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, cluster_id: str | None = None, replica_id: int = -1, replica_state: ReplicaState = _c.UNSET, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1, topics: list[FetchTopic] = _c.UNSET, forgotten_topics_data: list[ForgottenTopic] = _c.UNSET, rack_id: str = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.cluster_id = cluster_id
         self.replica_id = replica_id
         self.replica_state = ReplicaState() if replica_state is _c.UNSET else replica_state
@@ -91,11 +92,6 @@ class FetchRequest(_c.Message):
         self.forgotten_topics_data = [] if forgotten_topics_data is _c.UNSET else forgotten_topics_data
         self.rack_id = rack_id
         self.unknown_tagged_fields = unknown_tagged_fields
-
-FetchRequest.ReplicaState = ReplicaState  # type: ignore[attr-defined]
-FetchRequest.FetchTopic = FetchTopic  # type: ignore[attr-defined]
-FetchRequest.FetchPartition = FetchPartition  # type: ignore[attr-defined]
-FetchRequest.ForgottenTopic = ForgottenTopic  # type: ignore[attr-defined]
 
 def _decode_FetchPartition_v4(buf, pos):
     o = _new(FetchPartition)
@@ -1008,5 +1004,5 @@ def _encode_FetchRequest_v18(o, out):
         tags.extend(o.unknown_tagged_fields.items())
     _c.write_tagged_fields(out, tags)
 
-FetchRequest.DECODERS = (None, None, None, None, _decode_FetchRequest_v4, _decode_FetchRequest_v5, _decode_FetchRequest_v5, _decode_FetchRequest_v7, _decode_FetchRequest_v7, _decode_FetchRequest_v9, _decode_FetchRequest_v9, _decode_FetchRequest_v11, _decode_FetchRequest_v12, _decode_FetchRequest_v13, _decode_FetchRequest_v13, _decode_FetchRequest_v15, _decode_FetchRequest_v15, _decode_FetchRequest_v17, _decode_FetchRequest_v18,)
-FetchRequest.ENCODERS = (None, None, None, None, _encode_FetchRequest_v4, _encode_FetchRequest_v5, _encode_FetchRequest_v5, _encode_FetchRequest_v7, _encode_FetchRequest_v7, _encode_FetchRequest_v9, _encode_FetchRequest_v9, _encode_FetchRequest_v11, _encode_FetchRequest_v12, _encode_FetchRequest_v13, _encode_FetchRequest_v13, _encode_FetchRequest_v15, _encode_FetchRequest_v15, _encode_FetchRequest_v17, _encode_FetchRequest_v18,)
+FetchRequest.DECODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _decode_FetchRequest_v4, _decode_FetchRequest_v5, _decode_FetchRequest_v5, _decode_FetchRequest_v7, _decode_FetchRequest_v7, _decode_FetchRequest_v9, _decode_FetchRequest_v9, _decode_FetchRequest_v11, _decode_FetchRequest_v12, _decode_FetchRequest_v13, _decode_FetchRequest_v13, _decode_FetchRequest_v15, _decode_FetchRequest_v15, _decode_FetchRequest_v17, _decode_FetchRequest_v18,)
+FetchRequest.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _encode_FetchRequest_v4, _encode_FetchRequest_v5, _encode_FetchRequest_v5, _encode_FetchRequest_v7, _encode_FetchRequest_v7, _encode_FetchRequest_v9, _encode_FetchRequest_v9, _encode_FetchRequest_v11, _encode_FetchRequest_v12, _encode_FetchRequest_v13, _encode_FetchRequest_v13, _encode_FetchRequest_v15, _encode_FetchRequest_v15, _encode_FetchRequest_v17, _encode_FetchRequest_v18,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -59,7 +60,7 @@ class PartitionData(_c.Struct):
     __slots__ = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records')
 
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, high_watermark: int = 0, last_stable_offset: int = -1, log_start_offset: int = -1, diverging_epoch: EpochEndOffset | None = _c.UNSET, current_leader: LeaderIdAndEpoch | None = _c.UNSET, snapshot_id: SnapshotId | None = _c.UNSET, aborted_transactions: list[AbortedTransaction] | None = _c.UNSET, preferred_read_replica: int = -1, records: _c.Buffer | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, high_watermark: int = 0, last_stable_offset: int = -1, log_start_offset: int = -1, diverging_epoch: EpochEndOffset = _c.UNSET, current_leader: LeaderIdAndEpoch = _c.UNSET, snapshot_id: SnapshotId = _c.UNSET, aborted_transactions: list[AbortedTransaction] | None = _c.UNSET, preferred_read_replica: int = -1, records: _c.Records | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
         self.high_watermark = high_watermark
@@ -77,7 +78,7 @@ class FetchableTopicResponse(_c.Struct):
     __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'topic_id', 'partitions')
 
-    def __init__(self, *, topic: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[PartitionData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[PartitionData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -101,29 +102,21 @@ class FetchResponse(_c.Message):
     API_KEY = 1
     VALID_VERSIONS = (4, 18)
     FLEXIBLE_VERSIONS = (12, 32767)
-    FetchableTopicResponse: type[FetchableTopicResponse]
-    PartitionData: type[PartitionData]
-    EpochEndOffset: type[EpochEndOffset]
-    LeaderIdAndEpoch: type[LeaderIdAndEpoch]
-    SnapshotId: type[SnapshotId]
-    AbortedTransaction: type[AbortedTransaction]
-    NodeEndpoint: type[NodeEndpoint]
+    FetchableTopicResponse: TypeAlias = FetchableTopicResponse
+    PartitionData: TypeAlias = PartitionData
+    EpochEndOffset: TypeAlias = EpochEndOffset
+    LeaderIdAndEpoch: TypeAlias = LeaderIdAndEpoch
+    SnapshotId: TypeAlias = SnapshotId
+    AbortedTransaction: TypeAlias = AbortedTransaction
+    NodeEndpoint: TypeAlias = NodeEndpoint
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, session_id: int = 0, responses: list[FetchableTopicResponse] | None = _c.UNSET, node_endpoints: list[NodeEndpoint] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, session_id: int = 0, responses: list[FetchableTopicResponse] = _c.UNSET, node_endpoints: list[NodeEndpoint] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.session_id = session_id
         self.responses = [] if responses is _c.UNSET else responses
         self.node_endpoints = [] if node_endpoints is _c.UNSET else node_endpoints
         self.unknown_tagged_fields = unknown_tagged_fields
-
-FetchResponse.FetchableTopicResponse = FetchableTopicResponse  # type: ignore[attr-defined]
-FetchResponse.PartitionData = PartitionData  # type: ignore[attr-defined]
-FetchResponse.EpochEndOffset = EpochEndOffset  # type: ignore[attr-defined]
-FetchResponse.LeaderIdAndEpoch = LeaderIdAndEpoch  # type: ignore[attr-defined]
-FetchResponse.SnapshotId = SnapshotId  # type: ignore[attr-defined]
-FetchResponse.AbortedTransaction = AbortedTransaction  # type: ignore[attr-defined]
-FetchResponse.NodeEndpoint = NodeEndpoint  # type: ignore[attr-defined]
 
 def _decode_AbortedTransaction_v4(buf, pos):
     o = _new(AbortedTransaction)
@@ -721,5 +714,5 @@ def _encode_FetchResponse_v16(o, out):
         tags.extend(o.unknown_tagged_fields.items())
     _c.write_tagged_fields(out, tags)
 
-FetchResponse.DECODERS = (None, None, None, None, _decode_FetchResponse_v4, _decode_FetchResponse_v5, _decode_FetchResponse_v5, _decode_FetchResponse_v7, _decode_FetchResponse_v7, _decode_FetchResponse_v7, _decode_FetchResponse_v7, _decode_FetchResponse_v11, _decode_FetchResponse_v12, _decode_FetchResponse_v13, _decode_FetchResponse_v13, _decode_FetchResponse_v13, _decode_FetchResponse_v16, _decode_FetchResponse_v16, _decode_FetchResponse_v16,)
-FetchResponse.ENCODERS = (None, None, None, None, _encode_FetchResponse_v4, _encode_FetchResponse_v5, _encode_FetchResponse_v5, _encode_FetchResponse_v7, _encode_FetchResponse_v7, _encode_FetchResponse_v7, _encode_FetchResponse_v7, _encode_FetchResponse_v11, _encode_FetchResponse_v12, _encode_FetchResponse_v13, _encode_FetchResponse_v13, _encode_FetchResponse_v13, _encode_FetchResponse_v16, _encode_FetchResponse_v16, _encode_FetchResponse_v16,)
+FetchResponse.DECODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _decode_FetchResponse_v4, _decode_FetchResponse_v5, _decode_FetchResponse_v5, _decode_FetchResponse_v7, _decode_FetchResponse_v7, _decode_FetchResponse_v7, _decode_FetchResponse_v7, _decode_FetchResponse_v11, _decode_FetchResponse_v12, _decode_FetchResponse_v13, _decode_FetchResponse_v13, _decode_FetchResponse_v13, _decode_FetchResponse_v16, _decode_FetchResponse_v16, _decode_FetchResponse_v16,)
+FetchResponse.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _encode_FetchResponse_v4, _encode_FetchResponse_v5, _encode_FetchResponse_v5, _encode_FetchResponse_v7, _encode_FetchResponse_v7, _encode_FetchResponse_v7, _encode_FetchResponse_v7, _encode_FetchResponse_v11, _encode_FetchResponse_v12, _encode_FetchResponse_v13, _encode_FetchResponse_v13, _encode_FetchResponse_v13, _encode_FetchResponse_v16, _encode_FetchResponse_v16, _encode_FetchResponse_v16,)

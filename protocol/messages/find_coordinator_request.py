@@ -20,12 +20,11 @@ class FindCoordinatorRequest(_c.Message):
     VALID_VERSIONS = (0, 6)
     FLEXIBLE_VERSIONS = (3, 32767)
 
-    def __init__(self, *, key: str = '', key_type: int = 0, coordinator_keys: list[str] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, key: str = '', key_type: int = 0, coordinator_keys: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.key = key
         self.key_type = key_type
         self.coordinator_keys = [] if coordinator_keys is _c.UNSET else coordinator_keys
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_FindCoordinatorRequest_v0(buf, pos):
     o = _new(FindCoordinatorRequest)

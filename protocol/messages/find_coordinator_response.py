@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -34,9 +35,9 @@ class FindCoordinatorResponse(_c.Message):
     API_KEY = 10
     VALID_VERSIONS = (0, 6)
     FLEXIBLE_VERSIONS = (3, 32767)
-    Coordinator: type[Coordinator]
+    Coordinator: TypeAlias = Coordinator
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', node_id: int = 0, host: str = '', port: int = 0, coordinators: list[Coordinator] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', node_id: int = 0, host: str = '', port: int = 0, coordinators: list[Coordinator] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
@@ -45,8 +46,6 @@ class FindCoordinatorResponse(_c.Message):
         self.port = port
         self.coordinators = [] if coordinators is _c.UNSET else coordinators
         self.unknown_tagged_fields = unknown_tagged_fields
-
-FindCoordinatorResponse.Coordinator = Coordinator  # type: ignore[attr-defined]
 
 def _decode_FindCoordinatorResponse_v0(buf, pos):
     o = _new(FindCoordinatorResponse)

@@ -27,7 +27,6 @@ class HeartbeatRequest(_c.Message):
         self.group_instance_id = group_instance_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_HeartbeatRequest_v0(buf, pos):
     o = _new(HeartbeatRequest)
     o.group_instance_id = None

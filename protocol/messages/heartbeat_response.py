@@ -26,7 +26,6 @@ class HeartbeatResponse(_c.Message):
         self.error_code = error_code
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_HeartbeatResponse_v0(buf, pos):
     o = _new(HeartbeatResponse)
     o.throttle_time_ms = 0

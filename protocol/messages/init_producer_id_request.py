@@ -31,7 +31,6 @@ class InitProducerIdRequest(_c.Message):
         self.keep_prepared_txn = keep_prepared_txn
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_InitProducerIdRequest_v0(buf, pos):
     o = _new(InitProducerIdRequest)
     o.producer_id = -1

@@ -30,7 +30,6 @@ class InitProducerIdResponse(_c.Message):
         self.ongoing_txn_producer_epoch = ongoing_txn_producer_epoch
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_InitProducerIdResponse_v0(buf, pos):
     o = _new(InitProducerIdResponse)
     o.ongoing_txn_producer_id = -1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -29,9 +30,9 @@ class JoinGroupRequest(_c.Message):
     API_KEY = 11
     VALID_VERSIONS = (0, 9)
     FLEXIBLE_VERSIONS = (6, 32767)
-    JoinGroupRequestProtocol: type[JoinGroupRequestProtocol]
+    JoinGroupRequestProtocol: TypeAlias = JoinGroupRequestProtocol
 
-    def __init__(self, *, group_id: str = '', session_timeout_ms: int = 0, rebalance_timeout_ms: int = -1, member_id: str = '', group_instance_id: str | None = None, protocol_type: str = '', protocols: list[JoinGroupRequestProtocol] | None = _c.UNSET, reason: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', session_timeout_ms: int = 0, rebalance_timeout_ms: int = -1, member_id: str = '', group_instance_id: str | None = None, protocol_type: str = '', protocols: list[JoinGroupRequestProtocol] = _c.UNSET, reason: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -41,8 +42,6 @@ class JoinGroupRequest(_c.Message):
         self.protocols = [] if protocols is _c.UNSET else protocols
         self.reason = reason
         self.unknown_tagged_fields = unknown_tagged_fields
-
-JoinGroupRequest.JoinGroupRequestProtocol = JoinGroupRequestProtocol  # type: ignore[attr-defined]
 
 def _decode_JoinGroupRequestProtocol_v0(buf, pos):
     o = _new(JoinGroupRequestProtocol)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,9 +32,9 @@ class JoinGroupResponse(_c.Message):
     API_KEY = 11
     VALID_VERSIONS = (0, 9)
     FLEXIBLE_VERSIONS = (6, 32767)
-    JoinGroupResponseMember: type[JoinGroupResponseMember]
+    JoinGroupResponseMember: TypeAlias = JoinGroupResponseMember
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, generation_id: int = -1, protocol_type: str | None = None, protocol_name: str | None = '', leader: str = '', skip_assignment: bool = False, member_id: str = '', members: list[JoinGroupResponseMember] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, generation_id: int = -1, protocol_type: str | None = None, protocol_name: str | None = '', leader: str = '', skip_assignment: bool = False, member_id: str = '', members: list[JoinGroupResponseMember] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.generation_id = generation_id
@@ -44,8 +45,6 @@ class JoinGroupResponse(_c.Message):
         self.member_id = member_id
         self.members = [] if members is _c.UNSET else members
         self.unknown_tagged_fields = unknown_tagged_fields
-
-JoinGroupResponse.JoinGroupResponseMember = JoinGroupResponseMember  # type: ignore[attr-defined]
 
 def _decode_JoinGroupResponseMember_v0(buf, pos):
     o = _new(JoinGroupResponseMember)

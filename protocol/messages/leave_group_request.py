@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -28,15 +29,13 @@ class LeaveGroupRequest(_c.Message):
     API_KEY = 13
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (4, 32767)
-    MemberIdentity: type[MemberIdentity]
+    MemberIdentity: TypeAlias = MemberIdentity
 
-    def __init__(self, *, group_id: str = '', member_id: str = '', members: list[MemberIdentity] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', member_id: str = '', members: list[MemberIdentity] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.member_id = member_id
         self.members = [] if members is _c.UNSET else members
         self.unknown_tagged_fields = unknown_tagged_fields
-
-LeaveGroupRequest.MemberIdentity = MemberIdentity  # type: ignore[attr-defined]
 
 def _decode_LeaveGroupRequest_v0(buf, pos):
     o = _new(LeaveGroupRequest)

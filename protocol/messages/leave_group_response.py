@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,15 +31,13 @@ class LeaveGroupResponse(_c.Message):
     API_KEY = 13
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (4, 32767)
-    MemberResponse: type[MemberResponse]
+    MemberResponse: TypeAlias = MemberResponse
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, members: list[MemberResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, members: list[MemberResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.members = [] if members is _c.UNSET else members
         self.unknown_tagged_fields = unknown_tagged_fields
-
-LeaveGroupResponse.MemberResponse = MemberResponse  # type: ignore[attr-defined]
 
 def _decode_LeaveGroupResponse_v0(buf, pos):
     o = _new(LeaveGroupResponse)

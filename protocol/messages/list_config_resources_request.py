@@ -20,10 +20,9 @@ class ListConfigResourcesRequest(_c.Message):
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
 
-    def __init__(self, *, resource_types: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, resource_types: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.resource_types = [] if resource_types is _c.UNSET else resource_types
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_ListConfigResourcesRequest_v0(buf, pos):
     o = _new(ListConfigResourcesRequest)

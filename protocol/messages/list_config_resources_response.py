@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -29,15 +30,13 @@ class ListConfigResourcesResponse(_c.Message):
     API_KEY = 74
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
-    ConfigResource: type[ConfigResource]
+    ConfigResource: TypeAlias = ConfigResource
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, config_resources: list[ConfigResource] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, config_resources: list[ConfigResource] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.config_resources = [] if config_resources is _c.UNSET else config_resources
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListConfigResourcesResponse.ConfigResource = ConfigResource  # type: ignore[attr-defined]
 
 def _decode_ConfigResource_v0(buf, pos):
     o = _new(ConfigResource)

@@ -19,11 +19,10 @@ class ListGroupsRequest(_c.Message):
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
 
-    def __init__(self, *, states_filter: list[str] | None = _c.UNSET, types_filter: list[str] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, states_filter: list[str] = _c.UNSET, types_filter: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.states_filter = [] if states_filter is _c.UNSET else states_filter
         self.types_filter = [] if types_filter is _c.UNSET else types_filter
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_ListGroupsRequest_v0(buf, pos):
     o = _new(ListGroupsRequest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,15 +32,13 @@ class ListGroupsResponse(_c.Message):
     API_KEY = 16
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
-    ListedGroup: type[ListedGroup]
+    ListedGroup: TypeAlias = ListedGroup
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, groups: list[ListedGroup] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, groups: list[ListedGroup] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.groups = [] if groups is _c.UNSET else groups
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListGroupsResponse.ListedGroup = ListedGroup  # type: ignore[attr-defined]
 
 def _decode_ListedGroup_v0(buf, pos):
     o = _new(ListedGroup)

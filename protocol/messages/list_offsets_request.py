@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,7 +31,7 @@ class ListOffsetsTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[ListOffsetsPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[ListOffsetsPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -42,18 +43,15 @@ class ListOffsetsRequest(_c.Message):
     API_KEY = 2
     VALID_VERSIONS = (1, 11)
     FLEXIBLE_VERSIONS = (6, 32767)
-    ListOffsetsTopic: type[ListOffsetsTopic]
-    ListOffsetsPartition: type[ListOffsetsPartition]
+    ListOffsetsTopic: TypeAlias = ListOffsetsTopic
+    ListOffsetsPartition: TypeAlias = ListOffsetsPartition
 
-    def __init__(self, *, replica_id: int = 0, isolation_level: int = 0, topics: list[ListOffsetsTopic] | None = _c.UNSET, timeout_ms: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, replica_id: int = 0, isolation_level: int = 0, topics: list[ListOffsetsTopic] = _c.UNSET, timeout_ms: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.replica_id = replica_id
         self.isolation_level = isolation_level
         self.topics = [] if topics is _c.UNSET else topics
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListOffsetsRequest.ListOffsetsTopic = ListOffsetsTopic  # type: ignore[attr-defined]
-ListOffsetsRequest.ListOffsetsPartition = ListOffsetsPartition  # type: ignore[attr-defined]
 
 def _decode_ListOffsetsPartition_v1(buf, pos):
     o = _new(ListOffsetsPartition)
@@ -294,5 +292,5 @@ def _encode_ListOffsetsRequest_v10(o, out):
     else:
         out.append(0)
 
-ListOffsetsRequest.DECODERS = (None, _decode_ListOffsetsRequest_v1, _decode_ListOffsetsRequest_v2, _decode_ListOffsetsRequest_v2, _decode_ListOffsetsRequest_v4, _decode_ListOffsetsRequest_v4, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v10, _decode_ListOffsetsRequest_v10,)
-ListOffsetsRequest.ENCODERS = (None, _encode_ListOffsetsRequest_v1, _encode_ListOffsetsRequest_v2, _encode_ListOffsetsRequest_v2, _encode_ListOffsetsRequest_v4, _encode_ListOffsetsRequest_v4, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v10, _encode_ListOffsetsRequest_v10,)
+ListOffsetsRequest.DECODERS = (_c.unsupported_version, _decode_ListOffsetsRequest_v1, _decode_ListOffsetsRequest_v2, _decode_ListOffsetsRequest_v2, _decode_ListOffsetsRequest_v4, _decode_ListOffsetsRequest_v4, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v6, _decode_ListOffsetsRequest_v10, _decode_ListOffsetsRequest_v10,)
+ListOffsetsRequest.ENCODERS = (_c.unsupported_version, _encode_ListOffsetsRequest_v1, _encode_ListOffsetsRequest_v2, _encode_ListOffsetsRequest_v2, _encode_ListOffsetsRequest_v4, _encode_ListOffsetsRequest_v4, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v6, _encode_ListOffsetsRequest_v10, _encode_ListOffsetsRequest_v10,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -18,7 +19,7 @@ class ListOffsetsPartitionResponse(_c.Struct):
     __slots__ = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch')
 
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, old_style_offsets: list[int] | None = _c.UNSET, timestamp: int = -1, offset: int = -1, leader_epoch: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, old_style_offsets: list[int] = _c.UNSET, timestamp: int = -1, offset: int = -1, leader_epoch: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
         self.old_style_offsets = [] if old_style_offsets is _c.UNSET else old_style_offsets
@@ -31,7 +32,7 @@ class ListOffsetsTopicResponse(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[ListOffsetsPartitionResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[ListOffsetsPartitionResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -43,16 +44,13 @@ class ListOffsetsResponse(_c.Message):
     API_KEY = 2
     VALID_VERSIONS = (1, 11)
     FLEXIBLE_VERSIONS = (6, 32767)
-    ListOffsetsTopicResponse: type[ListOffsetsTopicResponse]
-    ListOffsetsPartitionResponse: type[ListOffsetsPartitionResponse]
+    ListOffsetsTopicResponse: TypeAlias = ListOffsetsTopicResponse
+    ListOffsetsPartitionResponse: TypeAlias = ListOffsetsPartitionResponse
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[ListOffsetsTopicResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[ListOffsetsTopicResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListOffsetsResponse.ListOffsetsTopicResponse = ListOffsetsTopicResponse  # type: ignore[attr-defined]
-ListOffsetsResponse.ListOffsetsPartitionResponse = ListOffsetsPartitionResponse  # type: ignore[attr-defined]
 
 def _decode_ListOffsetsPartitionResponse_v1(buf, pos):
     o = _new(ListOffsetsPartitionResponse)
@@ -256,5 +254,5 @@ def _encode_ListOffsetsResponse_v6(o, out):
     else:
         out.append(0)
 
-ListOffsetsResponse.DECODERS = (None, _decode_ListOffsetsResponse_v1, _decode_ListOffsetsResponse_v2, _decode_ListOffsetsResponse_v2, _decode_ListOffsetsResponse_v4, _decode_ListOffsetsResponse_v4, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6,)
-ListOffsetsResponse.ENCODERS = (None, _encode_ListOffsetsResponse_v1, _encode_ListOffsetsResponse_v2, _encode_ListOffsetsResponse_v2, _encode_ListOffsetsResponse_v4, _encode_ListOffsetsResponse_v4, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6,)
+ListOffsetsResponse.DECODERS = (_c.unsupported_version, _decode_ListOffsetsResponse_v1, _decode_ListOffsetsResponse_v2, _decode_ListOffsetsResponse_v2, _decode_ListOffsetsResponse_v4, _decode_ListOffsetsResponse_v4, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6, _decode_ListOffsetsResponse_v6,)
+ListOffsetsResponse.ENCODERS = (_c.unsupported_version, _encode_ListOffsetsResponse_v1, _encode_ListOffsetsResponse_v2, _encode_ListOffsetsResponse_v2, _encode_ListOffsetsResponse_v4, _encode_ListOffsetsResponse_v4, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6, _encode_ListOffsetsResponse_v6,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -16,7 +17,7 @@ class ListPartitionReassignmentsTopics(_c.Struct):
     __slots__ = ('name', 'partition_indexes', 'unknown_tagged_fields')
     FIELDS = ('name', 'partition_indexes')
 
-    def __init__(self, *, name: str = '', partition_indexes: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partition_indexes: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partition_indexes = [] if partition_indexes is _c.UNSET else partition_indexes
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -28,14 +29,12 @@ class ListPartitionReassignmentsRequest(_c.Message):
     API_KEY = 46
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    ListPartitionReassignmentsTopics: type[ListPartitionReassignmentsTopics]
+    ListPartitionReassignmentsTopics: TypeAlias = ListPartitionReassignmentsTopics
 
     def __init__(self, *, timeout_ms: int = 60000, topics: list[ListPartitionReassignmentsTopics] | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.timeout_ms = timeout_ms
         self.topics = topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics = ListPartitionReassignmentsTopics  # type: ignore[attr-defined]
 
 def _decode_ListPartitionReassignmentsTopics_v0(buf, pos):
     o = _new(ListPartitionReassignmentsTopics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -17,7 +18,7 @@ class OngoingPartitionReassignment(_c.Struct):
     __slots__ = ('partition_index', 'replicas', 'adding_replicas', 'removing_replicas', 'unknown_tagged_fields')
     FIELDS = ('partition_index', 'replicas', 'adding_replicas', 'removing_replicas')
 
-    def __init__(self, *, partition_index: int = 0, replicas: list[int] | None = _c.UNSET, adding_replicas: list[int] | None = _c.UNSET, removing_replicas: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, replicas: list[int] = _c.UNSET, adding_replicas: list[int] = _c.UNSET, removing_replicas: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.replicas = [] if replicas is _c.UNSET else replicas
         self.adding_replicas = [] if adding_replicas is _c.UNSET else adding_replicas
@@ -28,7 +29,7 @@ class OngoingTopicReassignment(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[OngoingPartitionReassignment] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[OngoingPartitionReassignment] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -40,18 +41,15 @@ class ListPartitionReassignmentsResponse(_c.Message):
     API_KEY = 46
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
-    OngoingTopicReassignment: type[OngoingTopicReassignment]
-    OngoingPartitionReassignment: type[OngoingPartitionReassignment]
+    OngoingTopicReassignment: TypeAlias = OngoingTopicReassignment
+    OngoingPartitionReassignment: TypeAlias = OngoingPartitionReassignment
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', topics: list[OngoingTopicReassignment] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', topics: list[OngoingTopicReassignment] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListPartitionReassignmentsResponse.OngoingTopicReassignment = OngoingTopicReassignment  # type: ignore[attr-defined]
-ListPartitionReassignmentsResponse.OngoingPartitionReassignment = OngoingPartitionReassignment  # type: ignore[attr-defined]
 
 def _decode_OngoingPartitionReassignment_v0(buf, pos):
     o = _new(OngoingPartitionReassignment)

@@ -20,13 +20,12 @@ class ListTransactionsRequest(_c.Message):
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
 
-    def __init__(self, *, state_filters: list[str] | None = _c.UNSET, producer_id_filters: list[int] | None = _c.UNSET, duration_filter: int = -1, transactional_id_pattern: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, state_filters: list[str] = _c.UNSET, producer_id_filters: list[int] = _c.UNSET, duration_filter: int = -1, transactional_id_pattern: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.state_filters = [] if state_filters is _c.UNSET else state_filters
         self.producer_id_filters = [] if producer_id_filters is _c.UNSET else producer_id_filters
         self.duration_filter = duration_filter
         self.transactional_id_pattern = transactional_id_pattern
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_ListTransactionsRequest_v0(buf, pos):
     o = _new(ListTransactionsRequest)

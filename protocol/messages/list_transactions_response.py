@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,16 +31,14 @@ class ListTransactionsResponse(_c.Message):
     API_KEY = 66
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
-    TransactionState: type[TransactionState]
+    TransactionState: TypeAlias = TransactionState
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_state_filters: list[str] | None = _c.UNSET, transaction_states: list[TransactionState] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_state_filters: list[str] = _c.UNSET, transaction_states: list[TransactionState] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.unknown_state_filters = [] if unknown_state_filters is _c.UNSET else unknown_state_filters
         self.transaction_states = [] if transaction_states is _c.UNSET else transaction_states
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ListTransactionsResponse.TransactionState = TransactionState  # type: ignore[attr-defined]
 
 def _decode_TransactionState_v0(buf, pos):
     o = _new(TransactionState)

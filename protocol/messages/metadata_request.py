@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,7 +31,7 @@ class MetadataRequest(_c.Message):
     API_KEY = 3
     VALID_VERSIONS = (0, 13)
     FLEXIBLE_VERSIONS = (9, 32767)
-    MetadataRequestTopic: type[MetadataRequestTopic]
+    MetadataRequestTopic: TypeAlias = MetadataRequestTopic
 
     def __init__(self, *, topics: list[MetadataRequestTopic] | None = _c.UNSET, allow_auto_topic_creation: bool = True, include_cluster_authorized_operations: bool = False, include_topic_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topics = [] if topics is _c.UNSET else topics
@@ -38,8 +39,6 @@ class MetadataRequest(_c.Message):
         self.include_cluster_authorized_operations = include_cluster_authorized_operations
         self.include_topic_authorized_operations = include_topic_authorized_operations
         self.unknown_tagged_fields = unknown_tagged_fields
-
-MetadataRequest.MetadataRequestTopic = MetadataRequestTopic  # type: ignore[attr-defined]
 
 def _decode_MetadataRequestTopic_v0(buf, pos):
     o = _new(MetadataRequestTopic)

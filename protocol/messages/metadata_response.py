@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,7 +32,7 @@ class MetadataResponsePartition(_c.Struct):
     __slots__ = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas')
 
-    def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: list[int] | None = _c.UNSET, isr_nodes: list[int] | None = _c.UNSET, offline_replicas: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: list[int] = _c.UNSET, isr_nodes: list[int] = _c.UNSET, offline_replicas: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.partition_index = partition_index
         self.leader_id = leader_id
@@ -45,7 +46,7 @@ class MetadataResponseTopic(_c.Struct):
     __slots__ = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations', 'unknown_tagged_fields')
     FIELDS = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations')
 
-    def __init__(self, *, error_code: int = 0, name: str | None = '', topic_id: uuid.UUID = _c.ZERO_UUID, is_internal: bool = False, partitions: list[MetadataResponsePartition] | None = _c.UNSET, topic_authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, name: str | None = '', topic_id: uuid.UUID = _c.ZERO_UUID, is_internal: bool = False, partitions: list[MetadataResponsePartition] = _c.UNSET, topic_authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.name = name
         self.topic_id = topic_id
@@ -61,11 +62,11 @@ class MetadataResponse(_c.Message):
     API_KEY = 3
     VALID_VERSIONS = (0, 13)
     FLEXIBLE_VERSIONS = (9, 32767)
-    MetadataResponseBroker: type[MetadataResponseBroker]
-    MetadataResponseTopic: type[MetadataResponseTopic]
-    MetadataResponsePartition: type[MetadataResponsePartition]
+    MetadataResponseBroker: TypeAlias = MetadataResponseBroker
+    MetadataResponseTopic: TypeAlias = MetadataResponseTopic
+    MetadataResponsePartition: TypeAlias = MetadataResponsePartition
 
-    def __init__(self, *, throttle_time_ms: int = 0, brokers: list[MetadataResponseBroker] | None = _c.UNSET, cluster_id: str | None = None, controller_id: int = -1, topics: list[MetadataResponseTopic] | None = _c.UNSET, cluster_authorized_operations: int = -2147483648, error_code: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, brokers: list[MetadataResponseBroker] = _c.UNSET, cluster_id: str | None = None, controller_id: int = -1, topics: list[MetadataResponseTopic] = _c.UNSET, cluster_authorized_operations: int = -2147483648, error_code: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.brokers = [] if brokers is _c.UNSET else brokers
         self.cluster_id = cluster_id
@@ -74,10 +75,6 @@ class MetadataResponse(_c.Message):
         self.cluster_authorized_operations = cluster_authorized_operations
         self.error_code = error_code
         self.unknown_tagged_fields = unknown_tagged_fields
-
-MetadataResponse.MetadataResponseBroker = MetadataResponseBroker  # type: ignore[attr-defined]
-MetadataResponse.MetadataResponseTopic = MetadataResponseTopic  # type: ignore[attr-defined]
-MetadataResponse.MetadataResponsePartition = MetadataResponsePartition  # type: ignore[attr-defined]
 
 def _decode_MetadataResponseBroker_v0(buf, pos):
     o = _new(MetadataResponseBroker)

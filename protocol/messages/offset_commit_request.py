@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,7 +32,7 @@ class OffsetCommitRequestTopic(_c.Struct):
     __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'topic_id', 'partitions')
 
-    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[OffsetCommitRequestPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[OffsetCommitRequestPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -44,10 +45,10 @@ class OffsetCommitRequest(_c.Message):
     API_KEY = 8
     VALID_VERSIONS = (2, 10)
     FLEXIBLE_VERSIONS = (8, 32767)
-    OffsetCommitRequestTopic: type[OffsetCommitRequestTopic]
-    OffsetCommitRequestPartition: type[OffsetCommitRequestPartition]
+    OffsetCommitRequestTopic: TypeAlias = OffsetCommitRequestTopic
+    OffsetCommitRequestPartition: TypeAlias = OffsetCommitRequestPartition
 
-    def __init__(self, *, group_id: str = '', generation_id_or_member_epoch: int = -1, member_id: str = '', group_instance_id: str | None = None, retention_time_ms: int = -1, topics: list[OffsetCommitRequestTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', generation_id_or_member_epoch: int = -1, member_id: str = '', group_instance_id: str | None = None, retention_time_ms: int = -1, topics: list[OffsetCommitRequestTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.generation_id_or_member_epoch = generation_id_or_member_epoch
         self.member_id = member_id
@@ -55,9 +56,6 @@ class OffsetCommitRequest(_c.Message):
         self.retention_time_ms = retention_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetCommitRequest.OffsetCommitRequestTopic = OffsetCommitRequestTopic  # type: ignore[attr-defined]
-OffsetCommitRequest.OffsetCommitRequestPartition = OffsetCommitRequestPartition  # type: ignore[attr-defined]
 
 def _decode_OffsetCommitRequestPartition_v2(buf, pos):
     o = _new(OffsetCommitRequestPartition)
@@ -390,5 +388,5 @@ def _encode_OffsetCommitRequest_v10(o, out):
     else:
         out.append(0)
 
-OffsetCommitRequest.DECODERS = (None, None, _decode_OffsetCommitRequest_v2, _decode_OffsetCommitRequest_v2, _decode_OffsetCommitRequest_v2, _decode_OffsetCommitRequest_v5, _decode_OffsetCommitRequest_v6, _decode_OffsetCommitRequest_v7, _decode_OffsetCommitRequest_v8, _decode_OffsetCommitRequest_v8, _decode_OffsetCommitRequest_v10,)
-OffsetCommitRequest.ENCODERS = (None, None, _encode_OffsetCommitRequest_v2, _encode_OffsetCommitRequest_v2, _encode_OffsetCommitRequest_v2, _encode_OffsetCommitRequest_v5, _encode_OffsetCommitRequest_v6, _encode_OffsetCommitRequest_v7, _encode_OffsetCommitRequest_v8, _encode_OffsetCommitRequest_v8, _encode_OffsetCommitRequest_v10,)
+OffsetCommitRequest.DECODERS = (_c.unsupported_version, _c.unsupported_version, _decode_OffsetCommitRequest_v2, _decode_OffsetCommitRequest_v2, _decode_OffsetCommitRequest_v2, _decode_OffsetCommitRequest_v5, _decode_OffsetCommitRequest_v6, _decode_OffsetCommitRequest_v7, _decode_OffsetCommitRequest_v8, _decode_OffsetCommitRequest_v8, _decode_OffsetCommitRequest_v10,)
+OffsetCommitRequest.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _encode_OffsetCommitRequest_v2, _encode_OffsetCommitRequest_v2, _encode_OffsetCommitRequest_v2, _encode_OffsetCommitRequest_v5, _encode_OffsetCommitRequest_v6, _encode_OffsetCommitRequest_v7, _encode_OffsetCommitRequest_v8, _encode_OffsetCommitRequest_v8, _encode_OffsetCommitRequest_v10,)

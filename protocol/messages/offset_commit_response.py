@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class OffsetCommitResponseTopic(_c.Struct):
     __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'topic_id', 'partitions')
 
-    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[OffsetCommitResponsePartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[OffsetCommitResponsePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -39,16 +40,13 @@ class OffsetCommitResponse(_c.Message):
     API_KEY = 8
     VALID_VERSIONS = (2, 10)
     FLEXIBLE_VERSIONS = (8, 32767)
-    OffsetCommitResponseTopic: type[OffsetCommitResponseTopic]
-    OffsetCommitResponsePartition: type[OffsetCommitResponsePartition]
+    OffsetCommitResponseTopic: TypeAlias = OffsetCommitResponseTopic
+    OffsetCommitResponsePartition: TypeAlias = OffsetCommitResponsePartition
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetCommitResponseTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetCommitResponseTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetCommitResponse.OffsetCommitResponseTopic = OffsetCommitResponseTopic  # type: ignore[attr-defined]
-OffsetCommitResponse.OffsetCommitResponsePartition = OffsetCommitResponsePartition  # type: ignore[attr-defined]
 
 def _decode_OffsetCommitResponsePartition_v2(buf, pos):
     o = _new(OffsetCommitResponsePartition)
@@ -249,5 +247,5 @@ def _encode_OffsetCommitResponse_v10(o, out):
     else:
         out.append(0)
 
-OffsetCommitResponse.DECODERS = (None, None, _decode_OffsetCommitResponse_v2, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v8, _decode_OffsetCommitResponse_v8, _decode_OffsetCommitResponse_v10,)
-OffsetCommitResponse.ENCODERS = (None, None, _encode_OffsetCommitResponse_v2, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v8, _encode_OffsetCommitResponse_v8, _encode_OffsetCommitResponse_v10,)
+OffsetCommitResponse.DECODERS = (_c.unsupported_version, _c.unsupported_version, _decode_OffsetCommitResponse_v2, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v3, _decode_OffsetCommitResponse_v8, _decode_OffsetCommitResponse_v8, _decode_OffsetCommitResponse_v10,)
+OffsetCommitResponse.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _encode_OffsetCommitResponse_v2, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v3, _encode_OffsetCommitResponse_v8, _encode_OffsetCommitResponse_v8, _encode_OffsetCommitResponse_v10,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -24,7 +25,7 @@ class OffsetDeleteRequestTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[OffsetDeleteRequestPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[OffsetDeleteRequestPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -36,16 +37,13 @@ class OffsetDeleteRequest(_c.Message):
     API_KEY = 47
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = None
-    OffsetDeleteRequestTopic: type[OffsetDeleteRequestTopic]
-    OffsetDeleteRequestPartition: type[OffsetDeleteRequestPartition]
+    OffsetDeleteRequestTopic: TypeAlias = OffsetDeleteRequestTopic
+    OffsetDeleteRequestPartition: TypeAlias = OffsetDeleteRequestPartition
 
-    def __init__(self, *, group_id: str = '', topics: list[OffsetDeleteRequestTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', topics: list[OffsetDeleteRequestTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetDeleteRequest.OffsetDeleteRequestTopic = OffsetDeleteRequestTopic  # type: ignore[attr-defined]
-OffsetDeleteRequest.OffsetDeleteRequestPartition = OffsetDeleteRequestPartition  # type: ignore[attr-defined]
 
 def _decode_OffsetDeleteRequestPartition_v0(buf, pos):
     o = _new(OffsetDeleteRequestPartition)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class OffsetDeleteResponseTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[OffsetDeleteResponsePartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[OffsetDeleteResponsePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -38,17 +39,14 @@ class OffsetDeleteResponse(_c.Message):
     API_KEY = 47
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = None
-    OffsetDeleteResponseTopic: type[OffsetDeleteResponseTopic]
-    OffsetDeleteResponsePartition: type[OffsetDeleteResponsePartition]
+    OffsetDeleteResponseTopic: TypeAlias = OffsetDeleteResponseTopic
+    OffsetDeleteResponsePartition: TypeAlias = OffsetDeleteResponsePartition
 
-    def __init__(self, *, error_code: int = 0, throttle_time_ms: int = 0, topics: list[OffsetDeleteResponseTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, throttle_time_ms: int = 0, topics: list[OffsetDeleteResponseTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetDeleteResponse.OffsetDeleteResponseTopic = OffsetDeleteResponseTopic  # type: ignore[attr-defined]
-OffsetDeleteResponse.OffsetDeleteResponsePartition = OffsetDeleteResponsePartition  # type: ignore[attr-defined]
 
 def _decode_OffsetDeleteResponsePartition_v0(buf, pos):
     o = _new(OffsetDeleteResponsePartition)

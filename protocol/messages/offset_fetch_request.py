@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -17,7 +18,7 @@ class OffsetFetchRequestTopic(_c.Struct):
     __slots__ = ('name', 'partition_indexes', 'unknown_tagged_fields')
     FIELDS = ('name', 'partition_indexes')
 
-    def __init__(self, *, name: str = '', partition_indexes: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partition_indexes: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partition_indexes = [] if partition_indexes is _c.UNSET else partition_indexes
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -26,7 +27,7 @@ class OffsetFetchRequestTopics(_c.Struct):
     __slots__ = ('name', 'topic_id', 'partition_indexes', 'unknown_tagged_fields')
     FIELDS = ('name', 'topic_id', 'partition_indexes')
 
-    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partition_indexes: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partition_indexes: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partition_indexes = [] if partition_indexes is _c.UNSET else partition_indexes
@@ -50,20 +51,16 @@ class OffsetFetchRequest(_c.Message):
     API_KEY = 9
     VALID_VERSIONS = (1, 10)
     FLEXIBLE_VERSIONS = (6, 32767)
-    OffsetFetchRequestTopic: type[OffsetFetchRequestTopic]
-    OffsetFetchRequestGroup: type[OffsetFetchRequestGroup]
-    OffsetFetchRequestTopics: type[OffsetFetchRequestTopics]
+    OffsetFetchRequestTopic: TypeAlias = OffsetFetchRequestTopic
+    OffsetFetchRequestGroup: TypeAlias = OffsetFetchRequestGroup
+    OffsetFetchRequestTopics: TypeAlias = OffsetFetchRequestTopics
 
-    def __init__(self, *, group_id: str = '', topics: list[OffsetFetchRequestTopic] | None = _c.UNSET, groups: list[OffsetFetchRequestGroup] | None = _c.UNSET, require_stable: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', topics: list[OffsetFetchRequestTopic] | None = _c.UNSET, groups: list[OffsetFetchRequestGroup] = _c.UNSET, require_stable: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.topics = [] if topics is _c.UNSET else topics
         self.groups = [] if groups is _c.UNSET else groups
         self.require_stable = require_stable
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetFetchRequest.OffsetFetchRequestTopic = OffsetFetchRequestTopic  # type: ignore[attr-defined]
-OffsetFetchRequest.OffsetFetchRequestGroup = OffsetFetchRequestGroup  # type: ignore[attr-defined]
-OffsetFetchRequest.OffsetFetchRequestTopics = OffsetFetchRequestTopics  # type: ignore[attr-defined]
 
 def _decode_OffsetFetchRequestTopic_v1(buf, pos):
     o = _new(OffsetFetchRequestTopic)
@@ -448,5 +445,5 @@ def _encode_OffsetFetchRequest_v10(o, out):
     else:
         out.append(0)
 
-OffsetFetchRequest.DECODERS = (None, _decode_OffsetFetchRequest_v1, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v6, _decode_OffsetFetchRequest_v7, _decode_OffsetFetchRequest_v8, _decode_OffsetFetchRequest_v9, _decode_OffsetFetchRequest_v10,)
-OffsetFetchRequest.ENCODERS = (None, _encode_OffsetFetchRequest_v1, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v6, _encode_OffsetFetchRequest_v7, _encode_OffsetFetchRequest_v8, _encode_OffsetFetchRequest_v9, _encode_OffsetFetchRequest_v10,)
+OffsetFetchRequest.DECODERS = (_c.unsupported_version, _decode_OffsetFetchRequest_v1, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v2, _decode_OffsetFetchRequest_v6, _decode_OffsetFetchRequest_v7, _decode_OffsetFetchRequest_v8, _decode_OffsetFetchRequest_v9, _decode_OffsetFetchRequest_v10,)
+OffsetFetchRequest.ENCODERS = (_c.unsupported_version, _encode_OffsetFetchRequest_v1, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v2, _encode_OffsetFetchRequest_v6, _encode_OffsetFetchRequest_v7, _encode_OffsetFetchRequest_v8, _encode_OffsetFetchRequest_v9, _encode_OffsetFetchRequest_v10,)

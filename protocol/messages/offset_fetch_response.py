@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -31,7 +32,7 @@ class OffsetFetchResponseTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[OffsetFetchResponsePartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[OffsetFetchResponsePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -52,7 +53,7 @@ class OffsetFetchResponseTopics(_c.Struct):
     __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'topic_id', 'partitions')
 
-    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[OffsetFetchResponsePartitions] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[OffsetFetchResponsePartitions] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
@@ -62,7 +63,7 @@ class OffsetFetchResponseGroup(_c.Struct):
     __slots__ = ('group_id', 'topics', 'error_code', 'unknown_tagged_fields')
     FIELDS = ('group_id', 'topics', 'error_code')
 
-    def __init__(self, *, group_id: str = '', topics: list[OffsetFetchResponseTopics] | None = _c.UNSET, error_code: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', topics: list[OffsetFetchResponseTopics] = _c.UNSET, error_code: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.topics = [] if topics is _c.UNSET else topics
         self.error_code = error_code
@@ -75,24 +76,18 @@ class OffsetFetchResponse(_c.Message):
     API_KEY = 9
     VALID_VERSIONS = (1, 10)
     FLEXIBLE_VERSIONS = (6, 32767)
-    OffsetFetchResponseTopic: type[OffsetFetchResponseTopic]
-    OffsetFetchResponsePartition: type[OffsetFetchResponsePartition]
-    OffsetFetchResponseGroup: type[OffsetFetchResponseGroup]
-    OffsetFetchResponseTopics: type[OffsetFetchResponseTopics]
-    OffsetFetchResponsePartitions: type[OffsetFetchResponsePartitions]
+    OffsetFetchResponseTopic: TypeAlias = OffsetFetchResponseTopic
+    OffsetFetchResponsePartition: TypeAlias = OffsetFetchResponsePartition
+    OffsetFetchResponseGroup: TypeAlias = OffsetFetchResponseGroup
+    OffsetFetchResponseTopics: TypeAlias = OffsetFetchResponseTopics
+    OffsetFetchResponsePartitions: TypeAlias = OffsetFetchResponsePartitions
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetFetchResponseTopic] | None = _c.UNSET, error_code: int = 0, groups: list[OffsetFetchResponseGroup] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetFetchResponseTopic] = _c.UNSET, error_code: int = 0, groups: list[OffsetFetchResponseGroup] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.error_code = error_code
         self.groups = [] if groups is _c.UNSET else groups
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetFetchResponse.OffsetFetchResponseTopic = OffsetFetchResponseTopic  # type: ignore[attr-defined]
-OffsetFetchResponse.OffsetFetchResponsePartition = OffsetFetchResponsePartition  # type: ignore[attr-defined]
-OffsetFetchResponse.OffsetFetchResponseGroup = OffsetFetchResponseGroup  # type: ignore[attr-defined]
-OffsetFetchResponse.OffsetFetchResponseTopics = OffsetFetchResponseTopics  # type: ignore[attr-defined]
-OffsetFetchResponse.OffsetFetchResponsePartitions = OffsetFetchResponsePartitions  # type: ignore[attr-defined]
 
 def _decode_OffsetFetchResponsePartition_v1(buf, pos):
     o = _new(OffsetFetchResponsePartition)
@@ -536,5 +531,5 @@ def _encode_OffsetFetchResponse_v10(o, out):
     else:
         out.append(0)
 
-OffsetFetchResponse.DECODERS = (None, _decode_OffsetFetchResponse_v1, _decode_OffsetFetchResponse_v2, _decode_OffsetFetchResponse_v3, _decode_OffsetFetchResponse_v3, _decode_OffsetFetchResponse_v5, _decode_OffsetFetchResponse_v6, _decode_OffsetFetchResponse_v6, _decode_OffsetFetchResponse_v8, _decode_OffsetFetchResponse_v8, _decode_OffsetFetchResponse_v10,)
-OffsetFetchResponse.ENCODERS = (None, _encode_OffsetFetchResponse_v1, _encode_OffsetFetchResponse_v2, _encode_OffsetFetchResponse_v3, _encode_OffsetFetchResponse_v3, _encode_OffsetFetchResponse_v5, _encode_OffsetFetchResponse_v6, _encode_OffsetFetchResponse_v6, _encode_OffsetFetchResponse_v8, _encode_OffsetFetchResponse_v8, _encode_OffsetFetchResponse_v10,)
+OffsetFetchResponse.DECODERS = (_c.unsupported_version, _decode_OffsetFetchResponse_v1, _decode_OffsetFetchResponse_v2, _decode_OffsetFetchResponse_v3, _decode_OffsetFetchResponse_v3, _decode_OffsetFetchResponse_v5, _decode_OffsetFetchResponse_v6, _decode_OffsetFetchResponse_v6, _decode_OffsetFetchResponse_v8, _decode_OffsetFetchResponse_v8, _decode_OffsetFetchResponse_v10,)
+OffsetFetchResponse.ENCODERS = (_c.unsupported_version, _encode_OffsetFetchResponse_v1, _encode_OffsetFetchResponse_v2, _encode_OffsetFetchResponse_v3, _encode_OffsetFetchResponse_v3, _encode_OffsetFetchResponse_v5, _encode_OffsetFetchResponse_v6, _encode_OffsetFetchResponse_v6, _encode_OffsetFetchResponse_v8, _encode_OffsetFetchResponse_v8, _encode_OffsetFetchResponse_v10,)

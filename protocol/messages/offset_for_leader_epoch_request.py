@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -27,7 +28,7 @@ class OffsetForLeaderTopic(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[OffsetForLeaderPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[OffsetForLeaderPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -39,16 +40,13 @@ class OffsetForLeaderEpochRequest(_c.Message):
     API_KEY = 23
     VALID_VERSIONS = (2, 4)
     FLEXIBLE_VERSIONS = (4, 32767)
-    OffsetForLeaderTopic: type[OffsetForLeaderTopic]
-    OffsetForLeaderPartition: type[OffsetForLeaderPartition]
+    OffsetForLeaderTopic: TypeAlias = OffsetForLeaderTopic
+    OffsetForLeaderPartition: TypeAlias = OffsetForLeaderPartition
 
-    def __init__(self, *, replica_id: int = -2, topics: list[OffsetForLeaderTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, replica_id: int = -2, topics: list[OffsetForLeaderTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.replica_id = replica_id
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetForLeaderEpochRequest.OffsetForLeaderTopic = OffsetForLeaderTopic  # type: ignore[attr-defined]
-OffsetForLeaderEpochRequest.OffsetForLeaderPartition = OffsetForLeaderPartition  # type: ignore[attr-defined]
 
 def _decode_OffsetForLeaderPartition_v2(buf, pos):
     o = _new(OffsetForLeaderPartition)
@@ -193,5 +191,5 @@ def _encode_OffsetForLeaderEpochRequest_v4(o, out):
     else:
         out.append(0)
 
-OffsetForLeaderEpochRequest.DECODERS = (None, None, _decode_OffsetForLeaderEpochRequest_v2, _decode_OffsetForLeaderEpochRequest_v3, _decode_OffsetForLeaderEpochRequest_v4,)
-OffsetForLeaderEpochRequest.ENCODERS = (None, None, _encode_OffsetForLeaderEpochRequest_v2, _encode_OffsetForLeaderEpochRequest_v3, _encode_OffsetForLeaderEpochRequest_v4,)
+OffsetForLeaderEpochRequest.DECODERS = (_c.unsupported_version, _c.unsupported_version, _decode_OffsetForLeaderEpochRequest_v2, _decode_OffsetForLeaderEpochRequest_v3, _decode_OffsetForLeaderEpochRequest_v4,)
+OffsetForLeaderEpochRequest.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _encode_OffsetForLeaderEpochRequest_v2, _encode_OffsetForLeaderEpochRequest_v3, _encode_OffsetForLeaderEpochRequest_v4,)

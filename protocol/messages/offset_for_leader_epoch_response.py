@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -28,7 +29,7 @@ class OffsetForLeaderTopicResult(_c.Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('topic', 'partitions')
 
-    def __init__(self, *, topic: str = '', partitions: list[EpochEndOffset] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, topic: str = '', partitions: list[EpochEndOffset] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.topic = topic
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -40,16 +41,13 @@ class OffsetForLeaderEpochResponse(_c.Message):
     API_KEY = 23
     VALID_VERSIONS = (2, 4)
     FLEXIBLE_VERSIONS = (4, 32767)
-    OffsetForLeaderTopicResult: type[OffsetForLeaderTopicResult]
-    EpochEndOffset: type[EpochEndOffset]
+    OffsetForLeaderTopicResult: TypeAlias = OffsetForLeaderTopicResult
+    EpochEndOffset: TypeAlias = EpochEndOffset
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetForLeaderTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetForLeaderTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult = OffsetForLeaderTopicResult  # type: ignore[attr-defined]
-OffsetForLeaderEpochResponse.EpochEndOffset = EpochEndOffset  # type: ignore[attr-defined]
 
 def _decode_EpochEndOffset_v2(buf, pos):
     o = _new(EpochEndOffset)
@@ -173,5 +171,5 @@ def _encode_OffsetForLeaderEpochResponse_v4(o, out):
     else:
         out.append(0)
 
-OffsetForLeaderEpochResponse.DECODERS = (None, None, _decode_OffsetForLeaderEpochResponse_v2, _decode_OffsetForLeaderEpochResponse_v2, _decode_OffsetForLeaderEpochResponse_v4,)
-OffsetForLeaderEpochResponse.ENCODERS = (None, None, _encode_OffsetForLeaderEpochResponse_v2, _encode_OffsetForLeaderEpochResponse_v2, _encode_OffsetForLeaderEpochResponse_v4,)
+OffsetForLeaderEpochResponse.DECODERS = (_c.unsupported_version, _c.unsupported_version, _decode_OffsetForLeaderEpochResponse_v2, _decode_OffsetForLeaderEpochResponse_v2, _decode_OffsetForLeaderEpochResponse_v4,)
+OffsetForLeaderEpochResponse.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _encode_OffsetForLeaderEpochResponse_v2, _encode_OffsetForLeaderEpochResponse_v2, _encode_OffsetForLeaderEpochResponse_v4,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class TopicProduceData(_c.Struct):
     __slots__ = ('name', 'topic_id', 'partition_data', 'unknown_tagged_fields')
     FIELDS = ('name', 'topic_id', 'partition_data')
 
-    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partition_data: list[PartitionProduceData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partition_data: list[PartitionProduceData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partition_data = [] if partition_data is _c.UNSET else partition_data
@@ -39,18 +40,15 @@ class ProduceRequest(_c.Message):
     API_KEY = 0
     VALID_VERSIONS = (3, 13)
     FLEXIBLE_VERSIONS = (9, 32767)
-    TopicProduceData: type[TopicProduceData]
-    PartitionProduceData: type[PartitionProduceData]
+    TopicProduceData: TypeAlias = TopicProduceData
+    PartitionProduceData: TypeAlias = PartitionProduceData
 
-    def __init__(self, *, transactional_id: str | None = None, acks: int = 0, timeout_ms: int = 0, topic_data: list[TopicProduceData] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactional_id: str | None = None, acks: int = 0, timeout_ms: int = 0, topic_data: list[TopicProduceData] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactional_id = transactional_id
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.topic_data = [] if topic_data is _c.UNSET else topic_data
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ProduceRequest.TopicProduceData = TopicProduceData  # type: ignore[attr-defined]
-ProduceRequest.PartitionProduceData = PartitionProduceData  # type: ignore[attr-defined]
 
 def _decode_PartitionProduceData_v3(buf, pos):
     o = _new(PartitionProduceData)
@@ -240,5 +238,5 @@ def _encode_ProduceRequest_v13(o, out):
     else:
         out.append(0)
 
-ProduceRequest.DECODERS = (None, None, None, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v9, _decode_ProduceRequest_v9, _decode_ProduceRequest_v9, _decode_ProduceRequest_v9, _decode_ProduceRequest_v13,)
-ProduceRequest.ENCODERS = (None, None, None, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v9, _encode_ProduceRequest_v9, _encode_ProduceRequest_v9, _encode_ProduceRequest_v9, _encode_ProduceRequest_v13,)
+ProduceRequest.DECODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v3, _decode_ProduceRequest_v9, _decode_ProduceRequest_v9, _decode_ProduceRequest_v9, _decode_ProduceRequest_v9, _decode_ProduceRequest_v13,)
+ProduceRequest.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v3, _encode_ProduceRequest_v9, _encode_ProduceRequest_v9, _encode_ProduceRequest_v9, _encode_ProduceRequest_v9, _encode_ProduceRequest_v13,)

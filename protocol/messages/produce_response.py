@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -37,7 +38,7 @@ class PartitionProduceResponse(_c.Struct):
     __slots__ = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader', 'unknown_tagged_fields')
     FIELDS = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader')
 
-    def __init__(self, *, index: int = 0, error_code: int = 0, base_offset: int = 0, log_append_time_ms: int = -1, log_start_offset: int = -1, record_errors: list[BatchIndexAndErrorMessage] | None = _c.UNSET, error_message: str | None = None, current_leader: LeaderIdAndEpoch | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, index: int = 0, error_code: int = 0, base_offset: int = 0, log_append_time_ms: int = -1, log_start_offset: int = -1, record_errors: list[BatchIndexAndErrorMessage] = _c.UNSET, error_message: str | None = None, current_leader: LeaderIdAndEpoch = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.index = index
         self.error_code = error_code
         self.base_offset = base_offset
@@ -52,7 +53,7 @@ class TopicProduceResponse(_c.Struct):
     __slots__ = ('name', 'topic_id', 'partition_responses', 'unknown_tagged_fields')
     FIELDS = ('name', 'topic_id', 'partition_responses')
 
-    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partition_responses: list[PartitionProduceResponse] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partition_responses: list[PartitionProduceResponse] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partition_responses = [] if partition_responses is _c.UNSET else partition_responses
@@ -76,23 +77,17 @@ class ProduceResponse(_c.Message):
     API_KEY = 0
     VALID_VERSIONS = (3, 13)
     FLEXIBLE_VERSIONS = (9, 32767)
-    TopicProduceResponse: type[TopicProduceResponse]
-    PartitionProduceResponse: type[PartitionProduceResponse]
-    BatchIndexAndErrorMessage: type[BatchIndexAndErrorMessage]
-    LeaderIdAndEpoch: type[LeaderIdAndEpoch]
-    NodeEndpoint: type[NodeEndpoint]
+    TopicProduceResponse: TypeAlias = TopicProduceResponse
+    PartitionProduceResponse: TypeAlias = PartitionProduceResponse
+    BatchIndexAndErrorMessage: TypeAlias = BatchIndexAndErrorMessage
+    LeaderIdAndEpoch: TypeAlias = LeaderIdAndEpoch
+    NodeEndpoint: TypeAlias = NodeEndpoint
 
-    def __init__(self, *, responses: list[TopicProduceResponse] | None = _c.UNSET, throttle_time_ms: int = 0, node_endpoints: list[NodeEndpoint] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, responses: list[TopicProduceResponse] = _c.UNSET, throttle_time_ms: int = 0, node_endpoints: list[NodeEndpoint] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.responses = [] if responses is _c.UNSET else responses
         self.throttle_time_ms = throttle_time_ms
         self.node_endpoints = [] if node_endpoints is _c.UNSET else node_endpoints
         self.unknown_tagged_fields = unknown_tagged_fields
-
-ProduceResponse.TopicProduceResponse = TopicProduceResponse  # type: ignore[attr-defined]
-ProduceResponse.PartitionProduceResponse = PartitionProduceResponse  # type: ignore[attr-defined]
-ProduceResponse.BatchIndexAndErrorMessage = BatchIndexAndErrorMessage  # type: ignore[attr-defined]
-ProduceResponse.LeaderIdAndEpoch = LeaderIdAndEpoch  # type: ignore[attr-defined]
-ProduceResponse.NodeEndpoint = NodeEndpoint  # type: ignore[attr-defined]
 
 def _decode_PartitionProduceResponse_v3(buf, pos):
     o = _new(PartitionProduceResponse)
@@ -658,5 +653,5 @@ def _encode_ProduceResponse_v13(o, out):
         tags.extend(o.unknown_tagged_fields.items())
     _c.write_tagged_fields(out, tags)
 
-ProduceResponse.DECODERS = (None, None, None, _decode_ProduceResponse_v3, _decode_ProduceResponse_v3, _decode_ProduceResponse_v5, _decode_ProduceResponse_v5, _decode_ProduceResponse_v5, _decode_ProduceResponse_v8, _decode_ProduceResponse_v9, _decode_ProduceResponse_v10, _decode_ProduceResponse_v10, _decode_ProduceResponse_v10, _decode_ProduceResponse_v13,)
-ProduceResponse.ENCODERS = (None, None, None, _encode_ProduceResponse_v3, _encode_ProduceResponse_v3, _encode_ProduceResponse_v5, _encode_ProduceResponse_v5, _encode_ProduceResponse_v5, _encode_ProduceResponse_v8, _encode_ProduceResponse_v9, _encode_ProduceResponse_v10, _encode_ProduceResponse_v10, _encode_ProduceResponse_v10, _encode_ProduceResponse_v13,)
+ProduceResponse.DECODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _decode_ProduceResponse_v3, _decode_ProduceResponse_v3, _decode_ProduceResponse_v5, _decode_ProduceResponse_v5, _decode_ProduceResponse_v5, _decode_ProduceResponse_v8, _decode_ProduceResponse_v9, _decode_ProduceResponse_v10, _decode_ProduceResponse_v10, _decode_ProduceResponse_v10, _decode_ProduceResponse_v13,)
+ProduceResponse.ENCODERS = (_c.unsupported_version, _c.unsupported_version, _c.unsupported_version, _encode_ProduceResponse_v3, _encode_ProduceResponse_v3, _encode_ProduceResponse_v5, _encode_ProduceResponse_v5, _encode_ProduceResponse_v5, _encode_ProduceResponse_v8, _encode_ProduceResponse_v9, _encode_ProduceResponse_v10, _encode_ProduceResponse_v10, _encode_ProduceResponse_v10, _encode_ProduceResponse_v13,)

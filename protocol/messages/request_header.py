@@ -27,7 +27,6 @@ class RequestHeader(_c.Message):
         self.client_id = client_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_RequestHeader_v1(buf, pos):
     o = _new(RequestHeader)
     (o.request_api_key, o.request_api_version, o.correlation_id,) = _S_hhi.unpack_from(buf, pos)
@@ -56,5 +55,5 @@ def _encode_RequestHeader_v2(o, out):
     else:
         out.append(0)
 
-RequestHeader.DECODERS = (None, _decode_RequestHeader_v1, _decode_RequestHeader_v2,)
-RequestHeader.ENCODERS = (None, _encode_RequestHeader_v1, _encode_RequestHeader_v2,)
+RequestHeader.DECODERS = (_c.unsupported_version, _decode_RequestHeader_v1, _decode_RequestHeader_v2,)
+RequestHeader.ENCODERS = (_c.unsupported_version, _encode_RequestHeader_v1, _encode_RequestHeader_v2,)

@@ -24,7 +24,6 @@ class ResponseHeader(_c.Message):
         self.correlation_id = correlation_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_ResponseHeader_v0(buf, pos):
     o = _new(ResponseHeader)
     (o.correlation_id,) = _S_i.unpack_from(buf, pos)

@@ -23,7 +23,6 @@ class SaslAuthenticateRequest(_c.Message):
         self.auth_bytes = auth_bytes
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_SaslAuthenticateRequest_v0(buf, pos):
     o = _new(SaslAuthenticateRequest)
     o.auth_bytes, pos = _c.read_bytes(buf, pos)

@@ -28,7 +28,6 @@ class SaslAuthenticateResponse(_c.Message):
         self.session_lifetime_ms = session_lifetime_ms
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_SaslAuthenticateResponse_v0(buf, pos):
     o = _new(SaslAuthenticateResponse)
     o.session_lifetime_ms = 0

@@ -23,7 +23,6 @@ class SaslHandshakeRequest(_c.Message):
         self.mechanism = mechanism
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_SaslHandshakeRequest_v0(buf, pos):
     o = _new(SaslHandshakeRequest)
     o.mechanism, pos = _c.read_string(buf, pos)

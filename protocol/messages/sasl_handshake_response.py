@@ -20,11 +20,10 @@ class SaslHandshakeResponse(_c.Message):
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = None
 
-    def __init__(self, *, error_code: int = 0, mechanisms: list[str] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, error_code: int = 0, mechanisms: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.mechanisms = [] if mechanisms is _c.UNSET else mechanisms
         self.unknown_tagged_fields = unknown_tagged_fields
-
 
 def _decode_SaslHandshakeResponse_v0(buf, pos):
     o = _new(SaslHandshakeResponse)

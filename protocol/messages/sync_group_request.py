@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -28,9 +29,9 @@ class SyncGroupRequest(_c.Message):
     API_KEY = 14
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (4, 32767)
-    SyncGroupRequestAssignment: type[SyncGroupRequestAssignment]
+    SyncGroupRequestAssignment: TypeAlias = SyncGroupRequestAssignment
 
-    def __init__(self, *, group_id: str = '', generation_id: int = 0, member_id: str = '', group_instance_id: str | None = None, protocol_type: str | None = None, protocol_name: str | None = None, assignments: list[SyncGroupRequestAssignment] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', generation_id: int = 0, member_id: str = '', group_instance_id: str | None = None, protocol_type: str | None = None, protocol_name: str | None = None, assignments: list[SyncGroupRequestAssignment] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.generation_id = generation_id
         self.member_id = member_id
@@ -39,8 +40,6 @@ class SyncGroupRequest(_c.Message):
         self.protocol_name = protocol_name
         self.assignments = [] if assignments is _c.UNSET else assignments
         self.unknown_tagged_fields = unknown_tagged_fields
-
-SyncGroupRequest.SyncGroupRequestAssignment = SyncGroupRequestAssignment  # type: ignore[attr-defined]
 
 def _decode_SyncGroupRequestAssignment_v0(buf, pos):
     o = _new(SyncGroupRequestAssignment)

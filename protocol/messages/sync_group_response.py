@@ -29,7 +29,6 @@ class SyncGroupResponse(_c.Message):
         self.assignment = assignment
         self.unknown_tagged_fields = unknown_tagged_fields
 
-
 def _decode_SyncGroupResponse_v0(buf, pos):
     o = _new(SyncGroupResponse)
     o.throttle_time_ms = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,7 +31,7 @@ class TxnOffsetCommitRequestTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[TxnOffsetCommitRequestPartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[TxnOffsetCommitRequestPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -42,10 +43,10 @@ class TxnOffsetCommitRequest(_c.Message):
     API_KEY = 28
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
-    TxnOffsetCommitRequestTopic: type[TxnOffsetCommitRequestTopic]
-    TxnOffsetCommitRequestPartition: type[TxnOffsetCommitRequestPartition]
+    TxnOffsetCommitRequestTopic: TypeAlias = TxnOffsetCommitRequestTopic
+    TxnOffsetCommitRequestPartition: TypeAlias = TxnOffsetCommitRequestPartition
 
-    def __init__(self, *, transactional_id: str = '', group_id: str = '', producer_id: int = 0, producer_epoch: int = 0, generation_id: int = -1, member_id: str = '', group_instance_id: str | None = None, topics: list[TxnOffsetCommitRequestTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactional_id: str = '', group_id: str = '', producer_id: int = 0, producer_epoch: int = 0, generation_id: int = -1, member_id: str = '', group_instance_id: str | None = None, topics: list[TxnOffsetCommitRequestTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactional_id = transactional_id
         self.group_id = group_id
         self.producer_id = producer_id
@@ -55,9 +56,6 @@ class TxnOffsetCommitRequest(_c.Message):
         self.group_instance_id = group_instance_id
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic = TxnOffsetCommitRequestTopic  # type: ignore[attr-defined]
-TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition = TxnOffsetCommitRequestPartition  # type: ignore[attr-defined]
 
 def _decode_TxnOffsetCommitRequestPartition_v0(buf, pos):
     o = _new(TxnOffsetCommitRequestPartition)

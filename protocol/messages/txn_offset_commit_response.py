@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class TxnOffsetCommitResponseTopic(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[TxnOffsetCommitResponsePartition] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[TxnOffsetCommitResponsePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -38,16 +39,13 @@ class TxnOffsetCommitResponse(_c.Message):
     API_KEY = 28
     VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
-    TxnOffsetCommitResponseTopic: type[TxnOffsetCommitResponseTopic]
-    TxnOffsetCommitResponsePartition: type[TxnOffsetCommitResponsePartition]
+    TxnOffsetCommitResponseTopic: TypeAlias = TxnOffsetCommitResponseTopic
+    TxnOffsetCommitResponsePartition: TypeAlias = TxnOffsetCommitResponsePartition
 
-    def __init__(self, *, throttle_time_ms: int = 0, topics: list[TxnOffsetCommitResponseTopic] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[TxnOffsetCommitResponseTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
-
-TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic = TxnOffsetCommitResponseTopic  # type: ignore[attr-defined]
-TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition = TxnOffsetCommitResponsePartition  # type: ignore[attr-defined]
 
 def _decode_TxnOffsetCommitResponsePartition_v0(buf, pos):
     o = _new(TxnOffsetCommitResponsePartition)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -33,15 +34,13 @@ class UpdateFeaturesRequest(_c.Message):
     API_KEY = 57
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
-    FeatureUpdateKey: type[FeatureUpdateKey]
+    FeatureUpdateKey: TypeAlias = FeatureUpdateKey
 
-    def __init__(self, *, timeout_ms: int = 60000, feature_updates: list[FeatureUpdateKey] | None = _c.UNSET, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, timeout_ms: int = 60000, feature_updates: list[FeatureUpdateKey] = _c.UNSET, validate_only: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.timeout_ms = timeout_ms
         self.feature_updates = [] if feature_updates is _c.UNSET else feature_updates
         self.validate_only = validate_only
         self.unknown_tagged_fields = unknown_tagged_fields
-
-UpdateFeaturesRequest.FeatureUpdateKey = FeatureUpdateKey  # type: ignore[attr-defined]
 
 def _decode_FeatureUpdateKey_v0(buf, pos):
     o = _new(FeatureUpdateKey)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -30,16 +31,14 @@ class UpdateFeaturesResponse(_c.Message):
     API_KEY = 57
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_VERSIONS = (0, 32767)
-    UpdatableFeatureResult: type[UpdatableFeatureResult]
+    UpdatableFeatureResult: TypeAlias = UpdatableFeatureResult
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', results: list[UpdatableFeatureResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = '', results: list[UpdatableFeatureResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
         self.results = [] if results is _c.UNSET else results
         self.unknown_tagged_fields = unknown_tagged_fields
-
-UpdateFeaturesResponse.UpdatableFeatureResult = UpdatableFeatureResult  # type: ignore[attr-defined]
 
 def _decode_UpdatableFeatureResult_v0(buf, pos):
     o = _new(UpdatableFeatureResult)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -18,7 +19,7 @@ class WritableTxnMarkerTopic(_c.Struct):
     __slots__ = ('name', 'partition_indexes', 'unknown_tagged_fields')
     FIELDS = ('name', 'partition_indexes')
 
-    def __init__(self, *, name: str = '', partition_indexes: list[int] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partition_indexes: list[int] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partition_indexes = [] if partition_indexes is _c.UNSET else partition_indexes
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -27,7 +28,7 @@ class WritableTxnMarker(_c.Struct):
     __slots__ = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', 'transaction_version', 'unknown_tagged_fields')
     FIELDS = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', 'transaction_version')
 
-    def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, transaction_result: bool = False, topics: list[WritableTxnMarkerTopic] | None = _c.UNSET, coordinator_epoch: int = 0, transaction_version: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, transaction_result: bool = False, topics: list[WritableTxnMarkerTopic] = _c.UNSET, coordinator_epoch: int = 0, transaction_version: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.transaction_result = transaction_result
@@ -43,15 +44,12 @@ class WriteTxnMarkersRequest(_c.Message):
     API_KEY = 27
     VALID_VERSIONS = (1, 2)
     FLEXIBLE_VERSIONS = (1, 32767)
-    WritableTxnMarker: type[WritableTxnMarker]
-    WritableTxnMarkerTopic: type[WritableTxnMarkerTopic]
+    WritableTxnMarker: TypeAlias = WritableTxnMarker
+    WritableTxnMarkerTopic: TypeAlias = WritableTxnMarkerTopic
 
-    def __init__(self, *, markers: list[WritableTxnMarker] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, markers: list[WritableTxnMarker] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.markers = [] if markers is _c.UNSET else markers
         self.unknown_tagged_fields = unknown_tagged_fields
-
-WriteTxnMarkersRequest.WritableTxnMarker = WritableTxnMarker  # type: ignore[attr-defined]
-WriteTxnMarkersRequest.WritableTxnMarkerTopic = WritableTxnMarkerTopic  # type: ignore[attr-defined]
 
 def _decode_WritableTxnMarkerTopic_v1(buf, pos):
     o = _new(WritableTxnMarkerTopic)
@@ -183,5 +181,5 @@ def _encode_WriteTxnMarkersRequest_v2(o, out):
     else:
         out.append(0)
 
-WriteTxnMarkersRequest.DECODERS = (None, _decode_WriteTxnMarkersRequest_v1, _decode_WriteTxnMarkersRequest_v2,)
-WriteTxnMarkersRequest.ENCODERS = (None, _encode_WriteTxnMarkersRequest_v1, _encode_WriteTxnMarkersRequest_v2,)
+WriteTxnMarkersRequest.DECODERS = (_c.unsupported_version, _decode_WriteTxnMarkersRequest_v1, _decode_WriteTxnMarkersRequest_v2,)
+WriteTxnMarkersRequest.ENCODERS = (_c.unsupported_version, _encode_WriteTxnMarkersRequest_v1, _encode_WriteTxnMarkersRequest_v2,)

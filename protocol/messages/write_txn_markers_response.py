@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
+from typing import TypeAlias
 
 from protocol import _codec as _c
 from protocol.exceptions import DecodeError
@@ -26,7 +27,7 @@ class WritableTxnMarkerTopicResult(_c.Struct):
     __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
     FIELDS = ('name', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[WritableTxnMarkerPartitionResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', partitions: list[WritableTxnMarkerPartitionResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -35,7 +36,7 @@ class WritableTxnMarkerResult(_c.Struct):
     __slots__ = ('producer_id', 'topics', 'unknown_tagged_fields')
     FIELDS = ('producer_id', 'topics')
 
-    def __init__(self, *, producer_id: int = 0, topics: list[WritableTxnMarkerTopicResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, producer_id: int = 0, topics: list[WritableTxnMarkerTopicResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.producer_id = producer_id
         self.topics = [] if topics is _c.UNSET else topics
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -47,17 +48,13 @@ class WriteTxnMarkersResponse(_c.Message):
     API_KEY = 27
     VALID_VERSIONS = (1, 2)
     FLEXIBLE_VERSIONS = (1, 32767)
-    WritableTxnMarkerResult: type[WritableTxnMarkerResult]
-    WritableTxnMarkerTopicResult: type[WritableTxnMarkerTopicResult]
-    WritableTxnMarkerPartitionResult: type[WritableTxnMarkerPartitionResult]
+    WritableTxnMarkerResult: TypeAlias = WritableTxnMarkerResult
+    WritableTxnMarkerTopicResult: TypeAlias = WritableTxnMarkerTopicResult
+    WritableTxnMarkerPartitionResult: TypeAlias = WritableTxnMarkerPartitionResult
 
-    def __init__(self, *, markers: list[WritableTxnMarkerResult] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, markers: list[WritableTxnMarkerResult] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.markers = [] if markers is _c.UNSET else markers
         self.unknown_tagged_fields = unknown_tagged_fields
-
-WriteTxnMarkersResponse.WritableTxnMarkerResult = WritableTxnMarkerResult  # type: ignore[attr-defined]
-WriteTxnMarkersResponse.WritableTxnMarkerTopicResult = WritableTxnMarkerTopicResult  # type: ignore[attr-defined]
-WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult = WritableTxnMarkerPartitionResult  # type: ignore[attr-defined]
 
 def _decode_WritableTxnMarkerPartitionResult_v1(buf, pos):
     o = _new(WritableTxnMarkerPartitionResult)
@@ -150,5 +147,5 @@ def _encode_WriteTxnMarkersResponse_v1(o, out):
     else:
         out.append(0)
 
-WriteTxnMarkersResponse.DECODERS = (None, _decode_WriteTxnMarkersResponse_v1, _decode_WriteTxnMarkersResponse_v1,)
-WriteTxnMarkersResponse.ENCODERS = (None, _encode_WriteTxnMarkersResponse_v1, _encode_WriteTxnMarkersResponse_v1,)
+WriteTxnMarkersResponse.DECODERS = (_c.unsupported_version, _decode_WriteTxnMarkersResponse_v1, _decode_WriteTxnMarkersResponse_v1,)
+WriteTxnMarkersResponse.ENCODERS = (_c.unsupported_version, _encode_WriteTxnMarkersResponse_v1, _encode_WriteTxnMarkersResponse_v1,)
