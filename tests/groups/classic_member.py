@@ -155,6 +155,13 @@ def run_kafka_python(args: argparse.Namespace, member: Member) -> None:
 
     consumer = KafkaConsumer(**kafka_python_settings(args), max_poll_records=args.max_records)
     consumer.subscribe([args.topic], listener=Listener())
+    # Work around a kafka-python 3.0.12 bug (still in its main branch). A leader whose first assignment ran
+    # before it knew the topic's partitions rejoins when the metadata arrives; if that join outlives
+    # poll()'s timeout, the join itself clears the metadata check, need_rejoin() turns False and the
+    # finished join is never taken up: heartbeats stay off, the coordinator expires the member after its
+    # session and it never rejoins. (Java's rejoinNeededOrPending() also counts a pending join.) Loading
+    # the topic's metadata after subscribe() and before the first join takes that rejoin away.
+    consumer.topics()
     while member.running:
         batches = consumer.poll(100)
         member.read([[tp.partition, r.offset] for tp, rs in batches.items() for r in rs])
