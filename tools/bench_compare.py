@@ -22,7 +22,8 @@ Scenarios (--only takes a comma-separated list of these names):
   upper bound: with a broker, librdkafka's own threads (batching, sending) and the broker share the cores.
   Then the 100 B produce runs against the null broker (tools/null_broker.py, its own column): it acknowledges
   every batch at once and keeps nothing, so the client does all its work (batching, sending, acknowledgements)
-  with a broker that costs next to nothing: a broker within 10% of that rate is not the limit.
+  with a broker that costs next to nothing: a broker within 10% of that rate is not the limit. And what
+  appending to a file costs this machine: --volume-mb written to a new file in 1 MB write() calls.
 - produce: 1 and 2 producer processes x 100 B and 1 KB records x acks=1 and acks=all x no compression and
   lz4 (linger.ms=5, batch.size=1,000,000), to a 2-partition topic; records/s and MB/s of uncompressed payload,
   from the first produce() call to the end of flush(). Payloads are half random bytes, half text (lz4 halves
@@ -1231,6 +1232,28 @@ def measure_ceiling(plan: Plan, result: RepResult) -> None:
             print(f"    {label}: {share * processes / elapsed:,.0f} produce() calls/s", file=sys.stderr)
 
 
+def measure_file_writes(plan: Plan, result: RepResult) -> None:
+    """What writing the log costs this machine, with no broker: --volume-mb written to a new file in 1 MB
+    write() calls, where the brokers' data directories go (the system's temporary directory). A broker that
+    keeps its log in files cannot append faster than this on one core."""
+    block = os.urandom(MB)
+    blocks = plan.volume_mb
+    with tempfile.TemporaryDirectory(prefix="bench-writes-") as directory:
+        fd = os.open(Path(directory) / "log", os.O_WRONLY | os.O_CREAT)
+        try:
+            cpu_before = sum(os.times()[:2])
+            start = time.monotonic()
+            for _ in range(blocks):
+                os.write(fd, block)
+            elapsed = time.monotonic() - start
+            cpu = sum(os.times()[:2]) - cpu_before
+        finally:
+            os.close(fd)
+    result.metrics["ceiling.file_write.mb_s"] = blocks / elapsed
+    result.metrics["ceiling.file_write.cpu_s_per_gb"] = cpu / (blocks * MB / GB)
+    print(f"    file writes: {blocks / elapsed:,.0f} MB/s, {cpu / (blocks * MB / GB):.2f} CPU s/GB", file=sys.stderr)
+
+
 def measure_null_broker(plan: Plan, rep: int) -> RepResult:
     """Every run of the produce scenario against the null broker (tools/null_broker.py): the client doing all
     of its work (batching, compressing, sending, acknowledgements) with a broker that costs next to nothing,
@@ -1693,6 +1716,7 @@ def main() -> None:
             print(f"rep {rep + 1}/{plan.repeat}: client ceiling", file=sys.stderr)
             ceiling = RepResult()
             measure_ceiling(plan, ceiling)
+            measure_file_writes(plan, ceiling)
             raw[CLIENT].append(ceiling)
             print(f"rep {rep + 1}/{plan.repeat}: {NULL_BROKER}", file=sys.stderr)
             raw[NULL_BROKER].append(measure_null_broker(plan, rep))
