@@ -1615,6 +1615,8 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
                 values.append(summary["median"])
                 low.append(summary["median"] - summary["min"])
                 high.append(summary["max"] - summary["median"])
+            if not positions:  # not measured on this broker (the null broker only produces): no legend entry
+                continue
             axis.barh(positions, values, height, xerr=[low, high], label=broker, color=colors[broker], capsize=2)
             for position, value in zip(positions, values, strict=True):
                 axis.annotate(
