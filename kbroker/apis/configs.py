@@ -179,11 +179,10 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
     for resource in request.resources:
         if resource.resource_type == TOPIC:
             # AlterConfigs replaces the whole set of overrides with the given one.
-            requested = {c.name: c.value for c in resource.configs}
-            configs = {name: value for name, value in requested.items() if value is not None}
-            if len(configs) != len(requested):
+            if any(c.value is None for c in resource.configs):  # a repeated name's earlier null too
                 code, message = ErrorCode.INVALID_REQUEST, "Null value not supported"
             else:
+                configs = {c.name: c.value for c in resource.configs if c.value is not None}
                 code, message = _apply_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
         elif resource.resource_type in (BROKER, BROKER_LOGGER):
             code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC

@@ -114,13 +114,16 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             if replication_problem is not None:
                 fail(ErrorCode.INVALID_REPLICATION_FACTOR, replication_problem)
                 continue
-        requested_configs = {c.name: c.value for c in topic.configs}
-        config_problem = validate_topic_configs(requested_configs)
+        # Every entry is checked, a repeated name's earlier null included, before later entries win.
+        null_named = next((c.name for c in topic.configs if c.value is None), None)
+        if null_named is not None:
+            fail(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {null_named}")
+            continue
+        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        config_problem = validate_topic_configs(configs)
         if config_problem is not None:
             fail(ErrorCode.INVALID_CONFIG, config_problem)
             continue
-        # Validated, so no value is null; this says so to the type checker.
-        configs = {name: value for name, value in requested_configs.items() if value is not None}
         if request.validate_only:
             topic_id = ZERO_UUID
         else:
