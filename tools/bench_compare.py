@@ -20,10 +20,11 @@ Scenarios (--only takes a comma-separated list of these names):
   (so the timed pass reuses memory, as a producer whose records are delivered does). A broker cannot make the
   same loop go faster, so 100 B produce rates near it mean the client, not the broker, is the limit. It is an
   upper bound: with a broker, librdkafka's own threads (batching, sending) and the broker share the cores.
-  Then the 100 B produce runs against the null broker (tools/null_broker.py, its own column): it acknowledges
-  every batch at once and keeps nothing, so the client does all its work (batching, sending, acknowledgements)
-  with a broker that costs next to nothing: a broker within 10% of that rate is not the limit. And what
-  appending to a file costs this machine: --volume-mb written to a new file in 1 MB write() calls.
+  Then every run of the produce scenario against the null broker (tools/null_broker.py, its own column): it
+  acknowledges every batch at once and keeps nothing, so the client does all its work (batching, compressing,
+  sending, acknowledgements) with a broker that costs next to nothing: a broker near that rate is not the
+  limit. And what appending to a file costs this machine: --volume-mb written to a new file in 1 MB write()
+  calls.
 - produce: 1 and 2 producer processes x 100 B and 1 KB records x acks=1 and acks=all x no compression and
   lz4 (linger.ms=5, batch.size=1,000,000), to a 2-partition topic; records/s and MB/s of uncompressed payload,
   from the first produce() call to the end of flush(). Payloads are half random bytes, half text (lz4 halves
@@ -1015,31 +1016,48 @@ def size_label(size: int) -> str:
     return "100B" if size < 1000 else f"{size // 1000}KB"
 
 
+@dataclass(frozen=True)
+class ProduceCase:
+    """One run of the produce scenario: record size, producer processes and settings."""
+
+    size: int
+    records: int
+    processes: int
+    acks: str
+    codec: str
+
+    @property
+    def prefix(self) -> str:
+        return f"produce.{size_label(self.size)}.acks={self.acks}.{self.codec}.{self.processes}p"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"acks": self.acks, "compression.type": self.codec}
+
+
+def produce_cases(plan: Plan) -> list[ProduceCase]:
+    return [
+        ProduceCase(size, records, processes, acks, codec)
+        for size, records in ((100, plan.produce_records_100), (1000, plan.produce_records_1k))
+        for processes in (1, 2)
+        for acks in ("1", "all")
+        for codec in ("none", "lz4")
+    ]
+
+
 def scenario_produce(s: Session) -> None:
-    for size, records in ((100, s.plan.produce_records_100), (1000, s.plan.produce_records_1k)):
-        for processes in (1, 2):
-            for acks in ("1", "all"):
-                for codec in ("none", "lz4"):
-                    prefix = f"produce.{size_label(size)}.acks={acks}.{codec}.{processes}p"
+    for case in produce_cases(s.plan):
 
-                    def one(
-                        prefix: str = prefix,
-                        size: int = size,
-                        records: int = records,
-                        processes: int = processes,
-                        acks: str = acks,
-                        codec: str = codec,
-                    ) -> None:
-                        topic = s.topic("produce")
-                        s.create_topic(topic, 2)
-                        try:
-                            config = {"acks": acks, "compression.type": codec}
-                            s.produce(prefix, topic, records, size, config, processes)
-                            s.check_stored(topic, 2, records // processes * processes, prefix)
-                        finally:
-                            s.delete_topic(topic)
+        def one(case: ProduceCase = case) -> None:
+            topic = s.topic("produce")
+            s.create_topic(topic, 2)
+            try:
+                s.produce(case.prefix, topic, case.records, case.size, case.config, case.processes)
+                s.check_stored(topic, 2, case.records // case.processes * case.processes, case.prefix)
+            finally:
+                s.delete_topic(topic)
 
-                    s.subcase("produce", prefix, one)
+        s.subcase("produce", case.prefix, one)
 
 
 def scenario_consume(s: Session) -> None:
@@ -1267,23 +1285,13 @@ def measure_null_broker(plan: Plan, rep: int) -> RepResult:
         return result
     session = Session(broker, plan, rep, result)
     try:
-        for size, records in ((100, plan.produce_records_100), (1000, plan.produce_records_1k)):
-            for processes in (1, 2):
-                for acks in ("1", "all"):
-                    for codec in ("none", "lz4"):
-                        prefix = f"produce.{size_label(size)}.acks={acks}.{codec}.{processes}p"
-                        config = {"acks": acks, "compression.type": codec}
+        for case in produce_cases(plan):
 
-                        def one(
-                            prefix: str = prefix,
-                            records: int = records,
-                            size: int = size,
-                            config: dict[str, Any] = config,
-                            processes: int = processes,
-                        ) -> None:
-                            session.produce(prefix, session.topic("null"), records, size, config, processes)
+            def one(case: ProduceCase = case) -> None:
+                topic = session.topic("null")  # the null broker knows every topic: nothing to create
+                session.produce(case.prefix, topic, case.records, case.size, case.config, case.processes)
 
-                        session.subcase("produce", prefix, one)
+            session.subcase("produce", case.prefix, one)
     finally:
         broker.stop()
     return result
