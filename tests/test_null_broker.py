@@ -3,23 +3,17 @@ consecutive offsets per partition, in v2 record batches, and nothing else is ask
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 from confluent_kafka import Producer
 
+from tools.bench_compare import free_port
 from tools.null_broker import NullBroker
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_a_producer_gets_consecutive_offsets_per_partition_for_every_acks_setting() -> None:
-    port = _free_port()
+    port = free_port()
     broker = NullBroker("127.0.0.1", port, partitions=2)
     threading.Thread(target=broker.serve_forever, daemon=True).start()
     for acks, topic in (("1", "one"), ("all", "all"), ("0", "none")):
