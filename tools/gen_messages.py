@@ -1,9 +1,7 @@
 """Generate protocol/messages/ from Kafka's JSON message schemas.
 
-Sources, in order (a later one never overrides an earlier one):
-  1. the Kafka 4.3 schemas inside the pinned kafka-python wheel (kafka/protocol/schemas/resources);
-  2. the extra APIs named in EXTRA_SCHEMAS, read from the older reference set beside the repository
-     (../shared/kafka-message-schemas). That set is read at generation time only and never copied.
+Source: Kafka's own schemas (common/message/*.json) inside the kafka-clients jar pinned below, fetched from
+Maven Central by tools/maven_artifacts.py (set ``kafka-clients-4.3.0``) and checked against its sha256.
 
 Each schema becomes one module with straight-line decode and encode functions per version: runs of
 fixed-width fields are read and written with one precompiled struct, and identical functions are shared
@@ -14,42 +12,23 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import hashlib
 import json
 import keyword
 import re
+import shutil
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "protocol" / "messages"
-EXTRA_SCHEMA_DIR = REPO.parent / "shared" / "kafka-message-schemas"
-EXTRA_SCHEMAS = (
-    "ConsumerGroupHeartbeatRequest",
-    "ConsumerGroupHeartbeatResponse",
-    "ConsumerGroupDescribeRequest",
-    "ConsumerGroupDescribeResponse",
-)
-# Versions newer than the reference set, described from Kafka's protocol changes (name -> amendment).
-# ConsumerGroupDescribe v1 (KIP-1099, Kafka 4.0): the request is unchanged; each member gains MemberType,
-# int8, -1 unknown, 0 classic, 1 consumer.
-SCHEMA_AMENDMENTS: dict[str, dict] = {
-    "ConsumerGroupDescribeRequest": {"validVersions": "0-1"},
-    "ConsumerGroupDescribeResponse": {
-        "validVersions": "0-1",
-        "append": {
-            ("Groups", "Members"): {
-                "name": "MemberType",
-                "type": "int8",
-                "versions": "1+",
-                "default": "-1",
-                "ignorable": True,
-                "about": "-1 for unknown, 0 for a classic member, 1 for a consumer member.",
-            }
-        },
-    },
-}
+SCHEMA_JAR_SET = "kafka-clients-4.3.0"  # tools/maven/kafka-clients-4.3.0.pom.xml
+SCHEMA_JAR = "kafka-clients-4.3.0.jar"
+SCHEMA_JAR_SHA256 = "97a5b492d4ad658fd2dfba969fa0e403c2e38c971fb1e083da4e391471925fc1"
+SCHEMA_PREFIX = "common/message/"
 MAX_VERSION = 32767
 FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "float64": "d", "bool": "?"}
 FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "d": 8, "?": 1}
@@ -92,9 +71,9 @@ def snake(name: str) -> str:
     return result + "_" if keyword.iskeyword(result) else result
 
 
-def load_schema(path: Path) -> dict:
+def load_schema(source: str) -> dict:
     # Kafka's schema files are JSON with // comments.
-    text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("//"))
+    text = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
     return json.loads(text)
 
 
@@ -583,35 +562,31 @@ class Emitter:
         return "\n".join(lines)
 
 
-def collect_schemas(kafka_resources: Path, extra_dir: Path) -> list[Schema]:
+def schema_jar() -> Path:
+    """The pinned kafka-clients jar (fetched from Maven Central if need be), checked against its sha256."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import maven_artifacts
+
+    try:
+        jar = maven_artifacts.prepare(SCHEMA_JAR_SET) / SCHEMA_JAR
+    except maven_artifacts.MavenUnavailable as exc:
+        raise SystemExit(f"gen_messages: the message schemas are unavailable: {exc}") from None
+    digest = hashlib.sha256(jar.read_bytes()).hexdigest()
+    if digest != SCHEMA_JAR_SHA256:
+        raise SystemExit(f"gen_messages: {jar} has sha256 {digest}, expected {SCHEMA_JAR_SHA256}")
+    return jar
+
+
+def collect_schemas(jar: Path) -> list[Schema]:
     schemas: dict[str, Schema] = {}
-    for path in sorted(kafka_resources.glob("*.json")):
-        data = load_schema(path)
-        if data.get("type") in ("request", "response", "header", "data"):
-            schemas[data["name"]] = build_schema(data)
-    for name in EXTRA_SCHEMAS:
-        if name in schemas:
-            continue
-        path = extra_dir / f"{name}.json"
-        if not path.exists():
-            raise SystemExit(f"gen_messages: {path} is missing (the older reference schema set)")
-        schemas[name] = build_schema(amend_schema(load_schema(path)))
+    with zipfile.ZipFile(jar) as archive:
+        for name in sorted(archive.namelist()):
+            if name.startswith(SCHEMA_PREFIX) and name.endswith(".json"):
+                data = load_schema(archive.read(name).decode())
+                # APIs Kafka removed keep a schema with validVersions "none" and no fields.
+                if data.get("type") in ("request", "response", "header", "data") and "fields" in data:
+                    schemas[data["name"]] = build_schema(data)
     return sorted(schemas.values(), key=lambda s: s.name)
-
-
-def amend_schema(data: dict) -> dict:
-    """Apply SCHEMA_AMENDMENTS to an older reference schema (only while it lacks the newer version)."""
-    amendment = SCHEMA_AMENDMENTS.get(data["name"])
-    if amendment is None or parse_versions(data["validVersions"]) == parse_versions(amendment["validVersions"]):
-        return data
-    data = {**data, "validVersions": amendment["validVersions"]}
-    for path, new_field in amendment.get("append", {}).items():
-        fields = data["fields"]
-        for name in path:
-            fields = next(f for f in fields if f["name"] == name)["fields"]
-        if all(f["name"] != new_field["name"] for f in fields):
-            fields.append(dict(new_field))
-    return data
 
 
 def registry_source(schemas: list[Schema]) -> str:
@@ -674,15 +649,9 @@ def registry_source(schemas: list[Schema]) -> str:
     return "\n".join(lines)
 
 
-def kafka_python_resources() -> Path:
-    import kafka  # the pinned kafka-python carries the schemas
-
-    return Path(kafka.__file__).parent / "protocol" / "schemas" / "resources"
-
-
-def generate(out_dir: Path, extra_dir: Path = EXTRA_SCHEMA_DIR) -> list[str]:
+def generate(out_dir: Path) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    schemas = collect_schemas(kafka_python_resources(), extra_dir)
+    schemas = collect_schemas(schema_jar())
     written = []
     for schema in schemas:
         name = f"{snake(schema.name)}.py"
@@ -696,16 +665,18 @@ def generate(out_dir: Path, extra_dir: Path = EXTRA_SCHEMA_DIR) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="fail if the committed code differs")
-    parser.add_argument("--extra-schemas", type=Path, default=EXTRA_SCHEMA_DIR)
     args = parser.parse_args()
     if not args.check:
-        for stale in OUT_DIR.glob("*.py"):
-            stale.unlink()
-        written = generate(OUT_DIR, args.extra_schemas)
+        with tempfile.TemporaryDirectory() as tmp:
+            written = generate(Path(tmp))  # nothing is removed unless generation succeeds
+            for stale in OUT_DIR.glob("*.py"):
+                stale.unlink()
+            for name in written:
+                shutil.copyfile(Path(tmp) / name, OUT_DIR / name)
         print(f"wrote {len(written)} modules to {OUT_DIR}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        written = generate(Path(tmp), args.extra_schemas)
+        written = generate(Path(tmp))
         committed = sorted(p.name for p in OUT_DIR.glob("*.py"))
         drift = sorted(set(committed) ^ set(written))
         drift += [n for n in written if n in committed and not filecmp.cmp(Path(tmp) / n, OUT_DIR / n, False)]

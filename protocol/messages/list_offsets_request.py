@@ -17,14 +17,13 @@ _S_iiq = _struct.Struct('>iiq')
 _S_iq = _struct.Struct('>iq')
 
 class ListOffsetsPartition(_c.Struct):
-    __slots__ = ('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets', 'unknown_tagged_fields')
-    FIELDS = ('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets')
+    __slots__ = ('partition_index', 'current_leader_epoch', 'timestamp', 'unknown_tagged_fields')
+    FIELDS = ('partition_index', 'current_leader_epoch', 'timestamp')
 
-    def __init__(self, *, partition_index: int = 0, current_leader_epoch: int = -1, timestamp: int = 0, max_num_offsets: int = 1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, current_leader_epoch: int = -1, timestamp: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.current_leader_epoch = current_leader_epoch
         self.timestamp = timestamp
-        self.max_num_offsets = max_num_offsets
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class ListOffsetsTopic(_c.Struct):
@@ -56,7 +55,6 @@ class ListOffsetsRequest(_c.Message):
 def _decode_ListOffsetsPartition_v1(buf, pos):
     o = _new(ListOffsetsPartition)
     o.current_leader_epoch = -1
-    o.max_num_offsets = 1
     (o.partition_index, o.timestamp,) = _S_iq.unpack_from(buf, pos)
     pos += 12
     o.unknown_tagged_fields = None
@@ -138,7 +136,6 @@ def _encode_ListOffsetsRequest_v2(o, out):
 
 def _decode_ListOffsetsPartition_v4(buf, pos):
     o = _new(ListOffsetsPartition)
-    o.max_num_offsets = 1
     (o.partition_index, o.current_leader_epoch, o.timestamp,) = _S_iiq.unpack_from(buf, pos)
     pos += 16
     o.unknown_tagged_fields = None
@@ -195,7 +192,6 @@ def _encode_ListOffsetsRequest_v4(o, out):
 
 def _decode_ListOffsetsPartition_v6(buf, pos):
     o = _new(ListOffsetsPartition)
-    o.max_num_offsets = 1
     (o.partition_index, o.current_leader_epoch, o.timestamp,) = _S_iiq.unpack_from(buf, pos)
     pos += 16
     o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)

