@@ -1,8 +1,9 @@
 """The brokers the compat scenarios run against.
 
 - ``kbroker``: started by the suite (in-process, kbroker.testing.RunningBroker), restartable.
-- ``kafka``: Apache Kafka 4.x, one KRaft node (broker and controller) in Docker through testcontainers'
-  Kafka module, image ``apache/kafka`` (KBROKER_COMPAT_KAFKA_IMAGE to change it). Needs a Docker engine.
+- ``kafka``: Apache Kafka 4.3, one KRaft node (broker and controller). Where a Docker engine answers, in Docker
+  through testcontainers' Kafka module (image ``apache/kafka:4.3.1``, KBROKER_COMPAT_KAFKA_IMAGE to change it);
+  without one, as a local JVM process from Maven Central's jars (compat/apache_kafka.py), restartable.
 - ``external``: whatever KBROKER_COMPAT_BOOTSTRAP points at; the suite cannot restart it.
 
 The group settings are the same on the two brokers the suite starts: no initial rebalance delay and a
@@ -19,11 +20,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from compat.apache_kafka import KAFKA_VERSION, ApacheKafka, KafkaUnavailable
 from kbroker.health import wait_until_ready
 from kbroker.testing import RunningBroker
 
 TARGETS = ("kbroker", "kafka", "external")
-KAFKA_IMAGE = os.environ.get("KBROKER_COMPAT_KAFKA_IMAGE", "apache/kafka:4.1.0")
+KAFKA_IMAGE = os.environ.get("KBROKER_COMPAT_KAFKA_IMAGE", f"apache/kafka:{KAFKA_VERSION}")
 FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 
 
@@ -68,15 +70,10 @@ class KBrokerTarget(Target):
         self.broker.stop()
 
 
-class KafkaTarget(Target):
+class KafkaContainerTarget(Target):
+    """Apache Kafka in Docker (testcontainers); the suite cannot restart it."""
+
     def __init__(self) -> None:
-        try:
-            from kbroker.testcontainers import docker_engine_problem
-        except ImportError as exc:
-            raise TargetUnavailable(str(exc)) from None
-        problem = docker_engine_problem()
-        if problem is not None:
-            raise TargetUnavailable(problem)
         self.container = apache_kafka_container(KAFKA_IMAGE).start(timeout=180)  # the image pull included
         bootstrap = self.container.get_bootstrap_server()
         wait_until_ready(bootstrap, timeout=120)
@@ -84,6 +81,40 @@ class KafkaTarget(Target):
 
     def stop(self) -> None:
         self.container.stop()
+
+
+class LocalKafkaTarget(Target):
+    """Apache Kafka as a local JVM process, with the same group settings as the kbroker target."""
+
+    def __init__(self, directory: Path) -> None:
+        try:
+            self.kafka = ApacheKafka(directory, FAST_GROUPS).start()
+        except KafkaUnavailable as exc:
+            raise TargetUnavailable(str(exc)) from None
+        super().__init__("kafka", self.kafka.bootstrap)
+
+    @property
+    def can_restart(self) -> bool:
+        return True
+
+    def restart(self) -> None:
+        self.kafka.restart()  # same ports, same data
+
+    def stop(self) -> None:
+        self.kafka.stop()
+
+
+def kafka_target(scratch: Path) -> Target:
+    """In Docker where an engine answers (testcontainers), else a local JVM."""
+    try:
+        from kbroker.testcontainers import docker_engine_problem
+
+        problem = docker_engine_problem()
+    except ImportError as exc:
+        problem = str(exc)
+    if problem is None:
+        return KafkaContainerTarget()
+    return LocalKafkaTarget(scratch / "apache-kafka")
 
 
 def apache_kafka_container(image: str):
@@ -147,7 +178,7 @@ def start_target(name: str, scratch: Path) -> Target:
     if name == "kbroker":
         return KBrokerTarget(scratch / "kbroker-data")
     if name == "kafka":
-        return KafkaTarget()
+        return kafka_target(scratch)
     if name == "external":
         return ExternalTarget()
     raise ValueError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")

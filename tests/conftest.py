@@ -4,12 +4,13 @@ import functools
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from compat.apache_kafka import ApacheKafka, KafkaUnavailable
 from kbroker.pytest_plugin import KafkaBrokerFactory
 from kbroker.testing import RunningBroker
 
@@ -74,3 +75,20 @@ def java_program(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
         return compiled[key]
 
     return command
+
+
+# --- Apache Kafka, the reference ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """Apache Kafka 4.3 as a local JVM process (compat/apache_kafka.py), one per session: the oracle that
+    differential tests send the same requests to. Its jars come from Maven Central (.ci/run fetches them);
+    where they cannot be had, or there is no java, the tests that need it skip saying so."""
+    try:
+        kafka = ApacheKafka(tmp_path_factory.mktemp("apache-kafka"), {"group.min.session.timeout.ms": "1000"})
+        kafka.start()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka cannot run here: {exc}")
+    yield kafka
+    kafka.stop()

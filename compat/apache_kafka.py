@@ -1,0 +1,263 @@
+"""Apache Kafka itself, as a local JVM process: the reference every kbroker behaviour is compared with.
+
+One KRaft node in combined mode (broker and controller in one process), formatted in a scratch directory
+with Kafka's own storage tool and started as ``kafka.Kafka`` on free loopback ports, from the jars of
+tools/maven/kafka-4.3.1.pom.xml (fetched from Maven Central once). It is configured the way testcontainers'
+Kafka module configures one for tests: internal topics with replication factor 1 and min ISR 1, and, for
+tests, no initial rebalance delay. It is ready when it answers ApiVersions and Metadata (kbroker.health),
+its log is captured in ``<dir>/kafka.log``, and ``stop()`` sends SIGTERM (a controlled shutdown), then
+SIGKILL after a timeout.
+
+    with ApacheKafka(tmp_path, {"num.partitions": "3"}) as kafka:
+        client = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+
+    python -m compat.apache_kafka [--dir DIR]     # run one in the foreground until Ctrl-C
+
+The JVM gets Kafka's own default settings from kafka-server-start.sh (1 GB heap, G1 with 20 ms pauses);
+``heap`` changes the heap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from kbroker.health import wait_until_ready
+
+KAFKA_VERSION = "4.3.1"
+ARTIFACT_SET = f"kafka-{KAFKA_VERSION}"  # tools/maven/kafka-4.3.1.pom.xml
+
+# kafka-server-start.sh's KAFKA_HEAP_OPTS and kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
+DEFAULT_HEAP = "1g"
+JVM_PERFORMANCE_OPTS = [
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+]
+
+# What testcontainers' Kafka module sets for a single test node, plus fast groups for tests.
+TEST_SETTINGS = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+logger.zk.name = org.apache.zookeeper
+logger.zk.level = WARN
+"""
+
+
+class KafkaUnavailable(RuntimeError):
+    """Apache Kafka cannot run here (no java, its jars could not be fetched); the message says why."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def kafka_classpath() -> str:
+    """The broker's jars (fetched from Maven Central if need be); raises KafkaUnavailable."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import maven_artifacts
+
+    try:
+        return maven_artifacts.classpath(ARTIFACT_SET)
+    except maven_artifacts.MavenUnavailable as exc:
+        raise KafkaUnavailable(str(exc)) from None
+
+
+def new_cluster_id() -> str:
+    """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class ApacheKafka:
+    """One Apache Kafka node (broker + controller) in ``directory``; ``start()``, ``stop()``, ``restart()``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        overrides: dict[str, str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        heap: str = DEFAULT_HEAP,
+        test_settings: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.host = host
+        self.heap = heap
+        self.settings = {**(TEST_SETTINGS if test_settings else {}), **(overrides or {})}
+        self.port = 0
+        self.controller_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_seconds: float | None = None  # spawn to the first answered Metadata of the last start
+        self._formatted = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "kafka.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    def _properties(self) -> str:
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            **self.settings,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _java(self) -> str:
+        java = shutil.which("java")
+        if java is None:
+            raise KafkaUnavailable("java is not installed (apt-get install -y default-jdk-headless)")
+        return java
+
+    def _run_tool(self, classpath: str, *arguments: str) -> None:
+        command = [self._java(), "-Xmx256m", "-cp", classpath, *self._log_options(), *arguments]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            raise RuntimeError(f"Kafka's {arguments[0]} failed (exit {run.returncode}): {run.stdout}{run.stderr}")
+
+    def _log_options(self) -> list[str]:
+        return [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}"]
+
+    def start(self, timeout: float = 120.0) -> Self:
+        """Format (the first time), start, and wait until it answers ApiVersions and Metadata."""
+        classpath = kafka_classpath()
+        java = self._java()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self._formatted:  # the ports stay the same across restarts: the log and clients know them
+            self.port, self.controller_port = free_port(self.host), free_port(self.host)
+        properties = self.directory / "server.properties"
+        properties.write_text(self._properties())
+        (self.directory / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+        if not self._formatted:
+            cluster_id = new_cluster_id()
+            self._run_tool(classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties))
+            self._formatted = True
+        command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._log_options()]
+        command += ["-cp", classpath, "kafka.Kafka", str(properties)]
+        began = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = began + timeout
+        while True:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.process = None
+                raise RuntimeError(f"Apache Kafka exited with {code} while starting:\n{self.log_tail()}")
+            try:
+                wait_until_ready(self.bootstrap, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+                break
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    self.stop()
+                    raise RuntimeError(f"Apache Kafka did not start within {timeout:g} s:\n{self.log_tail()}") from None
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def log_tail(self, size: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-size:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (Kafka shuts down in order), SIGKILL if it is still running after ``timeout`` seconds."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def restart(self, timeout: float = 120.0) -> Self:
+        """The same node again: same ports, same data."""
+        self.stop()
+        return self.start(timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=None, help="its directory (default: a new temporary one)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="a broker setting")
+    args = parser.parse_args(argv)
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="apache-kafka-"))
+    overrides = dict(item.split("=", 1) for item in args.override)
+    try:
+        kafka = ApacheKafka(directory, overrides).start()
+    except (KafkaUnavailable, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"Apache Kafka {KAFKA_VERSION} ready at {kafka.bootstrap} in {kafka.startup_seconds:.2f} s ({directory})")
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        kafka.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
