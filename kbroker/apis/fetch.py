@@ -204,7 +204,19 @@ def _by_topic(answers: list[tuple[Wanted, PartitionData]]) -> list[FetchResponse
 
 
 def _partition_error(index: int, code: ErrorCode) -> PartitionData:
-    return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=None)
+    """Kafka's answer for a partition it cannot read: no offsets, and empty (never null) records.
+
+    librdkafka rejects a whole response holding a null record set ("invalid MessageSetSize -1"), losing
+    the other partitions of the response and the error that would have reset an out-of-range position.
+    """
+    return PartitionData(
+        partition_index=index,
+        error_code=code,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        records=b"",
+    )
 
 
 def _read_all(
@@ -216,15 +228,17 @@ def _read_all(
     total = 0
     has_error = False
     answers = []
+    # Kafka's order: the partitions it reads (in request order), then unknown topic ids, then unknown
+    # topics or partitions.
+    unknown_ids: list[tuple[Wanted, PartitionData]] = []
+    unknown: list[tuple[Wanted, PartitionData]] = []
     for part in wanted:
         if part.name is None:
-            answers.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
-            has_error = True
+            unknown_ids.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
             continue
         plog = broker.partition(part.name, part.partition)
         if plog is None:
-            answers.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
-            has_error = True
+            unknown.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             continue
         high_watermark = plog.high_watermark
         stable = plog.last_stable_offset
@@ -243,10 +257,10 @@ def _read_all(
             # KIP-74: the first partition with data returns at least one whole batch, whatever the limits.
             chunk = plog.read(part.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0)
         except OffsetOutOfRange:
-            data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-            data.records = None
+            error = _partition_error(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE)
+            error.aborted_transactions = None  # as Kafka's log read answers it
             has_error = True
-            answers.append((part, data))
+            answers.append((part, error))
             continue
         data.records = chunk.region()  # sent from the segment file as it is (sendfile)
         if read_committed and chunk.size:
@@ -257,4 +271,5 @@ def _read_all(
         total += chunk.size
         remaining -= chunk.size
         answers.append((part, data))
-    return answers, total, has_error
+    has_error = has_error or bool(unknown_ids or unknown)
+    return answers + unknown_ids + unknown, total, has_error
