@@ -52,6 +52,7 @@ class Broker:
         self.config = config
         self.data_dir = data_dir
         self.advertised = advertised
+        self.listen = advertised  # where it listens: set by whoever opened the listener (kbroker.cli.run_broker)
         self.node_id: int = config["node.id"]
         data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_meta()

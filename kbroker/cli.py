@@ -82,6 +82,7 @@ async def run_broker(
         host = advertised.host if advertised is not None else listen[0]
         advertised = Endpoint(host, bound_port)
     broker = Broker(config, data_dir, advertised)
+    broker.listen = Endpoint(listen[0], bound_port)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve, broker, listeners)

@@ -23,17 +23,21 @@ class ConfigError(ValueError):
     """A configuration problem worth a one-line message at start-up, not a traceback."""
 
 
-def _int(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+class _int:  # noqa: N801 - used like the other parser functions
+    """Parses an integer in low..high; Kafka's config type is INT up to 2**31-1, else LONG."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low, self.high = low, high
+        self.type_name = "INT" if high <= INT_MAX else "LONG"
+
+    def __call__(self, text: str) -> int:
         try:
             value = int(text.strip())
         except ValueError:
             raise ConfigError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise ConfigError(f"{value} is outside {low}..{high}")
+        if not self.low <= value <= self.high:
+            raise ConfigError(f"{value} is outside {self.low}..{self.high}")
         return value
-
-    return parse
 
 
 def _bool(text: str) -> bool:
@@ -106,6 +110,19 @@ class Key:
     default: str
     doc: str
     topic_config: str | None = None  # the topic-level key this broker key is the default for
+    kind: str = ""  # Kafka's config type (DescribeConfigs v3+) where the parser does not say it
+    null_default: bool = False  # Kafka's default is null (derived from another key): described as null when unset
+
+    @property
+    def type_name(self) -> str:
+        """Kafka's config type name: BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS or PASSWORD."""
+        if self.kind:
+            return self.kind
+        if self.parse is _bool:
+            return "BOOLEAN"
+        if isinstance(self.parse, _int):
+            return self.parse.type_name
+        return "STRING"
 
 
 KEYS: dict[str, Key] = {
@@ -124,9 +141,35 @@ KEYS: dict[str, Key] = {
         ),
         Key("message.max.bytes", _int(0, INT_MAX), "1048588", "Largest record batch accepted.", "max.message.bytes"),
         Key("log.segment.bytes", _int(14, INT_MAX), "1073741824", "Segment size before rolling.", "segment.bytes"),
-        Key("log.roll.ms", _int(1, LONG_MAX), "604800000", "Segment age before rolling.", "segment.ms"),
         Key(
-            "log.retention.ms", _int(-1, LONG_MAX), "604800000", "Age after which segments are deleted.", "retention.ms"
+            "log.roll.ms",
+            _int(1, LONG_MAX),
+            "604800000",
+            "Segment age before rolling (unset: log.roll.hours).",
+            "segment.ms",
+            null_default=True,
+        ),
+        Key("log.roll.hours", _int(1, INT_MAX), "168", "Segment age before rolling, in hours (log.roll.ms wins)."),
+        Key(
+            "log.retention.ms",
+            _int(-1, LONG_MAX),
+            "604800000",
+            "Age after which segments are deleted (unset: log.retention.minutes, then log.retention.hours).",
+            "retention.ms",
+            null_default=True,
+        ),
+        Key(
+            "log.retention.minutes",
+            _int(-1, INT_MAX),
+            "",
+            "Age after which segments are deleted, in minutes (log.retention.ms wins).",
+            null_default=True,
+        ),
+        Key(
+            "log.retention.hours",
+            _int(-1, INT_MAX),
+            "168",
+            "Age after which segments are deleted, in hours (log.retention.ms and log.retention.minutes win).",
         ),
         Key(
             "log.retention.bytes",
@@ -151,7 +194,12 @@ KEYS: dict[str, Key] = {
             "flush.messages",
         ),
         Key(
-            "log.flush.interval.ms", _int(0, LONG_MAX), str(LONG_MAX), "Longest time data stays unflushed.", "flush.ms"
+            "log.flush.interval.ms",
+            _int(0, LONG_MAX),
+            str(LONG_MAX),
+            "Longest time data stays unflushed.",
+            "flush.ms",
+            null_default=True,
         ),
         Key(
             "log.message.timestamp.type",
@@ -161,11 +209,26 @@ KEYS: dict[str, Key] = {
             "message.timestamp.type",
         ),
         Key(
+            "log.message.timestamp.before.max.ms",
+            _int(0, LONG_MAX),
+            str(LONG_MAX),
+            "How far in the past a batch's timestamp may be.",
+            "message.timestamp.before.max.ms",
+        ),
+        Key(
+            "log.message.timestamp.after.max.ms",
+            _int(0, LONG_MAX),
+            "3600000",
+            "How far in the future a batch's timestamp may be.",
+            "message.timestamp.after.max.ms",
+        ),
+        Key(
             "log.cleanup.policy",
             _choice("delete", "compact", "compact,delete", "delete,compact"),
             "delete",
             "Retention policy of topics.",
             "cleanup.policy",
+            kind="LIST",
         ),
         Key(
             "min.insync.replicas",
@@ -237,13 +300,27 @@ KEYS: dict[str, Key] = {
             _assignors,
             "uniform,range",
             "Server-side assignors (KIP-848); the first is the default.",
+            kind="LIST",
         ),
         Key("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000", "Idle transactional ids expire."),
         Key("transaction.max.timeout.ms", _int(1, INT_MAX), "900000", "Largest transaction timeout."),
-        Key("advertised.listeners", _string, "", "host:port clients are told to connect to."),
-        Key("listeners", _string, "", "host:port to listen on (PLAINTEXT://host:port also accepted)."),
-        Key("log.dirs", _string, "", "The data directory."),
-        Key("log.dir", _string, "", "The data directory (log.dirs wins)."),
+        Key(
+            "advertised.listeners",
+            _string,
+            "",
+            "host:port clients are told to connect to (unset: the listener).",
+            kind="LIST",
+            null_default=True,
+        ),
+        Key(
+            "listeners",
+            _string,
+            "PLAINTEXT://127.0.0.1:9092",
+            "host:port to listen on (PLAINTEXT://host:port also accepted).",
+            kind="LIST",
+        ),
+        Key("log.dirs", _string, "", "The data directory.", kind="LIST", null_default=True),
+        Key("log.dir", _string, "kbroker-data", "The data directory (log.dirs wins).", kind="LIST"),
     ]
 }
 
@@ -272,6 +349,10 @@ IGNORED_KAFKA_KEYS = frozenset(
         "share.coordinator.state.topic.min.isr",
     }
 )
+
+
+def _scaled(value: int, unit_ms: int) -> int:
+    return -1 if value < 0 else value * unit_ms  # a negative retention means unlimited, whatever the unit
 
 
 def parse_properties(text: str, source: str = "config") -> dict[str, str]:
@@ -312,7 +393,18 @@ class BrokerConfig:
             raise ConfigError("; ".join(errors))
         for key in KEYS.values():
             if key.name not in self._values:
-                self._values[key.name] = key.parse(key.default)
+                self._values[key.name] = (
+                    None if key.default == "" and isinstance(key.parse, _int) else key.parse(key.default)
+                )
+        # Kafka's derived settings: log.retention.ms, else .minutes, else .hours; log.roll.ms, else .hours.
+        if "log.retention.ms" not in self._raw:
+            minutes = self._values["log.retention.minutes"]
+            hours = self._values["log.retention.hours"]
+            self._values["log.retention.ms"] = (
+                _scaled(minutes, 60_000) if minutes is not None else _scaled(hours, 3_600_000)
+            )
+        if "log.roll.ms" not in self._raw:
+            self._values["log.roll.ms"] = self._values["log.roll.hours"] * 3_600_000
         problems = _consumer_group_problems(self._values)
         if problems:
             raise ConfigError("; ".join(problems))
@@ -338,6 +430,13 @@ class BrokerConfig:
 
     def is_default(self, name: str) -> bool:
         return name not in self._raw
+
+    def describe_value(self, name: str) -> str:
+        """The effective value as Kafka writes it in DescribeConfigs (booleans in lower case)."""
+        value = self._values[name]
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return "" if value is None else str(value)
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return self._values.items()

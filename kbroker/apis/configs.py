@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
 from kbroker.config import KEYS as BROKER_KEYS
-from kbroker.topic_config import TOPIC_CONFIG_KEYS, broker_default, validate_topic_configs
+from kbroker.config import Key
+from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs
 from protocol.errors import ErrorCode
 from protocol.messages.alter_configs_request import AlterConfigsRequest
 from protocol.messages.alter_configs_response import AlterConfigsResponse
@@ -21,7 +22,7 @@ from protocol.messages.incremental_alter_configs_request import IncrementalAlter
 from protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.broker import Broker, Endpoint
 
 TOPIC = 2
 BROKER = 4
@@ -33,7 +34,17 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 # ConfigType values (DescribeConfigs v3+).
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+CONFIG_TYPES = {
+    "BOOLEAN": 1,
+    "STRING": 2,
+    "INT": 3,
+    "SHORT": 4,
+    "LONG": 5,
+    "DOUBLE": 6,
+    "LIST": 7,
+    "CLASS": 8,
+    "PASSWORD": 9,
+}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -46,30 +57,38 @@ class ConfigEntry:
     read_only: bool
     config_type: int
     synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+    documentation: str | None = None
 
 
 def describe_topic_configs(
-    broker: Broker, overrides: dict[str, str], include_synonyms: bool, keys: list[str] | None = None
+    broker: Broker,
+    overrides: dict[str, str],
+    include_synonyms: bool,
+    keys: list[str] | None = None,
+    include_documentation: bool = False,
 ) -> list[ConfigEntry]:
+    """Each topic config as Kafka describes it: the topic's override, else the broker's static setting of its
+    synonym, else the default (the broker's for a kbroker broker setting, Kafka's otherwise). A synonym whose
+    default Kafka leaves null (log.retention.ms, log.roll.ms, log.flush.interval.ms) is listed only when set."""
     entries = []
     for key in TOPIC_CONFIG_KEYS.values():
         if keys is not None and key.name not in keys:
             continue
-        broker_value, broker_set = broker_default(broker.config, key)
         synonyms: list[tuple[str, str | None, int]] = []
         if key.name in overrides:
             synonyms.append((key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
-        if key.broker_synonym is not None and broker_set:
-            synonyms.append((key.broker_synonym, broker_value, STATIC_BROKER_CONFIG))
-        synonyms.append(
-            (key.broker_synonym or key.name, broker_value if key.broker_synonym else key.default, DEFAULT_CONFIG)
-        )
-        if key.name in overrides:
-            value, source = overrides[key.name], DYNAMIC_TOPIC_CONFIG
-        elif broker_set:
-            value, source = broker_value, STATIC_BROKER_CONFIG
+        broker_key = BROKER_KEYS.get(key.synonym) if key.synonym is not None else None
+        if broker_key is not None:
+            if not broker.config.is_default(broker_key.name):
+                synonyms.append((broker_key.name, broker.config.describe_value(broker_key.name), STATIC_BROKER_CONFIG))
+            if not broker_key.null_default:
+                synonyms.append((broker_key.name, broker_key.default, DEFAULT_CONFIG))
+            default = broker.config.describe_value(broker_key.name)  # derived (log.retention.hours) if unset
         else:
-            value, source = (broker_value if key.broker_synonym else key.default), DEFAULT_CONFIG
+            if key.synonym is not None:
+                synonyms.append((key.synonym, key.default, DEFAULT_CONFIG))
+            default = key.default
+        value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, DEFAULT_CONFIG)
         entries.append(
             ConfigEntry(
                 name=key.name,
@@ -78,31 +97,64 @@ def describe_topic_configs(
                 read_only=False,
                 config_type=CONFIG_TYPES.get(key.type_name, 0),
                 synonyms=synonyms if include_synonyms else [],
+                documentation=TOPIC_CONFIG_DOCS.get(key.name) if include_documentation else None,
             )
         )
     return entries
 
 
-def describe_broker_configs(broker: Broker, include_synonyms: bool, keys: list[str] | None) -> list[ConfigEntry]:
+def _listener(endpoint: Endpoint) -> str:
+    return f"PLAINTEXT://{endpoint.host}:{endpoint.port}"
+
+
+def _broker_entry(broker: Broker, key: Key) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
+    """(value, source, synonyms) of one broker setting. Where the broker listens, what it advertises and its
+    data directory are reported as they are, however they were given (config file, command line, fixture)."""
+    config = broker.config
+    if key.name == "listeners":
+        value = _listener(broker.listen)
+        if value == key.default:
+            return value, DEFAULT_CONFIG, [(key.name, value, DEFAULT_CONFIG)]
+        return (
+            value,
+            STATIC_BROKER_CONFIG,
+            [(key.name, value, STATIC_BROKER_CONFIG), (key.name, key.default, DEFAULT_CONFIG)],
+        )
+    if key.name == "advertised.listeners":
+        value = _listener(broker.advertised)
+        return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
+    if key.name == "log.dirs":
+        value = str(broker.data_dir)
+        return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
+    default_synonyms: list[tuple[str, str | None, int]] = (
+        [] if key.null_default else [(key.name, key.default, DEFAULT_CONFIG)]
+    )
+    if config.is_default(key.name):
+        return (None if key.null_default else key.default), DEFAULT_CONFIG, default_synonyms
+    value = config.describe_value(key.name)
+    return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG), *default_synonyms]
+
+
+def describe_broker_configs(
+    broker: Broker, include_synonyms: bool, keys: list[str] | None, include_documentation: bool = False
+) -> list[ConfigEntry]:
+    """Every broker setting kbroker has, read-only: kbroker's broker settings are static (UNSUPPORTED.md)."""
     entries = []
     for key in BROKER_KEYS.values():
         if keys is not None and key.name not in keys:
             continue
-        value = str(broker.config[key.name])
-        source = DEFAULT_CONFIG if broker.config.is_default(key.name) else STATIC_BROKER_CONFIG
+        value, source, synonyms = _broker_entry(broker, key)
         entries.append(
             ConfigEntry(
                 name=key.name,
                 value=value,
                 config_source=source,
                 read_only=True,
-                config_type=CONFIG_TYPES["BOOLEAN"] if value in ("True", "False") else 0,
-                synonyms=[(key.name, value, source)] if include_synonyms else [],
+                config_type=CONFIG_TYPES[key.type_name],
+                synonyms=synonyms if include_synonyms else [],
+                documentation=key.doc if include_documentation else None,
             )
         )
-        if value in ("True", "False"):
-            entries[-1].value = value.lower()
-            entries[-1].synonyms = [(n, v.lower() if v else v, s) for n, v, s in entries[-1].synonyms]
     return entries
 
 
@@ -125,13 +177,15 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"Topic {resource.resource_name} does not exist."
                 continue
-            entries = describe_topic_configs(broker, info.configs, request.include_synonyms, keys)
+            entries = describe_topic_configs(
+                broker, info.configs, request.include_synonyms, keys, request.include_documentation
+            )
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
                 result.error_code = ErrorCode.INVALID_REQUEST
                 result.error_message = f"Unexpected broker id, expected {broker.node_id} or empty string"
                 continue
-            entries = describe_broker_configs(broker, request.include_synonyms, keys)
+            entries = describe_broker_configs(broker, request.include_synonyms, keys, request.include_documentation)
         elif resource.resource_type == BROKER_LOGGER:
             entries = []
         else:
@@ -149,7 +203,7 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
                     DescribeConfigsResponse.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in e.synonyms
                 ],
                 config_type=e.config_type,
-                documentation=None,
+                documentation=e.documentation,
             )
             for e in entries
         ]
