@@ -88,6 +88,8 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (75, 0, 0, "cluster.handle_describe_topic_partitions"),
 )
 
+API_VERSIONS = 18
+
 # Versions advertised that differ from the handled range (see the Produce note above).
 ADVERTISED_MIN_VERSION = {0: 0}
 
@@ -105,4 +107,7 @@ def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
 
 
 def unsupported_version_response() -> ApiVersionsResponse:
-    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=advertised_versions())
+    """The v0 answer to an ApiVersions version the broker does not know: as Kafka (KIP-511), it lists only the
+    ApiVersions versions, so the client can retry with one of them."""
+    own = [v for v in advertised_versions() if v.api_key == API_VERSIONS]
+    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=own)

@@ -13,6 +13,7 @@ from protocol.messages.describe_topic_partitions_request import DescribeTopicPar
 from protocol.messages.describe_topic_partitions_response import DescribeTopicPartitionsResponse
 
 BROKERS_ENDPOINT = 1
+CONTROLLERS_ENDPOINT = 2
 
 TopicResult = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
 PartitionResult = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
@@ -21,11 +22,14 @@ PartitionResult = DescribeTopicPartitionsResponse.DescribeTopicPartitionsRespons
 async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
     if ctx.api_version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
+        # Kafka's answers: a controller endpoint is the wrong kind of endpoint to ask, anything else unknown.
+        if request.endpoint_type == CONTROLLERS_ENDPOINT:
+            code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            message = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
+        else:
+            code, message = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {request.endpoint_type}"
         return DescribeClusterResponse(
-            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
-            error_message="The broker does not serve controller endpoints.",
-            endpoint_type=request.endpoint_type,
-            cluster_id=broker.cluster_id,
+            error_code=code, error_message=message, endpoint_type=BROKERS_ENDPOINT, cluster_id=""
         )
     return DescribeClusterResponse(
         throttle_time_ms=0,

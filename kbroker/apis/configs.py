@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from kbroker.apis.context import RequestContext
 from kbroker.config import KEYS as BROKER_KEYS
 from kbroker.config import Key
+from kbroker.storage import validate_topic_name
 from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs
 from protocol.errors import ErrorCode
 from protocol.messages.alter_configs_request import AlterConfigsRequest
@@ -103,6 +104,10 @@ def describe_topic_configs(
     return entries
 
 
+# Settings Kafka requires, so it lists no default synonym for them; kbroker has defaults of its own.
+REQUIRED_IN_KAFKA = frozenset({"node.id"})
+
+
 def _listener(endpoint: Endpoint) -> str:
     return f"PLAINTEXT://{endpoint.host}:{endpoint.port}"
 
@@ -126,8 +131,9 @@ def _broker_entry(broker: Broker, key: Key) -> tuple[str | None, int, list[tuple
     if key.name == "log.dirs":
         value = str(broker.data_dir)
         return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
+    no_default = key.null_default or key.name in REQUIRED_IN_KAFKA
     default_synonyms: list[tuple[str, str | None, int]] = (
-        [] if key.null_default else [(key.name, key.default, DEFAULT_CONFIG)]
+        [] if no_default else [(key.name, key.default, DEFAULT_CONFIG)]
     )
     if config.is_default(key.name):
         return (None if key.null_default else key.default), DEFAULT_CONFIG, default_synonyms
@@ -173,6 +179,11 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
         keys = resource.configuration_keys
         if resource.resource_type == TOPIC:
             info = broker.topic(resource.resource_name)
+            name_problem = validate_topic_name(resource.resource_name) if info is None else None
+            if name_problem is not None:
+                result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                result.error_message = name_problem
+                continue
             if info is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"Topic {resource.resource_name} does not exist."

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from kbroker.apis.context import RequestContext
 from protocol.errors import ErrorCode
 from protocol.messages.list_offsets_request import ListOffsetsRequest
@@ -30,10 +32,19 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
     broker = ctx.broker
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
     topics = []
+    # As Kafka: a partition asked for more than once gets one INVALID_REQUEST answer instead.
+    seen = Counter((topic.name, part.partition_index) for topic in request.topics for part in topic.partitions)
+    duplicates: dict[str, list[PartitionResponse]] = {}
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
             response = PartitionResponse(partition_index=part.partition_index, timestamp=-1, offset=-1)
+            if seen[(topic.name, part.partition_index)] > 1:
+                answered = duplicates.setdefault(topic.name, [])
+                if all(r.partition_index != part.partition_index for r in answered):
+                    response.error_code = ErrorCode.INVALID_REQUEST
+                    answered.append(response)
+                continue
             plog = broker.partition(topic.name, part.partition_index)
             if plog is None:
                 response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -66,6 +77,11 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                         response.offset, response.timestamp = offset, found_timestamp
             else:
                 response.error_code = ErrorCode.INVALID_REQUEST
+            if response.offset == -1:
+                response.leader_epoch = -1  # as Kafka: no offset found, no epoch
             partitions.append(response)
-        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+        if partitions:
+            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    for name, refused in duplicates.items():
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=name, partitions=refused))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -15,7 +15,7 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 # ACL operation codes a topic supports (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
 # DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11); without authorization every one of them is allowed.
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))  # no WRITE on a cluster
 
 
 def topic_metadata(
@@ -44,10 +44,14 @@ def topic_metadata(
 
 
 def _error_topic(
-    name: str | None, error: ErrorCode, topic_id: uuid.UUID | None = None
+    name: str | None, error: ErrorCode, topic_id: uuid.UUID | None = None, with_operations: bool = False
 ) -> MetadataResponse.MetadataResponseTopic:
     return MetadataResponse.MetadataResponseTopic(
-        error_code=error, name=name, topic_id=topic_id or uuid.UUID(int=0), partitions=[]
+        error_code=error,
+        name=name,
+        topic_id=topic_id or uuid.UUID(int=0),
+        partitions=[],
+        topic_authorized_operations=TOPIC_OPERATIONS if with_operations else AUTHORIZED_OPERATIONS_NOT_REQUESTED,
     )
 
 
@@ -77,12 +81,16 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                 info = broker.topic(wanted.name)
                 if info is None:
                     if validate_topic_name(wanted.name) is not None:
-                        topics.append(_error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION))
+                        topics.append(
+                            _error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION, None, with_operations)
+                        )
                         continue
                     if allow_create:
                         info = await broker.auto_create_topic(wanted.name)
                     if info is None:
-                        topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                        topics.append(
+                            _error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, with_operations)
+                        )
                         continue
             topics.append(topic_metadata(ctx, info, with_operations))
     cluster_operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
