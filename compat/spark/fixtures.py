@@ -1,8 +1,10 @@
 """pytest fixtures for the Spark pipeline's tests (tests/spark and compat/spark import them in their conftest).
 
 One SparkSession per process: a JVM takes seconds to start and a process can hold only one SparkContext.
-It includes the Kafka connector when $KBROKER_SPARK_KAFKA_JARS or Maven Central can supply it (jars can only
-be added when the JVM starts), so the transformation tests and the live-broker tests share it.
+It includes the Kafka connector from the repository's Maven set (tools/maven/spark-kafka.pom.xml, which
+.ci/run fetches; fetched here if need be), since jars can only be added when the JVM starts, so the
+transformation tests and the live-broker tests share it. Where the connector cannot be had, the tests that
+need it fail with the one line that says what could not be fetched: they are not optional.
 
 pyspark is imported when a fixture is first used, so this module loads without it; the test modules
 themselves skip, with the reason, when pyspark is not installed.
@@ -49,13 +51,11 @@ def shared_spark() -> SparkForTests:
         from compat.spark import pipeline
 
         try:
-            connector = pipeline.connector_conf()
+            connector: dict[str, str] | None = pipeline.connector_conf()
             missing = None
         except pipeline.ConnectorUnavailable as exc:
-            connector, missing = {}, str(exc)
-        session = pipeline.build_session(
-            "local[2]", app_name="kbroker-tests", connector=False, extra=TEST_CONF | connector
-        )
+            connector, missing = None, str(exc)
+        session = pipeline.build_session("local[2]", app_name="kbroker-tests", connector=connector, extra=TEST_CONF)
         session.sparkContext.setLogLevel("ERROR")
         atexit.register(session.stop)
         _shared.append(SparkForTests(session, missing))
@@ -74,7 +74,7 @@ def spark(spark_for_tests: SparkForTests) -> SparkSession:
 
 @pytest.fixture
 def kafka_spark(spark_for_tests: SparkForTests) -> SparkSession:
-    """The session, for tests that need the Kafka connector: they skip, with the reason, without it."""
+    """The session, for tests that need the Kafka connector: they fail, with the reason, without it."""
     if spark_for_tests.connector_missing is not None:
-        pytest.skip(spark_for_tests.connector_missing)
+        pytest.fail(spark_for_tests.connector_missing, pytrace=False)
     return spark_for_tests.session

@@ -7,10 +7,11 @@ repository, and on a cluster through spark-submit:
         --checkpoint /tmp/totals-checkpoint --window "1 minute" --watermark "30 seconds"
     python compat/spark/pipeline.py batch --bootstrap localhost:9092 --input events --output totals \\
         --starting-offsets '{"events":{"0":0,"1":-2}}' --ending-offsets '{"events":{"0":100,"1":-1}}'
+    python pipeline.py stream --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0 ...   # only pyspark
     spark-submit --master spark://host:7077 \\
         --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<the cluster's Spark version> \\
         compat/spark/pipeline.py stream ...
-    python compat/spark/pipeline.py connector      # where the Kafka connector would come from, or why not
+    python compat/spark/pipeline.py connector      # the Kafka connector's Spark settings, or why there are none
 
 ``--master`` defaults to ``local[*]`` (under spark-submit, to spark-submit's own master).
 
@@ -35,11 +36,13 @@ In the default ``append`` output mode each window is written once, when the wate
 time seen, less ``--watermark``) passes its end; events older than the watermark are dropped. ``update``
 writes a window's running total after every micro-batch that changes it.
 
-The connector: spark-sql-kafka-0-10 is not part of pyspark. ``build_session`` takes it from the jar paths
-(files or directories of jars) in ``$KBROKER_SPARK_KAFKA_JARS``, separated by ``os.pathsep`` or commas
-(spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients, commons-pool2), or else
-from Maven Central through ``spark.jars.packages`` (org.apache.spark:spark-sql-kafka-0-10_2.13 at the
-installed pyspark's version, dependencies included) when Maven Central can be reached.
+The connector: spark-sql-kafka-0-10 is not part of pyspark. ``--packages`` (Maven coordinates, which Spark
+resolves from Maven Central, e.g. org.apache.spark:spark-sql-kafka-0-10_2.13 at the installed pyspark's version)
+or ``--jars`` (files or directories of jars: the connector, spark-token-provider-kafka-0-10, kafka-clients,
+commons-pool2) say where it comes from, as they do for spark-submit. Given neither, and run from the kbroker
+repository, the pipeline uses the repository's pinned Maven set (tools/maven/spark-kafka.pom.xml, fetched once
+by tools/maven_artifacts.py into ~/.cache/kbroker/maven/spark-kafka). Under spark-submit, spark-submit's own
+``--packages``/``--jars`` (or the cluster's jars) hold and the pipeline adds nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,8 +62,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-CONNECTOR_JARS_ENV = "KBROKER_SPARK_KAFKA_JARS"
-MAVEN_CENTRAL = ("repo1.maven.org", 443)
+# tools/maven/spark-kafka.pom.xml: the connector at the pinned pyspark's version, with its dependencies.
+CONNECTOR_ARTIFACT_SET = "spark-kafka"
+REPOSITORY_TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+# In one local JVM: 4 shuffle partitions instead of Spark's 200, each of which is a window state store that every
+# micro-batch visits (a stream keeps the number its checkpoint was started with); no console progress bar.
+LOCAL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
 
 # Spark's per-partition offset sentinels in startingOffsets/endingOffsets JSON.
 EARLIEST = -2
@@ -84,7 +92,7 @@ OUTPUT_FIELDS = ("key", "window_start", "window_end", "count", "total")
 
 
 class ConnectorUnavailable(RuntimeError):
-    """Neither $KBROKER_SPARK_KAFKA_JARS nor Maven Central can supply spark-sql-kafka-0-10."""
+    """spark-sql-kafka-0-10 cannot be had as asked (or, asked nothing, from the repository's Maven set)."""
 
 
 def connector_package(spark_version: str = pyspark.__version__) -> str:
@@ -102,41 +110,50 @@ def connector_jars(paths: str) -> list[str]:
         if path.is_dir():
             found = sorted(str(jar.resolve()) for jar in path.glob("*.jar"))
             if not found:
-                raise ConnectorUnavailable(f"{CONNECTOR_JARS_ENV}: no *.jar in directory {path}")
+                raise ConnectorUnavailable(f"--jars: no *.jar in directory {path}")
             jars.extend(found)
         elif path.is_file():
             jars.append(str(path.resolve()))
         else:
-            raise ConnectorUnavailable(f"{CONNECTOR_JARS_ENV}: {path} does not exist")
+            raise ConnectorUnavailable(f"--jars: {path} does not exist")
     if not jars:
-        raise ConnectorUnavailable(f"{CONNECTOR_JARS_ENV} is set but names no jar")
+        raise ConnectorUnavailable("--jars names no jar")
     return jars
 
 
-def maven_central_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to Maven Central opens (a short probe, so an offline machine answers fast)."""
+def maven_set_jars(tools: Path = REPOSITORY_TOOLS) -> list[str]:
+    """The connector's jars from the repository's Maven set, fetched from Maven Central on first use."""
+    if not (tools / "maven_artifacts.py").is_file():
+        raise ConnectorUnavailable(
+            f"no Kafka connector: pass --packages {connector_package()} (Spark fetches it from Maven Central) or "
+            "--jars with its jars, or run the pipeline from the kbroker repository (its tools/maven_artifacts.py "
+            "fetches them)"
+        )
+    if str(tools) not in sys.path:
+        sys.path.insert(0, str(tools))
+    import maven_artifacts
+
     try:
-        socket.create_connection(MAVEN_CENTRAL, timeout=timeout).close()
-    except OSError:
-        return False
-    return True
+        return [str(jar) for jar in maven_artifacts.jars(CONNECTOR_ARTIFACT_SET)]
+    except maven_artifacts.MavenUnavailable as exc:
+        raise ConnectorUnavailable(f"no Kafka connector ({connector_package()}): {exc}") from None
 
 
 def connector_conf(
-    env: Mapping[str, str] = os.environ,
-    maven_probe: Callable[[], bool] = maven_central_reachable,
-    spark_version: str = pyspark.__version__,
+    jars: str | None = None, packages: str | None = None, maven_set: Callable[[], list[str]] = maven_set_jars
 ) -> dict[str, str]:
-    """The Spark settings that bring in the Kafka connector; ConnectorUnavailable says why there are none."""
-    paths = env.get(CONNECTOR_JARS_ENV, "")
-    if paths.strip():
-        return {"spark.jars": ",".join(connector_jars(paths))}
-    if maven_probe():
-        return {"spark.jars.packages": connector_package(spark_version)}
-    raise ConnectorUnavailable(
-        f"the Kafka connector ({connector_package(spark_version)}) is unavailable: {CONNECTOR_JARS_ENV} is not "
-        f"set and Maven Central ({MAVEN_CENTRAL[0]}) cannot be reached"
-    )
+    """The Spark settings that bring in the Kafka connector: ``packages`` (Maven coordinates, comma-separated)
+    and/or ``jars`` as given, else the repository's Maven set. ConnectorUnavailable says why there are none."""
+    conf: dict[str, str] = {}
+    if packages is not None:
+        if not packages.strip(","):
+            raise ConnectorUnavailable("--packages names no Maven coordinates")
+        conf["spark.jars.packages"] = packages
+    if jars is not None:
+        conf["spark.jars"] = ",".join(connector_jars(jars))
+    if not conf:
+        conf["spark.jars"] = ",".join(maven_set())
+    return conf
 
 
 def launched_by_spark_submit(env: Mapping[str, str] = os.environ) -> bool:
@@ -147,20 +164,23 @@ def launched_by_spark_submit(env: Mapping[str, str] = os.environ) -> bool:
 def session_conf(
     master: str | None = None,
     *,
-    connector: bool = True,
+    connector: Mapping[str, str] | None = None,
     extra: Mapping[str, str] | None = None,
     env: Mapping[str, str] = os.environ,
-    maven_probe: Callable[[], bool] = maven_central_reachable,
 ) -> dict[str, str]:
-    """The settings ``build_session`` uses: master, connector, UTC, then ``extra`` (which wins)."""
+    """The settings ``build_session`` uses: master, the connector's (connector_conf), LOCAL_CONF for a local
+    master, UTC, then ``extra`` (which wins). Under spark-submit its own --master and --packages/--jars hold:
+    only an explicit master and the rest go through."""
     conf: dict[str, str] = {}
     submitted = launched_by_spark_submit(env)
     if master is not None:
         conf["spark.master"] = master
     elif not submitted:
         conf["spark.master"] = "local[*]"
-    if connector and not submitted:  # spark-submit takes the connector from its own --packages/--jars
-        conf.update(connector_conf(env, maven_probe))
+    if not submitted:
+        conf.update(connector or {})
+    if conf.get("spark.master", "").startswith("local"):
+        conf.update(LOCAL_CONF)
     # Window bounds and ISO timestamps without a zone must not depend on the machine's time zone.
     conf["spark.sql.session.timeZone"] = "UTC"
     conf.update(extra or {})
@@ -171,10 +191,10 @@ def build_session(
     master: str | None = None,
     *,
     app_name: str = "kbroker-spark-pipeline",
-    connector: bool = True,
+    connector: Mapping[str, str] | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A SparkSession for the pipeline (``connector=False``: without Kafka, for the pure transformations)."""
+    """A SparkSession for the pipeline; ``connector``: the settings of connector_conf (None: without Kafka)."""
     builder = SparkSession.builder.appName(app_name)
     for key, value in session_conf(master, connector=connector, extra=extra).items():
         builder = builder.config(key, value)
@@ -312,6 +332,7 @@ class BatchJob:
     window: str = "1 minute"
     slide: str | None = None
     fail_on_data_loss: bool = True
+    include_headers: bool = False  # read_batch's rows get a headers column: array<struct<key, value: binary>>
     client: dict[str, str] = field(default_factory=dict)
 
     def source_options(self) -> dict[str, str]:
@@ -324,6 +345,8 @@ class BatchJob:
                 "failOnDataLoss": str(self.fail_on_data_loss).lower(),
             }
         )
+        if self.include_headers:
+            options["includeHeaders"] = "true"
         return options
 
 
@@ -385,6 +408,8 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--conf", type=key_value, action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
     )
+    common.add_argument("--packages", help=f"Maven coordinates of the Kafka connector, e.g. {connector_package()}")
+    common.add_argument("--jars", help="the Kafka connector's jars (comma-separated files or directories of jars)")
 
     stream = commands.add_parser("stream", parents=[common], help="run the streaming pipeline")
     stream.add_argument("--checkpoint", required=True, help="checkpoint directory (offsets and window state)")
@@ -400,7 +425,9 @@ def parser() -> argparse.ArgumentParser:
     batch.add_argument("--starting-offsets", default="earliest", help="earliest or per-partition JSON")
     batch.add_argument("--ending-offsets", default="latest", help="latest or per-partition JSON (exclusive)")
 
-    commands.add_parser("connector", help="print where the Kafka connector comes from, or why it cannot")
+    connector = commands.add_parser("connector", help="print the Kafka connector's Spark settings, or why none")
+    connector.add_argument("--packages", help="Maven coordinates of the Kafka connector")
+    connector.add_argument("--jars", help="the Kafka connector's jars")
     return top
 
 
@@ -431,20 +458,21 @@ def job_from_args(args: argparse.Namespace) -> StreamJob | BatchJob:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    submitted = launched_by_spark_submit()
+    try:  # before any JVM starts: what is missing is one line, not a traceback
+        connector = {} if submitted else connector_conf(args.jars, args.packages)
+    except ConnectorUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.command == "connector":
-        try:
-            print(json.dumps(connector_conf()))
-        except ConnectorUnavailable as exc:
-            print(exc, file=sys.stderr)
-            return 1
+        print(json.dumps(connector))
         return 0
+    if not submitted and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print("error: Spark needs Java 17 or later (java is not on PATH and JAVA_HOME is not set)", file=sys.stderr)
+        return 1
 
     job = job_from_args(args)
-    try:
-        spark = build_session(args.master, extra=dict(args.conf))
-    except ConnectorUnavailable as exc:
-        print(exc, file=sys.stderr)
-        return 1
+    spark = build_session(args.master, connector=connector, extra=dict(args.conf))
     spark.sparkContext.setLogLevel("WARN")
     try:
         if isinstance(job, BatchJob):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +14,12 @@ pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip i
 
 from compat.spark import pipeline  # noqa: E402
 
-ENV = pipeline.CONNECTOR_JARS_ENV
 PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
-def never() -> bool:
-    raise AssertionError("Maven Central must not be probed when the jars are given")
+def never() -> list[str]:
+    raise AssertionError("the Maven set must not be fetched when the connector is given")
 
 
 def jar(path: Path) -> str:
@@ -26,65 +28,92 @@ def jar(path: Path) -> str:
     return str(path)
 
 
-def test_connector_jars_from_the_environment(tmp_path: Path) -> None:
+def test_connector_jars_as_given(tmp_path: Path) -> None:
     single = jar(tmp_path / "spark-sql-kafka-0-10_2.13.jar")
     directory = tmp_path / "libs"
     in_directory = [jar(directory / "kafka-clients.jar"), jar(directory / "commons-pool2.jar")]
     (directory / "README").write_text("not a jar")
     paths = f"{single}{os.pathsep}{directory}, "
-    assert pipeline.connector_conf({ENV: paths}, never) == {"spark.jars": ",".join([single, *sorted(in_directory)])}
-    assert pipeline.connector_conf({ENV: f"{single},{single}"}, never) == {"spark.jars": f"{single},{single}"}
+    expected = ",".join([single, *sorted(in_directory)])
+    assert pipeline.connector_conf(jars=paths, maven_set=never) == {"spark.jars": expected}
+    assert pipeline.connector_conf(jars=f"{single},{single}", maven_set=never) == {"spark.jars": f"{single},{single}"}
+
+
+def test_connector_packages_as_given(tmp_path: Path) -> None:
+    assert pipeline.connector_conf(packages=PACKAGE, maven_set=never) == {"spark.jars.packages": PACKAGE}
+    pool = jar(tmp_path / "commons-pool2.jar")
+    assert pipeline.connector_conf(jars=pool, packages=PACKAGE, maven_set=never) == {
+        "spark.jars.packages": PACKAGE,
+        "spark.jars": pool,
+    }
 
 
 @pytest.mark.parametrize(
-    ("value", "reason"),
+    ("jars", "packages", "reason"),
     [
-        ("/nowhere/spark-sql-kafka.jar", f"{ENV}: /nowhere/spark-sql-kafka.jar does not exist"),
-        (", ,", f"{ENV} is set but names no jar"),
+        ("/nowhere/spark-sql-kafka.jar", None, "--jars: /nowhere/spark-sql-kafka.jar does not exist"),
+        (", ,", None, "--jars names no jar"),
+        (None, ",", "--packages names no Maven coordinates"),
     ],
 )
-def test_connector_jars_that_are_not_there(value: str, reason: str) -> None:
+def test_connector_that_is_not_there(jars: str | None, packages: str | None, reason: str) -> None:
     with pytest.raises(pipeline.ConnectorUnavailable) as raised:
-        pipeline.connector_conf({ENV: value}, never)
+        pipeline.connector_conf(jars, packages, maven_set=never)
     assert str(raised.value) == reason
 
 
 def test_connector_jars_directory_without_jars(tmp_path: Path) -> None:
-    with pytest.raises(pipeline.ConnectorUnavailable, match=f"{ENV}: no \\*.jar in directory {tmp_path}"):
-        pipeline.connector_conf({ENV: str(tmp_path)}, never)
+    with pytest.raises(pipeline.ConnectorUnavailable, match=f"--jars: no \\*.jar in directory {tmp_path}"):
+        pipeline.connector_conf(jars=str(tmp_path), maven_set=never)
 
 
-def test_connector_from_maven_or_nowhere() -> None:
-    assert pipeline.connector_conf({}, lambda: True) == {"spark.jars.packages": PACKAGE}
-    assert pipeline.connector_conf({ENV: "  "}, lambda: True) == {"spark.jars.packages": PACKAGE}
-    assert pipeline.connector_conf({}, lambda: True, spark_version="4.0.1") == {
-        "spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.1"
-    }
+def test_connector_from_the_repositorys_maven_set() -> None:
+    assert pipeline.connector_conf(maven_set=lambda: ["/a.jar", "/b.jar"]) == {"spark.jars": "/a.jar,/b.jar"}
+    # The real set, at the pinned pyspark's version (what the tests' session and the README's commands use).
+    jars = pipeline.connector_conf()["spark.jars"].split(",")
+    names = {Path(path).name for path in jars}
+    version = pyspark.__version__
+    assert {f"spark-sql-kafka-0-10_2.13-{version}.jar", f"spark-token-provider-kafka-0-10_2.13-{version}.jar"} <= names
+    assert any(name.startswith("kafka-clients-") for name in names)
+    assert any(name.startswith("commons-pool2-") for name in names)
+    assert all(Path(path).is_absolute() and Path(path).is_file() for path in jars)
+
+
+def test_the_maven_set_pins_the_installed_pysparks_version() -> None:
+    pom = (REPOSITORY / "tools" / "maven" / f"{pipeline.CONNECTOR_ARTIFACT_SET}.pom.xml").read_text()
+    assert f"<spark.version>{pyspark.__version__}</spark.version>" in pom
+    pyproject = (REPOSITORY / "pyproject.toml").read_text()
+    assert f'"pyspark=={pyspark.__version__}"' in pyproject
+
+
+def test_connector_outside_the_repository(tmp_path: Path) -> None:
     with pytest.raises(pipeline.ConnectorUnavailable) as raised:
-        pipeline.connector_conf({}, lambda: False)
+        pipeline.maven_set_jars(tmp_path)
     assert str(raised.value) == (
-        f"the Kafka connector ({PACKAGE}) is unavailable: {ENV} is not set and Maven Central (repo1.maven.org) "
-        "cannot be reached"
+        f"no Kafka connector: pass --packages {PACKAGE} (Spark fetches it from Maven Central) or --jars with its "
+        "jars, or run the pipeline from the kbroker repository (its tools/maven_artifacts.py fetches them)"
     )
 
 
 def test_session_settings() -> None:
-    def conf(master: str | None, env: dict[str, str], **kwargs: object) -> dict[str, str]:
-        return pipeline.session_conf(master, env=env, maven_probe=lambda: True, **kwargs)  # type: ignore[arg-type]
-
     utc = {"spark.sql.session.timeZone": "UTC"}
-    assert conf(None, {}) == {"spark.master": "local[*]", "spark.jars.packages": PACKAGE, **utc}
-    assert conf("spark://head:7077", {}, connector=False) == {"spark.master": "spark://head:7077", **utc}
-    assert conf(None, {}, extra={"spark.sql.session.timeZone": "Europe/Paris", "spark.executor.memory": "2g"}) == {
+    local = {**pipeline.LOCAL_CONF, **utc}
+    jars = {"spark.jars": "/a.jar"}
+    assert pipeline.session_conf(None, connector=jars, env={}) == {"spark.master": "local[*]", **jars, **local}
+    assert pipeline.session_conf("local[2]", env={}) == {"spark.master": "local[2]", **local}
+    assert pipeline.session_conf("spark://head:7077", env={}) == {"spark.master": "spark://head:7077", **utc}
+    extra = {"spark.sql.session.timeZone": "Europe/Paris", "spark.sql.shuffle.partitions": "8"}
+    assert pipeline.session_conf(None, connector=jars, extra=extra, env={}) == {
         "spark.master": "local[*]",
-        "spark.jars.packages": PACKAGE,
+        "spark.jars": "/a.jar",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "Europe/Paris",
-        "spark.executor.memory": "2g",
     }
     # Under spark-submit its own --master and --packages/--jars hold; an explicit master still goes through.
     submitted = {"PYSPARK_GATEWAY_PORT": "40000"}
-    assert conf(None, submitted) == utc
-    assert conf("yarn", submitted) == {"spark.master": "yarn", **utc}
+    assert pipeline.session_conf(None, connector=jars, env=submitted) == utc
+    assert pipeline.session_conf("yarn", env=submitted) == {"spark.master": "yarn", **utc}
 
 
 def test_offsets_json() -> None:
@@ -220,18 +249,33 @@ def test_bad_command_lines_are_refused(argv: list[str], capsys: pytest.CaptureFi
     assert "error:" in capsys.readouterr().err
 
 
-def test_connector_command_says_why_not(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv(ENV, "/nowhere/connector.jar")
-    assert pipeline.main(["connector"]) == 1
-    assert capsys.readouterr().err == f"{ENV}: /nowhere/connector.jar does not exist\n"
+def test_connector_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pool = jar(tmp_path / "commons-pool2.jar")
+    assert pipeline.main(["connector", "--jars", pool, "--packages", PACKAGE]) == 0
+    assert json.loads(capsys.readouterr().out) == {"spark.jars.packages": PACKAGE, "spark.jars": pool}
+    assert pipeline.main(["connector", "--jars", "/nowhere/connector.jar"]) == 1
+    assert capsys.readouterr().err == "error: --jars: /nowhere/connector.jar does not exist\n"
 
 
 def test_commands_without_the_connector_say_why(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Before any Spark starts: the connector settings are worked out first.
-    monkeypatch.setenv(ENV, "/nowhere/connector.jar")
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    assert pipeline.main(["batch", "--input", "in", "--output", "out"]) == 1
-    assert pipeline.main(["stream", "--input", "in", "--output", "out", "--checkpoint", "ck"]) == 1
-    assert capsys.readouterr().err == f"{ENV}: /nowhere/connector.jar does not exist\n" * 2
+    missing = ["--jars", "/nowhere/connector.jar"]
+    assert pipeline.main(["batch", "--input", "in", "--output", "out", *missing]) == 1
+    assert pipeline.main(["stream", "--input", "in", "--output", "out", "--checkpoint", "ck", *missing]) == 1
+    assert capsys.readouterr().err == "error: --jars: /nowhere/connector.jar does not exist\n" * 2
+
+
+def test_a_connector_that_cannot_be_fetched_is_one_line(tmp_path: Path) -> None:
+    """No Maven (an empty cache, no mvn on PATH): one line naming what could not be fetched, no traceback."""
+    env = {**os.environ, "KBROKER_MAVEN_CACHE": str(tmp_path / "cache"), "PATH": str(tmp_path)}
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    command = [sys.executable, str(REPOSITORY / "compat" / "spark" / "pipeline.py"), "batch", "--input", "in"]
+    run = subprocess.run([*command, "--output", "out"], capture_output=True, text=True, env=env, timeout=120)
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == (
+        f"error: no Kafka connector ({PACKAGE}): cannot fetch spark-kafka: mvn is not installed "
+        "(apt-get install -y maven)\n"
+    )
