@@ -1,13 +1,14 @@
 """The compat suite's machinery: targets, client processes, and the scenario × client × target matrix.
 
-    python -m pytest compat --target kbroker              (the default target)
-    python -m pytest compat --target kbroker,kafka        (several: one matrix each)
+    python -m pytest compat                               (both kbroker and Apache Kafka: the default)
+    python -m pytest compat --target kbroker              (one target)
     python -m pytest compat --clients java-4.3,kcat       (a subset of the clients)
     python -m pytest compat --compat-json matrix.json     (the matrix as JSON as well)
 
 Each scenario is a test taking ``client`` (a process of one client, kept for the session) and ``target``;
 it is run once per client per target. A client that cannot do what a scenario needs raises Unsupported,
 and the cell reads "n/a"; a client or target that cannot run here is skipped with the reason. The matrix
+(a row per scenario and client, a column per target, "differs" where one target passed and another failed)
 is printed at the end of the run.
 """
 
@@ -31,7 +32,7 @@ SPECS = {spec.name: spec for spec in all_client_specs()}
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("compat", "kbroker compatibility suite (compat/)")
-    group.addoption("--target", default="kbroker", help=f"comma-separated targets: {', '.join(TARGETS)}")
+    group.addoption("--target", default="kbroker,kafka", help=f"comma-separated targets: {', '.join(TARGETS)}")
     group.addoption("--clients", default="", help=f"comma-separated clients (default all): {', '.join(SPECS)}")
     group.addoption("--compat-json", default=None, metavar="PATH", help="also write the matrix as JSON")
 
@@ -213,25 +214,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     scenarios = list(dict.fromkeys(s for _, s, _ in matrix.cells))
     clients = [c for c in SPECS if any(c == client for _, _, client in matrix.cells)]
     clients += sorted({client for _, _, client in matrix.cells} - set(SPECS))  # plug-ins such as spark
-    for target_name in targets:
-        terminalreporter.write_sep("=", f"compat matrix: target {target_name}")
-        width = max(len(s) for s in scenarios) + 2
-        columns = [max(len(c), 5) + 2 for c in clients]
-        header = "scenario".ljust(width) + "".join(c.ljust(w) for c, w in zip(clients, columns, strict=True))
-        terminalreporter.write_line(header)
-        for scenario in scenarios:
-            row = [matrix.cells.get((target_name, scenario, c), "-") for c in clients]
-            terminalreporter.write_line(
-                scenario.ljust(width) + "".join(cell.ljust(w) for cell, w in zip(row, columns, strict=True))
-            )
-        versions = ", ".join(f"{c} {matrix.versions[c]}" for c in clients if c in matrix.versions)
-        if versions:
-            terminalreporter.write_line(f"client versions: {versions}")
-        skipped = {
-            reason for (t, _, _), reason in matrix.reasons.items() if t == target_name and not reason.startswith("n/a")
-        }
-        for reason in sorted(skipped):
-            terminalreporter.write_line(f"skipped: {reason}")
+    rows = [
+        (scenario, client, [matrix.cells.get((t, scenario, client), "-") for t in targets])
+        for scenario in scenarios
+        for client in clients
+        if any((t, scenario, client) in matrix.cells for t in targets)
+    ]
+    terminalreporter.write_sep("=", f"compat matrix: {' | '.join(targets)}")
+    widths = [max(len(s) for s in scenarios) + 2, max(len(c) for c in clients) + 2]
+    widths += [max(len(t), 5) + 2 for t in targets]
+    header = ["scenario", "client", *targets]
+    terminalreporter.write_line("".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for scenario, client, results in rows:
+        ran = {r for r in results if r not in ("-", "skip", "n/a")}
+        note = "  differs" if len(ran) > 1 else ""  # one target passed where another failed
+        cells = [scenario, client, *results]
+        terminalreporter.write_line("".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() + note)
+    versions = ", ".join(f"{c} {matrix.versions[c]}" for c in clients if c in matrix.versions)
+    if versions:
+        terminalreporter.write_line(f"client versions: {versions}")
+    skipped = {(t, reason) for (t, _, _), reason in matrix.reasons.items() if not reason.startswith("n/a")}
+    for target_name, reason in sorted(skipped):
+        terminalreporter.write_line(f"skipped on {target_name}: {reason}")
     path = config.getoption("compat_json", None)
     if path:
         rows = [

@@ -38,6 +38,18 @@ class ReferenceError(AssertionError):
     """The target answered a set-up or check request with an error."""
 
 
+# Errors a client retries: Apache Kafka lists a new topic's leader in Metadata a moment before that leader
+# takes produce requests, and its group coordinator loads its partition for a moment after a restart.
+RETRIABLE = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
 @dataclass(frozen=True)
 class StoredRecord:
     offset: int
@@ -154,7 +166,12 @@ class Reference:
             timeout_ms=int(self.timeout * 1000),
             topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[data])],
         )
-        answer = self._request(request, self.leaders(topic)[partition]).responses[0].partition_responses[0]
+        deadline = time.monotonic() + self.timeout
+        while True:
+            answer = self._request(request, self.leaders(topic)[partition]).responses[0].partition_responses[0]
+            if answer.error_code not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         if answer.error_code != ErrorCode.NONE:
             raise ReferenceError(f"Produce {topic}-{partition}: {ErrorCode(answer.error_code).name}")
         return answer.base_offset
@@ -205,14 +222,22 @@ class Reference:
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
         """The group's committed offset per partition (None where it has none)."""
-        found = self._request(FindCoordinatorRequest(key=group, key_type=0))
-        if found.error_code != ErrorCode.NONE:
-            raise ReferenceError(f"FindCoordinator {group}: {ErrorCode(found.error_code).name}")
         request = OffsetFetchRequest(
             group_id=group,
             topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=list(range(partitions)))],
         )
-        answer = self._request(request, f"{found.host}:{found.port}")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            found = self._request(FindCoordinatorRequest(key=group, key_type=0))
+            error = found.error_code
+            if error == ErrorCode.NONE:
+                answer = self._request(request, f"{found.host}:{found.port}")
+                error = answer.error_code
+            if error not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if found.error_code != ErrorCode.NONE:
+            raise ReferenceError(f"FindCoordinator {group}: {ErrorCode(found.error_code).name}")
         if answer.error_code != ErrorCode.NONE:
             raise ReferenceError(f"OffsetFetch {group}: {ErrorCode(answer.error_code).name}")
         return {

@@ -61,6 +61,9 @@ class RemoteClient:
             try:
                 line = self._lines.get(timeout=timeout)
             except queue.Empty:
+                # Its state is unknown now and a late answer would be taken for the next call's: end it, so
+                # the next test starts a fresh process instead of inheriting this failure.
+                self.crash()
                 raise ClientProcessError(
                     f"{self.name}: no answer to {what} within {timeout:g} s\n{self.log_tail()}"
                 ) from None
@@ -110,8 +113,9 @@ class RemoteClient:
 
     def crash(self) -> None:
         """SIGKILL to the process and everything it started, as a crashed application: no LeaveGroup."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if self.process.poll() is None:  # once reaped, its pid (and group id) may be another process's
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.process.wait()
