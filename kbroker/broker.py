@@ -24,7 +24,7 @@ from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.server.connection import stop_reading
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
-from kbroker.storage.files import write_atomically
+from kbroker.storage.files import DamagedFileError, lock_data_dir, write_atomically
 
 log = logging.getLogger("kbroker")
 
@@ -54,10 +54,15 @@ class Broker:
         self.advertised = advertised
         self.listen = advertised  # where it listens: set by whoever opened the listener (kbroker.cli.run_broker)
         self.node_id: int = config["node.id"]
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = self._load_meta()
-        self.logs = LogManager(data_dir, config.topic_defaults())
-        self.offsets = OffsetStore(data_dir)
+        self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
+        try:
+            self.cluster_id = self._load_meta()
+            self.logs = LogManager(data_dir, config.topic_defaults())
+            self.offsets = OffsetStore(data_dir)
+            self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
+        except BaseException:
+            self._data_dir_lock.release()
+            raise
         self._topics_in_creation: dict[str, trio.Event] = {}
         self._partition_changes = trio.Lock()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
@@ -79,21 +84,27 @@ class Broker:
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, trio.socket.SocketType] = {}  # connection id -> its socket
         self._waiters: defaultdict[tuple[str, int], set[trio.Event]] = defaultdict(set)
-        self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
 
     # --- persisted identity ----------------------------------------------------------------------------
 
     def _load_meta(self) -> str:
         path = self.data_dir / "meta.properties"
         if path.exists():
-            values = dict(
-                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
-            )
-            stored_node = int(values.get("node.id", self.node_id))
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                raise DamagedFileError(path, "not a text file") from None
+            values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and line[0] != "#")
+            node_text = values.get("node.id", str(self.node_id))
+            if not node_text.strip().lstrip("-").isdigit():
+                raise DamagedFileError(path, f"node.id {node_text!r} is not an integer")
+            stored_node = int(node_text)
             if stored_node != self.node_id:
                 raise SystemExit(
                     f"{path} belongs to node.id {stored_node}, but this broker is configured as {self.node_id}"
                 )
+            if not values.get("cluster.id"):
+                raise DamagedFileError(path, "no cluster.id")
             return values["cluster.id"]
         cluster_id = new_cluster_id()
         write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
@@ -104,7 +115,12 @@ class Broker:
         so a restart can never hand the same id out twice."""
         path = self.data_dir / "producer-id-block"
         if start is None:
-            start = int(path.read_text()) if path.exists() else 0
+            start = 0
+            if path.exists():
+                text = path.read_text(errors="replace").strip()
+                if not (text.isascii() and text.isdigit()):
+                    raise DamagedFileError(path, f"expected the next producer id, found {text[:40]!r}")
+                start = int(text)
         write_atomically(path, str(start + _PRODUCER_ID_BLOCK))
         return start, start + _PRODUCER_ID_BLOCK
 
@@ -262,5 +278,8 @@ class Broker:
         self.wake_all_waiters()
 
     def close(self) -> None:
-        self.logs.close()
-        self.offsets.close()
+        try:
+            self.logs.close()
+            self.offsets.close()
+        finally:
+            self._data_dir_lock.release()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import time
@@ -11,10 +12,16 @@ from pathlib import Path
 
 import trio
 
+from kbroker import __version__
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.storage.files import StorageError
 
 log = logging.getLogger("kbroker")
+
+
+class ListenError(Exception):
+    """The listener could not be opened; the message names the address and the reason."""
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
@@ -27,6 +34,7 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kbroker", description="A Kafka-compatible broker in Python.")
+    parser.add_argument("--version", action="version", version=f"kbroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:9092)")
@@ -76,12 +84,20 @@ async def run_broker(
     """Run until cancelled or signalled; reports the ready broker through ``task_status``."""
     from kbroker.server.connection import serve
 
-    listeners = await trio.open_tcp_listeners(listen[1], host=listen[0])
+    try:
+        listeners = await trio.open_tcp_listeners(listen[1], host=listen[0])
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {listen[0]}:{listen[1]}: {exc.strerror or exc}") from exc
     bound_port = listeners[0].socket.getsockname()[1]
     if advertised is None or advertised.port == 0:
         host = advertised.host if advertised is not None else listen[0]
         advertised = Endpoint(host, bound_port)
-    broker = Broker(config, data_dir, advertised)
+    try:
+        broker = Broker(config, data_dir, advertised)
+    except BaseException:
+        for listener in listeners:
+            listener.socket.close()
+        raise
     broker.listen = Endpoint(listen[0], bound_port)
     try:
         async with trio.open_nursery() as nursery:
@@ -150,8 +166,42 @@ def health_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def seconds_since_process_start() -> float | None:
+    """How long ago this process started (Linux: /proc/self/stat against the boot clock); None if unknown."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        # Field 22, starttime in clock ticks after boot; the name in field 2 may hold spaces, so count from ")".
+        start_ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def process_started_at() -> float:
+    """When this process started, on the time.perf_counter() clock (else when the kbroker package loaded)."""
+    age = seconds_since_process_start()
+    if age is None or age < 0:
+        from kbroker import IMPORTED_AT
+
+        return IMPORTED_AT
+    return time.perf_counter() - age
+
+
+def error_line(exc: BaseException) -> str | None:
+    """The one line a start-up failure is reported with (None: not one of those, let it propagate)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # trio's nurseries wrap errors
+        exc = exc.exceptions[0]
+    if isinstance(exc, ListenError | StorageError):
+        return f"kbroker: {exc}"
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename is not None else ""
+        return f"kbroker: {exc.strerror or exc}{where}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    started_at = time.perf_counter()
+    started_at = process_started_at()
     args = build_parser().parse_args(argv)
     if args.command == "health":
         return health_command(args)
@@ -178,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
                 ready_file=args.ready_file,
             )
         )
-    except OSError as exc:
-        print(f"kbroker: cannot listen on {listen[0]}:{listen[1]}: {exc.strerror}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         pass
+    except Exception as exc:
+        line = error_line(exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,6 +9,9 @@ Fixtures
     kafka_broker_factory  ``kafka_broker_factory({"num.partitions": "3"}, mode="subprocess")`` starts one more
                           broker with these server.properties overrides; all are stopped after the test.
 
+Every broker the plugin starts has ``group.initial.rebalance.delay.ms=0`` (as testcontainers' KafkaContainer),
+so a consumer group forms at its first join instead of 3 s later; any setting below can change that.
+
 Settings (pytest.ini / pyproject ``[tool.pytest.ini_options]``, or ``-o name=value``)
     kafka_broker_scope    ``function`` (default: a fresh broker per test) or ``session`` (one for the run).
     kafka_broker_mode     ``thread`` (default: a trio broker on a thread of the test process, about 5 ms to
@@ -38,6 +41,9 @@ else:
 KafkaBrokerFactory = Callable[..., KafkaBroker]
 
 SCOPES = ("function", "session")
+# What every broker the plugin starts gets unless the ini, a marker or the factory says otherwise. As in
+# testcontainers' KafkaContainer: no initial rebalance delay, so a test's group forms at its first join.
+DEFAULT_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 MODES = ("thread", "subprocess")
 MARKER = "kafka_broker_config"
 
@@ -96,7 +102,7 @@ def start_broker(
         raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     kind = RunningBroker if mode == "thread" else BrokerProcess
     # A bad key or value raises kbroker.config.ConfigError naming it, before anything starts.
-    return kind(data_dir, {**ini_overrides(config), **(overrides or {})}).start()
+    return kind(data_dir, {**DEFAULT_OVERRIDES, **ini_overrides(config), **(overrides or {})}).start()
 
 
 def _broker_scope(fixture_name: str, config: pytest.Config) -> Literal["function", "session"]:

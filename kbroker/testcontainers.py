@@ -60,6 +60,8 @@ class KBrokerContainer(DockerContainer):
         self.with_exposed_ports(port)
         self.with_env("KBROKER_LISTENER", f"0.0.0.0:{port}")
         self.with_env("KBROKER_ADVERTISED_LISTENER_FILE", ADVERTISED_LISTENER_FILE)
+        # As testcontainers' KafkaContainer: a group forms at its first join, not 3 s later (with_config wins).
+        self.with_config("group.initial.rebalance.delay.ms", 0)
 
     def with_config(self, key: str, value: object) -> Self:
         """A server.properties setting, e.g. ``with_config("log.retention.ms", 3600000)``."""

@@ -76,7 +76,10 @@ class RunningBroker(_StartedBroker):
         self._thread.start()
         self._ready.wait(30)
         if self._error is not None:
-            raise RuntimeError("broker failed to start") from self._error
+            error = self._error
+            while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:  # trio's nursery wraps it
+                error = error.exceptions[0]
+            raise RuntimeError(f"broker failed to start: {error}") from self._error
         if self.broker is None:
             raise RuntimeError("broker did not start within 30 s")
         return self

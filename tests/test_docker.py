@@ -344,3 +344,15 @@ def test_kbroker_container_round_trip_and_health(kbroker_image: str) -> None:
                 break
             time.sleep(1)
         assert status == "healthy"
+
+
+def test_kbroker_container_defaults_the_initial_rebalance_delay_to_zero() -> None:
+    """As testcontainers' KafkaContainer; with_config still wins. No engine needed: nothing is started, and a
+    fixed API version keeps docker-py from asking an engine for one."""
+    pytest.importorskip("testcontainers", reason="testcontainers is not installed (pip install 'kbroker[docker]')")
+    from kbroker.testcontainers import KBrokerContainer
+
+    key = "KBROKER_CONFIG_GROUP_INITIAL_REBALANCE_DELAY_MS"
+    assert KBrokerContainer("kbroker:test", docker_client_kw={"version": "1.43"}).env[key] == "0"
+    configured = KBrokerContainer("kbroker:test", docker_client_kw={"version": "1.43"})
+    assert configured.with_config("group.initial.rebalance.delay.ms", 3000).env[key] == "3000"

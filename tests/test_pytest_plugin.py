@@ -218,3 +218,56 @@ def test_mistakes_are_reported_with_their_reason(pytester: pytest.Pytester, inne
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*needs kafka_broker_scope = function*kafka_broker_factory*"])
+
+
+def test_groups_form_without_the_initial_rebalance_delay(pytester: pytest.Pytester, inner) -> None:
+    """As with testcontainers' KafkaContainer, the fixture's broker has group.initial.rebalance.delay.ms=0 (Kafka's
+    default is 3 s), so a group forms at its first join; an explicit setting still wins."""
+    inner(
+        """
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        def rebalance_delay(bootstrap):
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
+            finally:
+                admin.close()
+            entry = configs["broker"]["0"]["group.initial.rebalance.delay.ms"]
+            return [entry["value"], entry["config_source"]]
+
+        def test_fixture(kafka_broker):
+            producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+            producer.send("events", b"first").get(10)
+            producer.close()
+            consumer = KafkaConsumer("events", bootstrap_servers=kafka_broker.bootstrap, group_id="g",
+                                     auto_offset_reset="earliest", consumer_timeout_ms=10000)
+            record = next(iter(consumer))
+            admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+            group = admin.describe_groups(["g"])["g"]
+            admin.close()
+            consumer.close()
+            report("fixture", delay=rebalance_delay(kafka_broker.bootstrap), value=record.value.decode(),
+                   state=group["group_state"], members=len(group["members"]),
+                   coordinator_delay=kafka_broker.broker.groups.initial_rebalance_delay_ms)
+
+        def test_factory(kafka_broker_factory):
+            child = kafka_broker_factory(mode="subprocess")
+            report("factory", delay=rebalance_delay(child.bootstrap))
+
+        @pytest.mark.kafka_broker_config({"group.initial.rebalance.delay.ms": 3000})
+        def test_explicit(kafka_bootstrap):
+            report("explicit", delay=rebalance_delay(kafka_bootstrap))
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=3)
+    facts = inner.facts()
+    assert facts["fixture"] == {
+        "delay": ["0", "STATIC_BROKER_CONFIG"],
+        "value": "first",
+        "state": "Stable",
+        "members": 1,
+        "coordinator_delay": 0,
+    }
+    assert facts["factory"] == {"delay": ["0", "STATIC_BROKER_CONFIG"]}
+    assert facts["explicit"] == {"delay": ["3000", "STATIC_BROKER_CONFIG"]}

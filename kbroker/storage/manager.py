@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.storage.files import fsync_directory, write_atomically
+from kbroker.storage.files import DamagedFileError, fsync_directory, write_atomically
 from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, PartitionLog, Segment
 
 log = logging.getLogger("kbroker.storage")
@@ -88,11 +88,20 @@ class LogManager:
         path = self.data_dir / TOPICS_FILE
         if not path.exists():
             return
-        raw = json.loads(path.read_text())
-        for name, item in raw.get("topics", {}).items():
-            info = TopicInfo(name, uuid.UUID(item["id"]), int(item["partitions"]), dict(item.get("configs", {})))
-            self._topics[name] = info
-            self._by_id[info.topic_id] = info
+        try:
+            raw = json.loads(path.read_bytes())
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise DamagedFileError(path, f"not valid JSON{where}") from None
+        try:
+            for name, item in raw.get("topics", {}).items():
+                info = TopicInfo(name, uuid.UUID(item["id"]), int(item["partitions"]), dict(item.get("configs", {})))
+                self._topics[name] = info
+                self._by_id[info.topic_id] = info
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            self._topics.clear()
+            self._by_id.clear()
+            raise DamagedFileError(path, f"unexpected content ({type(exc).__name__}: {exc})") from None
 
     def _save_topics(self) -> None:
         data = {

@@ -15,6 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbroker.storage.files import DamagedFileError
 from kbroker.storage.producer_state import ProducerStateTable, snapshot_offsets
 from kbroker.storage.segment import NO_TIMESTAMP, FileRegion, Segment
 from protocol.errors import ErrorCode
@@ -108,6 +109,13 @@ class ReadChunk:
 EMPTY_CHUNK = ReadChunk(None, 0, 0, -1)
 
 
+def _read_log_start_offset(path: Path) -> int:
+    text = path.read_text(errors="replace").strip()
+    if not (text.isascii() and text.isdigit()):
+        raise DamagedFileError(path, f"expected the log start offset, found {text[:40]!r}")
+    return int(text)
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -143,7 +151,7 @@ class PartitionLog:
             self.segments.append(Segment(self.directory, 0, self.config.index_interval_bytes, created))
         self._bases = [s.base_offset for s in self.segments]
         start_file = self.directory / LOG_START_OFFSET_FILE
-        stored_start = int(start_file.read_text()) if start_file.exists() else 0
+        stored_start = _read_log_start_offset(start_file) if start_file.exists() else 0
         self.log_start_offset = max(stored_start, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._rebuild_producer_state()
@@ -156,8 +164,8 @@ class PartitionLog:
             try:
                 self.producers = ProducerStateTable.load_snapshot(self.directory, usable[-1])
                 start = usable[-1]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("%s: unreadable producer snapshot, rebuilding from the log: %s", self.directory, exc)
+            except (OSError, DamagedFileError) as exc:
+                log.warning("unreadable producer snapshot, rebuilding it from the log: %s", exc)
                 self.producers = ProducerStateTable()
         for segment in self.segments:
             if segment.next_offset <= start:

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbroker.storage.files import DamagedFileError
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader
 
@@ -150,13 +151,21 @@ class ProducerStateTable:
 
     @classmethod
     def load_snapshot(cls, directory: Path, offset: int) -> ProducerStateTable:
+        """The table saved at ``offset``; DamagedFileError (naming the file) if it cannot be read back."""
         table = cls()
-        raw = json.loads((directory / f"{offset:020d}{SNAPSHOT_SUFFIX}").read_text())
-        for pid, item in raw.items():
-            entry = ProducerEntry(epoch=int(item["epoch"]), last_timestamp=int(item["last_timestamp"]))
-            for values in item["batches"]:
-                entry.batches.append(BatchMetadata(*(int(v) for v in values)))
-            table.producers[int(pid)] = entry
+        path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        try:
+            raw = json.loads(path.read_bytes())
+        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+            raise DamagedFileError(path, "not valid JSON") from None
+        try:
+            for pid, item in raw.items():
+                entry = ProducerEntry(epoch=int(item["epoch"]), last_timestamp=int(item["last_timestamp"]))
+                for values in item["batches"]:
+                    entry.batches.append(BatchMetadata(*(int(v) for v in values)))
+                table.producers[int(pid)] = entry
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise DamagedFileError(path, f"unexpected content ({type(exc).__name__}: {exc})") from None
         return table
 
 
