@@ -25,6 +25,7 @@ from kbroker.groups.offsets import OffsetStore
 from kbroker.server.connection import stop_reading
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.files import DamagedFileError, lock_data_dir, write_atomically
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker")
 
@@ -40,6 +41,10 @@ class Endpoint:
 def new_cluster_id() -> str:
     # Kafka's cluster ids are a random UUID in URL-safe base64 without padding (22 characters).
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _unknown_topic(name: str) -> KafkaError:
+    return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
 
 def _flush_all(logs: list[PartitionLog]) -> None:
@@ -142,7 +147,8 @@ class Broker:
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Create a topic; its files are made in a worker thread so other clients are not held up.
 
-        Raises ValueError if the name is taken (or being created) or invalid.
+        Raises KafkaError: TOPIC_ALREADY_EXISTS if the name is taken (or being created), INVALID_TOPIC_EXCEPTION
+        if it is not a valid name.
         """
         info = self.logs.plan_topic(name, partitions, configs)
         created = self._topics_in_creation[name] = trio.Event()
@@ -157,20 +163,23 @@ class Broker:
         return self.logs.commit_topic(info, logs)
 
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        """Grow a topic to ``total`` partitions. Raises KeyError for an unknown topic, ValueError if not growing."""
+        """Grow a topic to ``total`` partitions.
+
+        Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_PARTITIONS if not growing.
+        """
         async with self._partition_changes:  # two requests growing one topic must not build the same partitions
             info = self.logs.topic(name)
             if info is None:
-                raise KeyError(name)
+                raise _unknown_topic(name)
             if total <= info.partitions:
-                raise ValueError(f"topic {name} already has {info.partitions} partitions")
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"topic {name} already has {info.partitions} partitions")
             logs = await trio.to_thread.run_sync(
                 self.logs.build_partitions, info, info.partitions, total, abandon_on_cancel=False
             )
             if self.logs.topic(name) is not info:  # deleted meanwhile
                 for plog in logs:
                     plog.delete()
-                raise KeyError(name)
+                raise _unknown_topic(name)
             return self.logs.commit_partitions(info, logs)
 
     async def auto_create_topic(self, name: str) -> TopicInfo | None:
@@ -184,7 +193,7 @@ class Broker:
         if info is None:
             try:
                 info = await self.create_topic(name, self.config["num.partitions"], {})
-            except ValueError:
+            except KafkaError:  # created meanwhile (or not a valid name)
                 return self.logs.topic(name)
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         return info

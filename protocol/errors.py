@@ -1,6 +1,9 @@
 """Kafka's error codes: code, name and whether a client may retry; the broker uses them by name.
 
 Names and numbers are those of Kafka's protocol guide (kafka.apache.org/protocol#protocol_error_codes).
+``KafkaError`` is the one exception that stands for a Kafka error: domain code raises it, a handler catches it
+where the answer goes in an item of its response, and the request pipeline (kbroker/server) turns one that
+escapes a handler into that API's error answer.
 """
 
 from __future__ import annotations
@@ -188,3 +191,19 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"UNKNOWN_ERROR_CODE_{code}"
+
+
+class KafkaError(Exception):
+    """A Kafka error with its code and the message Kafka would give (None where Kafka gives none)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message if message is not None else code.name)
+        self.code = code
+        self.message = message
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
+
+    def __repr__(self) -> str:
+        return f"KafkaError({self.code.name}, {self.message!r})"

@@ -9,7 +9,7 @@ from collections import Counter
 from kbroker.apis.context import RequestContext
 from kbroker.storage import validate_topic_name
 from kbroker.topic_config import validate_topic_configs
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_partitions_response import CreatePartitionsResponse
 from protocol.messages.create_topics_request import CreateTopicsRequest
@@ -82,7 +82,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         result = TopicResult(name=topic.name, topic_id=ZERO_UUID, error_code=ErrorCode.NONE, error_message=None)
         results.append(result)
 
-        def fail(code: ErrorCode, message: str, result: TopicResult = result) -> None:
+        def fail(code: ErrorCode, message: str | None, result: TopicResult = result) -> None:
             result.error_code = code
             result.error_message = message
 
@@ -129,8 +129,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         else:
             try:
                 info = await broker.create_topic(topic.name, partitions, configs)
-            except ValueError:  # another request created it meanwhile
-                fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+            except KafkaError as exc:  # another request created it meanwhile
+                fail(exc.code, exc.message)
                 continue
             topic_id = info.topic_id
             log.info("created topic %s with %d partitions", topic.name, partitions)
@@ -224,13 +224,8 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
         elif not request.validate_only:
             try:
                 await broker.add_partitions(topic.name, topic.count)
-            except KeyError:
-                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                result.error_message = f"The topic '{topic.name}' does not exist."
-                continue
-            except ValueError as exc:  # another request grew it meanwhile
-                result.error_code = ErrorCode.INVALID_PARTITIONS
-                result.error_message = str(exc)
+            except KafkaError as exc:  # deleted or grown by another request meanwhile
+                result.error_code, result.error_message = exc.code, exc.message
                 continue
             log.info("topic %s now has %d partitions", topic.name, topic.count)
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)

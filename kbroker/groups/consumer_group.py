@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kbroker.groups.assignors import ASSIGNORS, Assignor, MemberSpec, TopicAssignment, TopicMetadata
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kbroker.groups.coordinator import GroupCoordinator
@@ -70,13 +70,6 @@ class MemberState(Enum):
     STABLE = "stable"
     UNREVOKED_PARTITIONS = "unrevoked_partitions"
     UNRELEASED_PARTITIONS = "unreleased_partitions"
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def new_member_id() -> str:
@@ -222,7 +215,7 @@ class ConsumerGroupCoordinator:
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(request.group_id, request.member_id, request.member_epoch, request.instance_id)
             return self._heartbeat(request)
-        except HeartbeatError as error:
+        except KafkaError as error:
             return HeartbeatResult(error.code, error.message)
 
     def _validate(self, request: MemberHeartbeat) -> None:
@@ -236,8 +229,8 @@ class ConsumerGroupCoordinator:
         instance_id, rack_id, owned = request.instance_id, request.rack_id, request.owned
         names, regex, assignor = request.subscribed_topic_names, request.subscribed_topic_regex, request.server_assignor
 
-        def invalid(message: str) -> HeartbeatError:
-            return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+        def invalid(message: str) -> KafkaError:
+            return KafkaError(ErrorCode.INVALID_REQUEST, message)
 
         # Kafka's throwIfEmptyString: set, but nothing left once trimmed.
         if (version >= CONSUMER_GENERATED_MEMBER_ID_VERSION or member_epoch > 0 or member_epoch == -1) and (
@@ -263,7 +256,7 @@ class ConsumerGroupCoordinator:
         elif member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise invalid("MemberEpoch is invalid.")
         if assignor is not None and assignor not in self.assignors:
-            raise HeartbeatError(
+            raise KafkaError(
                 ErrorCode.UNSUPPORTED_ASSIGNOR,
                 f"ServerAssignor {assignor} is not supported. Supported assignors: {', '.join(self.assignors)}.",
             )
@@ -276,7 +269,7 @@ class ConsumerGroupCoordinator:
             try:
                 pattern = re.compile(regex)
             except re.error as exc:
-                raise HeartbeatError(
+                raise KafkaError(
                     ErrorCode.INVALID_REGULAR_EXPRESSION,
                     f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.",
                 ) from None
@@ -293,11 +286,11 @@ class ConsumerGroupCoordinator:
         if classic is not None and classic.members:
             # Kafka would upgrade a classic group whose members all use the consumer protocol type
             # (KIP-848 online migration); kbroker does not, so the id stays the classic group's.
-            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
         if not create:
             # Kafka answers GROUP_ID_NOT_FOUND here; its groups survive restarts, kbroker's members do not,
             # so a member still heartbeating after a restart is told to rejoin instead of failing for good.
-            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
         if classic is not None:
             assert self.classic is not None
             self.classic.delete(group_id)  # an empty classic group (offsets stay) becomes a consumer group
@@ -323,16 +316,16 @@ class ConsumerGroupCoordinator:
                 if existing.member_id == member_id:
                     return self._new_or_rejoining(group, member_id, member_epoch, owned)
                 if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                    raise HeartbeatError(
+                    raise KafkaError(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"Static member {member_id} with instance id {instance_id} cannot join the group "
                         f"because the instance id is owned by {existing.member_id} member.",
                     )
                 return self._replace_static(group, existing, member_id), False  # already in the group
             if existing is None:
-                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
             if existing.member_id != member_id:
-                raise HeartbeatError(
+                raise KafkaError(
                     ErrorCode.FENCED_INSTANCE_ID,
                     f"Static member {member_id} with instance id {instance_id} was fenced by member "
                     f"{existing.member_id}.",
@@ -343,7 +336,7 @@ class ConsumerGroupCoordinator:
             return self._new_or_rejoining(group, member_id, member_epoch, owned)
         member = group.members.get(member_id)
         if member is None:
-            raise HeartbeatError(
+            raise KafkaError(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}."
             )
         self._check_epoch(member, member_epoch, owned)
@@ -373,7 +366,7 @@ class ConsumerGroupCoordinator:
     def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions | None) -> None:
         """Kafka's throwIfConsumerGroupMemberEpochIsInvalid."""
         if received > member.member_epoch:
-            raise HeartbeatError(
+            raise KafkaError(
                 ErrorCode.FENCED_MEMBER_EPOCH,
                 f"The consumer group member has a greater member epoch ({received}) than the one known by the "
                 f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
@@ -382,7 +375,7 @@ class ConsumerGroupCoordinator:
             # The previous epoch is fine if the member owns only assigned partitions: the response that
             # bumped its epoch may have been lost.
             if received != member.previous_member_epoch or not _is_subset(owned, member.assigned):
-                raise HeartbeatError(
+                raise KafkaError(
                     ErrorCode.FENCED_MEMBER_EPOCH,
                     f"The consumer group member has a smaller member epoch ({received}) than the one known by "
                     f"the group coordinator ({member.member_epoch}). The member must abandon all its "
@@ -435,7 +428,7 @@ class ConsumerGroupCoordinator:
         )
         if len(group.members) >= self.max_size and not is_known:
             self._forget_if_unused(group)
-            raise HeartbeatError(
+            raise KafkaError(
                 ErrorCode.GROUP_MAX_SIZE_REACHED,
                 f"The consumer group has reached its maximum capacity of {self.max_size} members.",
             )
@@ -443,7 +436,7 @@ class ConsumerGroupCoordinator:
             member_id = new_member_id()  # v0: the coordinator names the member
         try:
             member, is_new = self._member_for(group, member_id, member_epoch, instance_id, owned)
-        except HeartbeatError:
+        except KafkaError:
             self._forget_if_unused(group)
             raise
         before = _copy(member.assigned)
@@ -607,20 +600,20 @@ class ConsumerGroupCoordinator:
     def _leave(self, group_id: str, member_id: str, member_epoch: int, instance_id: str | None) -> HeartbeatResult:
         group = self.groups.get(group_id)
         if group is None:
-            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
-                raise HeartbeatError(
+                raise KafkaError(
                     ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
                 )
         else:
             static_id = group.static_members.get(instance_id)
             member = group.members.get(static_id) if static_id is not None else None
             if member is None:
-                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
             if member.member_id != member_id:
-                raise HeartbeatError(
+                raise KafkaError(
                     ErrorCode.FENCED_INSTANCE_ID,
                     f"Static member {member_id} with instance id {instance_id} was fenced by member "
                     f"{member.member_id}.",

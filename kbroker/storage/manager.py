@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kbroker.storage.files import DamagedFileError, fsync_directory, write_atomically
 from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, PartitionLog, Segment
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.storage")
 
@@ -152,10 +153,10 @@ class LogManager:
 
     def plan_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         if name in self._topics or name in self._pending:
-            raise ValueError(f"topic {name} already exists")
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         problem = validate_topic_name(name)
         if problem is not None:
-            raise ValueError(problem)
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         self._pending.add(name)
         return TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from kbroker.storage.files import DamagedFileError
 from kbroker.storage.producer_state import ProducerStateTable, snapshot_offsets
 from kbroker.storage.segment import NO_TIMESTAMP, FileRegion, Segment
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER_SIZE, BatchHeader, assign_offsets, decode_records
 
@@ -30,8 +30,11 @@ PARTITION_METADATA_FILE = "partition.metadata"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 
 
-class OffsetOutOfRange(Exception):
+class OffsetOutOfRange(KafkaError):
     """A read below the log start offset or beyond the log end offset."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
 
 
 @dataclass(frozen=True, slots=True)
