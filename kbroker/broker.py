@@ -13,6 +13,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -22,7 +23,6 @@ from kbroker.groups.assignors import TopicMetadata
 from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
-from kbroker.server.connection import stop_reading
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.files import DamagedFileError, lock_data_dir, write_atomically
 from protocol.errors import ErrorCode, KafkaError
@@ -36,6 +36,12 @@ _PRODUCER_ID_BLOCK = 1000
 class Endpoint:
     host: str
     port: int
+
+
+class OpenConnection(Protocol):
+    """What the broker needs of a client connection (kbroker.server.connection.Connection) to drain it."""
+
+    def stop_reading(self) -> None: ...
 
 
 def new_cluster_id() -> str:
@@ -58,6 +64,8 @@ class Broker:
         self.data_dir = data_dir
         self.advertised = advertised
         self.listen = advertised  # where it listens: set by whoever opened the listener (kbroker.cli.run_broker)
+        # Each listener's advertised address by listener name; ``advertised`` serves a name not in it.
+        self.advertised_by_listener: dict[str, Endpoint] = {}
         self.node_id: int = config["node.id"]
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:
@@ -87,8 +95,12 @@ class Broker:
         )
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
-        self.open_connections: dict[int, trio.socket.SocketType] = {}  # connection id -> its socket
+        self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection
         self._waiters: defaultdict[tuple[str, int], set[trio.Event]] = defaultdict(set)
+
+    def advertised_for(self, listener: str) -> Endpoint:
+        """The address clients of ``listener`` are given (Kafka answers with the listener a request came in on)."""
+        return self.advertised_by_listener.get(listener, self.advertised)
 
     # --- persisted identity ----------------------------------------------------------------------------
 
@@ -282,8 +294,8 @@ class Broker:
         self.draining = True
         self.groups.wake_all()
         self.accepting.cancel()
-        for sock in list(self.open_connections.values()):
-            stop_reading(sock)  # each answers what it already received, then closes
+        for connection in list(self.open_connections.values()):
+            connection.stop_reading()  # each answers what it already received, then closes
         self.wake_all_waiters()
 
     def close(self) -> None:

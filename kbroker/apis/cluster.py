@@ -40,8 +40,8 @@ async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterR
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=broker.node_id,
-                host=broker.advertised.host,
-                port=broker.advertised.port,
+                host=ctx.advertised.host,
+                port=ctx.advertised.port,
                 rack=None,
                 is_fenced=False,
             )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.broker import Broker, Endpoint
 
 
 @dataclass(slots=True)
@@ -18,3 +18,10 @@ class RequestContext:
     client_id: str | None
     client_host: str
     connection_id: int
+    listener: str = "PLAINTEXT"  # the name of the listener the request came in on
+    principal: str = "User:ANONYMOUS"
+
+    @property
+    def advertised(self) -> Endpoint:
+        """This broker's address as advertised on the request's listener (what Metadata and others give)."""
+        return self.broker.advertised_for(self.listener)

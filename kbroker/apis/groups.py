@@ -35,7 +35,8 @@ CONSUMER = "consumer"
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     """A single node coordinates every group (and, once transactions exist, every transactional id)."""
     broker = ctx.broker
-    node, host, port = broker.node_id, broker.advertised.host, broker.advertised.port
+    advertised = ctx.advertised
+    node, host, port = broker.node_id, advertised.host, advertised.port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         code = ErrorCode.INVALID_REQUEST

@@ -100,7 +100,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         throttle_time_ms=0,
         brokers=[
             MetadataResponse.MetadataResponseBroker(
-                node_id=broker.node_id, host=broker.advertised.host, port=broker.advertised.port, rack=None
+                node_id=broker.node_id, host=ctx.advertised.host, port=ctx.advertised.port, rack=None
             )
         ],
         cluster_id=broker.cluster_id,

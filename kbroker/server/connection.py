@@ -2,25 +2,47 @@
 
 Like Kafka, a connection's requests are handled one at a time (Kafka mutes a channel until its response
 is sent): one task reads a request, answers it, and reads the next. Pipelined requests wait in the
-socket's buffer, or already split into frames in the FrameBuffer, so the only back-pressure is TCP's.
-At shutdown the broker shuts every connection's socket for reading: a connection finishes the request in
-hand, answers what was already received, then sees end of stream and closes. The task runs in the
-broker's connection nursery, so it is cancelled with it.
+stream's buffer, or already split into frames in the FrameBuffer, so the only back-pressure is TCP's.
+
+A ``Connection`` owns its trio stream and what the broker knows about the client: the listener it came in
+on and that listener's security protocol, its principal (``User:ANONYMOUS`` until SASL exists), the SASL
+stage, and the client id and software it names. Every request passes one pipeline:
+
+    version check -> authentication gate -> handler -> error mapping
+
+A version the broker does not handle closes the connection (ApiVersions excepted, KIP-511), as a frame that
+cannot be parsed does. The authentication gate lets everything through today (PLAINTEXT only). A handler
+that raises ``KafkaError`` gets that API's error answer with the error's code; any other exception is logged
+once with its traceback and answered with UNKNOWN_SERVER_ERROR, and the connection carries on. Only an API
+version whose answer has no error field at all leaves nothing to say, and then the connection is closed.
+
+On a plain socket, requests are read straight into the frame buffer (``recv_into``) and record data goes
+from segment files to the socket with ``sendfile``; any other stream (TLS later, a test's wrapper) reads
+with ``receive_some`` and sends file regions read into memory.
+
+At shutdown the broker tells every connection to stop reading: a connection finishes the request in hand,
+answers what was already received, then sees end of stream and closes. The task runs in the broker's
+connection nursery, so it is cancelled with it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kbroker.apis import HANDLERS, unsupported_version_response
 from kbroker.apis.context import RequestContext
-from kbroker.server.sending import send_spliced
+from kbroker.apis.error_responses import error_response
+from kbroker.server.sending import send_spliced, send_spliced_to_stream
+from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
-from protocol.framing import FrameBuffer, FrameTooLarge, SplicedOutput, decode_request, encode_response
+from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, decode_request, encode_response
 from protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -28,39 +50,246 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.server")
 
+PRODUCE = 0
 API_VERSIONS = 18
+ANONYMOUS = "User:ANONYMOUS"
+DEFAULT_LISTENER = "PLAINTEXT"
+RECEIVE_SIZE = 64 * 1024  # bytes asked of a stream that is not a plain socket per read
+
+# accept() failures that say "out of resources right now": wait and try again (as trio.serve_listeners does).
+ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_SECONDS = 0.1
 
 
 class ConnectionClosed(Exception):
     pass
 
 
-async def serve_connection(broker: Broker, stream: trio.SocketStream, connection_id: int) -> None:
-    try:
-        peer = stream.socket.getpeername()
-        host = f"{peer[0]}:{peer[1]}"
-    except OSError:
-        host = "?"
-    try:
-        async with stream:
-            broker.open_connections[connection_id] = stream.socket
-            if broker.draining:  # accepted just as draining began: nothing more will be read
-                stop_reading(stream.socket)
-            await _serve(broker, stream, host, connection_id)
-    except Exception as exc:  # noqa: BLE001 - one connection's failure is logged, never the broker's
-        if not _is_disconnect(exc):
-            # Whatever went wrong ends this connection only; the broker and other clients carry on.
-            log.error("connection from %s failed", host, exc_info=exc)
-    finally:
-        broker.connection_closed(connection_id)
+class SaslStage(Enum):
+    """Where a connection is in SASL authentication (issue #18); PLAINTEXT listeners never leave NONE."""
+
+    NONE = "none"  # the listener needs no authentication
+    HANDSHAKE = "handshake"  # waiting for SaslHandshake
+    AUTHENTICATE = "authenticate"  # waiting for SaslAuthenticate
+    DONE = "done"
 
 
-def stop_reading(sock: trio.socket.SocketType) -> None:
-    """Shut the socket for reading: what was received is still read, then end of stream (draining)."""
+@dataclass(frozen=True, slots=True)
+class ListenerInfo:
+    """What a connection knows of the listener that accepted it."""
+
+    name: str = DEFAULT_LISTENER
+    security_protocol: str = "PLAINTEXT"
+
+
+class _Close(Exception):
+    """The pipeline's verdict that this connection ends here (the reason is already logged)."""
+
+
+class Connection:
+    """One client's stream and per-connection state, and the loop that serves its requests."""
+
+    def __init__(
+        self, broker: Broker, stream: trio.abc.Stream, connection_id: int, listener: ListenerInfo | None = None
+    ) -> None:
+        self.broker = broker
+        self.stream = stream
+        self.id = connection_id
+        self.listener = listener if listener is not None else ListenerInfo()
+        self.principal = ANONYMOUS
+        self.sasl_stage = SaslStage.NONE
+        self.client_id: str | None = None
+        self.client_software_name: str | None = None
+        self.client_software_version: str | None = None
+        # The zero-copy paths need the socket itself; any other stream goes through its own methods.
+        self._socket: trio.socket.SocketType | None = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self.peer = _peer_name(self._socket)
+        self._stopping = False
+        self._read_scope: trio.CancelScope | None = None
+
+    @property
+    def listener_name(self) -> str:
+        return self.listener.name
+
+    @property
+    def security_protocol(self) -> str:
+        return self.listener.security_protocol
+
+    # --- life cycle ---------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve requests until the client goes, a frame is malformed or the broker drains; never raises."""
+        broker = self.broker
+        try:
+            async with self.stream:
+                broker.open_connections[self.id] = self
+                if broker.draining:  # accepted just as draining began: nothing more will be read
+                    self.stop_reading()
+                await self._serve()
+        except Exception as exc:  # noqa: BLE001 - one connection's failure is logged, never the broker's
+            if not _is_disconnect(exc):
+                # Whatever went wrong ends this connection only; the broker and other clients carry on.
+                log.error("connection from %s failed", self.peer, exc_info=exc)
+        finally:
+            broker.connection_closed(self.id)
+
+    def stop_reading(self) -> None:
+        """Read nothing more: what was received is still answered, then the connection ends (draining)."""
+        self._stopping = True
+        if self._socket is not None:
+            try:
+                self._socket.shutdown(socket.SHUT_RD)  # recv sees end of stream once the buffer is read
+            except OSError:  # already gone
+                pass
+        elif self._read_scope is not None:
+            self._read_scope.cancel()  # only ever around a read, never around a handler
+
+    async def _serve(self) -> None:
+        buffer = FrameBuffer(self.broker.config["socket.request.max.bytes"])
+        while True:
+            try:
+                frame = await self._next_frame(buffer)
+            except FrameTooLarge as exc:
+                log.warning("closing connection from %s: %s", self.peer, exc)
+                return
+            if frame is None:
+                return
+            try:
+                request = decode_request(frame)
+            except DecodeError as exc:
+                log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
+                return
+            try:
+                response = await self.handle(request)
+            except _Close:
+                return
+            if response is not None:
+                await self._send(response)
+
+    # --- the request pipeline -----------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> bytes | bytearray | None:
+        """The encoded answer to ``request``, None when none is due (acks=0); raises _Close to end here."""
+        key, version = request.api_key, request.api_version
+        if request.trailing_bytes:
+            log.debug("ignoring %d trailing bytes after api key %d v%d", request.trailing_bytes, key, version)
+        # 1. version check
+        handler = HANDLERS.get(key)
+        body = request.body
+        if body is None or handler is None or not handler.supports(version):
+            if key == API_VERSIONS:
+                # KIP-511: answer in v0 format with the full list so the client can pick a version.
+                return encode_response(unsupported_version_response(), key, 0, request.correlation_id)
+            name = APIS[key].name if key in APIS else f"api key {key}"
+            log.warning("closing connection from %s: unsupported %s version %d", self.peer, name, version)
+            raise _Close
+        self.client_id = request.header.client_id
+        if key == API_VERSIONS and version >= 3:
+            self.client_software_name = body.client_software_name
+            self.client_software_version = body.client_software_version
+        context = RequestContext(
+            broker=self.broker,
+            api_key=key,
+            api_version=version,
+            correlation_id=request.correlation_id,
+            client_id=self.client_id,
+            client_host=self.peer,
+            connection_id=self.id,
+            listener=self.listener.name,
+            principal=self.principal,
+        )
+        try:
+            # 2. authentication gate, 3. handler
+            self.authenticate(key)
+            response = await handler.handle(context, body)
+            if response is None:  # acks=0 produce: Kafka sends nothing back
+                return None
+            return encode_response(response, key, version, request.correlation_id)
+        # 4. error mapping
+        except KafkaError as exc:
+            log.debug("%s v%d from %s failed: %r", handler.name, version, self.peer, exc)
+            return self._error_answer(request, body, exc.code, exc.message)
+        except Exception:
+            log.exception("handler for %s v%d failed (client %s)", handler.name, version, self.peer)
+            return self._error_answer(request, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
+
+    def authenticate(self, api_key: int) -> None:
+        """The authentication gate: raise to refuse ``api_key`` in this connection's SASL stage.
+
+        Every listener is PLAINTEXT today (SASL is issue #18), so every request passes.
+        """
+
+    def _error_answer(self, request: Request, body: Any, code: ErrorCode, message: str | None) -> SplicedOutput:
+        key, version = request.api_key, request.api_version
+        if key == PRODUCE and getattr(body, "acks", None) == 0:
+            # As Kafka: an acks=0 producer reads no answer, so the only way to tell it is to close.
+            log.warning("closing connection from %s: acks=0 produce failed with %s", self.peer, code.name)
+            raise _Close
+        try:
+            response = error_response(key, version, body, code, message)
+            if response is not None:
+                return encode_response(response, key, version, request.correlation_id)
+        except Exception:
+            log.exception("error answer for %s v%d failed (client %s)", APIS[key].name, version, self.peer)
+            raise _Close from None
+        log.warning(
+            "closing connection from %s: %s v%d has no error field for %s",
+            self.peer,
+            APIS[key].name,
+            version,
+            code.name,
+        )
+        raise _Close
+
+    # --- the stream ---------------------------------------------------------------------------------------
+
+    async def _next_frame(self, buffer: FrameBuffer) -> bytearray | None:
+        """The next request frame, reading only when none is buffered; None at end of stream."""
+        while (frame := buffer.next_frame()) is None:
+            try:
+                if self._socket is not None:
+                    # Straight into the frame buffer: a large request is never copied in user space.
+                    with buffer.read_buffer() as target:  # released before the buffer may grow again
+                        count = await self._socket.recv_into(target)
+                    if not count:
+                        return None
+                    buffer.commit(count)
+                    continue
+                if self._stopping:
+                    return None
+                data: bytes | bytearray = b""
+                with trio.CancelScope() as self._read_scope:
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                self._read_scope = None
+                if not data:  # end of stream, or stop_reading() cancelled the read
+                    return None
+                buffer.feed(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return None
+        return frame
+
+    async def _send(self, data: bytes | bytearray) -> None:
+        try:
+            if isinstance(data, SplicedOutput) and data.splices:
+                # Record data straight from the segment files where the stream is a socket.
+                if self._socket is not None:
+                    await send_spliced(self._socket, data)
+                else:
+                    await send_spliced_to_stream(self.stream, data)
+            else:
+                await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionClosed from exc
+
+
+def _peer_name(sock: trio.socket.SocketType | None) -> str:
+    if sock is None:
+        return "?"
     try:
-        sock.shutdown(socket.SHUT_RD)
-    except OSError:  # already gone
-        pass
+        peer = sock.getpeername()
+        return f"{peer[0]}:{peer[1]}"
+    except (OSError, IndexError, TypeError):
+        return "?"
 
 
 _DISCONNECTS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ConnectionClosed)
@@ -73,100 +302,52 @@ def _is_disconnect(exc: BaseException) -> bool:
     return isinstance(exc, _DISCONNECTS)
 
 
-async def _next_frame(sock: trio.socket.SocketType, buffer: FrameBuffer) -> bytearray | None:
-    """The next request frame, reading from the socket only when none is buffered; None at end of stream."""
-    while (frame := buffer.next_frame()) is None:
-        try:
-            # Straight into the frame buffer: a large request is never copied in user space.
-            with buffer.read_buffer() as target:  # released before the buffer may grow again
-                count = await sock.recv_into(target)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return None
-        if not count:
-            return None
-        buffer.commit(count)
-    return frame
+async def serve_connection(
+    broker: Broker, stream: trio.abc.Stream, connection_id: int, listener: ListenerInfo | None = None
+) -> None:
+    await Connection(broker, stream, connection_id, listener).run()
 
 
-async def _serve(broker: Broker, stream: trio.SocketStream, host: str, connection_id: int) -> None:
-    buffer = FrameBuffer(broker.config["socket.request.max.bytes"])
-    sock = stream.socket
-    while True:
-        try:
-            frame = await _next_frame(sock, buffer)
-        except FrameTooLarge as exc:
-            log.warning("closing connection from %s: %s", host, exc)
-            return
-        if frame is None:
-            return
-        try:
-            request = decode_request(frame)
-        except DecodeError as exc:
-            log.warning("closing connection from %s: unparseable request: %s", host, exc)
-            return
-        key, version = request.api_key, request.api_version
-        if request.trailing_bytes:
-            log.debug("ignoring %d trailing bytes after api key %d v%d", request.trailing_bytes, key, version)
-        handler = HANDLERS.get(key)
-        if request.body is None or handler is None or not handler.supports(version):
-            if key == API_VERSIONS:
-                # KIP-511: answer in v0 format with the full list so the client can pick a version.
-                response = unsupported_version_response()
-                await _send(stream, encode_response(response, key, 0, request.correlation_id))
+@dataclass(frozen=True)
+class ServedListener:
+    """Sockets to accept on, and the listener their connections belong to."""
+
+    info: ListenerInfo
+    sockets: list[trio.SocketListener]
+
+
+async def accept_loop(
+    broker: Broker, listener: trio.SocketListener, info: ListenerInfo, connections: trio.Nursery, next_id: Any
+) -> None:
+    """Accept until cancelled; waits and retries only when out of descriptors or memory."""
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_RETRY_ERRNOS:
+                    raise
+                log.error("accept on listener %s failed: %s (retrying)", info.name, exc)
+                await trio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
-            name = APIS[key].name if key in APIS else f"api key {key}"
-            log.warning("closing connection from %s: unsupported %s version %d", host, name, version)
-            return
-        context = RequestContext(
-            broker=broker,
-            api_key=key,
-            api_version=version,
-            correlation_id=request.correlation_id,
-            client_id=request.header.client_id,
-            client_host=host,
-            connection_id=connection_id,
-        )
-        try:
-            response = await handler.handle(context, request.body)
-            if response is None:  # acks=0 produce: Kafka sends nothing back
-                continue
-            encoded = encode_response(response, key, version, request.correlation_id)
-        except Exception:
-            # A bug in one handler costs this connection, never the broker.
-            log.exception("handler for %s v%d failed (client %s)", handler.name, version, host)
-            return
-        await _send(stream, encoded)
+            connections.start_soon(serve_connection, broker, stream, next_id(), info)
 
 
-async def _send(stream: trio.SocketStream, data: bytes | bytearray) -> None:
-    try:
-        if isinstance(data, SplicedOutput) and data.splices:
-            await send_spliced(stream.socket, data)  # record data straight from the segment files
-        else:
-            await stream.send_all(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        raise ConnectionClosed from exc
-
-
-async def serve(broker: Broker, listeners: list[trio.SocketListener]) -> None:
-    """Accept connections until draining starts, then wait for the open ones to finish."""
+async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[ServedListener]) -> None:
+    """Accept connections on every listener until draining starts, then wait for the open ones to finish."""
+    served = [
+        item if isinstance(item, ServedListener) else ServedListener(ListenerInfo(), [item]) for item in listeners
+    ]
     counter = 0
 
-    async def accept_loop(listener: trio.SocketListener, connections: trio.Nursery) -> None:
+    def next_id() -> int:
         nonlocal counter
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:  # e.g. EMFILE: back off instead of spinning
-                    log.error("accept failed: %s", exc)
-                    await trio.sleep(0.1)
-                    continue
-                counter += 1
-                connections.start_soon(serve_connection, broker, stream, counter)
+        counter += 1
+        return counter
 
     async with trio.open_nursery() as connections:
         with broker.accepting:
             async with trio.open_nursery() as acceptors:
-                for listener in listeners:
-                    acceptors.start_soon(accept_loop, listener, connections)
+                for item in served:
+                    for sock in item.sockets:
+                        acceptors.start_soon(accept_loop, broker, sock, item.info, connections, next_id)
