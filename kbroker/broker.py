@@ -66,6 +66,7 @@ class Broker:
         self.listen = advertised  # where it listens: set by whoever opened the listener (kbroker.cli.run_broker)
         # Each listener's advertised address by listener name; ``advertised`` serves a name not in it.
         self.advertised_by_listener: dict[str, Endpoint] = {}
+        self.listeners: list[tuple[str, Endpoint]] = []  # (name, bound address) of each listener served
         self.node_id: int = config["node.id"]
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:

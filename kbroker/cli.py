@@ -15,6 +15,7 @@ import trio
 from kbroker import __version__
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.server.listeners import ListenerPlan, parse_listeners, plaintext_listener
 from kbroker.storage.files import StorageError
 
 log = logging.getLogger("kbroker")
@@ -55,25 +56,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path, tuple[str, int], Endpoint]:
+def resolve_settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path, ListenerPlan, Endpoint | None]:
+    """Config, data directory, the listeners to serve and the main listener's advertised address if the command
+    line gives it. ``--listen`` (with ``--advertised-listener``) is one PLAINTEXT listener in place of the config's
+    ``listeners``; otherwise the config's listener keys are parsed (kbroker/server/listeners.py)."""
     config = BrokerConfig.load(args.config, args.override)
-    listen_text = args.listen or config["listeners"] or "127.0.0.1:9092"
-    listen = parse_host_port(listen_text.split(",")[0], "--listen")
     data_dir = args.data_dir or Path(config["log.dirs"].split(",")[0] or config["log.dir"] or "kbroker-data")
-    advertised_text = args.advertised_listener or config["advertised.listeners"].split(",")[0]
-    if advertised_text:
-        host, port = parse_host_port(advertised_text, "--advertised-listener")
-    else:
-        host, port = listen
-        if host in ("0.0.0.0", "::", ""):
-            host = "localhost"
-    return config, data_dir, listen, Endpoint(host, port)
+    advertised = None
+    if args.advertised_listener:
+        advertised = Endpoint(*parse_host_port(args.advertised_listener, "--advertised-listener"))
+    if args.listen:
+        host, port = parse_host_port(args.listen.split(",")[0], "--listen")
+        advertised_text = config["advertised.listeners"].split(",")[0]
+        if advertised is None and advertised_text:
+            advertised = Endpoint(*parse_host_port(advertised_text, "--advertised-listener"))
+        return config, data_dir, plaintext_listener(host, port, advertised), None
+    plan = parse_listeners(
+        config["listeners"] or "127.0.0.1:9092", config["advertised.listeners"], config.listener_settings
+    )
+    return config, data_dir, plan, advertised
 
 
 async def run_broker(
     config: BrokerConfig,
     data_dir: Path,
-    listen: tuple[str, int],
+    listen: tuple[str, int] | ListenerPlan,
     advertised: Endpoint | None,
     *,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
@@ -81,27 +88,46 @@ async def run_broker(
     started_at: float | None = None,
     ready_file: Path | None = None,
 ) -> None:
-    """Run until cancelled or signalled; reports the ready broker through ``task_status``."""
-    from kbroker.server.connection import serve
+    """Run until cancelled or signalled; reports the ready broker through ``task_status``.
 
+    ``listen`` is one PLAINTEXT listener's address (``advertised`` its advertised one) or a plan of several
+    listeners (``advertised``, if given, then replaces the main listener's advertised address).
+    """
+    from kbroker.server.connection import ListenerInfo, ServedListener, serve
+
+    if isinstance(listen, ListenerPlan):
+        plan = listen if advertised is None else listen.with_advertised(listen.primary, advertised)
+    else:
+        plan = plaintext_listener(listen[0], listen[1], advertised)
+    served: list[ServedListener] = []
     try:
-        listeners = await trio.open_tcp_listeners(listen[1], host=listen[0])
-    except OSError as exc:
-        raise ListenError(f"cannot listen on {listen[0]}:{listen[1]}: {exc.strerror or exc}") from exc
-    bound_port = listeners[0].socket.getsockname()[1]
-    if advertised is None or advertised.port == 0:
-        host = advertised.host if advertised is not None else listen[0]
-        advertised = Endpoint(host, bound_port)
-    try:
+        for spec in plan.listeners:  # one accept loop per socket, each connection knowing its listener
+            try:
+                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host)
+            except OSError as exc:
+                raise ListenError(f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}") from exc
+            served.append(ServedListener(ListenerInfo(spec.name, spec.security_protocol), sockets))
+        bound = {item.info.name: item.sockets[0].socket.getsockname()[1] for item in served}
+        main = plan.primary_listener
+        bound_port = bound[main.name]
+        advertised = main.advertised_address(bound_port)
         broker = Broker(config, data_dir, advertised)
     except BaseException:
-        for listener in listeners:
-            listener.socket.close()
+        for item in served:
+            for listener in item.sockets:
+                listener.socket.close()
         raise
-    broker.listen = Endpoint(listen[0], bound_port)
+    listen = (main.host, bound_port)
+    broker.listen = Endpoint(main.host, bound_port)
+    broker.listeners = [(spec.name, Endpoint(spec.host, bound[spec.name])) for spec in plan.listeners]
+    broker.advertised_by_listener = {spec.name: spec.advertised_address(bound[spec.name]) for spec in plan.listeners}
+    for spec in plan.listeners:
+        if len(plan.listeners) > 1:
+            ad = broker.advertised_by_listener[spec.name]
+            log.info("listener %s on %s:%d, advertised %s:%d", spec.name, spec.host, bound[spec.name], ad.host, ad.port)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve, broker, listeners)
+            nursery.start_soon(serve, broker, served)
             nursery.start_soon(broker.retention_loop)
             nursery.start_soon(broker.flush_loop)
             nursery.start_soon(broker.groups.run)

@@ -331,9 +331,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "process.roles",
         "controller.quorum.voters",
         "controller.quorum.bootstrap.servers",
-        "controller.listener.names",
-        "inter.broker.listener.name",
-        "listener.security.protocol.map",
         "num.network.threads",
         "num.io.threads",
         "num.recovery.threads.per.data.dir",
@@ -349,6 +346,11 @@ IGNORED_KAFKA_KEYS = frozenset(
         "share.coordinator.state.topic.min.isr",
     }
 )
+
+
+# Kafka's listener keys besides listeners and advertised.listeners: accepted, kept as given and read by the
+# listener parser (kbroker/server/listeners.py); not (yet) in KEYS, so DescribeConfigs does not list them.
+LISTENER_KEYS = ("listener.security.protocol.map", "inter.broker.listener.name", "controller.listener.names")
 
 
 def _scaled(value: int, unit_ms: int) -> int:
@@ -375,10 +377,14 @@ class BrokerConfig:
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
         self._raw: dict[str, str] = {}
         self._values: dict[str, Any] = {}
+        self.listener_settings: dict[str, str] = {}  # LISTENER_KEYS as given
         errors: list[str] = []
         for name, text in (values or {}).items():
             if name in IGNORED_KAFKA_KEYS:
                 log.warning("ignoring %s: it has no meaning for kbroker", name)
+                continue
+            if name in LISTENER_KEYS:
+                self.listener_settings[name] = text.strip()
                 continue
             key = KEYS.get(name)
             if key is None:

@@ -112,12 +112,16 @@ def _listener(endpoint: Endpoint) -> str:
     return f"PLAINTEXT://{endpoint.host}:{endpoint.port}"
 
 
+def _listeners(endpoints: list[tuple[str, Endpoint]]) -> str:
+    return ",".join(f"{name}://{endpoint.host}:{endpoint.port}" for name, endpoint in endpoints)
+
+
 def _broker_entry(broker: Broker, key: Key) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
     """(value, source, synonyms) of one broker setting. Where the broker listens, what it advertises and its
     data directory are reported as they are, however they were given (config file, command line, fixture)."""
     config = broker.config
     if key.name == "listeners":
-        value = _listener(broker.listen)
+        value = _listeners(broker.listeners) if broker.listeners else _listener(broker.listen)
         if value == key.default:
             return value, DEFAULT_CONFIG, [(key.name, value, DEFAULT_CONFIG)]
         return (
@@ -126,7 +130,8 @@ def _broker_entry(broker: Broker, key: Key) -> tuple[str | None, int, list[tuple
             [(key.name, value, STATIC_BROKER_CONFIG), (key.name, key.default, DEFAULT_CONFIG)],
         )
     if key.name == "advertised.listeners":
-        value = _listener(broker.advertised)
+        advertised = [(name, broker.advertised_for(name)) for name, _ in broker.listeners]
+        value = _listeners(advertised) if advertised else _listener(broker.advertised)
         return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
     if key.name == "log.dirs":
         value = str(broker.data_dir)
