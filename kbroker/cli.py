@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -133,28 +134,34 @@ async def run_broker(
             nursery.start_soon(broker.groups.run)
             nursery.start_soon(broker.consumer_groups.run)
             nursery.start_soon(broker.offset_expiry_loop)
-            elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
-            log.info(
-                "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",
-                elapsed,
-                listen[0],
-                bound_port,
-                advertised.host,
-                advertised.port,
-                data_dir,
-                broker.cluster_id,
-            )
-            if ready_file is not None:  # written whole, then renamed: a reader never sees half an address
-                partial = ready_file.with_name(ready_file.name + ".partial")
-                partial.write_text(f"{advertised.host}:{advertised.port}\n")
-                partial.replace(ready_file)
-            task_status.started(broker)
-            if install_signal_handlers:
-                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            with contextlib.ExitStack() as stack:
+                # Signals are caught before readiness is announced: a SIGTERM right after the ready line drains.
+                signals = (
+                    stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+                    if install_signal_handlers
+                    else None
+                )
+                elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
+                log.info(
+                    "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",
+                    elapsed,
+                    listen[0],
+                    bound_port,
+                    advertised.host,
+                    advertised.port,
+                    data_dir,
+                    broker.cluster_id,
+                )
+                if ready_file is not None:  # written whole, then renamed: a reader never sees half an address
+                    partial = ready_file.with_name(ready_file.name + ".partial")
+                    partial.write_text(f"{advertised.host}:{advertised.port}\n")
+                    partial.replace(ready_file)
+                task_status.started(broker)
+                if signals is not None:
                     async for signum in signals:
                         log.info("received %s: shutting down", signal.Signals(signum).name)
                         break
-                await drain(broker, nursery)
+                    await drain(broker, nursery)
     finally:
         broker.close()
 

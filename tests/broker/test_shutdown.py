@@ -3,8 +3,13 @@ half-way (Kafka's controlled shutdown answers in-flight requests before closing 
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -83,3 +88,20 @@ def test_draining_answers_what_was_received_and_closes_idle_connections(broker: 
         pass
     pipelined.close()
     admin.close()
+
+
+def test_sigterm_right_after_the_ready_file_drains_and_exits_cleanly(tmp_path: Path) -> None:
+    """The signal handlers are in place before readiness is announced: SIGTERM at once still drains."""
+    for attempt in range(3):
+        ready = tmp_path / f"ready-{attempt}"
+        command = [sys.executable, "-m", "kbroker", "serve", "--listen", "127.0.0.1:0"]
+        command += ["--data-dir", str(tmp_path / f"data-{attempt}"), "--ready-file", str(ready)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
+            time.sleep(0.001)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+        assert process.returncode == 0, output.decode()
+        assert b"received SIGTERM: shutting down" in output
