@@ -1,72 +1,25 @@
 """Broker configuration: Kafka's server.properties keys, typed, defaulted and validated at start-up.
 
-Only keys kbroker acts on are accepted, plus a short list of Kafka keys that have no meaning for a
-single-process broker (thread pools, ZooKeeper, ...), which are accepted with a warning so an existing
-server.properties can be reused. Anything else is an error naming the key.
+The keys, their types, defaults, validators and what kbroker does with each are in kbroker/config_registry.py.
+A key kbroker applies is accepted; a Kafka key with no meaning for a single-process broker (thread pools,
+KRaft quorum, replication factors, ...) or not applied yet is accepted with a warning naming the reason, so an
+existing server.properties can be reused; a key refused by the registry, or unknown, is an error naming it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kbroker import config_registry as registry
+
 log = logging.getLogger("kbroker.config")
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
-
-
-class ConfigError(ValueError):
-    """A configuration problem worth a one-line message at start-up, not a traceback."""
-
-
-class _int:  # noqa: N801 - used like the other parser functions
-    """Parses an integer in low..high; Kafka's config type is INT up to 2**31-1, else LONG."""
-
-    def __init__(self, low: int, high: int) -> None:
-        self.low, self.high = low, high
-        self.type_name = "INT" if high <= INT_MAX else "LONG"
-
-    def __call__(self, text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ConfigError(f"expected an integer, got {text!r}") from None
-        if not self.low <= value <= self.high:
-            raise ConfigError(f"{value} is outside {self.low}..{self.high}")
-        return value
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ConfigError(f"expected true or false, got {text!r}")
-    return lowered == "true"
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip()
-        if value not in options:
-            raise ConfigError(f"expected one of {', '.join(options)}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _string(text: str) -> str:
-    return text.strip()
-
-
-def _assignors(text: str) -> str:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ("uniform", "range")]
-    if not names or unknown:
-        raise ConfigError(f"expected a list of uniform, range; got {text!r}")
-    return ",".join(names)
+ConfigError = registry.ConfigError
+LONG_MAX, INT_MAX = registry.LONG_MAX, registry.INT_MAX
+Key = registry.ConfigDef  # one entry of the registry (kbroker/config_registry.py)
 
 
 def _consumer_group_problems(values: Mapping[str, Any]) -> list[str]:
@@ -103,250 +56,12 @@ def _consumer_group_problems(values: Mapping[str, Any]) -> list[str]:
     return [message for ok, message in checks if not ok]
 
 
-@dataclass(frozen=True)
-class Key:
-    name: str
-    parse: Callable[[str], Any]
-    default: str
-    doc: str
-    topic_config: str | None = None  # the topic-level key this broker key is the default for
-    kind: str = ""  # Kafka's config type (DescribeConfigs v3+) where the parser does not say it
-    null_default: bool = False  # Kafka's default is null (derived from another key): described as null when unset
-
-    @property
-    def type_name(self) -> str:
-        """Kafka's config type name: BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS or PASSWORD."""
-        if self.kind:
-            return self.kind
-        if self.parse is _bool:
-            return "BOOLEAN"
-        if isinstance(self.parse, _int):
-            return self.parse.type_name
-        return "STRING"
-
-
-KEYS: dict[str, Key] = {
-    k.name: k
-    for k in [
-        Key("node.id", _int(0, INT_MAX), "0", "This broker's id."),
-        Key("num.partitions", _int(1, 100_000), "1", "Partitions of an auto-created topic."),
-        Key("default.replication.factor", _int(1, 1), "1", "Replication factor of auto-created topics."),
-        Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata or Produce."),
-        Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
-        Key(
-            "max.incremental.fetch.session.cache.slots",
-            _int(0, INT_MAX),
-            "1000",
-            "Incremental fetch sessions (KIP-227) kept at once.",
-        ),
-        Key("message.max.bytes", _int(0, INT_MAX), "1048588", "Largest record batch accepted.", "max.message.bytes"),
-        Key("log.segment.bytes", _int(14, INT_MAX), "1073741824", "Segment size before rolling.", "segment.bytes"),
-        Key(
-            "log.roll.ms",
-            _int(1, LONG_MAX),
-            "604800000",
-            "Segment age before rolling (unset: log.roll.hours).",
-            "segment.ms",
-            null_default=True,
-        ),
-        Key("log.roll.hours", _int(1, INT_MAX), "168", "Segment age before rolling, in hours (log.roll.ms wins)."),
-        Key(
-            "log.retention.ms",
-            _int(-1, LONG_MAX),
-            "604800000",
-            "Age after which segments are deleted (unset: log.retention.minutes, then log.retention.hours).",
-            "retention.ms",
-            null_default=True,
-        ),
-        Key(
-            "log.retention.minutes",
-            _int(-1, INT_MAX),
-            "",
-            "Age after which segments are deleted, in minutes (log.retention.ms wins).",
-            null_default=True,
-        ),
-        Key(
-            "log.retention.hours",
-            _int(-1, INT_MAX),
-            "168",
-            "Age after which segments are deleted, in hours (log.retention.ms and log.retention.minutes win).",
-        ),
-        Key(
-            "log.retention.bytes",
-            _int(-1, LONG_MAX),
-            "-1",
-            "Partition size above which old segments go.",
-            "retention.bytes",
-        ),
-        Key("log.retention.check.interval.ms", _int(1, LONG_MAX), "300000", "How often retention runs."),
-        Key(
-            "log.index.interval.bytes",
-            _int(0, INT_MAX),
-            "4096",
-            "Bytes between offset index entries.",
-            "index.interval.bytes",
-        ),
-        Key(
-            "log.flush.interval.messages",
-            _int(1, LONG_MAX),
-            str(LONG_MAX),
-            "Records appended before a partition is fsynced (1: before each acknowledgement).",
-            "flush.messages",
-        ),
-        Key(
-            "log.flush.interval.ms",
-            _int(0, LONG_MAX),
-            str(LONG_MAX),
-            "Longest time data stays unflushed.",
-            "flush.ms",
-            null_default=True,
-        ),
-        Key(
-            "log.message.timestamp.type",
-            _choice("CreateTime", "LogAppendTime"),
-            "CreateTime",
-            "Which timestamp records keep.",
-            "message.timestamp.type",
-        ),
-        Key(
-            "log.message.timestamp.before.max.ms",
-            _int(0, LONG_MAX),
-            str(LONG_MAX),
-            "How far in the past a batch's timestamp may be.",
-            "message.timestamp.before.max.ms",
-        ),
-        Key(
-            "log.message.timestamp.after.max.ms",
-            _int(0, LONG_MAX),
-            "3600000",
-            "How far in the future a batch's timestamp may be.",
-            "message.timestamp.after.max.ms",
-        ),
-        Key(
-            "log.cleanup.policy",
-            _choice("delete", "compact", "compact,delete", "delete,compact"),
-            "delete",
-            "Retention policy of topics.",
-            "cleanup.policy",
-            kind="LIST",
-        ),
-        Key(
-            "min.insync.replicas",
-            _int(1, INT_MAX),
-            "1",
-            "Replicas that must acknowledge acks=all.",
-            "min.insync.replicas",
-        ),
-        Key(
-            "compression.type",
-            _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-            "producer",
-            "Codec batches are stored with.",
-            "compression.type",
-        ),
-        Key("socket.request.max.bytes", _int(1, INT_MAX), "104857600", "Largest request frame accepted."),
-        Key("offsets.retention.minutes", _int(1, INT_MAX), "10080", "How long empty groups keep offsets."),
-        Key("offsets.topic.num.partitions", _int(1, 1000), "50", "Partitions of the committed-offsets log."),
-        Key(
-            "group.initial.rebalance.delay.ms",
-            _int(0, INT_MAX),
-            "3000",
-            "Wait for more members before the first rebalance of an empty group.",
-        ),
-        Key("offsets.retention.check.interval.ms", _int(1, LONG_MAX), "600000", "How often expired offsets go."),
-        Key("offset.metadata.max.bytes", _int(0, INT_MAX), "4096", "Largest metadata string of a commit."),
-        Key("group.min.session.timeout.ms", _int(0, INT_MAX), "6000", "Smallest session timeout allowed."),
-        Key("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000", "Largest session timeout allowed."),
-        Key("group.max.size", _int(1, INT_MAX), str(INT_MAX), "Most members of a classic group (KIP-389)."),
-        Key(
-            "group.consumer.session.timeout.ms",
-            _int(1, INT_MAX),
-            "45000",
-            "Session timeout of consumer-protocol members.",
-        ),
-        Key(
-            "group.consumer.min.session.timeout.ms",
-            _int(1, INT_MAX),
-            "45000",
-            "Smallest consumer-protocol session timeout.",
-        ),
-        Key(
-            "group.consumer.max.session.timeout.ms",
-            _int(1, INT_MAX),
-            "60000",
-            "Largest consumer-protocol session timeout.",
-        ),
-        Key(
-            "group.consumer.heartbeat.interval.ms",
-            _int(1, INT_MAX),
-            "5000",
-            "Heartbeat interval given to consumer-protocol members.",
-        ),
-        Key(
-            "group.consumer.min.heartbeat.interval.ms",
-            _int(1, INT_MAX),
-            "5000",
-            "Smallest consumer-protocol heartbeat interval.",
-        ),
-        Key(
-            "group.consumer.max.heartbeat.interval.ms",
-            _int(1, INT_MAX),
-            "15000",
-            "Largest consumer-protocol heartbeat interval.",
-        ),
-        Key("group.consumer.max.size", _int(1, INT_MAX), str(INT_MAX), "Most members of a consumer-protocol group."),
-        Key(
-            "group.consumer.assignors",
-            _assignors,
-            "uniform,range",
-            "Server-side assignors (KIP-848); the first is the default.",
-            kind="LIST",
-        ),
-        Key("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000", "Idle transactional ids expire."),
-        Key("transaction.max.timeout.ms", _int(1, INT_MAX), "900000", "Largest transaction timeout."),
-        Key(
-            "advertised.listeners",
-            _string,
-            "",
-            "host:port clients are told to connect to (unset: the listener).",
-            kind="LIST",
-            null_default=True,
-        ),
-        Key(
-            "listeners",
-            _string,
-            "PLAINTEXT://127.0.0.1:9092",
-            "host:port to listen on (PLAINTEXT://host:port also accepted).",
-            kind="LIST",
-        ),
-        Key("log.dirs", _string, "", "The data directory.", kind="LIST", null_default=True),
-        Key("log.dir", _string, "kbroker-data", "The data directory (log.dirs wins).", kind="LIST"),
-    ]
-}
-
+# The broker settings DescribeConfigs lists; every other accepted key is in registry.BROKER_DEFS.
+KEYS: dict[str, Key] = registry.DESCRIBED_BROKER_DEFS
 # Kafka keys with no meaning here: accepted (with a warning) so a Kafka server.properties still works.
 IGNORED_KAFKA_KEYS = frozenset(
-    {
-        "broker.id",
-        "process.roles",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
-        "num.network.threads",
-        "num.io.threads",
-        "num.recovery.threads.per.data.dir",
-        "socket.send.buffer.bytes",
-        "socket.receive.buffer.bytes",
-        "offsets.topic.replication.factor",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
-        "zookeeper.connect",
-        "zookeeper.connection.timeout.ms",
-        "num.replica.fetchers",
-        "share.coordinator.state.topic.replication.factor",
-        "share.coordinator.state.topic.min.isr",
-    }
+    name for name, d in registry.BROKER_DEFS.items() if not d.described and d.status is registry.Status.WARNED
 )
-
 
 # Kafka's listener keys besides listeners and advertised.listeners: accepted, kept as given and read by the
 # listener parser (kbroker/server/listeners.py); not (yet) in KEYS, so DescribeConfigs does not list them.
@@ -380,27 +95,32 @@ class BrokerConfig:
         self.listener_settings: dict[str, str] = {}  # LISTENER_KEYS as given
         errors: list[str] = []
         for name, text in (values or {}).items():
-            if name in IGNORED_KAFKA_KEYS:
-                log.warning("ignoring %s: it has no meaning for kbroker", name)
-                continue
-            if name in LISTENER_KEYS:
-                self.listener_settings[name] = text.strip()
-                continue
-            key = KEYS.get(name)
+            key = registry.BROKER_DEFS.get(name)
             if key is None:
                 errors.append(f"unknown configuration key {name!r}")
                 continue
             try:
-                self._values[name] = key.parse(text)
-                self._raw[name] = text.strip()
+                value = key.parse(text)
             except ConfigError as exc:
                 errors.append(f"{name}: {exc}")
+                continue
+            refused = registry.problem_with(key, value)
+            if refused is not None:
+                errors.append(f"{name}={text.strip()} is not supported: {refused}")
+                continue
+            warning = registry.warning_for(key, value)
+            if warning is not None:
+                log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
+            self._values[name] = value
+            self._raw[name] = text.strip()
+            if name in LISTENER_KEYS:
+                self.listener_settings[name] = text.strip()
         if errors:
             raise ConfigError("; ".join(errors))
-        for key in KEYS.values():
+        for key in registry.BROKER_DEFS.values():
             if key.name not in self._values:
                 self._values[key.name] = (
-                    None if key.default == "" and isinstance(key.parse, _int) else key.parse(key.default)
+                    None if key.default == "" and isinstance(key.parse, registry.Int) else key.parse(key.default)
                 )
         # Kafka's derived settings: log.retention.ms, else .minutes, else .hours; log.roll.ms, else .hours.
         if "log.retention.ms" not in self._raw:
@@ -449,4 +169,8 @@ class BrokerConfig:
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic-level config names with this broker's values: what a topic gets unless overridden."""
-        return {key.topic_config: str(self._values[key.name]) for key in KEYS.values() if key.topic_config}
+        return {
+            key.topic_config: self.describe_value(key.name)
+            for key in registry.BROKER_DEFS.values()
+            if key.topic_config is not None
+        }

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
-from kbroker.config import KEYS as BROKER_KEYS
-from kbroker.config import Key
+from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef
 from kbroker.storage import validate_topic_name
-from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs
+from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs, warn_unapplied
 from protocol.errors import ErrorCode
 from protocol.messages.alter_configs_request import AlterConfigsRequest
 from protocol.messages.alter_configs_response import AlterConfigsResponse
@@ -78,7 +77,8 @@ def describe_topic_configs(
         synonyms: list[tuple[str, str | None, int]] = []
         if key.name in overrides:
             synonyms.append((key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
-        broker_key = BROKER_KEYS.get(key.synonym) if key.synonym is not None else None
+        synonym = key.broker_synonym
+        broker_key = BROKER_DEFS.get(synonym) if synonym is not None else None
         if broker_key is not None:
             if not broker.config.is_default(broker_key.name):
                 synonyms.append((broker_key.name, broker.config.describe_value(broker_key.name), STATIC_BROKER_CONFIG))
@@ -86,8 +86,6 @@ def describe_topic_configs(
                 synonyms.append((broker_key.name, broker_key.default, DEFAULT_CONFIG))
             default = broker.config.describe_value(broker_key.name)  # derived (log.retention.hours) if unset
         else:
-            if key.synonym is not None:
-                synonyms.append((key.synonym, key.default, DEFAULT_CONFIG))
             default = key.default
         value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, DEFAULT_CONFIG)
         entries.append(
@@ -116,7 +114,7 @@ def _listeners(endpoints: list[tuple[str, Endpoint]]) -> str:
     return ",".join(f"{name}://{endpoint.host}:{endpoint.port}" for name, endpoint in endpoints)
 
 
-def _broker_entry(broker: Broker, key: Key) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
+def _broker_entry(broker: Broker, key: ConfigDef) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
     """(value, source, synonyms) of one broker setting. Where the broker listens, what it advertises and its
     data directory are reported as they are, however they were given (config file, command line, fixture)."""
     config = broker.config
@@ -151,7 +149,7 @@ def describe_broker_configs(
 ) -> list[ConfigEntry]:
     """Every broker setting kbroker has, read-only: kbroker's broker settings are static (UNSUPPORTED.md)."""
     entries = []
-    for key in BROKER_KEYS.values():
+    for key in DESCRIBED_BROKER_DEFS.values():
         if keys is not None and key.name not in keys:
             continue
         value, source, synonyms = _broker_entry(broker, key)
@@ -237,6 +235,7 @@ def _apply_topic_configs(
         return ErrorCode.INVALID_CONFIG, problem
     if not validate_only:
         broker.logs.alter_topic_config(name, new_configs)
+        warn_unapplied(name, new_configs)
     return ErrorCode.NONE, None
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 from kbroker.apis.context import RequestContext
 from kbroker.storage import validate_topic_name
-from kbroker.topic_config import validate_topic_configs
+from kbroker.topic_config import validate_topic_configs, warn_unapplied
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_partitions_response import CreatePartitionsResponse
@@ -134,6 +134,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 continue
             topic_id = info.topic_id
             log.info("created topic %s with %d partitions", topic.name, partitions)
+            warn_unapplied(topic.name, configs)
         result.topic_id = topic_id
         result.num_partitions = partitions
         result.replication_factor = 1

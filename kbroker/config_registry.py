@@ -1,0 +1,1190 @@
+"""Every broker and topic config key kbroker knows, in one table.
+
+Each entry gives Kafka's name, type and default, the validator (a parser that raises ConfigError with a
+one-line reason), where the key applies (broker, topic, or both under one name), its synonym on the other
+level, whether Kafka can change it at run time, and what kbroker does with it:
+
+* IMPLEMENTED: the value is applied.
+* WARNED: accepted and reported, but it has no effect here (no meaning on a single node, or the feature is
+  not built yet and clients send the key anyway); setting it logs a warning with the reason.
+* REFUSED: setting it is an error naming the reason (and the issue that will implement it).
+
+``when`` narrows WARNED or REFUSED to some values (cleanup.policy with compact, min.insync.replicas above 1).
+kbroker/config.py (server.properties), kbroker/topic_config.py (topic overrides) and the DescribeConfigs
+handler all read this table. kbroker/UNSUPPORTED.md lists what is warned or refused and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+SHORT_MAX = 2**15 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration problem worth a one-line message, not a traceback."""
+
+
+class Scope(Enum):
+    BROKER = "broker"  # a server.properties key
+    TOPIC = "topic"  # a topic override; its broker-level synonym, if any, is another entry
+    BOTH = "both"  # the same name on both levels (min.insync.replicas): the broker's value is the topic default
+
+
+class Status(Enum):
+    IMPLEMENTED = "implemented"
+    WARNED = "accepted with a warning"
+    REFUSED = "refused"
+
+
+# --- validators: text -> typed value, or ConfigError --------------------------------------------------------
+
+
+class Int:
+    """An integer in low..high; Kafka's type is INT up to 2**31-1, LONG above (SHORT when asked)."""
+
+    def __init__(self, low: int, high: int, *extra: int, short: bool = False) -> None:
+        self.low, self.high, self.extra = low, high, extra
+        self.type_name = "SHORT" if short else "INT" if high <= INT_MAX else "LONG"
+
+    def __call__(self, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"expected an integer, got {text!r}") from None
+        if not self.low <= value <= self.high and value not in self.extra:
+            raise ConfigError(f"{value} is outside {self.low}..{self.high}")
+        return value
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def parse_string(text: str) -> str:
+    return text.strip()
+
+
+def parse_ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{value} is outside 0..1")
+    return value
+
+
+def choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value not in options:
+            raise ConfigError(f"expected one of {', '.join(options)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def list_of(*options: str, empty: bool = True) -> Callable[[str], str]:
+    """A comma-separated list of the given words (any words when none are given)."""
+
+    def parse(text: str) -> str:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in items if options and item not in options]
+        if unknown or (not items and not empty):
+            raise ConfigError(f"expected a list of {', '.join(options)}; got {text!r}")
+        return ",".join(items)
+
+    return parse
+
+
+def parse_cleanup_policy(text: str) -> str:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ConfigError(f"{text!r} must be delete, compact or both")
+    return text.strip()
+
+
+CODECS = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type_name: str  # Kafka's ConfigType: BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD
+    default: str  # Kafka's default as text ("" with null_default: Kafka's default is null)
+    parse: Callable[[str], Any]  # the validator: the typed value, or ConfigError
+    doc: str
+    scope: Scope
+    status: Status = Status.IMPLEMENTED
+    reason: str = ""  # why it is warned or refused, naming the issue that will implement it
+    when: Callable[[Any], bool] | None = None  # the values the status applies to (None: every value)
+    # TOPIC: Kafka's broker-level synonym (its value is the topic's default); BROKER: the topic key this is the
+    # default of; BOTH: the name itself.
+    synonym: str | None = None
+    dynamic: bool = False  # Kafka can change it at run time (topic keys: always; kbroker's broker keys: never)
+    null_default: bool = False  # Kafka's default is null (derived from another key): described as null when unset
+    described: bool = True  # a broker key kbroker lists in DescribeConfigs (topic keys: always)
+
+    @property
+    def broker(self) -> bool:
+        return self.scope in (Scope.BROKER, Scope.BOTH)
+
+    @property
+    def topic(self) -> bool:
+        return self.scope in (Scope.TOPIC, Scope.BOTH)
+
+    @property
+    def broker_synonym(self) -> str | None:
+        """A topic key's broker-level synonym."""
+        return self.name if self.scope is Scope.BOTH else self.synonym if self.scope is Scope.TOPIC else None
+
+    @property
+    def topic_config(self) -> str | None:
+        """The topic key a broker key is the default for."""
+        return self.name if self.scope is Scope.BOTH else self.synonym if self.scope is Scope.BROKER else None
+
+    def status_of(self, value: Any) -> Status:
+        """This key's status for one (parsed) value."""
+        if self.status is Status.IMPLEMENTED or self.when is None or self.when(value):
+            return self.status
+        return Status.IMPLEMENTED
+
+
+B, T, BOTH = Scope.BROKER, Scope.TOPIC, Scope.BOTH
+WARNED, REFUSED = Status.WARNED, Status.REFUSED
+
+_SINGLE_NODE = "no meaning on a single node"
+_NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection, there are no thread pools to size"
+_NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
+_KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
+_COMPACTION = "log compaction is not implemented yet (issue #17): the setting is kept and reported but not applied"
+_COMPACT_POLICY = (
+    "log compaction is not implemented yet (issue #17): a compacted topic keeps every record "
+    "(compact,delete: retention still deletes old segments)"
+)
+_RECOMPRESSION = "kbroker stores batches as the producer sent them (re-compression is not implemented)"
+_TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
+_TRANSACTIONS = "transactions are not implemented yet (issue #16)"
+_MIN_ISR = (
+    "a single broker keeps one replica of each partition, so acks=all could never be acknowledged by more; "
+    "replication is issue #15"
+)
+
+CONFIG_DEFS: list[ConfigDef] = [
+    # --- broker settings kbroker describes (DescribeConfigs on the broker lists exactly these) ---
+    ConfigDef("node.id", "INT", "0", Int(0, INT_MAX), "This broker's id.", B),
+    ConfigDef("num.partitions", "INT", "1", Int(1, 100_000), "Partitions of an auto-created topic.", B),
+    ConfigDef("default.replication.factor", "INT", "1", Int(1, 1), "Replication factor of auto-created topics.", B),
+    ConfigDef("auto.create.topics.enable", "BOOLEAN", "true", parse_bool, "Create a topic on first Metadata.", B),
+    ConfigDef("delete.topic.enable", "BOOLEAN", "true", parse_bool, "Allow DeleteTopics.", B),
+    ConfigDef(
+        "max.incremental.fetch.session.cache.slots",
+        "INT",
+        "1000",
+        Int(0, INT_MAX),
+        "Incremental fetch sessions (KIP-227) kept at once.",
+        B,
+    ),
+    ConfigDef(
+        "message.max.bytes",
+        "INT",
+        "1048588",
+        Int(0, INT_MAX),
+        "Largest record batch accepted.",
+        B,
+        synonym="max.message.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.segment.bytes",
+        "INT",
+        "1073741824",
+        Int(14, INT_MAX),
+        "Segment size before rolling.",
+        B,
+        synonym="segment.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.roll.ms",
+        "LONG",
+        "604800000",
+        Int(1, LONG_MAX),
+        "Segment age before rolling (unset: log.roll.hours).",
+        B,
+        synonym="segment.ms",
+        dynamic=True,
+        null_default=True,
+    ),
+    ConfigDef(
+        "log.roll.hours", "INT", "168", Int(1, INT_MAX), "Segment age before rolling, in hours (log.roll.ms wins).", B
+    ),
+    ConfigDef(
+        "log.retention.ms",
+        "LONG",
+        "604800000",
+        Int(-1, LONG_MAX),
+        "Age after which segments are deleted (unset: log.retention.minutes, then log.retention.hours).",
+        B,
+        synonym="retention.ms",
+        dynamic=True,
+        null_default=True,
+    ),
+    ConfigDef(
+        "log.retention.minutes",
+        "INT",
+        "",
+        Int(-1, INT_MAX),
+        "Age after which segments are deleted, in minutes (log.retention.ms wins).",
+        B,
+        null_default=True,
+    ),
+    ConfigDef(
+        "log.retention.hours",
+        "INT",
+        "168",
+        Int(-1, INT_MAX),
+        "Age after which segments are deleted, in hours (log.retention.ms and log.retention.minutes win).",
+        B,
+    ),
+    ConfigDef(
+        "log.retention.bytes",
+        "LONG",
+        "-1",
+        Int(-1, LONG_MAX),
+        "Partition size above which old segments go.",
+        B,
+        synonym="retention.bytes",
+        dynamic=True,
+    ),
+    ConfigDef("log.retention.check.interval.ms", "LONG", "300000", Int(1, LONG_MAX), "How often retention runs.", B),
+    ConfigDef(
+        "log.index.interval.bytes",
+        "INT",
+        "4096",
+        Int(0, INT_MAX),
+        "Bytes between offset index entries.",
+        B,
+        synonym="index.interval.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.flush.interval.messages",
+        "LONG",
+        str(LONG_MAX),
+        Int(1, LONG_MAX),
+        "Records appended before a partition is fsynced (1: before each acknowledgement).",
+        B,
+        synonym="flush.messages",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.flush.interval.ms",
+        "LONG",
+        str(LONG_MAX),
+        Int(0, LONG_MAX),
+        "Longest time data stays unflushed.",
+        B,
+        synonym="flush.ms",
+        dynamic=True,
+        null_default=True,
+    ),
+    ConfigDef(
+        "log.message.timestamp.type",
+        "STRING",
+        "CreateTime",
+        choice("CreateTime", "LogAppendTime"),
+        "Which timestamp records keep.",
+        B,
+        synonym="message.timestamp.type",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.message.timestamp.before.max.ms",
+        "LONG",
+        str(LONG_MAX),
+        Int(0, LONG_MAX),
+        "How far in the past a batch's timestamp may be.",
+        B,
+        synonym="message.timestamp.before.max.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.message.timestamp.after.max.ms",
+        "LONG",
+        "3600000",
+        Int(0, LONG_MAX),
+        "How far in the future a batch's timestamp may be.",
+        B,
+        synonym="message.timestamp.after.max.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.cleanup.policy",
+        "LIST",
+        "delete",
+        parse_cleanup_policy,
+        "Retention policy of topics.",
+        B,
+        WARNED,
+        _COMPACT_POLICY,
+        when=lambda value: "compact" in value,
+        synonym="cleanup.policy",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "min.insync.replicas",
+        "INT",
+        "1",
+        Int(1, INT_MAX),
+        "Replicas that must acknowledge acks=all.",
+        BOTH,
+        REFUSED,
+        _MIN_ISR,
+        when=lambda value: value > 1,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "compression.type",
+        "STRING",
+        "producer",
+        choice(*CODECS),
+        "Codec of stored batches; producer keeps what the producer sent.",
+        BOTH,
+        WARNED,
+        _RECOMPRESSION,
+        when=lambda value: value != "producer",
+        dynamic=True,
+    ),
+    ConfigDef("socket.request.max.bytes", "INT", "104857600", Int(1, INT_MAX), "Largest request frame accepted.", B),
+    ConfigDef("offsets.retention.minutes", "INT", "10080", Int(1, INT_MAX), "How long empty groups keep offsets.", B),
+    ConfigDef(
+        "offsets.topic.num.partitions",
+        "INT",
+        "50",
+        Int(1, 1000),
+        "Partitions of the committed-offsets log.",
+        B,
+        WARNED,
+        "no meaning for kbroker: committed offsets are kept in kbroker's own journal, not a partitioned topic",
+    ),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        "INT",
+        "3000",
+        Int(0, INT_MAX),
+        "Wait for more members before the first rebalance of an empty group.",
+        B,
+    ),
+    ConfigDef(
+        "offsets.retention.check.interval.ms", "LONG", "600000", Int(1, LONG_MAX), "How often expired offsets go.", B
+    ),
+    ConfigDef("offset.metadata.max.bytes", "INT", "4096", Int(0, INT_MAX), "Largest metadata string of a commit.", B),
+    ConfigDef("group.min.session.timeout.ms", "INT", "6000", Int(0, INT_MAX), "Smallest session timeout allowed.", B),
+    ConfigDef("group.max.session.timeout.ms", "INT", "1800000", Int(0, INT_MAX), "Largest session timeout allowed.", B),
+    ConfigDef("group.max.size", "INT", str(INT_MAX), Int(1, INT_MAX), "Most members of a classic group (KIP-389).", B),
+    ConfigDef(
+        "group.consumer.session.timeout.ms",
+        "INT",
+        "45000",
+        Int(1, INT_MAX),
+        "Session timeout of consumer-protocol members.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.min.session.timeout.ms",
+        "INT",
+        "45000",
+        Int(1, INT_MAX),
+        "Smallest consumer-protocol session timeout.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.max.session.timeout.ms",
+        "INT",
+        "60000",
+        Int(1, INT_MAX),
+        "Largest consumer-protocol session timeout.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.heartbeat.interval.ms",
+        "INT",
+        "5000",
+        Int(1, INT_MAX),
+        "Heartbeat interval given to consumer-protocol members.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.min.heartbeat.interval.ms",
+        "INT",
+        "5000",
+        Int(1, INT_MAX),
+        "Smallest consumer-protocol heartbeat interval.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.max.heartbeat.interval.ms",
+        "INT",
+        "15000",
+        Int(1, INT_MAX),
+        "Largest consumer-protocol heartbeat interval.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.max.size",
+        "INT",
+        str(INT_MAX),
+        Int(1, INT_MAX),
+        "Most members of a consumer-protocol group.",
+        B,
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        "LIST",
+        "uniform,range",
+        list_of("uniform", "range", empty=False),
+        "Server-side assignors (KIP-848); the first is the default.",
+        B,
+    ),
+    ConfigDef(
+        "transactional.id.expiration.ms",
+        "INT",
+        "604800000",
+        Int(1, INT_MAX),
+        "Idle transactional ids expire.",
+        B,
+        REFUSED,
+        _TRANSACTIONS,
+    ),
+    ConfigDef(
+        "transaction.max.timeout.ms",
+        "INT",
+        "900000",
+        Int(1, INT_MAX),
+        "Largest transaction timeout.",
+        B,
+        REFUSED,
+        _TRANSACTIONS,
+    ),
+    ConfigDef(
+        "advertised.listeners",
+        "LIST",
+        "",
+        parse_string,
+        "host:port clients are told to connect to (unset: the listener).",
+        B,
+        null_default=True,
+    ),
+    ConfigDef(
+        "listeners",
+        "LIST",
+        "PLAINTEXT://127.0.0.1:9092",
+        parse_string,
+        "host:port to listen on (PLAINTEXT://host:port also accepted).",
+        B,
+        dynamic=True,
+    ),
+    ConfigDef("log.dirs", "LIST", "", parse_string, "The data directory.", B, null_default=True),
+    ConfigDef("log.dir", "LIST", "kbroker-data", parse_string, "The data directory (log.dirs wins).", B),
+    # --- Kafka broker keys not described by kbroker: the listener keys (read by kbroker/server/listeners.py, which
+    # validates them further), then keys with no meaning here, accepted with a warning so a Kafka
+    # server.properties works ---
+    ConfigDef(
+        "broker.id",
+        "INT",
+        "-1",
+        Int(-1, INT_MAX),
+        "Kafka's older name of node.id.",
+        B,
+        WARNED,
+        "kbroker's id is node.id",
+        described=False,
+    ),
+    ConfigDef(
+        "process.roles", "LIST", "", list_of("broker", "controller"), "KRaft roles.", B, WARNED, _KRAFT, described=False
+    ),
+    ConfigDef("controller.quorum.voters", "LIST", "", list_of(), "KRaft voters.", B, WARNED, _KRAFT, described=False),
+    ConfigDef(
+        "controller.quorum.bootstrap.servers",
+        "LIST",
+        "",
+        list_of(),
+        "KRaft bootstrap.",
+        B,
+        WARNED,
+        _KRAFT,
+        described=False,
+    ),
+    ConfigDef(
+        "controller.listener.names",
+        "STRING",
+        "",
+        parse_string,
+        "Listener names of the KRaft controller: kbroker does not serve them.",
+        B,
+        null_default=True,
+        described=False,
+    ),
+    ConfigDef(
+        "inter.broker.listener.name",
+        "STRING",
+        "",
+        parse_string,
+        "Listener between brokers: the broker's main address.",
+        B,
+        null_default=True,
+        described=False,
+    ),
+    ConfigDef(
+        "listener.security.protocol.map",
+        "STRING",
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        list_of(),
+        "Security protocol of each listener name (only PLAINTEXT is served; security is issue #18).",
+        B,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "num.network.threads",
+        "INT",
+        "3",
+        Int(1, INT_MAX),
+        "Network threads.",
+        B,
+        WARNED,
+        _NO_POOLS,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "num.io.threads",
+        "INT",
+        "8",
+        Int(1, INT_MAX),
+        "Request handler threads.",
+        B,
+        WARNED,
+        _NO_POOLS,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "num.recovery.threads.per.data.dir",
+        "INT",
+        "2",
+        Int(1, INT_MAX),
+        "Log recovery threads.",
+        B,
+        WARNED,
+        _NO_POOLS,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "num.replica.fetchers",
+        "INT",
+        "1",
+        Int(1, INT_MAX),
+        "Replica fetcher threads.",
+        B,
+        WARNED,
+        _NO_REPLICATION,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "socket.send.buffer.bytes",
+        "INT",
+        "102400",
+        Int(-1, INT_MAX),
+        "SO_SNDBUF of sockets.",
+        B,
+        WARNED,
+        "not applied: kbroker leaves socket buffers to the operating system",
+        described=False,
+    ),
+    ConfigDef(
+        "socket.receive.buffer.bytes",
+        "INT",
+        "102400",
+        Int(-1, INT_MAX),
+        "SO_RCVBUF of sockets.",
+        B,
+        WARNED,
+        "not applied: kbroker leaves socket buffers to the operating system",
+        described=False,
+    ),
+    ConfigDef(
+        "offsets.topic.replication.factor",
+        "SHORT",
+        "3",
+        Int(1, SHORT_MAX, short=True),
+        "Replicas of __consumer_offsets.",
+        B,
+        WARNED,
+        _NO_REPLICATION,
+        described=False,
+    ),
+    ConfigDef(
+        "transaction.state.log.replication.factor",
+        "SHORT",
+        "3",
+        Int(1, SHORT_MAX, short=True),
+        "Replicas of __transaction_state.",
+        B,
+        WARNED,
+        _NO_REPLICATION,
+        described=False,
+    ),
+    ConfigDef(
+        "transaction.state.log.min.isr",
+        "INT",
+        "2",
+        Int(1, INT_MAX),
+        "min.insync.replicas of __transaction_state.",
+        B,
+        WARNED,
+        _NO_REPLICATION,
+        described=False,
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.replication.factor",
+        "SHORT",
+        "3",
+        Int(1, SHORT_MAX, short=True),
+        "Replicas of __share_group_state.",
+        B,
+        WARNED,
+        _NO_REPLICATION,
+        described=False,
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.min.isr",
+        "SHORT",
+        "2",
+        Int(1, SHORT_MAX, short=True),
+        "min.insync.replicas of __share_group_state.",
+        B,
+        WARNED,
+        _NO_REPLICATION,
+        described=False,
+    ),
+    ConfigDef(
+        "zookeeper.connect",
+        "STRING",
+        "",
+        parse_string,
+        "ZooKeeper (removed in Kafka 4).",
+        B,
+        WARNED,
+        "no meaning for kbroker: there is no ZooKeeper",
+        null_default=True,
+        described=False,
+    ),
+    ConfigDef(
+        "zookeeper.connection.timeout.ms",
+        "INT",
+        "",
+        Int(0, INT_MAX),
+        "ZooKeeper (removed in Kafka 4).",
+        B,
+        WARNED,
+        "no meaning for kbroker: there is no ZooKeeper",
+        null_default=True,
+        described=False,
+    ),
+    # --- broker-level synonyms of topic keys kbroker does not apply (not described on the broker) ---
+    ConfigDef(
+        "log.cleaner.delete.retention.ms",
+        "LONG",
+        "86400000",
+        Int(0, LONG_MAX),
+        "Default of delete.retention.ms.",
+        B,
+        WARNED,
+        _COMPACTION,
+        synonym="delete.retention.ms",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.cleaner.max.compaction.lag.ms",
+        "LONG",
+        str(LONG_MAX),
+        Int(1, LONG_MAX),
+        "Default of max.compaction.lag.ms.",
+        B,
+        WARNED,
+        _COMPACTION,
+        synonym="max.compaction.lag.ms",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.cleaner.min.compaction.lag.ms",
+        "LONG",
+        "0",
+        Int(0, LONG_MAX),
+        "Default of min.compaction.lag.ms.",
+        B,
+        WARNED,
+        _COMPACTION,
+        synonym="min.compaction.lag.ms",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.cleaner.min.cleanable.ratio",
+        "DOUBLE",
+        "0.5",
+        parse_ratio,
+        "Default of min.cleanable.dirty.ratio.",
+        B,
+        WARNED,
+        _COMPACTION,
+        synonym="min.cleanable.dirty.ratio",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.segment.delete.delay.ms",
+        "LONG",
+        "60000",
+        Int(0, LONG_MAX),
+        "Default of file.delete.delay.ms.",
+        B,
+        WARNED,
+        "not applied: a deleted segment's files are removed at once",
+        synonym="file.delete.delay.ms",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.local.retention.bytes",
+        "LONG",
+        "-2",
+        Int(-2, LONG_MAX),
+        "Default of local.retention.bytes.",
+        B,
+        WARNED,
+        _TIERED,
+        synonym="local.retention.bytes",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.local.retention.ms",
+        "LONG",
+        "-2",
+        Int(-2, LONG_MAX),
+        "Default of local.retention.ms.",
+        B,
+        WARNED,
+        _TIERED,
+        synonym="local.retention.ms",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.preallocate",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Default of preallocate.",
+        B,
+        WARNED,
+        "not applied: segment files grow as written",
+        synonym="preallocate",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.index.size.max.bytes",
+        "INT",
+        "10485760",
+        Int(4, INT_MAX),
+        "Default of segment.index.bytes.",
+        B,
+        WARNED,
+        "not applied: kbroker's offset index grows as needed",
+        synonym="segment.index.bytes",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "unclean.leader.election.enable",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Elect an out-of-sync replica as leader (single node: no effect).",
+        BOTH,
+        WARNED,
+        _NO_REPLICATION,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "compression.gzip.level",
+        "INT",
+        "-1",
+        Int(1, 9, -1),
+        "gzip level when the broker compresses (kbroker stores batches as sent).",
+        BOTH,
+        WARNED,
+        _RECOMPRESSION,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "compression.lz4.level",
+        "INT",
+        "9",
+        Int(1, 17),
+        "lz4 level when the broker compresses (kbroker stores batches as sent).",
+        BOTH,
+        WARNED,
+        _RECOMPRESSION,
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "compression.zstd.level",
+        "INT",
+        "3",
+        Int(-131072, 22),
+        "zstd level when the broker compresses (kbroker stores batches as sent).",
+        BOTH,
+        WARNED,
+        _RECOMPRESSION,
+        dynamic=True,
+        described=False,
+    ),
+    # --- topic keys (DescribeConfigs on a topic lists every topic and both-level key, in name order) ---
+    ConfigDef(
+        "cleanup.policy",
+        "LIST",
+        "delete",
+        parse_cleanup_policy,
+        "delete (drop old segments), compact (keep the last record per key), or both.",
+        T,
+        WARNED,
+        _COMPACT_POLICY,
+        when=lambda value: "compact" in value,
+        synonym="log.cleanup.policy",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "delete.retention.ms",
+        "LONG",
+        "86400000",
+        Int(0, LONG_MAX),
+        "How long delete markers stay in a compacted topic.",
+        T,
+        WARNED,
+        _COMPACTION,
+        synonym="log.cleaner.delete.retention.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "file.delete.delay.ms",
+        "LONG",
+        "60000",
+        Int(0, LONG_MAX),
+        "Wait before a deleted segment's files are removed.",
+        T,
+        WARNED,
+        "not applied: a deleted segment's files are removed at once",
+        synonym="log.segment.delete.delay.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "flush.messages",
+        "LONG",
+        str(LONG_MAX),
+        Int(1, LONG_MAX),
+        "Records appended before the partition is fsynced (1: before each acknowledgement).",
+        T,
+        synonym="log.flush.interval.messages",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "flush.ms",
+        "LONG",
+        str(LONG_MAX),
+        Int(0, LONG_MAX),
+        "Longest time appended data stays unflushed.",
+        T,
+        synonym="log.flush.interval.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "follower.replication.throttled.replicas",
+        "LIST",
+        "",
+        list_of(),
+        "Replicas throttled on followers (no replication in kbroker).",
+        T,
+        WARNED,
+        _NO_REPLICATION,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "index.interval.bytes",
+        "INT",
+        "4096",
+        Int(0, INT_MAX),
+        "Bytes between offset index entries.",
+        T,
+        synonym="log.index.interval.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "leader.replication.throttled.replicas",
+        "LIST",
+        "",
+        list_of(),
+        "Replicas throttled on the leader (no replication in kbroker).",
+        T,
+        WARNED,
+        _NO_REPLICATION,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "local.retention.bytes",
+        "LONG",
+        "-2",
+        Int(-2, LONG_MAX),
+        "Local size kept with tiered storage (-2: retention.bytes).",
+        T,
+        WARNED,
+        _TIERED,
+        synonym="log.local.retention.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "local.retention.ms",
+        "LONG",
+        "-2",
+        Int(-2, LONG_MAX),
+        "Local age kept with tiered storage (-2: retention.ms).",
+        T,
+        WARNED,
+        _TIERED,
+        synonym="log.local.retention.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "max.compaction.lag.ms",
+        "LONG",
+        str(LONG_MAX),
+        Int(1, LONG_MAX),
+        "Longest time a record stays uncompacted.",
+        T,
+        WARNED,
+        _COMPACTION,
+        synonym="log.cleaner.max.compaction.lag.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "max.message.bytes",
+        "INT",
+        "1048588",
+        Int(0, INT_MAX),
+        "Largest record batch accepted.",
+        T,
+        synonym="message.max.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "message.timestamp.after.max.ms",
+        "LONG",
+        "3600000",
+        Int(0, LONG_MAX),
+        "How far in the future a batch's timestamp may be.",
+        T,
+        synonym="log.message.timestamp.after.max.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "message.timestamp.before.max.ms",
+        "LONG",
+        str(LONG_MAX),
+        Int(0, LONG_MAX),
+        "How far in the past a batch's timestamp may be.",
+        T,
+        synonym="log.message.timestamp.before.max.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "message.timestamp.type",
+        "STRING",
+        "CreateTime",
+        choice("CreateTime", "LogAppendTime"),
+        "CreateTime (the producer's) or LogAppendTime (the broker's).",
+        T,
+        synonym="log.message.timestamp.type",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "min.cleanable.dirty.ratio",
+        "DOUBLE",
+        "0.5",
+        parse_ratio,
+        "Share of uncompacted log that triggers compaction.",
+        T,
+        WARNED,
+        _COMPACTION,
+        synonym="log.cleaner.min.cleanable.ratio",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "min.compaction.lag.ms",
+        "LONG",
+        "0",
+        Int(0, LONG_MAX),
+        "Shortest time a record stays uncompacted.",
+        T,
+        WARNED,
+        _COMPACTION,
+        synonym="log.cleaner.min.compaction.lag.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "preallocate",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Preallocate segment files.",
+        T,
+        WARNED,
+        "not applied: segment files grow as written",
+        synonym="log.preallocate",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "remote.log.copy.disable",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Stop copying segments to the remote tier.",
+        T,
+        WARNED,
+        _TIERED,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "remote.log.delete.on.disable",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Delete remote segments when tiered storage is turned off.",
+        T,
+        WARNED,
+        _TIERED,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "remote.storage.enable",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Tiered storage (not supported by kbroker).",
+        T,
+        REFUSED,
+        "Tiered storage is not supported by kbroker",
+        when=lambda value: value,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "retention.bytes",
+        "LONG",
+        "-1",
+        Int(-1, LONG_MAX),
+        "Partition size above which old segments are deleted (-1: no limit).",
+        T,
+        synonym="log.retention.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "retention.ms",
+        "LONG",
+        "604800000",
+        Int(-1, LONG_MAX),
+        "Age after which segments are deleted (-1: no limit).",
+        T,
+        synonym="log.retention.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "segment.bytes",
+        "INT",
+        "1073741824",
+        Int(14, INT_MAX),
+        "Segment size before rolling.",
+        T,
+        synonym="log.segment.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "segment.index.bytes",
+        "INT",
+        "10485760",
+        Int(4, INT_MAX),
+        "Size of a segment's offset index.",
+        T,
+        WARNED,
+        "not applied: kbroker's offset index grows as needed",
+        synonym="log.index.size.max.bytes",
+        dynamic=True,
+    ),
+    # log.roll.jitter.ms has no default in Kafka, which therefore lists no synonym.
+    ConfigDef(
+        "segment.jitter.ms",
+        "LONG",
+        "0",
+        Int(0, LONG_MAX),
+        "Random time subtracted from segment.ms.",
+        T,
+        WARNED,
+        "not applied: segments roll at segment.ms exactly",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "segment.ms",
+        "LONG",
+        "604800000",
+        Int(1, LONG_MAX),
+        "Segment age before rolling.",
+        T,
+        synonym="log.roll.ms",
+        dynamic=True,
+    ),
+]
+
+REGISTRY: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
+# Every server.properties key kbroker accepts (or refuses by name), and the ones DescribeConfigs lists.
+BROKER_DEFS: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS if d.broker}
+DESCRIBED_BROKER_DEFS: dict[str, ConfigDef] = {name: d for name, d in BROKER_DEFS.items() if d.described}
+# Topic keys in Kafka's order (by name), as DescribeConfigs lists them.
+TOPIC_DEFS: dict[str, ConfigDef] = {d.name: d for d in sorted(CONFIG_DEFS, key=lambda d: d.name) if d.topic}
+
+
+def problem_with(definition: ConfigDef, value: Any) -> str | None:
+    """The reason a parsed value is refused, or None."""
+    return definition.reason if definition.status_of(value) is Status.REFUSED else None
+
+
+def warning_for(definition: ConfigDef, value: Any) -> str | None:
+    """The reason a parsed value is accepted but not applied, or None."""
+    return definition.reason if definition.status_of(value) is Status.WARNED else None
