@@ -21,6 +21,7 @@ from kbroker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_configs, warn
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.describe_configs_request import DescribeConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest
 
 STOCK = Path(__file__).resolve().parents[1] / "fixtures" / "kafka-4.3-server.properties"
@@ -106,7 +107,7 @@ def test_create_topics_refuses_a_refused_value_with_its_reason(broker: RunningBr
         answer = client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0]
     assert answer.error_code == ErrorCode.INVALID_CONFIG
     assert answer.error_message == f"Invalid value 2 for configuration min.insync.replicas: {registry._MIN_ISR}"
-    assert broker.broker.topic("isr") is None
+    assert broker.broker is not None and broker.broker.topic("isr") is None
 
 
 def test_the_command_line_refuses_a_refused_key_in_one_line(tmp_path: Path) -> None:
@@ -136,6 +137,19 @@ def test_kafkas_stock_server_properties_starts_with_warnings_only_for_single_nod
         with WireClient(ready.read_text().strip()) as client:
             answer = client.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
         assert [broker.node_id for broker in answer.brokers] == [1]
+        # A key from the config file is STATIC_BROKER_CONFIG (4), with Kafka's default as a DEFAULT_CONFIG synonym.
+        names = ["num.partitions", "log.segment.bytes", "log.retention.hours", "socket.request.max.bytes"]
+        resource = DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=4, resource_name="1", configuration_keys=names
+        )
+        with WireClient(ready.read_text().strip()) as client:
+            described = client.request(DescribeConfigsRequest(resources=[resource], include_synonyms=True), 4)
+        entries = {e.name: e for e in described.results[0].configs}
+        assert {name: entries[name].config_source for name in names} == dict.fromkeys(names, 4)
+        assert [(s.name, s.value, s.source) for s in entries["log.retention.hours"].synonyms] == [
+            ("log.retention.hours", "168", 4),
+            ("log.retention.hours", "168", 5),
+        ]
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=15)
