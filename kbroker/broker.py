@@ -1,14 +1,14 @@
 """The broker: configuration, storage and coordination state shared by every connection.
 
 Networking (kbroker/server), storage (kbroker/storage) and group coordination (kbroker/groups) are
-separate layers; this object is what ties them together for the request handlers in kbroker/apis.
+separate layers; this object is what ties them together for the request handlers in kbroker/apis. It imports
+neither the network layer nor the handlers: kbroker/app.py composes them (tests/broker/test_app.py checks it).
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -17,8 +17,8 @@ from typing import Protocol
 
 import trio
 
-from kbroker.apis.fetch_sessions import FetchSessionCache
 from kbroker.config import BrokerConfig
+from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.assignors import TopicMetadata
 from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 from kbroker.groups.coordinator import GroupCoordinator
@@ -53,17 +53,12 @@ def _unknown_topic(name: str) -> KafkaError:
     return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
 
-def _flush_all(logs: list[PartitionLog]) -> None:
-    for plog in logs:
-        plog.flush()
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, advertised: Endpoint) -> None:
         self.config = config
         self.data_dir = data_dir
         self.advertised = advertised
-        self.listen = advertised  # where it listens: set by whoever opened the listener (kbroker.cli.run_broker)
+        self.listen = advertised  # where it listens: set by whoever opened the listener (kbroker.app)
         # Each listener's advertised address by listener name; ``advertised`` serves a name not in it.
         self.advertised_by_listener: dict[str, Endpoint] = {}
         self.listeners: list[tuple[str, Endpoint]] = []  # (name, bound address) of each listener served
@@ -243,33 +238,7 @@ class Broker:
         """Forget per-connection state."""
         self.open_connections.pop(connection_id, None)
 
-    # --- background work -------------------------------------------------------------------------------
-
-    async def retention_loop(self) -> None:
-        interval = self.config["log.retention.check.interval.ms"] / 1000
-        while True:
-            await trio.sleep(interval)
-            deleted = self.logs.apply_retention(int(time.time() * 1000))
-            if deleted:
-                log.info("retention deleted %d segment(s)", len(deleted))
-
-    async def flush_loop(self) -> None:
-        """Honours flush.ms for partitions that have unflushed data; fsync runs off the event loop."""
-        # A topic may set flush.ms below the broker's setting, so look at least once a second.
-        interval_ms = min(self.config["log.flush.interval.ms"], 1000)
-        while True:
-            await trio.sleep(max(interval_ms, 10) / 1000)
-            due = self.logs.due_for_flush(int(time.time() * 1000))
-            if due:
-                await trio.to_thread.run_sync(_flush_all, due)
-
-    async def offset_expiry_loop(self) -> None:
-        """Offsets of groups without members expire after offsets.retention.minutes (KIP-211)."""
-        interval = self.config["offsets.retention.check.interval.ms"] / 1000
-        retention_ms = self.config["offsets.retention.minutes"] * 60_000
-        while True:
-            await trio.sleep(interval)
-            self.expire_offsets(int(time.time() * 1000), retention_ms)
+    # --- offsets expiry (run by kbroker.services.OffsetExpiryService) ---------------------------------
 
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
         expired = 0

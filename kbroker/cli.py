@@ -1,29 +1,24 @@
-"""The `kbroker` command."""
+"""The `kbroker` command: parses arguments and reports errors; kbroker/app.py runs the broker."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 
 import trio
 
-from kbroker import __version__
-from kbroker.broker import Broker, Endpoint
+from kbroker import __version__, app
+from kbroker.app import ListenError, Settings
+from kbroker.broker import Endpoint
 from kbroker.config import BrokerConfig, ConfigError
-from kbroker.server.listeners import ListenerPlan, parse_listeners, plaintext_listener
+from kbroker.server.listeners import parse_listeners, plaintext_listener
 from kbroker.storage.files import StorageError
 
 log = logging.getLogger("kbroker")
-
-
-class ListenError(Exception):
-    """The listener could not be opened; the message names the address and the reason."""
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
@@ -57,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path, ListenerPlan, Endpoint | None]:
+def resolve_settings(args: argparse.Namespace) -> Settings:
     """Config, data directory, the listeners to serve and the main listener's advertised address if the command
     line gives it. ``--listen`` (with ``--advertised-listener``) is one PLAINTEXT listener in place of the config's
     ``listeners``; otherwise the config's listener keys are parsed (kbroker/server/listeners.py)."""
@@ -71,108 +66,11 @@ def resolve_settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path, List
         advertised_text = config["advertised.listeners"].split(",")[0]
         if advertised is None and advertised_text:
             advertised = Endpoint(*parse_host_port(advertised_text, "--advertised-listener"))
-        return config, data_dir, plaintext_listener(host, port, advertised), None
+        return Settings(config, data_dir, plaintext_listener(host, port, advertised))
     plan = parse_listeners(
         config["listeners"] or "127.0.0.1:9092", config["advertised.listeners"], config.listener_settings
     )
-    return config, data_dir, plan, advertised
-
-
-async def run_broker(
-    config: BrokerConfig,
-    data_dir: Path,
-    listen: tuple[str, int] | ListenerPlan,
-    advertised: Endpoint | None,
-    *,
-    task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
-    install_signal_handlers: bool = False,
-    started_at: float | None = None,
-    ready_file: Path | None = None,
-) -> None:
-    """Run until cancelled or signalled; reports the ready broker through ``task_status``.
-
-    ``listen`` is one PLAINTEXT listener's address (``advertised`` its advertised one) or a plan of several
-    listeners (``advertised``, if given, then replaces the main listener's advertised address).
-    """
-    from kbroker.server.connection import ListenerInfo, ServedListener, serve
-
-    if isinstance(listen, ListenerPlan):
-        plan = listen if advertised is None else listen.with_advertised(listen.primary, advertised)
-    else:
-        plan = plaintext_listener(listen[0], listen[1], advertised)
-    served: list[ServedListener] = []
-    try:
-        for spec in plan.listeners:  # one accept loop per socket, each connection knowing its listener
-            try:
-                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host)
-            except OSError as exc:
-                raise ListenError(f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}") from exc
-            served.append(ServedListener(ListenerInfo(spec.name, spec.security_protocol), sockets))
-        bound = {item.info.name: item.sockets[0].socket.getsockname()[1] for item in served}
-        main = plan.primary_listener
-        bound_port = bound[main.name]
-        advertised = main.advertised_address(bound_port)
-        broker = Broker(config, data_dir, advertised)
-    except BaseException:
-        for item in served:
-            for listener in item.sockets:
-                listener.socket.close()
-        raise
-    listen = (main.host, bound_port)
-    broker.listen = Endpoint(main.host, bound_port)
-    broker.listeners = [(spec.name, Endpoint(spec.host, bound[spec.name])) for spec in plan.listeners]
-    broker.advertised_by_listener = {spec.name: spec.advertised_address(bound[spec.name]) for spec in plan.listeners}
-    for spec in plan.listeners:
-        if len(plan.listeners) > 1:
-            ad = broker.advertised_by_listener[spec.name]
-            log.info("listener %s on %s:%d, advertised %s:%d", spec.name, spec.host, bound[spec.name], ad.host, ad.port)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve, broker, served)
-            nursery.start_soon(broker.retention_loop)
-            nursery.start_soon(broker.flush_loop)
-            nursery.start_soon(broker.groups.run)
-            nursery.start_soon(broker.consumer_groups.run)
-            nursery.start_soon(broker.offset_expiry_loop)
-            with contextlib.ExitStack() as stack:
-                # Signals are caught before readiness is announced: a SIGTERM right after the ready line drains.
-                signals = (
-                    stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
-                    if install_signal_handlers
-                    else None
-                )
-                elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
-                log.info(
-                    "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",
-                    elapsed,
-                    listen[0],
-                    bound_port,
-                    advertised.host,
-                    advertised.port,
-                    data_dir,
-                    broker.cluster_id,
-                )
-                if ready_file is not None:  # written whole, then renamed: a reader never sees half an address
-                    partial = ready_file.with_name(ready_file.name + ".partial")
-                    partial.write_text(f"{advertised.host}:{advertised.port}\n")
-                    partial.replace(ready_file)
-                task_status.started(broker)
-                if signals is not None:
-                    async for signum in signals:
-                        log.info("received %s: shutting down", signal.Signals(signum).name)
-                        break
-                    await drain(broker, nursery)
-    finally:
-        broker.close()
-
-
-async def drain(broker: Broker, nursery: trio.Nursery, grace_seconds: float = 5.0) -> None:
-    """Stop accepting, let in-flight requests be answered, then cancel what is left."""
-    broker.begin_drain()
-    with trio.move_on_after(grace_seconds):
-        while broker.open_connections:
-            await trio.sleep(0.01)
-    nursery.cancel_scope.cancel()
+    return Settings(config, data_dir, plan, advertised)
 
 
 def raise_open_file_limit() -> None:
@@ -245,17 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     raise_open_file_limit()
     try:
-        config, data_dir, listen, advertised = resolve_settings(args)
+        settings = resolve_settings(args)
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2
     try:
         trio.run(
-            lambda: run_broker(
-                config,
-                data_dir,
-                listen,
-                advertised,
+            lambda: app.run(
+                settings,
                 install_signal_handlers=True,
                 started_at=started_at,
                 ready_file=args.ready_file,

@@ -16,12 +16,15 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import trio
 
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
+
+if TYPE_CHECKING:  # kbroker.app (and the network layer) is imported when a broker is first started
+    from kbroker.app import App
 
 
 class _StartedBroker:
@@ -61,7 +64,7 @@ class RunningBroker(_StartedBroker):
         self.broker: Broker | None = None
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
-        self._cancel: trio.CancelScope | None = None
+        self._app: App | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
 
@@ -85,26 +88,27 @@ class RunningBroker(_StartedBroker):
         return self
 
     def _run(self) -> None:
-        from kbroker.cli import run_broker
+        from kbroker import app
+        from kbroker.server.listeners import plaintext_listener
+
+        advertised = Endpoint(self.host, self.port) if self.port else None
+        settings = app.Settings(self.config, self.data_dir, plaintext_listener(self.host, self.port, advertised))
 
         async def main() -> None:
             self._token = trio.lowlevel.current_trio_token()
-            with trio.CancelScope() as scope:
-                self._cancel = scope
-                async with trio.open_nursery() as nursery:
-                    advertised = Endpoint(self.host, self.port) if self.port else None
-                    self.broker = await nursery.start(
-                        run_broker, self.config, self.data_dir, (self.host, self.port), advertised
-                    )
-                    if self.port == 0:
-                        self.port = self.broker.advertised.port
-                    self._ready.set()
+            async with trio.open_nursery() as nursery:
+                self._app = await nursery.start(app.run, settings)
+                self.broker = self._app.broker
+                if self.port == 0:
+                    self.port = self.broker.advertised.port
+                self._ready.set()
 
         try:
             trio.run(main)
         except BaseException as exc:  # reported to the thread that called start()
             self._error = exc
         finally:
+            self._app = None
             self._ready.set()
 
     def stop(self) -> None:
@@ -113,12 +117,8 @@ class RunningBroker(_StartedBroker):
             return
 
         async def shutdown() -> None:
-            assert self.broker is not None and self._cancel is not None
-            self.broker.begin_drain()
-            with trio.move_on_after(5):
-                while self.broker.open_connections:
-                    await trio.sleep(0.01)
-            self._cancel.cancel()
+            if self._app is not None:
+                await self._app.drain()
 
         try:
             trio.from_thread.run(shutdown, trio_token=self._token)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import trio
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.fetch_sessions import (
+from kbroker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     NO_SESSION,

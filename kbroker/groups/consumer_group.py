@@ -664,7 +664,9 @@ class ConsumerGroupCoordinator:
                     )
                     self._remove(group, member)
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The timer service: expires sessions and rebalance deadlines until cancelled."""
+        task_status.started()
         while True:
             if not any(group.members for group in self.groups.values()):
                 # Nothing can expire: an idle broker does not wake up twenty times a second.

@@ -748,7 +748,9 @@ class GroupCoordinator:
     def _has_work(self) -> bool:
         return any(group.members or group.pending_members or group.join_deadline for group in self.groups.values())
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The timer service: expires sessions and rebalance deadlines until cancelled."""
+        task_status.started()
         while True:
             if not self._has_work():
                 # Nothing can expire: an idle broker does not wake up twenty times a second.

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from kbroker.apis.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
+from kbroker.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import trio
 
+from kbroker import app
 from kbroker.broker import Broker, Endpoint
-from kbroker.cli import run_broker
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.server.connection import Connection
 from kbroker.server.listeners import ListenerSpec, parse_listeners
@@ -117,7 +117,7 @@ def test_two_listeners_are_served_each_advertising_itself(tmp_path: Path) -> Non
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            broker: Broker = await nursery.start(run_broker, config, tmp_path / "data", plan, None)
+            broker: Broker = (await nursery.start(app.run, app.Settings(config, tmp_path / "data", plan))).broker
             bound = dict(broker.listeners)
             for name in ("OUTSIDE", "INSIDE"):
                 stream = await trio.open_tcp_stream("127.0.0.1", bound[name].port)

@@ -1,0 +1,197 @@
+"""The composition root: builds the broker, its background services and the network server, and owns their
+lifecycle. ``kbroker serve`` (kbroker/cli.py), RunningBroker (kbroker/testing.py) and the pytest plugin all run a
+broker through ``run``.
+
+Start-up: the listeners are bound, the Broker (storage, offsets, group coordinators) is built on the data
+directory, then the services are started one by one with ``nursery.start`` in a fixed order (retention, flush,
+the classic and consumer group coordinators' timers, offset expiry, then the server accepting connections);
+each reports ``started`` once it runs. Shutdown is in one place: ``App.drain`` stops accepting, lets every open
+connection answer what it already received and close, waits for that up to a deadline, then ``App.stop``
+cancels every service at once.
+
+The layers below never import this module or each other upwards: kbroker.broker, kbroker.storage and
+kbroker.groups import neither kbroker.server nor kbroker.apis (tests/broker/test_app.py checks it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from kbroker.broker import Broker, Endpoint
+from kbroker.config import BrokerConfig
+from kbroker.server.connection import ListenerInfo, ServedListener, serve
+from kbroker.server.listeners import ListenerPlan
+from kbroker.services import Service, background_services
+
+log = logging.getLogger("kbroker")
+
+DRAIN_SECONDS = 5.0
+
+
+class ListenError(Exception):
+    """The listener could not be opened; the message names the address and the reason."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to run: the config, the data directory and the listeners to serve. ``advertised``, if given,
+    replaces the main listener's advertised address (``--advertised-listener``)."""
+
+    config: BrokerConfig
+    data_dir: Path
+    listeners: ListenerPlan
+    advertised: Endpoint | None = None
+
+
+class Server:
+    """The network layer as a service: accepts on every listener until draining, serves each connection."""
+
+    def __init__(self, broker: Broker, listeners: list[ServedListener]) -> None:
+        self.broker = broker
+        self.listeners = listeners
+        self.finished = trio.Event()  # set once accepting stopped and every connection ended
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await serve(self.broker, self.listeners)
+        finally:
+            self.finished.set()
+
+
+class App:
+    """A built broker and its services; ``run`` starts them all, ``drain`` and ``stop`` end them."""
+
+    def __init__(self, broker: Broker, listeners: list[ServedListener]) -> None:
+        self.broker = broker
+        self.server = Server(broker, listeners)
+        self.services: list[tuple[str, Service]] = [*background_services(broker), ("server", self.server)]
+        self.started: list[str] = []  # names of the services running, in the order they started
+        self._scope = trio.CancelScope()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start every service in order, report started, and run until stopped (or a service fails)."""
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                for name, service in self.services:
+                    await nursery.start(service.run)
+                    self.started.append(name)
+                task_status.started()
+
+    def stop(self) -> None:
+        """Cancel every service: the one place they are stopped."""
+        self._scope.cancel()
+
+    async def drain(self, grace_seconds: float = DRAIN_SECONDS) -> None:
+        """Stop accepting, let in-flight requests be answered and connections close, then stop everything."""
+        self.broker.begin_drain()
+        with trio.move_on_after(grace_seconds):
+            await self.server.finished.wait()
+        self.stop()
+
+
+async def open_listeners(plan: ListenerPlan) -> list[ServedListener]:
+    """Bind every listener of ``plan`` (one accept socket set each); ListenError names the one that failed."""
+    served: list[ServedListener] = []
+    try:
+        for spec in plan.listeners:
+            try:
+                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host)
+            except OSError as exc:
+                raise ListenError(f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}") from exc
+            served.append(ServedListener(ListenerInfo(spec.name, spec.security_protocol), sockets))
+    except BaseException:
+        close_listeners(served)
+        raise
+    return served
+
+
+def close_listeners(served: list[ServedListener]) -> None:
+    for item in served:
+        for listener in item.sockets:
+            listener.socket.close()
+
+
+def build(settings: Settings, served: list[ServedListener]) -> App:
+    """The broker on the data directory, told the addresses its listeners are bound to, and its services."""
+    plan = settings.listeners
+    if settings.advertised is not None:
+        plan = plan.with_advertised(plan.primary, settings.advertised)
+    bound = {item.info.name: item.sockets[0].socket.getsockname()[1] for item in served}
+    main = plan.primary_listener
+    broker = Broker(settings.config, settings.data_dir, main.advertised_address(bound[main.name]))
+    broker.listen = Endpoint(main.host, bound[main.name])
+    broker.listeners = [(spec.name, Endpoint(spec.host, bound[spec.name])) for spec in plan.listeners]
+    broker.advertised_by_listener = {spec.name: spec.advertised_address(bound[spec.name]) for spec in plan.listeners}
+    for spec in plan.listeners:
+        if len(plan.listeners) > 1:
+            ad = broker.advertised_by_listener[spec.name]
+            log.info("listener %s on %s:%d, advertised %s:%d", spec.name, spec.host, bound[spec.name], ad.host, ad.port)
+    return App(broker, served)
+
+
+def write_ready_file(path: Path, address: Endpoint) -> None:
+    """Written whole, then renamed: a reader never sees half an address."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(f"{address.host}:{address.port}\n")
+    partial.replace(path)
+
+
+async def run(
+    settings: Settings,
+    *,
+    task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED,
+    install_signal_handlers: bool = False,
+    started_at: float | None = None,
+    ready_file: Path | None = None,
+) -> None:
+    """Run a broker until cancelled, stopped or signalled; reports the running App through ``task_status``.
+
+    With ``install_signal_handlers``, SIGINT or SIGTERM drains and returns.
+    """
+    served = await open_listeners(settings.listeners)
+    try:
+        app = build(settings, served)
+    except BaseException:
+        close_listeners(served)
+        raise
+    broker = app.broker
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(app.run)
+            with contextlib.ExitStack() as stack:
+                # Signals are caught before readiness is announced: a SIGTERM right after the ready line drains.
+                signals = (
+                    stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+                    if install_signal_handlers
+                    else None
+                )
+                elapsed = f" in {time.perf_counter() - started_at:.2f}s" if started_at is not None else ""
+                log.info(
+                    "kbroker ready%s: listening on %s:%d (advertised %s:%d), data dir %s, cluster id %s",
+                    elapsed,
+                    broker.listen.host,
+                    broker.listen.port,
+                    broker.advertised.host,
+                    broker.advertised.port,
+                    settings.data_dir,
+                    broker.cluster_id,
+                )
+                if ready_file is not None:
+                    write_ready_file(ready_file, broker.advertised)
+                task_status.started(app)
+                if signals is not None:
+                    async for signum in signals:
+                        log.info("received %s: shutting down", signal.Signals(signum).name)
+                        break
+                    await app.drain()
+    finally:
+        close_listeners(served)  # those the server never took over (it closes its own)
+        broker.close()
