@@ -23,6 +23,7 @@ from kbroker.groups.assignors import TopicMetadata
 from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
+from kbroker.groups.router import GroupRouter
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.files import DamagedFileError, lock_data_dir, write_atomically
 from protocol.errors import ErrorCode, KafkaError
@@ -89,6 +90,7 @@ class Broker:
             assignors=config["group.consumer.assignors"].split(","),
             classic=self.groups,
         )
+        self.group_router = GroupRouter(self.groups, self.consumer_groups, self.offsets)  # a group id's kind
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection
@@ -243,10 +245,7 @@ class Broker:
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
         expired = 0
         for group_id in list(self.offsets.offsets):
-            group = self.groups.groups.get(group_id)
-            if group is not None and group.members:
-                continue
-            if self.consumer_groups.has_members(group_id):
+            if self.group_router.has_members(group_id):
                 continue
             base_ms = self.groups.offset_expiry_base_ms(group_id)
             expired += self.offsets.expire(group_id, now_ms - retention_ms, now_ms, base_ms)

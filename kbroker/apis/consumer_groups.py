@@ -114,11 +114,12 @@ async def handle_consumer_group_describe(
 ) -> ConsumerGroupDescribeResponse:
     described = []
     for group_id in request.group_ids:
-        group = ctx.broker.consumer_groups.groups.get(group_id)
+        router = ctx.broker.group_router
+        group = router.consumer_group(group_id)
         if group is not None:
             described.append(_describe(ctx, group))
             continue
-        known_elsewhere = group_id in ctx.broker.groups.groups or ctx.broker.offsets.has_group(group_id)
+        known_elsewhere = router.is_known(group_id)  # a classic or offsets-only group
         described.append(
             ConsumerGroupDescribeResponse.DescribedGroup(
                 error_code=ErrorCode.GROUP_ID_NOT_FOUND,

@@ -19,22 +19,13 @@ DEFAULT_RETENTION = -1
 
 
 def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCode:
-    """Kafka's validation of who may commit for a classic group."""
-    if not request.group_id:
-        return ErrorCode.INVALID_GROUP_ID
-    consumer_check = ctx.broker.consumer_groups.validate_offset_commit(
-        request.group_id, request.member_id, request.generation_id_or_member_epoch, ctx.api_version
-    )
-    if consumer_check is not None:  # a KIP-848 group: member epochs instead of generations
-        return consumer_check
-    instance = request.group_instance_id if ctx.api_version >= 7 else None
-    return ctx.broker.groups.validate_offset_commit(
+    """Kafka's validation of who may commit, by the group's kind (kbroker.groups.router)."""
+    return ctx.broker.group_router.validate_offset_commit(
         request.group_id,
-        request.member_id if ctx.api_version >= 1 else "",
-        instance,
-        request.generation_id_or_member_epoch if ctx.api_version >= 1 else -1,
+        request.member_id,
+        request.group_instance_id if ctx.api_version >= 7 else None,
+        request.generation_id_or_member_epoch,
         ctx.api_version,
-        group_has_offsets=ctx.broker.offsets.has_group(request.group_id),
     )
 
 
@@ -100,7 +91,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         groups = []
         for group in request.groups:
             if version >= 9:
-                check = ctx.broker.consumer_groups.validate_offset_fetch(
+                check = ctx.broker.group_router.validate_offset_fetch(
                     group.group_id, group.member_id, group.member_epoch
                 )
                 if check != ErrorCode.NONE:
@@ -155,11 +146,12 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     broker = ctx.broker
-    group = broker.groups.groups.get(request.group_id)
-    consumer_group = broker.consumer_groups.groups.get(request.group_id)
-    if group is None and consumer_group is None and not broker.offsets.has_group(request.group_id):
+    router = broker.group_router
+    if not router.is_known(request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
     subscribed: set[str] = set()
+    group = router.classic_group(request.group_id)
+    consumer_group = router.consumer_group(request.group_id)
     if consumer_group is not None:
         subscribed = consumer_group.subscribed_topic_names()
     elif group is not None and group.members:

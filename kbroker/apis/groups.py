@@ -6,6 +6,7 @@ from __future__ import annotations
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.groups.coordinator import GroupState
+from kbroker.groups.router import GroupKind
 from protocol.errors import ErrorCode
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.delete_groups_response import DeleteGroupsResponse
@@ -28,8 +29,6 @@ from protocol.messages.sync_group_response import SyncGroupResponse
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-CLASSIC = "classic"
-CONSUMER = "consumer"
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
@@ -71,21 +70,17 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
 
 async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
-    consumer_groups = ctx.broker.consumer_groups
-    if request.group_id in consumer_groups.groups:
-        # One namespace for both protocols. Kafka 4 would admit a classic member into a consumer group
-        # (mixed groups); kbroker does not, so the id stays with the consumer group while it has members.
-        if consumer_groups.has_members(request.group_id):
-            return JoinGroupResponse(
-                throttle_time_ms=0,
-                error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                generation_id=-1,
-                protocol_name=None if version >= 7 else "",
-                leader="",
-                member_id=request.member_id,
-                members=[],
-            )
-        consumer_groups.delete(request.group_id)  # an empty consumer group becomes a classic one, as in Kafka
+    # One namespace for both protocols: a consumer group with members keeps its id (kbroker.groups.router).
+    if not ctx.broker.group_router.admit_classic_join(request.group_id):
+        return JoinGroupResponse(
+            throttle_time_ms=0,
+            error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            generation_id=-1,
+            protocol_name=None if version >= 7 else "",
+            leader="",
+            member_id=request.member_id,
+            members=[],
+        )
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
     result = await ctx.broker.groups.join(
         request.group_id,
@@ -157,52 +152,29 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
     return LeaveGroupResponse(throttle_time_ms=0, error_code=top, members=results)
 
 
-def _known_group_ids(ctx: RequestContext) -> list[str]:
-    return sorted(
-        set(ctx.broker.groups.groups) | set(ctx.broker.offsets.offsets) | set(ctx.broker.consumer_groups.groups)
-    )
-
-
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 and request.types_filter else None
-    listed = []
-    for group_id in _known_group_ids(ctx):
-        consumer_group = ctx.broker.consumer_groups.groups.get(group_id)
-        if consumer_group is not None:  # KIP-848 group: type "consumer", its own states
-            if (states is None or consumer_group.state.value.lower() in states) and (
-                types is None or CONSUMER in types
-            ):
-                listed.append(
-                    ListGroupsResponse.ListedGroup(
-                        group_id=group_id,
-                        protocol_type=CONSUMER,
-                        group_state=consumer_group.state.value,
-                        group_type=CONSUMER,
-                    )
-                )
-            continue
-        group = ctx.broker.groups.groups.get(group_id)
-        state = group.state.value if group is not None else GroupState.EMPTY.value
-        if states is not None and state.lower() not in states:
-            continue
-        if types is not None and CLASSIC not in types:
-            continue
-        protocol_type = group.protocol_type if group is not None and group.protocol_type else ""
-        listed.append(
-            ListGroupsResponse.ListedGroup(
-                group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=CLASSIC
-            )
+    listed = [
+        ListGroupsResponse.ListedGroup(
+            group_id=entry.group_id,
+            protocol_type=entry.protocol_type,
+            group_state=entry.state,
+            group_type=entry.group_type,
         )
+        for entry in ctx.broker.group_router.list_groups()
+        if (states is None or entry.state.lower() in states) and (types is None or entry.group_type in types)
+    ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
 
 
 async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
-    known = set(_known_group_ids(ctx))
+    router = ctx.broker.group_router
     for group_id in request.groups:
-        group = ctx.broker.groups.groups.get(group_id)
-        if group_id in ctx.broker.consumer_groups.groups:
+        kind = router.kind(group_id)
+        group = router.classic_group(group_id)
+        if kind is GroupKind.CONSUMER:
             # Kafka (KIP-1043): DescribeGroups only describes classic groups; a consumer group reads as Dead,
             # with GROUP_ID_NOT_FOUND from v6. Clients use ConsumerGroupDescribe for it.
             described.append(
@@ -219,7 +191,7 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
             )
             continue
         if group is None:
-            if group_id in known:
+            if kind is GroupKind.OFFSETS_ONLY:
                 state, code = GroupState.EMPTY.value, ErrorCode.NONE
             elif ctx.api_version >= 6:
                 state, code = GroupState.DEAD.value, ErrorCode.GROUP_ID_NOT_FOUND
@@ -269,18 +241,9 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
 
 
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    results = []
-    known = set(_known_group_ids(ctx))
-    for group_id in request.groups_names:
-        if group_id not in known:
-            code = ErrorCode.GROUP_ID_NOT_FOUND
-        elif group_id in ctx.broker.consumer_groups.groups:
-            code = ctx.broker.consumer_groups.delete(group_id)
-            if code == ErrorCode.NONE:
-                ctx.broker.offsets.delete_group(group_id)
-        else:
-            code = ctx.broker.groups.delete(group_id)
-            if code == ErrorCode.NONE:
-                ctx.broker.offsets.delete_group(group_id)
-        results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))
+    codes = ctx.broker.group_router.delete_groups(list(request.groups_names))
+    results = [
+        DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
+        for group_id, code in zip(request.groups_names, codes, strict=True)
+    ]
     return DeleteGroupsResponse(throttle_time_ms=0, results=results)

@@ -1,0 +1,162 @@
+"""One namespace of group ids, three owners: which kind a group id is, and the checks that depend on it.
+
+A group id belongs to the KIP-848 consumer group coordinator (kbroker.groups.consumer_group), to the classic
+coordinator (kbroker.groups.coordinator), or to neither but still has committed offsets (a manual-assign
+consumer, an admin offset commit): an offsets-only group, which Kafka lists and describes as an Empty classic
+group. The handlers (kbroker/apis) and the broker ask the router instead of probing each coordinator.
+
+The kind of an id changes over its life: an offsets-only group becomes classic when a member joins it, an
+empty classic group becomes a consumer group when a consumer-protocol member heartbeats, and an empty
+consumer group becomes classic when a classic member joins. A group with members keeps its kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from kbroker.groups.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
+from kbroker.groups.coordinator import Group, GroupCoordinator, GroupState
+from kbroker.groups.offsets import OffsetStore
+from protocol.errors import ErrorCode
+
+
+class GroupKind(Enum):
+    CLASSIC = "classic"
+    CONSUMER = "consumer"
+    OFFSETS_ONLY = "offsets-only"
+    UNKNOWN = "unknown"
+
+    @property
+    def group_type(self) -> str:
+        """The type ListGroups v5 reports (KIP-848): an offsets-only group is a classic one."""
+        return "consumer" if self is GroupKind.CONSUMER else "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One row of ListGroups."""
+
+    group_id: str
+    kind: GroupKind
+    state: str
+    protocol_type: str
+
+    @property
+    def group_type(self) -> str:
+        return self.kind.group_type
+
+
+class GroupRouter:
+    def __init__(self, classic: GroupCoordinator, consumer: ConsumerGroupCoordinator, offsets: OffsetStore) -> None:
+        self.classic = classic
+        self.consumer = consumer
+        self.offsets = offsets
+
+    # --- which kind -------------------------------------------------------------------------------------
+
+    def kind(self, group_id: str) -> GroupKind:
+        if group_id in self.consumer.groups:
+            return GroupKind.CONSUMER
+        if group_id in self.classic.groups:
+            return GroupKind.CLASSIC
+        if self.offsets.has_group(group_id):
+            return GroupKind.OFFSETS_ONLY
+        return GroupKind.UNKNOWN
+
+    def is_known(self, group_id: str) -> bool:
+        return self.kind(group_id) is not GroupKind.UNKNOWN
+
+    def classic_group(self, group_id: str) -> Group | None:
+        return self.classic.groups.get(group_id)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.consumer.groups.get(group_id)
+
+    def has_members(self, group_id: str) -> bool:
+        """Whether the group has members under either protocol."""
+        group = self.classic.groups.get(group_id)
+        return (group is not None and bool(group.members)) or self.consumer.has_members(group_id)
+
+    def group_ids(self) -> list[str]:
+        """Every known group id, sorted."""
+        return sorted(set(self.classic.groups) | set(self.offsets.offsets) | set(self.consumer.groups))
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every known group with its kind, state and protocol type, sorted by id."""
+        listed = []
+        for group_id in self.group_ids():
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:  # KIP-848 group: protocol type "consumer", its own states
+                listed.append(GroupListing(group_id, GroupKind.CONSUMER, consumer_group.state.value, "consumer"))
+                continue
+            group = self.classic.groups.get(group_id)
+            if group is None:
+                listed.append(GroupListing(group_id, GroupKind.OFFSETS_ONLY, GroupState.EMPTY.value, ""))
+            else:
+                listed.append(GroupListing(group_id, GroupKind.CLASSIC, group.state.value, group.protocol_type or ""))
+        return listed
+
+    # --- the checks that depend on the kind -----------------------------------------------------------
+
+    def admit_classic_join(self, group_id: str) -> bool:
+        """Whether a JoinGroup (classic protocol) may go to the classic coordinator.
+
+        Kafka 4 would admit a classic member into a consumer group (mixed groups); kbroker does not, so the
+        id stays with the consumer group while it has members. An empty consumer group becomes a classic one.
+        """
+        if self.kind(group_id) is not GroupKind.CONSUMER:
+            return True
+        if self.consumer.has_members(group_id):
+            return False
+        self.consumer.delete(group_id)
+        return True
+
+    def validate_offset_commit(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_or_epoch: int, api_version: int
+    ) -> ErrorCode:
+        """Who may commit offsets for ``group_id``: member epochs for a consumer group, else Kafka's classic rules.
+
+        OffsetCommit v0 has neither member id nor generation; the classic checks see "" and -1 then.
+        """
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if self.kind(group_id) is GroupKind.CONSUMER:
+            check = self.consumer.validate_offset_commit(group_id, member_id, generation_or_epoch, api_version)
+            assert check is not None  # a consumer group
+            return check
+        return self.classic.validate_offset_commit(
+            group_id,
+            member_id if api_version >= 1 else "",
+            group_instance_id,
+            generation_or_epoch if api_version >= 1 else -1,
+            api_version,
+            group_has_offsets=self.offsets.has_group(group_id),
+        )
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+: a consumer group checks the member's epoch; other kinds have nothing to check."""
+        if self.kind(group_id) is not GroupKind.CONSUMER:
+            return ErrorCode.NONE
+        return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+
+    def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
+        """DeleteGroups: each group (if empty) and its committed offsets. Which ids exist is decided once, before
+        any is deleted, so an id named twice is answered NONE twice."""
+        known = set(self.group_ids())
+        return [self._delete(group_id) if group_id in known else ErrorCode.GROUP_ID_NOT_FOUND for group_id in group_ids]
+
+    def delete(self, group_id: str) -> ErrorCode:
+        """Delete one group (if empty) and its committed offsets."""
+        if not self.is_known(group_id):
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        return self._delete(group_id)
+
+    def _delete(self, group_id: str) -> ErrorCode:
+        if self.kind(group_id) is GroupKind.CONSUMER:
+            code = self.consumer.delete(group_id)
+        else:
+            code = self.classic.delete(group_id)
+        if code == ErrorCode.NONE:
+            self.offsets.delete_group(group_id)
+        return code
