@@ -89,8 +89,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def kafka_classpath() -> str:
     """The broker's jars (fetched from Maven Central if need be); raises KafkaUnavailable."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    import maven_artifacts
+    from tools import maven_artifacts  # the repository root is on the path wherever compat/ is
 
     try:
         return maven_artifacts.classpath(ARTIFACT_SET)

@@ -8,7 +8,7 @@ import time
 
 from confluent_kafka import Producer
 
-from tools.bench_compare import free_port
+from compat.apache_kafka import free_port
 from tools.null_broker import NullBroker
 
 

@@ -93,6 +93,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from compat.apache_kafka import free_port  # noqa: E402
 from protocol.framing import FrameBuffer, decode_response, encode_request  # noqa: E402
 from protocol.messages.metadata_request import MetadataRequest  # noqa: E402
 
@@ -172,12 +173,6 @@ class Plan:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Brokers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metadata_answered(host: str, port: int) -> bool:

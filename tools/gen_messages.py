@@ -564,8 +564,7 @@ class Emitter:
 
 def schema_jar() -> Path:
     """The pinned kafka-clients jar (fetched from Maven Central if need be), checked against its sha256."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import maven_artifacts
+    import maven_artifacts  # beside this script: on the path when it runs, and for the tests that import it
 
     try:
         jar = maven_artifacts.prepare(SCHEMA_JAR_SET) / SCHEMA_JAR
