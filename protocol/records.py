@@ -149,6 +149,21 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) % (2**31)
 
 
+def header_problem(header: BatchHeader) -> str | None:
+    """What makes a header unusable as a stored batch, wherever it is read (produce, recovery, scans); None if fine.
+
+    Only the header's own fields are checked: whether the batch fits the bytes around it, and its CRC, are the
+    caller's to check because they need the data.
+    """
+    if header.magic != 2:
+        return f"record batch magic {header.magic} is not supported"
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        return f"record batch length {header.batch_length} is smaller than a batch header"
+    if header.last_offset_delta < 0 or header.base_offset < 0:
+        return "negative offsets"
+    return None
+
+
 def iter_batches(
     data: bytes | bytearray | memoryview, *, strict: bool = False
 ) -> Iterator[tuple[BatchHeader, memoryview]]:

@@ -1,7 +1,7 @@
 """Produce (key 0): validate record batches without decoding their records, then append them.
 
-Batches stay opaque bytes: the header and CRC are checked, offsets are assigned in place by the log, and
-the bytes go to disk as received. Records are only decoded where a feature needs them.
+Batches stay opaque bytes: the header and CRC are checked (kbroker/storage/validation.py), offsets are
+assigned in place by the log, and the bytes go to disk as received. Records are only decoded where a feature needs them.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import time
 import trio
 
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
+from kbroker.storage.validation import validate_batch
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
-from protocol.records import CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_crc
 
 log = logging.getLogger("kbroker.produce")
 
@@ -24,38 +24,6 @@ PartitionResponse = ProduceResponse.PartitionProduceResponse
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
     return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
-
-
-def validate_records(
-    records: bytes | bytearray | memoryview, max_batch_bytes: int
-) -> tuple[ErrorCode, str | None, BatchHeader | None]:
-    """Kafka's checks on a produce payload that need only the batch header and CRC; the header if it passes.
-
-    A produce request carries exactly one batch per partition (magic 2), as Kafka requires.
-    """
-    size = len(records)
-    if size < HEADER_SIZE:
-        return (
-            ErrorCode.CORRUPT_MESSAGE,
-            "no record batch" if not size else f"{size} bytes are too few for a batch",
-            None,
-        )
-    header = BatchHeader.parse(records)
-    if header.magic != 2:
-        return ErrorCode.CORRUPT_MESSAGE, f"record batch magic {header.magic} is not supported", None
-    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.size > size:
-        return ErrorCode.CORRUPT_MESSAGE, f"record batch length {header.batch_length} does not fit the data", None
-    if header.size != size:
-        return ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition", None
-    if size > max_batch_bytes:
-        return ErrorCode.MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds {max_batch_bytes}", None
-    if header.records_count <= 0:
-        return ErrorCode.CORRUPT_MESSAGE, "batch holds no records", None
-    if header.attributes & CONTROL_BIT:
-        return ErrorCode.INVALID_RECORD, "clients may not write control batches", None
-    if not validate_crc(records):
-        return ErrorCode.CORRUPT_MESSAGE, "batch CRC does not match its contents", None
-    return ErrorCode.NONE, None, header
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
@@ -83,10 +51,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             records = part.records
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
-            code, message, header = validate_records(records, plog.config.max_message_bytes)
-            if header is None:
-                log.debug("rejecting produce to %s-%d: %s", info.name, part.index, message)
-                results.append(_error(part.index, code, message))
+            try:
+                header = validate_batch(records, plog.config.max_message_bytes)
+            except KafkaError as exc:
+                log.debug("rejecting produce to %s-%d: %s", info.name, part.index, exc.message)
+                results.append(_error(part.index, exc.code, exc.message))
                 continue
             result = plog.append(
                 records,

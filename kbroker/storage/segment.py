@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kbroker.storage.files import write_atomically
 from protocol.exceptions import DecodeError
-from protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_crc
+from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 
 log = logging.getLogger("kbroker.storage")
 
@@ -195,7 +195,7 @@ class Segment:
             progressed = False
             while offset_in_chunk + HEADER_SIZE <= len(chunk):
                 header = BatchHeader(*HEADER.unpack_from(chunk, offset_in_chunk))
-                problem = _header_problem(header)
+                problem = header_problem(header)
                 if problem is None and position + header.size > end:
                     problem = "batch runs past the end of the segment"
                 if problem is None and check_crc:
@@ -349,13 +349,3 @@ class Segment:
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path.name}, offsets {self.base_offset}..{self.next_offset - 1}, {self.size} B)"
-
-
-def _header_problem(header: BatchHeader) -> str | None:
-    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-        return f"batch length {header.batch_length} is too small"
-    if header.magic != 2:
-        return f"magic {header.magic}"
-    if header.last_offset_delta < 0 or header.base_offset < 0:
-        return "negative offsets"
-    return None

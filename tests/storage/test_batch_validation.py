@@ -1,0 +1,89 @@
+"""kbroker/storage/validation.py: the one check a batch passes before it is appended, code and message as Kafka."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kbroker.storage.validation import validate_batch
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import CONTROL_BIT, HEADER_SIZE, BatchHeader, Record, build_batch, compute_crc, header_problem
+
+
+def _batch(count: int = 2) -> bytearray:
+    records = [Record(offset_delta=i, timestamp_delta=0, key=b"k", value=b"v%d" % i) for i in range(count)]
+    return bytearray(build_batch(records, base_timestamp=1_700_000_000_000))
+
+
+def _rewrite(batch: bytearray, fmt: str, position: int, value: int, *, fix_crc: bool = True) -> bytearray:
+    struct.pack_into(fmt, batch, position, value)
+    if fix_crc:
+        struct.pack_into(">I", batch, 17, compute_crc(batch))
+    return batch
+
+
+def _rejected(records: bytes | bytearray, max_bytes: int = 1 << 20) -> tuple[ErrorCode, str | None]:
+    with pytest.raises(KafkaError) as caught:
+        validate_batch(records, max_bytes)
+    return caught.value.code, caught.value.message
+
+
+def test_a_good_batch_gives_its_header() -> None:
+    batch = _batch(3)
+    header = validate_batch(batch, 1 << 20)
+    assert (header.records_count, header.last_offset_delta, header.size) == (3, 2, len(batch))
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        (b"", (ErrorCode.CORRUPT_MESSAGE, "no record batch")),
+        (b"\0" * 10, (ErrorCode.CORRUPT_MESSAGE, "10 bytes are too few for a batch")),
+    ],
+)
+def test_too_short(records: bytes, expected: tuple[ErrorCode, str]) -> None:
+    assert _rejected(records) == expected
+
+
+def test_each_rejection_has_kafkas_code_and_a_message() -> None:
+    assert _rejected(_rewrite(_batch(), ">b", 16, 1)) == (
+        ErrorCode.CORRUPT_MESSAGE,
+        "record batch magic 1 is not supported",
+    )
+    short = _batch()
+    assert _rejected(_rewrite(short, ">i", 8, 10)) == (
+        ErrorCode.CORRUPT_MESSAGE,
+        "record batch length 10 does not fit the data",
+    )
+    assert _rejected(_rewrite(_batch(), ">i", 8, 10_000)) == (
+        ErrorCode.CORRUPT_MESSAGE,
+        "record batch length 10000 does not fit the data",
+    )
+    two = _batch() + _batch()
+    assert _rejected(two) == (ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+    big = _batch()
+    assert _rejected(big, max_bytes=len(big) - 1) == (
+        ErrorCode.MESSAGE_TOO_LARGE,
+        f"batch of {len(big)} bytes exceeds {len(big) - 1}",
+    )
+    assert _rejected(_rewrite(_batch(), ">i", 57, 0)) == (ErrorCode.CORRUPT_MESSAGE, "batch holds no records")
+    control = _batch()
+    assert _rejected(_rewrite(control, ">h", 21, CONTROL_BIT)) == (
+        ErrorCode.INVALID_RECORD,
+        "clients may not write control batches",
+    )
+    flipped = _batch()
+    flipped[-1] ^= 0xFF
+    assert _rejected(flipped) == (ErrorCode.CORRUPT_MESSAGE, "batch CRC does not match its contents")
+
+
+def test_header_problem_is_the_structural_check_recovery_uses() -> None:
+    header = BatchHeader.parse(_batch())
+    assert header_problem(header) is None
+    assert header_problem(header._replace(magic=0)) == "record batch magic 0 is not supported"
+    assert header_problem(header._replace(batch_length=HEADER_SIZE - 13)) == (
+        f"record batch length {HEADER_SIZE - 13} is smaller than a batch header"
+    )
+    assert header_problem(header._replace(last_offset_delta=-1)) == "negative offsets"
+    assert header_problem(header._replace(base_offset=-5)) == "negative offsets"
