@@ -25,7 +25,7 @@ from kbroker.fetch_sessions import (
     next_epoch,
 )
 from kbroker.storage import OffsetOutOfRange
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
 
@@ -236,7 +236,12 @@ def _read_all(
         if part.name is None:
             unknown_ids.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
             continue
-        plog = broker.partition(part.name, part.partition)
+        try:
+            plog = broker.partition(part.name, part.partition)
+        except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
+            has_error = True
+            answers.append((part, _partition_error(part.partition, exc.code)))
+            continue
         if plog is None:
             unknown.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.list_offsets_response import ListOffsetsResponse
 
@@ -45,7 +45,12 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                     response.error_code = ErrorCode.INVALID_REQUEST
                     answered.append(response)
                 continue
-            plog = broker.partition(topic.name, part.partition_index)
+            try:
+                plog = broker.partition(topic.name, part.partition_index)
+            except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
+                response.error_code = exc.code
+                partitions.append(response)
+                continue
             if plog is None:
                 response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 partitions.append(response)

@@ -44,7 +44,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 results.append(_error(part.index, code))
                 continue
-            plog = broker.partition(info.name, part.index)
+            try:
+                plog = broker.partition(info.name, part.index)
+            except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
+                results.append(_error(part.index, exc.code, exc.message))
+                continue
             if plog is None:
                 results.append(_error(part.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue

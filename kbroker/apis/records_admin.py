@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_records_request import DeleteRecordsRequest
 from protocol.messages.delete_records_response import DeleteRecordsResponse
 
@@ -19,7 +19,11 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
                 partition_index=part.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )
             partitions.append(result)
-            plog = ctx.broker.partition(topic.name, part.partition_index)
+            try:
+                plog = ctx.broker.partition(topic.name, part.partition_index)
+            except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
+                result.error_code = exc.code
+                continue
             if plog is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

@@ -56,16 +56,26 @@ class TopicInfo:
     configs: dict[str, str] = field(default_factory=dict)  # overrides set on the topic itself
 
 
-def _stored_topic_id(directory: Path) -> str | None:
+def _stored_topic_id(directory: Path) -> uuid.UUID | None:
+    """The topic id in a partition directory's ``partition.metadata``; None if the file is missing.
+
+    Kafka's layout: ``version: 0`` then ``topic_id: <uuid>``. A file that exists but cannot be read as that is
+    damaged (DamagedFileError): the partition is not opened rather than mistaken for a stranger's and discarded.
+    """
+    path = directory / PARTITION_METADATA_FILE
     try:
-        text = (directory / PARTITION_METADATA_FILE).read_text()
-    except OSError:
+        text = path.read_text()
+    except FileNotFoundError:
         return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            return value.strip()
-    return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedFileError(path, f"cannot be read ({exc})") from None
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
+    if fields.get("version") != "0":
+        raise DamagedFileError(path, f"expected version 0, found {fields.get('version')!r}")
+    try:
+        return uuid.UUID(fields.get("topic_id", ""))
+    except ValueError:
+        raise DamagedFileError(path, f"expected a topic id, found {fields.get('topic_id')!r}") from None
 
 
 class LogManager:
@@ -191,10 +201,15 @@ class LogManager:
             # Left behind by a delete that did not finish: it belongs to an older topic of this name.
             self._discard_directory(directory)
         directory.mkdir(parents=True)
+        self._write_partition_metadata(info, directory)
+        return directory
+
+    @staticmethod
+    def _write_partition_metadata(info: TopicInfo, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
         write_atomically(
             directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {info.topic_id}\n", sync_directory=True
         )
-        return directory
 
     def _directory(self, name: str, index: int) -> Path:
         return self.data_dir / f"{name}-{index}"
@@ -217,9 +232,11 @@ class LogManager:
                 self._discard_directory(directory)
 
     def add_partitions(self, name: str, total: int) -> TopicInfo:
-        info = self._topics[name]
+        info = self._topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         if total <= info.partitions:
-            raise ValueError(f"topic {name} already has {info.partitions} partitions")
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"topic {name} already has {info.partitions} partitions")
         return self.commit_partitions(info, self.build_partitions(info, info.partitions, total))
 
     def commit_partitions(self, info: TopicInfo, logs: list[PartitionLog]) -> TopicInfo:
@@ -252,9 +269,19 @@ class LogManager:
         if info is None or not 0 <= partition < info.partitions:
             return None
         directory = self._directory(topic, partition)
-        if _stored_topic_id(directory) != str(info.topic_id):
-            self._prepare_directory(info, partition)
-        plog = PartitionLog(topic, partition, directory, self.log_config(info), clean=self.clean_start)
+        try:
+            stored_id = _stored_topic_id(directory) if directory.exists() else None
+            if stored_id is None:
+                # A new partition, or one whose metadata file was lost: keep any data and (re)write the file.
+                self._write_partition_metadata(info, directory)
+            elif stored_id != info.topic_id:
+                # Left behind by an older topic of the same name (a delete that did not finish).
+                self._prepare_directory(info, partition)
+            plog = PartitionLog(topic, partition, directory, self.log_config(info), clean=self.clean_start)
+        except (DamagedFileError, OSError) as exc:
+            # Kafka takes such a log offline; here the partition answers KAFKA_STORAGE_ERROR until repaired.
+            log.error("%s-%d cannot be opened: %s", topic, partition, exc)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} cannot be opened: {exc}") from None
         self._partitions[(topic, partition)] = plog
         return plog
 
@@ -266,7 +293,10 @@ class LogManager:
         result = []
         for info in list(self._topics.values()):
             for index in range(info.partitions):
-                plog = self.get_partition(info.name, index)
+                try:
+                    plog = self.get_partition(info.name, index)
+                except KafkaError:  # damaged: logged by get_partition, left alone by maintenance
+                    continue
                 if plog is not None:
                     result.append(plog)
         return result

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from kbroker.storage import LogManager, validate_topic_name
-from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE
+from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
+from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch
 
 
@@ -68,8 +69,12 @@ def test_add_partitions_and_alter_config_apply_live(tmp_path: Path) -> None:
     assert logs.get_partition("t", 3) is not None
     logs.alter_topic_config("t", {"max.message.bytes": "100"})
     assert plog.config.max_message_bytes == 100  # type: ignore[union-attr]
-    with pytest.raises(ValueError):
+    with pytest.raises(KafkaError) as shrink:
         logs.add_partitions("t", 2)
+    assert shrink.value.code == ErrorCode.INVALID_PARTITIONS
+    with pytest.raises(KafkaError) as unknown:
+        logs.add_partitions("nope", 2)
+    assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 @pytest.mark.parametrize(
@@ -79,3 +84,56 @@ def test_add_partitions_and_alter_config_apply_live(tmp_path: Path) -> None:
 def test_topic_name_rules(name: str, problem: str | None) -> None:
     result = validate_topic_name(name)
     assert (result is None) if problem is None else (result is not None and problem in result)
+
+
+def _restart_with_one_record(tmp_path: Path) -> LogManager:
+    logs = LogManager(tmp_path, {})
+    logs.create_topic("t", 1, {})
+    logs.get_partition("t", 0).append(one_batch(b"kept"))  # type: ignore[union-attr]
+    logs.close()
+    return LogManager(tmp_path, {})
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (b"version: 0\ntopic_id: not-a-uuid\n", "expected a topic id, found 'not-a-uuid'"),
+        (b"\xff\xfe\x00garbage", "cannot be read"),
+        (b"version: 7\n", "expected version 0, found '7'"),
+    ],
+)
+def test_a_damaged_partition_metadata_file_keeps_the_data_and_answers_a_storage_error(
+    tmp_path: Path, damage: bytes, problem: str
+) -> None:
+    metadata = tmp_path / "t-0" / PARTITION_METADATA_FILE
+    logs = _restart_with_one_record(tmp_path)
+    metadata.write_bytes(damage)
+    with pytest.raises(KafkaError) as caught:
+        logs.get_partition("t", 0)
+    assert caught.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert f"damaged file {metadata}: {problem}" in (caught.value.message or "")
+    assert logs.all_partitions() == []  # maintenance skips it instead of failing
+    assert (tmp_path / "t-0" / "00000000000000000000.log").stat().st_size > 0  # nothing discarded
+    info = logs.topic("t")
+    assert info is not None
+    metadata.write_text(f"version: 0\ntopic_id: {info.topic_id}\n")  # repaired: the record is there
+    assert logs.get_partition("t", 0).high_watermark == 1  # type: ignore[union-attr]
+    logs.close()
+
+
+def test_a_missing_partition_metadata_file_is_rewritten_and_the_data_kept(tmp_path: Path) -> None:
+    logs = _restart_with_one_record(tmp_path)
+    metadata = tmp_path / "t-0" / PARTITION_METADATA_FILE
+    metadata.unlink()
+    assert logs.get_partition("t", 0).high_watermark == 1  # type: ignore[union-attr]
+    info = logs.topic("t")
+    assert info is not None and metadata.read_text() == f"version: 0\ntopic_id: {info.topic_id}\n"
+    logs.close()
+
+
+def test_a_partition_directory_of_another_topic_id_is_discarded(tmp_path: Path) -> None:
+    logs = _restart_with_one_record(tmp_path)
+    metadata = tmp_path / "t-0" / PARTITION_METADATA_FILE
+    metadata.write_text("version: 0\ntopic_id: 00000000-0000-0000-0000-000000000001\n")
+    assert logs.get_partition("t", 0).high_watermark == 0  # type: ignore[union-attr]
+    logs.close()
