@@ -25,6 +25,7 @@ from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
+from kbroker.storage.api import AnyLogStore
 from kbroker.storage.files import DamagedFileError, lock_data_dir, write_atomically
 from protocol.errors import ErrorCode, KafkaError
 
@@ -55,7 +56,9 @@ def _unknown_topic(name: str) -> KafkaError:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, data_dir: Path, advertised: Endpoint) -> None:
+    def __init__(
+        self, config: BrokerConfig, data_dir: Path, advertised: Endpoint, *, logs: AnyLogStore | None = None
+    ) -> None:
         self.config = config
         self.data_dir = data_dir
         self.advertised = advertised
@@ -67,7 +70,8 @@ class Broker:
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:
             self.cluster_id = self._load_meta()
-            self.logs = LogManager(data_dir, config.topic_defaults())
+            # ``logs``: another storage engine (the in-memory one in unit tests); the disk engine by default.
+            self.logs: AnyLogStore = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
             self.offsets = OffsetStore(data_dir)
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
         except BaseException:

@@ -1,0 +1,612 @@
+"""The in-memory storage engine: the same partition logs and topic store as the disk engine, without files.
+
+Fast unit tests of the request handlers use it (tests/broker/test_handlers_in_memory.py), and the storage
+contract tests (tests/storage/test_storage_contract.py) run every case against it and the disk engine, so the
+two answer alike: the same offsets, validation results, errors, reads, retention and DeleteRecords effects.
+
+Batches are kept as bytes, offsets assigned, in "segments" that roll by segment.bytes and segment.ms exactly
+as the disk engine's files do, because what a read returns (whole batches of one segment) and what retention
+deletes (whole sealed segments) depend on where segments start. Nothing is durable: flushing is a no-op and a
+closed store is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kbroker.storage.api import PartitionEvent, PartitionEventListener
+from kbroker.storage.manager import TopicInfo, validate_topic_name
+from kbroker.storage.partition import (
+    PRODUCER_ID_EXPIRATION_MS,
+    AppendResult,
+    LogConfig,
+    OffsetOutOfRange,
+    wall_clock_ms,
+)
+from kbroker.storage.producer_state import ProducerStateTable
+from protocol.errors import ErrorCode, KafkaError
+from protocol.exceptions import DecodeError
+from protocol.records import BatchHeader, assign_offsets, decode_records
+
+log = logging.getLogger("kbroker.storage")
+
+NO_TIMESTAMP = -1
+NO_EPOCH_OFFSET = (-1, -1)  # OffsetsForLeaderEpoch's "undefined epoch, undefined offset"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryChunk:
+    """Whole batches of one segment, already in memory; ``region()`` is the bytes themselves."""
+
+    data: bytes
+    last_offset: int
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def read_bytes(self) -> bytes:
+        return self.data
+
+    def region(self) -> bytes:
+        return self.data
+
+
+EMPTY_CHUNK = MemoryChunk(b"", -1)
+
+
+@dataclass(slots=True)
+class MemorySegment:
+    """Batches (offsets assigned) from ``base_offset``, with their headers and cumulative positions."""
+
+    base_offset: int
+    created_ms: int
+    batches: list[bytes] = field(default_factory=list)
+    headers: list[BatchHeader] = field(default_factory=list)
+    last_offsets: list[int] = field(default_factory=list)  # for bisecting by offset
+    ends: list[int] = field(default_factory=list)  # position just after each batch
+    max_timestamp: int = NO_TIMESTAMP
+
+    @property
+    def size(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offsets[-1] + 1 if self.last_offsets else self.base_offset
+
+    def append(self, batch: bytes, header: BatchHeader) -> None:
+        self.batches.append(batch)
+        self.headers.append(header)
+        self.last_offsets.append(header.last_offset)
+        self.ends.append(self.size + len(batch))
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+
+    def keep_first(self, count: int) -> None:
+        """Drop every batch after the first ``count`` (truncation)."""
+        for column in (self.batches, self.headers, self.last_offsets, self.ends):
+            del column[count:]
+        self.max_timestamp = max((h.max_timestamp for h in self.headers), default=NO_TIMESTAMP)
+
+    def index_of(self, offset: int) -> int:
+        """Index of the first batch whose last offset is at least ``offset`` (len(batches) if none)."""
+        return bisect_left(self.last_offsets, offset)
+
+    def position(self, index: int) -> int:
+        return self.ends[index - 1] if index > 0 else 0
+
+    def first_batch_at_timestamp(self, timestamp: int) -> int | None:
+        """Index of the first batch whose max timestamp is at least ``timestamp``."""
+        if self.max_timestamp < timestamp:
+            return None
+        return next((i for i, h in enumerate(self.headers) if h.max_timestamp >= timestamp), None)
+
+
+class MemoryPartitionLog:
+    """One partition's log in memory; the same public surface and answers as the disk PartitionLog."""
+
+    def __init__(self, topic: str, partition: int, config: LogConfig, *, now_ms: int | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[MemorySegment] = [MemorySegment(0, wall_clock_ms() if now_ms is None else now_ms)]
+        self._bases: list[int] = [0]
+        self.producers = ProducerStateTable()
+        self.log_start_offset = 0
+        self._high_watermark = 0
+        self._last_stable_offset = 0
+        self._leader_epoch = 0
+        self._epochs: list[tuple[int, int]] = []  # (epoch, start offset), both increasing
+        self._listeners: list[PartitionEventListener] = []
+
+    # --- offsets ---
+
+    @property
+    def active(self) -> MemorySegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self._last_stable_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        return []  # transactions are not written yet (UNSUPPORTED.md), as in the disk engine
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark towards ``offset`` (clamped to the log, never backwards)."""
+        target = min(max(offset, self.log_start_offset), self.log_end_offset)
+        if target <= self._high_watermark:
+            return False
+        self._fire(self._move_high_watermark(target))
+        return True
+
+    def _move_high_watermark(self, offset: int) -> PartitionEvent:
+        """Set the high watermark (and the stable offset, which follows it with no transactions); the flags."""
+        changed = PartitionEvent(0)
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            changed |= PartitionEvent.HIGH_WATERMARK
+        if offset != self._last_stable_offset:
+            self._last_stable_offset = offset
+            changed |= PartitionEvent.STABLE_OFFSET
+        return changed
+
+    # --- leader epochs ---
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._leader_epoch
+
+    @property
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        """The leader epoch cache: (epoch, start offset) entries, oldest first."""
+        return list(self._epochs)
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        if epoch <= self._leader_epoch:
+            raise KafkaError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"leader epoch {epoch} of {self.topic}-{self.partition} is not above the current {self._leader_epoch}",
+            )
+        self._leader_epoch = epoch
+        self._record_epoch(epoch, self.log_end_offset)
+
+    def _record_epoch(self, epoch: int, start_offset: int) -> None:
+        # As Kafka's cache: entries that a new one contradicts (a later epoch or a later start) go.
+        self._epochs = [(e, s) for e, s in self._epochs if e < epoch and s < start_offset]
+        self._epochs.append((epoch, start_offset))
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's LeaderEpochFileCache.endOffsetFor, except (-1, -1) below the first known epoch."""
+        if epoch < 0 or not self._epochs:
+            return NO_EPOCH_OFFSET
+        if self._epochs[-1][0] == epoch:
+            return epoch, self.log_end_offset
+        epochs = [e for e, _ in self._epochs]
+        higher = bisect_right(epochs, epoch)
+        if higher == len(epochs) or higher == 0:
+            return NO_EPOCH_OFFSET  # above every epoch (cannot be: the last is the current), or below the first
+        return self._epochs[higher - 1][0], self._epochs[higher][1]
+
+    # --- appending ---
+
+    def append(
+        self,
+        batch: bytearray | memoryview,
+        header: BatchHeader | None = None,
+        *,
+        now_ms: int | None = None,
+        timestamp_type_log_append: bool = False,
+    ) -> AppendResult:
+        """Append one record batch (validated by the caller: magic, CRC, size), given its header if parsed."""
+        if now_ms is None:
+            now_ms = wall_clock_ms()
+        if header is None:
+            try:
+                header = BatchHeader.parse(batch)
+            except DecodeError as exc:
+                return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        if header.size != len(batch):
+            return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+        if not timestamp_type_log_append:
+            problem = self._timestamp_problem(header, now_ms)
+            if problem is not None:
+                return AppendResult(ErrorCode.INVALID_TIMESTAMP, problem)
+        if header.producer_id >= 0:
+            check = self.producers.check(header)
+            if check.error_code != ErrorCode.NONE:
+                return AppendResult(check.error_code, check.error_message)
+            if check.duplicate_of is not None:
+                return AppendResult(
+                    base_offset=check.duplicate_of.first_offset,
+                    log_append_time_ms=-1,
+                    log_start_offset=self.log_start_offset,
+                )
+        self._maybe_roll(len(batch), now_ms)
+        base_offset = self.log_end_offset
+        if not self._epochs or self._epochs[-1][0] < self._leader_epoch:
+            self._record_epoch(self._leader_epoch, base_offset)
+        append_time = now_ms if timestamp_type_log_append else None
+        assign_offsets(batch, base_offset, partition_leader_epoch=self._leader_epoch, log_append_time_ms=append_time)
+        stored = bytes(batch)
+        header = BatchHeader.parse(stored)
+        self.active.append(stored, header)
+        if header.producer_id >= 0:
+            self.producers.record(header)
+        # A single node: what is written is replicated, so the high watermark is the log end offset.
+        self._fire(PartitionEvent.APPENDED | self._move_high_watermark(self.log_end_offset))
+        return AppendResult(
+            base_offset=base_offset,
+            log_append_time_ms=append_time if append_time is not None else -1,
+            log_start_offset=self.log_start_offset,
+        )
+
+    def _timestamp_problem(self, header: BatchHeader, now: int) -> str | None:
+        # The disk engine's checks and messages: on the batch's first and largest timestamps.
+        if now - header.base_timestamp > self.config.timestamp_before_max_ms:
+            return f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms in the past"
+        if header.max_timestamp - now > self.config.timestamp_after_max_ms:
+            return f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms in the future"
+        return None
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        active = self.active
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = now - active.created_ms >= self.config.segment_ms
+        if too_big or too_old:
+            self.roll(now)
+
+    def roll(self, now: int | None = None) -> MemorySegment:
+        """Start a new segment at the log end (the active one stays if it is empty)."""
+        old = self.active
+        if old.size == 0:
+            return old
+        now = wall_clock_ms() if now is None else now
+        segment = MemorySegment(old.next_offset, now)
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self.producers.expire(now - PRODUCER_ID_EXPIRATION_MS)
+        return segment
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose last offset is at least ``offset`` (a straddling batch goes whole)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRange(
+                f"cannot truncate {self.topic}-{self.partition} to {offset}, below its log start "
+                f"offset {self.log_start_offset}"
+            )
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        while self.segments[i].next_offset <= offset:
+            i += 1  # the offset is in a gap after a segment's last batch
+        cut = self.segments[i]
+        cut.keep_first(cut.index_of(offset))
+        new_end = cut.next_offset
+        keep = i + 1 if cut.size > 0 or i == 0 else i  # a segment left empty past the first goes too
+        del self.segments[keep:]
+        del self._bases[keep:]
+        self.log_start_offset = min(self.log_start_offset, new_end)
+        self._high_watermark = min(self._high_watermark, new_end)
+        self._last_stable_offset = min(self._last_stable_offset, new_end)
+        self._epochs = [(e, s) for e, s in self._epochs if s < new_end]
+        self.producers = ProducerStateTable()
+        for segment in self.segments:
+            for header in segment.headers:
+                if header.producer_id >= 0 and not header.is_control:
+                    self.producers.record(header)
+
+    # --- flushing (nothing to make durable) ---
+
+    @property
+    def needs_flush(self) -> bool:
+        return False
+
+    def flush_due(self, now: int) -> bool:
+        return False
+
+    def flush(self) -> None:
+        pass
+
+    # --- reading ---
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> MemoryChunk:
+        """Whole batches of one segment from ``offset``, up to ``max_bytes``, as PartitionLog.read."""
+        end_offset = self.log_end_offset
+        if offset < self.log_start_offset or offset > end_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside {self.log_start_offset}..{end_offset} of {self.topic}-{self.partition}"
+            )
+        upper = end_offset if max_offset is None else min(max_offset, end_offset)
+        if offset >= upper:
+            return EMPTY_CHUNK
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        while i < len(self.segments) and self.segments[i].next_offset <= offset:
+            i += 1
+        if i == len(self.segments):
+            return EMPTY_CHUNK
+        segment = self.segments[i]
+        first = segment.index_of(offset)
+        stop = len(segment.batches) if upper >= segment.next_offset else segment.index_of(upper)
+        if stop <= first:
+            return EMPTY_CHUNK
+        start = segment.position(first)
+        if segment.position(stop) - start <= max_bytes:
+            data = b"".join(segment.batches[first:stop])
+            return MemoryChunk(data, min(upper, segment.next_offset) - 1)
+        # The batches that fit whole: the first ``fitting`` end at or before start + max_bytes.
+        fitting = bisect_right(segment.ends, start + max(max_bytes, 0), first, stop)
+        if fitting > first:
+            return MemoryChunk(b"".join(segment.batches[first:fitting]), segment.last_offsets[fitting - 1])
+        if not min_one_batch:
+            return EMPTY_CHUNK
+        return MemoryChunk(segment.batches[first], segment.last_offsets[first])
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """The first record with a timestamp at least ``timestamp``: (offset, its timestamp), or None."""
+        for segment in self.segments:
+            index = segment.first_batch_at_timestamp(timestamp)
+            if index is None:
+                continue
+            return self._record_at_timestamp(segment, index, lambda ts: ts >= timestamp)
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """The record with the largest timestamp: (offset, timestamp), or None for an empty log."""
+        best: MemorySegment | None = None
+        for segment in self.segments:
+            if segment.max_timestamp != NO_TIMESTAMP and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return None
+        target = best.max_timestamp
+        index = best.first_batch_at_timestamp(target)
+        if index is None:
+            return None
+        return self._record_at_timestamp(best, index, lambda ts: ts == target)
+
+    def _record_at_timestamp(
+        self, segment: MemorySegment, index: int, match: Callable[[int], bool]
+    ) -> tuple[int, int] | None:
+        header = segment.headers[index]
+        if header.is_log_append_time:
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        try:
+            records = decode_records(segment.batches[index])
+        except DecodeError as exc:
+            log.warning("%s-%d: cannot decode batch at %d: %s", self.topic, self.partition, header.base_offset, exc)
+            return header.base_offset, header.max_timestamp
+        for record in records:
+            ts = header.base_timestamp + record.timestamp_delta
+            offset = header.base_offset + record.offset_delta
+            if match(ts) and offset >= self.log_start_offset:
+                return offset, ts
+        return None
+
+    # --- deleting ---
+
+    def delete_records(self, offset: int) -> None:
+        """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
+        if offset <= self.log_start_offset:
+            return
+        self._set_log_start_offset(min(offset, self.log_end_offset))
+        self._delete_segments_before(self.log_start_offset)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self.log_start_offset = offset
+        if self._high_watermark < offset:  # as Kafka: the high watermark is never below the log start
+            self._move_high_watermark(offset)
+
+    def _delete_segments_before(self, offset: int) -> list[MemorySegment]:
+        doomed = []
+        while self.segments and self.segments[0].next_offset <= offset and self.segments[0].size > 0:
+            if len(self.segments) == 1:
+                self.roll()
+            doomed.append(self.segments.pop(0))
+            self._bases.pop(0)
+        return doomed
+
+    def apply_retention(self, now: int) -> list[MemorySegment]:
+        """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""
+        if "delete" not in self.config.cleanup_policy:
+            return []
+        new_start = self.log_start_offset
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            for segment in self.segments:
+                if segment.size == 0 or now - segment.max_timestamp <= retention_ms:
+                    break
+                new_start = segment.next_offset
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_bytes - retention_bytes
+            for segment in self.segments[:-1]:  # the active segment is never deleted for size
+                if excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                new_start = max(new_start, segment.next_offset)
+        if new_start <= self.log_start_offset:
+            return []
+        self._set_log_start_offset(new_start)
+        return self._delete_segments_before(new_start)
+
+    # --- events ---
+
+    def subscribe(self, listener: PartitionEventListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _fire(self, changed: PartitionEvent) -> None:
+        if not changed:
+            return
+        for listener in list(self._listeners):
+            try:
+                listener(changed)
+            except Exception:
+                log.exception("%s-%d: a partition event listener failed", self.topic, self.partition)
+
+    # --- lifecycle ---
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    def close(self) -> None:
+        self._listeners.clear()
+
+    def delete(self) -> None:
+        self._listeners.clear()
+
+
+class MemoryLogStore:
+    """Every topic and partition in memory; the LogManager's answers, errors included, without a data directory."""
+
+    def __init__(self, topic_defaults: dict[str, str] | None = None) -> None:
+        self.topic_defaults = dict(topic_defaults or {})
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._partitions: dict[tuple[str, int], MemoryPartitionLog] = {}
+        self._pending: set[str] = set()
+
+    # --- metadata ---
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
+        return self._by_id.get(topic_id) if topic_id is not None else None
+
+    def topics(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda info: info.name)
+
+    def effective_configs(self, info: TopicInfo) -> dict[str, str]:
+        return {**self.topic_defaults, **info.configs}
+
+    def log_config(self, info: TopicInfo) -> LogConfig:
+        return LogConfig.from_topic_configs(self.effective_configs(info))
+
+    def is_pending(self, name: str) -> bool:
+        return name in self._pending
+
+    def _known(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        return info
+
+    # --- topic changes ---
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        info = self.plan_topic(name, partitions, configs)
+        return self.commit_topic(info, self.build_partitions(info, 0))
+
+    def plan_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        if name in self._topics or name in self._pending:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        problem = validate_topic_name(name)
+        if problem is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        self._pending.add(name)
+        return TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+
+    def build_partitions(self, info: TopicInfo, first: int, total: int | None = None) -> list[MemoryPartitionLog]:
+        config = self.log_config(info)
+        last = info.partitions if total is None else total
+        return [MemoryPartitionLog(info.name, index, config) for index in range(first, last)]
+
+    def commit_topic(self, info: TopicInfo, logs: list[MemoryPartitionLog]) -> TopicInfo:
+        self._pending.discard(info.name)
+        self._topics[info.name] = info
+        self._by_id[info.topic_id] = info
+        for plog in logs:
+            self._partitions[(info.name, plog.partition)] = plog
+        return info
+
+    def abandon(self, info: TopicInfo) -> None:
+        self._pending.discard(info.name)
+
+    def commit_partitions(self, info: TopicInfo, logs: list[MemoryPartitionLog]) -> TopicInfo:
+        for plog in logs:
+            self._partitions[(info.name, plog.partition)] = plog
+        if logs:
+            info.partitions = max(info.partitions, logs[-1].partition + 1)
+        return info
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        info = self._known(name)
+        if total <= info.partitions:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"topic {name} already has {info.partitions} partitions")
+        return self.commit_partitions(info, self.build_partitions(info, info.partitions, total))
+
+    def delete_topic(self, name: str) -> None:
+        info = self._known(name)
+        del self._topics[name]
+        self._by_id.pop(info.topic_id, None)
+        for index in range(info.partitions):
+            plog = self._partitions.pop((name, index), None)
+            if plog is not None:
+                plog.delete()
+
+    def alter_topic_config(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        info = self._known(name)
+        info.configs = dict(configs)
+        config = self.log_config(info)
+        for index in range(info.partitions):
+            plog = self._partitions.get((name, index))
+            if plog is not None:
+                plog.update_config(config)
+        return info
+
+    # --- partitions ---
+
+    def get_partition(self, topic: str, partition: int) -> MemoryPartitionLog | None:
+        return self._partitions.get((topic, partition))
+
+    def open_partitions(self) -> list[MemoryPartitionLog]:
+        return list(self._partitions.values())
+
+    def all_partitions(self) -> list[MemoryPartitionLog]:
+        return [
+            plog
+            for info in self.topics()
+            for index in range(info.partitions)
+            if (plog := self._partitions.get((info.name, index))) is not None
+        ]
+
+    def apply_retention(self, now_ms: int) -> list[MemorySegment]:
+        deleted: list[MemorySegment] = []
+        for plog in self.all_partitions():
+            deleted.extend(plog.apply_retention(now_ms))
+        return deleted
+
+    def due_for_flush(self, now_ms: int) -> list[MemoryPartitionLog]:
+        return [plog for plog in self._partitions.values() if plog.flush_due(now_ms)]
+
+    def close(self) -> None:
+        for plog in self._partitions.values():
+            plog.close()
+        self._partitions.clear()
