@@ -173,11 +173,6 @@ class MemoryPartitionLog:
     def leader_epoch(self) -> int:
         return self._leader_epoch
 
-    @property
-    def leader_epochs(self) -> list[tuple[int, int]]:
-        """The leader epoch cache: (epoch, start offset) entries, oldest first."""
-        return list(self._epochs)
-
     def assign_leader_epoch(self, epoch: int) -> None:
         if epoch <= self._leader_epoch:
             raise KafkaError(
@@ -193,15 +188,22 @@ class MemoryPartitionLog:
         self._epochs.append((epoch, start_offset))
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's LeaderEpochFileCache.endOffsetFor, except (-1, -1) below the first known epoch."""
+        """Kafka's LeaderEpochFileCache.endOffsetFor: (epoch, the offset where it ends) for OffsetsForLeaderEpoch.
+
+        The latest epoch ends at the log end; an older one where the next known epoch starts, answered with
+        the largest known epoch at or below it; one below the first entry with the first entry's start (the
+        earliest offset the log vouches for); an unknown epoch (-1, above the latest, none known) with (-1, -1).
+        """
         if epoch < 0 or not self._epochs:
             return NO_EPOCH_OFFSET
         if self._epochs[-1][0] == epoch:
             return epoch, self.log_end_offset
         epochs = [e for e, _ in self._epochs]
         higher = bisect_right(epochs, epoch)
-        if higher == len(epochs) or higher == 0:
-            return NO_EPOCH_OFFSET  # above every epoch (cannot be: the last is the current), or below the first
+        if higher == len(epochs):
+            return NO_EPOCH_OFFSET
+        if higher == 0:
+            return epoch, self._epochs[0][1]
         return self._epochs[higher - 1][0], self._epochs[higher][1]
 
     # --- appending ---
@@ -240,7 +242,7 @@ class MemoryPartitionLog:
                 )
         self._maybe_roll(len(batch), now_ms)
         base_offset = self.log_end_offset
-        if not self._epochs or self._epochs[-1][0] < self._leader_epoch:
+        if not self._epochs or self._epochs[-1][0] != self._leader_epoch:  # first batch of this epoch
             self._record_epoch(self._leader_epoch, base_offset)
         append_time = now_ms if timestamp_type_log_append else None
         assign_offsets(batch, base_offset, partition_leader_epoch=self._leader_epoch, log_append_time_ms=append_time)
