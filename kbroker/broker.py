@@ -26,7 +26,13 @@ from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.api import AnyLogStore
-from kbroker.storage.files import DamagedFileError, lock_data_dir, write_atomically
+from kbroker.storage.files import (
+    DamagedFileError,
+    lock_data_dir,
+    read_offset_file,
+    write_atomically,
+    write_offset_file,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker")
@@ -134,13 +140,8 @@ class Broker:
         so a restart can never hand the same id out twice."""
         path = self.data_dir / "producer-id-block"
         if start is None:
-            start = 0
-            if path.exists():
-                text = path.read_text(errors="replace").strip()
-                if not (text.isascii() and text.isdigit()):
-                    raise DamagedFileError(path, f"expected the next producer id, found {text[:40]!r}")
-                start = int(text)
-        write_atomically(path, str(start + _PRODUCER_ID_BLOCK))
+            start = read_offset_file(path, "producer-id-block", "the next producer id") if path.exists() else 0
+        write_offset_file(path, "producer-id-block", start + _PRODUCER_ID_BLOCK)  # fsynced before any id is used
         return start, start + _PRODUCER_ID_BLOCK
 
     def allocate_producer_id(self) -> int:

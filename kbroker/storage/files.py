@@ -1,9 +1,34 @@
-"""Small durable-file helpers shared by the store, the broker's identity files and the offsets journal."""
+"""Small durable-file helpers shared by the store, the broker's identity files and the offsets journal.
+
+Every metadata file kbroker writes (except Kafka's own meta.properties) names its kind and format version
+and carries a crc32c of its content, so a file that was damaged, cut short or put in the wrong place is
+refused with a one-line DamagedFileError naming it instead of being misread. Two flavours, both written
+atomically with the file and its directory fsynced:
+
+- ``write_checked``/``read_checked``: a binary header, then the payload bytes::
+
+      magic "\\x8bKBF" | kind length (u8) | kind (ASCII) | version (u16) | payload length (u32) | crc32c (u32)
+
+  The crc32c covers everything between the magic and the crc, and the payload, so a damaged header is
+  caught as surely as a damaged payload.
+- ``write_checked_json``/``read_checked_json``: a JSON object for files people read (topics.json), with
+  ``kind``, ``version`` and ``crc32c`` members beside the document's own; the crc32c covers the canonical
+  form (sorted keys, no spaces) of every other member.
+
+Files written before kbroker checked its files have no header; a reader that still understands them asks
+for ``LEGACY_VERSION`` and gets the whole file back as the payload, then rewrites it in the current format.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
+
+from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 
 def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = False) -> None:
@@ -41,6 +66,168 @@ class DamagedFileError(StorageError):
         super().__init__(f"damaged file {path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+# --- checked files --------------------------------------------------------------------------------------------
+
+LEGACY_VERSION = 0  # "the file has no header": written by a kbroker from before checked files
+CHECKED_MAGIC = b"\x8bKBF"  # starts with a non-ASCII byte: no legacy text file (digits, JSON) starts like this
+_VERSION_LENGTH_CRC = struct.Struct(">HII")
+
+
+def encode_checked(kind: str, version: int, payload: bytes) -> bytes:
+    """The bytes of a checked file: header, then payload."""
+    kind_bytes = kind.encode("ascii")
+    if not 0 < len(kind_bytes) < 256 or not 0 < version < 65536:
+        raise ValueError(f"bad kind {kind!r} or version {version} for a checked file")
+    described = bytes([len(kind_bytes)]) + kind_bytes + struct.pack(">HI", version, len(payload))
+    checksum = crc32c(payload, crc32c(described))
+    return CHECKED_MAGIC + described + struct.pack(">I", checksum) + payload
+
+
+def decode_checked(path: Path, data: bytes, kind: str, supported_versions: Collection[int]) -> tuple[int, bytes]:
+    """(version, payload) of the content ``data`` of the checked file ``path``; see ``read_checked``."""
+    if not data.startswith(CHECKED_MAGIC):
+        if len(data) < len(CHECKED_MAGIC) and CHECKED_MAGIC.startswith(data):
+            raise DamagedFileError(path, f"short file: {len(data)} bytes, cut inside the header")
+        if LEGACY_VERSION in supported_versions:
+            return LEGACY_VERSION, data
+        raise DamagedFileError(path, f"not a kbroker {kind} file (no header)")
+    at = len(CHECKED_MAGIC)
+    kind_length = data[at] if len(data) > at else 0
+    header_end = at + 1 + kind_length + _VERSION_LENGTH_CRC.size
+    if len(data) < header_end:
+        raise DamagedFileError(path, f"short file: {len(data)} bytes, cut inside the header")
+    found_kind = data[at + 1 : at + 1 + kind_length]
+    version, length, stored_crc = _VERSION_LENGTH_CRC.unpack_from(data, at + 1 + kind_length)
+    payload = data[header_end:]
+    if len(payload) < length:
+        raise DamagedFileError(path, f"short file: payload of {length} bytes, only {len(payload)} present")
+    if len(payload) > length:
+        raise DamagedFileError(path, f"{len(payload) - length} bytes after the payload of {length} bytes")
+    computed_crc = crc32c(payload, crc32c(data[at : header_end - 4]))
+    if computed_crc != stored_crc:
+        raise DamagedFileError(
+            path, f"checksum mismatch (crc32c stored {stored_crc:#010x}, computed {computed_crc:#010x})"
+        )
+    if found_kind != kind.encode("ascii"):
+        raise DamagedFileError(path, f"is a {found_kind.decode('ascii', 'replace')!r} file, expected {kind!r}")
+    if version not in supported_versions:
+        raise DamagedFileError(
+            path, f"{kind} format version {version} is not supported ({_versions(supported_versions)})"
+        )
+    return version, payload
+
+
+def write_checked(path: Path, kind: str, version: int, payload: bytes) -> None:
+    """Replace ``path`` atomically and durably (file and directory fsynced) with a checked file."""
+    write_atomically(path, encode_checked(kind, version, payload), sync_directory=True)
+
+
+def read_checked(path: Path, kind: str, supported_versions: Collection[int]) -> tuple[int, bytes]:
+    """(version, payload) of a file written by ``write_checked``.
+
+    DamagedFileError (naming the file) for a short file, a checksum mismatch, another kind or a version not in
+    ``supported_versions``. A file without a header is returned whole as ``(LEGACY_VERSION, content)`` if
+    ``supported_versions`` includes LEGACY_VERSION, and refused otherwise.
+    """
+    return decode_checked(path, path.read_bytes(), kind, supported_versions)
+
+
+def _versions(supported: Collection[int]) -> str:
+    readable = sorted(v for v in supported if v != LEGACY_VERSION)
+    return "this kbroker reads " + ", ".join(str(v) for v in readable)
+
+
+def _canonical_json(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+_JSON_ENVELOPE = ("kind", "version", "crc32c")
+
+
+def write_checked_json(path: Path, kind: str, version: int, document: dict[str, Any]) -> None:
+    """Replace ``path`` atomically and durably with ``document`` plus its kind, version and crc32c members."""
+    if any(key in document for key in _JSON_ENVELOPE):
+        raise ValueError(f"a checked JSON document cannot have its own {_JSON_ENVELOPE} members")
+    described = {"kind": kind, "version": version, **document}
+    checked = {**described, "crc32c": crc32c(_canonical_json(described))}
+    write_atomically(path, json.dumps(checked, indent=1, sort_keys=True) + "\n", sync_directory=True)
+
+
+def read_checked_json(path: Path, kind: str, supported_versions: Collection[int]) -> tuple[int, Any]:
+    """(version, document without kind/version/crc32c) of a file written by ``write_checked_json``.
+
+    A JSON value with neither a ``kind`` nor a ``crc32c`` member predates checked files: it is returned whole
+    as ``(LEGACY_VERSION, value)`` if LEGACY_VERSION is supported. Both members are required otherwise, so a
+    damaged member name is caught rather than mistaken for a legacy file.
+    """
+    try:
+        value = json.loads(path.read_bytes())
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise DamagedFileError(path, f"not valid JSON{where}") from None
+    if not (isinstance(value, dict) and ("kind" in value or "crc32c" in value)):
+        if LEGACY_VERSION in supported_versions:
+            return LEGACY_VERSION, value
+        raise DamagedFileError(path, f"not a kbroker {kind} file (no kind and crc32c members)")
+    described = {key: item for key, item in value.items() if key != "crc32c"}
+    stored_crc = value.get("crc32c")
+    computed_crc = crc32c(_canonical_json(described))
+    if stored_crc != computed_crc:
+        raise DamagedFileError(path, f"checksum mismatch (crc32c stored {stored_crc!r}, computed {computed_crc})")
+    if value.get("kind") != kind:
+        raise DamagedFileError(path, f"is a {value.get('kind')!r} file, expected {kind!r}")
+    version = value.get("version")
+    if type(version) is not int or version not in supported_versions or version == LEGACY_VERSION:
+        raise DamagedFileError(
+            path, f"{kind} format version {version!r} is not supported ({_versions(supported_versions)})"
+        )
+    return version, {key: item for key, item in described.items() if key not in _JSON_ENVELOPE}
+
+
+# --- offsets kept in small files -----------------------------------------------------------------------------
+
+_OFFSET = struct.Struct(">q")
+LOG_START_OFFSET_KIND = "log-start-offset"
+
+
+def write_offset_file(path: Path, kind: str, offset: int) -> None:
+    """A checked file holding one non-negative 64-bit offset (version 1)."""
+    write_checked(path, kind, 1, _OFFSET.pack(offset))
+
+
+def read_offset_file(path: Path, kind: str, legacy_description: str) -> int:
+    """The offset in a file written by ``write_offset_file``, or by older kbrokers as decimal text.
+
+    A legacy file is rewritten in the current format once read. ``legacy_description`` names what a legacy
+    file holds, for the error ("expected the log start offset, found '-'").
+    """
+    version, payload = read_checked(path, kind, (LEGACY_VERSION, 1))
+    if version == LEGACY_VERSION:
+        text = payload.decode(errors="replace").strip()
+        if not (text.isascii() and text.isdigit()):
+            raise DamagedFileError(path, f"expected {legacy_description}, found {text[:40]!r}")
+        offset = int(text)
+        write_offset_file(path, kind, offset)
+        return offset
+    if len(payload) != _OFFSET.size:
+        raise DamagedFileError(path, f"expected an {_OFFSET.size}-byte offset, found {len(payload)} bytes")
+    (offset,) = _OFFSET.unpack(payload)
+    if offset < 0:
+        raise DamagedFileError(path, f"negative offset {offset}")
+    return offset
+
+
+def read_log_start_offset(path: Path) -> int:
+    """The log start offset persisted in ``path`` (the legacy decimal text is read and rewritten)."""
+    return read_offset_file(path, LOG_START_OFFSET_KIND, "the log start offset")
+
+
+def write_log_start_offset(path: Path, offset: int) -> None:
+    """Persist the log start offset durably: the file and its directory are fsynced before this returns, so a
+    DeleteRecords answer sent afterwards is never undone by a crash."""
+    write_offset_file(path, LOG_START_OFFSET_KIND, offset)
 
 
 LOCK_FILE = ".lock"

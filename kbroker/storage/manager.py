@@ -11,7 +11,6 @@ Partition logs are opened on first use, so start-up time does not grow with the 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -20,13 +19,22 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError, fsync_directory, write_atomically
+from kbroker.storage.files import (
+    LEGACY_VERSION,
+    DamagedFileError,
+    fsync_directory,
+    read_checked_json,
+    write_atomically,
+    write_checked_json,
+)
 from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, PartitionLog, Segment
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.storage")
 
 TOPICS_FILE = "topics.json"
+TOPICS_KIND = "topics"
+TOPICS_FORMAT_VERSION = 2  # 1 was the same document without kind and crc32c
 CLEAN_SHUTDOWN_FILE = ".kbroker_cleanshutdown"
 DELETED_SUFFIX = "-delete"
 MAX_TOPIC_NAME_LENGTH = 249
@@ -99,13 +107,9 @@ class LogManager:
         path = self.data_dir / TOPICS_FILE
         if not path.exists():
             return
+        version, document = read_checked_json(path, TOPICS_KIND, (LEGACY_VERSION, TOPICS_FORMAT_VERSION))
         try:
-            raw = json.loads(path.read_bytes())
-        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
-            where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-            raise DamagedFileError(path, f"not valid JSON{where}") from None
-        try:
-            for name, item in raw.get("topics", {}).items():
+            for name, item in document.get("topics", {}).items():
                 info = TopicInfo(name, uuid.UUID(item["id"]), int(item["partitions"]), dict(item.get("configs", {})))
                 self._topics[name] = info
                 self._by_id[info.topic_id] = info
@@ -113,16 +117,15 @@ class LogManager:
             self._topics.clear()
             self._by_id.clear()
             raise DamagedFileError(path, f"unexpected content ({type(exc).__name__}: {exc})") from None
+        if version == LEGACY_VERSION:  # {"version": 1, "topics": ...} without a checksum, from older kbrokers
+            self._save_topics()
 
     def _save_topics(self) -> None:
-        data = {
-            "version": 1,
-            "topics": {
-                info.name: {"id": str(info.topic_id), "partitions": info.partitions, "configs": info.configs}
-                for info in self._topics.values()
-            },
+        topics = {
+            info.name: {"id": str(info.topic_id), "partitions": info.partitions, "configs": info.configs}
+            for info in self._topics.values()
         }
-        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(data, indent=1, sort_keys=True), sync_directory=True)
+        write_checked_json(self.data_dir / TOPICS_FILE, TOPICS_KIND, TOPICS_FORMAT_VERSION, {"topics": topics})
 
     def _remove_deleted_directories(self) -> None:
         for path in self.data_dir.glob(f"*{DELETED_SUFFIX}"):

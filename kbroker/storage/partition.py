@@ -9,13 +9,12 @@ replicated as soon as it is written, so the high watermark is the log end offset
 from __future__ import annotations
 
 import logging
-import os
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError
+from kbroker.storage.files import DamagedFileError, read_log_start_offset, write_log_start_offset
 from kbroker.storage.producer_state import ProducerStateTable, snapshot_offsets
 from kbroker.storage.segment import NO_TIMESTAMP, FileRegion, Segment
 from protocol.errors import ErrorCode, KafkaError
@@ -113,10 +112,7 @@ EMPTY_CHUNK = ReadChunk(None, 0, 0, -1)
 
 
 def _read_log_start_offset(path: Path) -> int:
-    text = path.read_text(errors="replace").strip()
-    if not (text.isascii() and text.isdigit()):
-        raise DamagedFileError(path, f"expected the log start offset, found {text[:40]!r}")
-    return int(text)
+    return read_log_start_offset(path)  # a checked file; the legacy decimal text is read and rewritten
 
 
 def wall_clock_ms() -> int:
@@ -395,11 +391,9 @@ class PartitionLog:
         self._delete_segments_before(self.log_start_offset)
 
     def _set_log_start_offset(self, offset: int) -> None:
+        # Durable (file and directory fsynced) before DeleteRecords answers: a crash must not bring records back.
+        write_log_start_offset(self.directory / LOG_START_OFFSET_FILE, offset)
         self.log_start_offset = offset
-        path = self.directory / LOG_START_OFFSET_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(str(offset))
-        os.replace(tmp, path)
 
     def _delete_segments_before(self, offset: int) -> list[Segment]:
         doomed = []

@@ -8,18 +8,19 @@ Kafka's rules (ProducerStateManager / ProducerAppendInfo):
   it is acknowledged with the offsets it was first written at and not written again.
 
 The state is rebuilt after a restart from a snapshot written at clean shutdown and at each segment roll,
-plus the batch headers after the snapshot's offset.
+plus the batch headers after the snapshot's offset. A snapshot is a checked file (kbroker/storage/files.py)
+whose payload is JSON: ``{producer id: {"epoch", "last_timestamp", "batches": [[first seq, last seq, first
+offset, last offset, timestamp], ...]}}``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError
+from kbroker.storage.files import LEGACY_VERSION, DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader
 
@@ -27,6 +28,8 @@ RETAINED_BATCHES = 5  # Kafka keeps metadata of the last five batches per produc
 NO_EPOCH = -1
 INT32_MAX = 2**31 - 1
 SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_KIND = "producer-snapshot"
+SNAPSHOT_FORMAT_VERSION = 1  # a JSON payload in a checked file; bare JSON before that (LEGACY_VERSION)
 
 
 @dataclass(slots=True)
@@ -127,7 +130,15 @@ class ProducerStateTable:
     # --- snapshots ----------------------------------------------------------------------------------
 
     def write_snapshot(self, directory: Path, offset: int) -> None:
-        data = {
+        """Save the table as it is at ``offset`` (a checked, fsynced file) and drop older snapshots."""
+        path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        write_checked(path, SNAPSHOT_KIND, SNAPSHOT_FORMAT_VERSION, self._encode())
+        for old in snapshot_offsets(directory):
+            if old < offset:
+                (directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+
+    def _encode(self) -> bytes:
+        document = {
             str(pid): {
                 "epoch": entry.epoch,
                 "last_timestamp": entry.last_timestamp,
@@ -138,24 +149,26 @@ class ProducerStateTable:
             }
             for pid, entry in self.producers.items()
         }
-        path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        for old in snapshot_offsets(directory):
-            if old < offset:
-                (directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
     def load_snapshot(cls, directory: Path, offset: int) -> ProducerStateTable:
-        """The table saved at ``offset``; DamagedFileError (naming the file) if it cannot be read back."""
-        table = cls()
+        """The table saved at ``offset``; DamagedFileError (naming the file) if it cannot be read back.
+
+        A snapshot from an older kbroker (bare JSON, no header) is read and rewritten in the current format.
+        """
         path = directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        version, payload = read_checked(path, SNAPSHOT_KIND, (LEGACY_VERSION, SNAPSHOT_FORMAT_VERSION))
+        table = cls._decode(path, payload)
+        if version == LEGACY_VERSION:
+            write_checked(path, SNAPSHOT_KIND, SNAPSHOT_FORMAT_VERSION, table._encode())
+        return table
+
+    @classmethod
+    def _decode(cls, path: Path, payload: bytes) -> ProducerStateTable:
+        table = cls()
         try:
-            raw = json.loads(path.read_bytes())
+            raw = json.loads(payload)
         except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
             raise DamagedFileError(path, "not valid JSON") from None
         try:
