@@ -1,26 +1,37 @@
 """Committed offsets, durable across restarts.
 
-Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal``: one JSON line per
-change (a commit, a deleted offset, a deleted group), appended with a single write so a crash loses at
-most a torn last line, which is skipped at load. When the journal holds many superseded lines it is
-rewritten as a snapshot of the live state (written to a temporary file, then renamed) — the same idea as
-Kafka's compacted ``__consumer_offsets`` topic, without the partitions a single node does not need.
+Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/storage/journal.py):
+one checksummed record per change (a commit, a deleted offset, a deleted group), each a compact JSON object,
+a request's changes appended with a single write. A crash loses at most a torn last record; a damaged record
+is skipped and the ones after it are kept. When the journal holds many superseded records it is rewritten
+atomically with the live state — the same idea as Kafka's compacted ``__consumer_offsets`` topic, without
+the partitions a single node does not need.
+
+Record payloads: ``{"g": group, "t": topic, "p": partition, "o": offset, "e": leader epoch, "m": metadata,
+"ts": commit timestamp, "x": expire timestamp}`` for a commit, the same with ``"o": null`` for a deleted
+offset, ``{"g": group, "delete_group": true}`` for a deleted group. Older kbrokers wrote the same objects as
+bare JSON lines; such a journal is read once and rewritten in the current format.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from kbroker.storage.files import DamagedFileError
+from kbroker.storage.journal import Journal
 
 log = logging.getLogger("kbroker.groups")
 
 DIRECTORY = "__consumer_offsets"
 JOURNAL = "offsets.journal"
-_COMPACT_FACTOR = 4  # rewrite when the journal has this many times more lines than live offsets
-_COMPACT_MIN_LINES = 10_000
+JOURNAL_KIND = "consumer-offsets"
+JOURNAL_VERSION = 1
+_COMPACT_FACTOR = 4  # rewrite when the journal has this many times more records than live offsets
+_COMPACT_MIN_RECORDS = 10_000
 
 
 @dataclass(slots=True)
@@ -38,24 +49,42 @@ class OffsetStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / JOURNAL
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
-        self._lines = 0
-        self._load()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._journal = Journal(self.path, JOURNAL_KIND, JOURNAL_VERSION)
+        self._records = 0
+        if self._journal.has_other_format():
+            self._load_json_lines()
+            self._compact()  # the legacy file is replaced by a journal holding the same live offsets
+        else:
+            self._load()
+            if self._journal.damaged_regions:
+                self._compact()  # drop the damaged bytes (already logged) so they are not reported at every start
+        self._journal.open()
 
     def _load(self) -> None:
-        if not self.path.exists():
-            return
+        for number, payload in enumerate(self._journal.replay(), 1):
+            try:
+                self._apply(json.loads(payload))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                # Intact frame (its crc32c matched) but content this version cannot use: skip only this record.
+                log.warning("%s: skipping record %d, whose content is not a valid offsets change", self.path, number)
+                continue
+            self._records += 1
+
+    def _load_json_lines(self) -> None:
+        """The journal of older kbrokers: one JSON object per line, a torn last line possible."""
         with open(self.path, "rb") as f:
+            if f.read(1) != b"{":
+                raise DamagedFileError(self.path, "neither an offsets journal nor the older JSON-lines format")
+            f.seek(0)
             for number, raw in enumerate(f, 1):
                 try:
-                    entry = json.loads(raw)
-                    self._apply(entry)
-                except (ValueError, KeyError, TypeError):
+                    self._apply(json.loads(raw))
+                except (ValueError, KeyError, TypeError, AttributeError):
                     log.warning("%s: skipping unreadable line %d (torn write?)", self.path, number)
                     continue
-                self._lines += 1
+                self._records += 1
 
-    def _apply(self, entry: dict) -> None:
+    def _apply(self, entry: dict[str, Any]) -> None:
         group = entry["g"]
         if entry.get("delete_group"):
             self.offsets.pop(group, None)
@@ -72,33 +101,26 @@ class OffsetStore:
             int(entry["o"]), int(entry.get("e", -1)), entry.get("m"), int(entry.get("ts", -1)), int(entry.get("x", -1))
         )
 
-    def _append(self, entries: list[dict]) -> None:
+    def _append(self, entries: list[dict[str, Any]]) -> None:
         if not entries:
             return
-        data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries).encode()
-        os.write(self._fd, data)
-        self._lines += len(entries)
+        self._journal.append([_encode(e) for e in entries])
+        self._records += len(entries)
         live = sum(len(v) for v in self.offsets.values())
-        if self._lines > _COMPACT_MIN_LINES and self._lines > _COMPACT_FACTOR * live:
+        if self._records > _COMPACT_MIN_RECORDS and self._records > _COMPACT_FACTOR * live:
             self._compact()
 
     def _compact(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        lines = 0
-        with open(tmp, "w") as f:
-            for group, offsets in self.offsets.items():
-                for (topic, partition), c in offsets.items():
-                    f.write(json.dumps(self._entry(group, topic, partition, c), separators=(",", ":")) + "\n")
-                    lines += 1
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self._lines = lines
+        live = [
+            _encode(self._entry(group, topic, partition, c))
+            for group, offsets in self.offsets.items()
+            for (topic, partition), c in offsets.items()
+        ]
+        self._journal.rewrite(live)
+        self._records = len(live)
 
     @staticmethod
-    def _entry(group: str, topic: str, partition: int, c: CommittedOffset) -> dict:
+    def _entry(group: str, topic: str, partition: int, c: CommittedOffset) -> dict[str, Any]:
         return {
             "g": group,
             "t": topic,
@@ -157,10 +179,11 @@ class OffsetStore:
         return len(stale)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._journal.sync()
 
     def close(self) -> None:
-        try:
-            os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
+        self._journal.close()
+
+
+def _encode(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry, separators=(",", ":")).encode()
