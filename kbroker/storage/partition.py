@@ -2,28 +2,48 @@
 
 Appends take a record batch as bytes, check it against the idempotent producer state, assign offsets in
 place (the CRC does not cover them) and write it to the active segment; nothing decodes its records.
-Reads return whole batches straight from the segment files. On a single node every appended record is
-replicated as soon as it is written, so the high watermark is the log end offset.
+Reads return whole batches straight from the segment files.
+
+Partition state: the log end offset (next offset to assign), the high watermark (on a single node every
+record is replicated once written, so the log moves it to the log end after each append; replication will
+call update_high_watermark instead), the last stable offset (below the first open transaction) and the log
+start offset are kept apart, with the leader epoch and its cache (leader_epochs.py). Whoever waits for
+offsets to move (long-polling fetches) subscribes to PartitionEvents instead of being woken by the producer.
+
+Threads: everything runs on the event loop except ``flush``, which may run in a worker thread while the loop
+appends, rolls, truncates, swaps or deletes segments (see Segment's thread-safety contract).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError, read_log_start_offset, write_log_start_offset
-from kbroker.storage.producer_state import ProducerStateTable, snapshot_offsets
-from kbroker.storage.segment import NO_TIMESTAMP, FileRegion, Segment
+from kbroker.storage.api import PartitionEvent, PartitionEventListener
+from kbroker.storage.files import (
+    DamagedFileError,
+    StorageError,
+    fsync_directory,
+    read_log_start_offset,
+    write_log_start_offset,
+)
+from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache
+from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, snapshot_offsets
+from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER_SIZE, BatchHeader, assign_offsets, decode_records
 
 log = logging.getLogger("kbroker.storage")
 
-LEADER_EPOCH = 0
+LEADER_EPOCH = 0  # the epoch of a partition that never changed leader
+CLEANED_SUFFIX = ".cleaned"  # a replacement segment being written, not part of the log yet
+SWAP_SUFFIX = ".swap"  # a replacement segment committed to take the place of the segments it covers
 LOG_START_OFFSET_FILE = "log-start-offset"
 PARTITION_METADATA_FILE = "partition.metadata"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
@@ -129,16 +149,35 @@ class PartitionLog:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.producers = ProducerStateTable()
-        self._unflushed_messages = 0
+        # Message counts for flush.messages: appends bump one on the loop, flush (any thread) the other.
+        self._appended_messages = 0
+        self._flushed_messages = 0
+        self._flush_lock = threading.Lock()
         self._last_flush_ms = wall_clock_ms()
         self.log_start_offset = 0
+        self._high_watermark = 0
+        self._last_stable_offset = 0
+        self._listeners: dict[int, PartitionEventListener] = {}
+        self._next_listener_id = 0
+        # A single node is its whole ISR: an append is replicated once written. Replication turns this off
+        # and moves the high watermark with update_high_watermark.
+        self.high_watermark_follows_appends = True
         self._open(clean)
+        self.leader_epochs = LeaderEpochCache(directory / CHECKPOINT_FILE)
+        if not self.leader_epochs.entries and self.log_end_offset > self.log_start_offset:
+            # A log written before epochs were kept: all of it was written in epoch 0.
+            self.leader_epochs.assign(LEADER_EPOCH, self.log_start_offset)
+        self.leader_epoch = max(self.leader_epochs.latest_epoch, LEADER_EPOCH)
+        # After a restart everything on disk counts as replicated (a single node is its whole ISR).
+        self._high_watermark = self.log_end_offset
+        self._last_stable_offset = self._stable_offset_for(self._high_watermark)
 
     # --- start-up ------------------------------------------------------------------------------------
 
     def _open(self, clean: bool) -> None:
         for stray in self.directory.glob("*.tmp"):
             stray.unlink()
+        self._recover_interrupted_swap()
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit())
         created = wall_clock_ms()
         for i, base in enumerate(bases):
@@ -154,6 +193,46 @@ class PartitionLog:
         self.log_start_offset = max(stored_start, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._rebuild_producer_state()
+
+    def _recover_interrupted_swap(self) -> None:
+        """Finish or undo a segment swap that a crash interrupted (see swap_segments for the steps).
+
+        Any ``.log.cleaned`` left means the swap had not committed: the replacements are deleted and the old
+        segments, untouched until then, stay. Only ``.log.swap`` files mean it had: the old segments they
+        cover are deleted and the replacements take their final names.
+        """
+        cleaned_logs = sorted(self.directory.glob("*.log" + CLEANED_SUFFIX))
+        swap_logs = sorted(self.directory.glob("*.log" + SWAP_SUFFIX))
+        if cleaned_logs:
+            for path in [*self.directory.glob("*" + CLEANED_SUFFIX), *self.directory.glob("*" + SWAP_SUFFIX)]:
+                path.unlink()
+            log.warning("%s: removed a segment swap that had not completed", self.directory)
+            fsync_directory(self.directory)
+            return
+        swap_bases = [int(p.name.split(".")[0]) for p in swap_logs]
+        for stray in self.directory.glob("*" + SWAP_SUFFIX):
+            if int(stray.name.split(".")[0]) not in swap_bases:
+                stray.unlink()  # an index whose log was already renamed: it gets rebuilt
+        if not swap_logs:
+            return
+        replacements = []
+        for base in swap_bases:
+            segment = Segment(self.directory, base, self.config.index_interval_bytes, wall_clock_ms(), SWAP_SUFFIX)
+            segment.load(trust_indexes=False)
+            replacements.append(segment)
+        covered_from, covered_to = replacements[0].base_offset, max(s.next_offset for s in replacements)
+        for path in list(self.directory.glob("*.log")):
+            base_text = path.name[:-4]
+            if base_text.isdigit() and covered_from <= int(base_text) < covered_to:
+                for suffix in SEGMENT_FILE_SUFFIXES:
+                    (self.directory / (base_text + suffix)).unlink(missing_ok=True)
+        fsync_directory(self.directory)
+        for segment in replacements:
+            segment.write_indexes()
+            segment.rename_suffix("")
+            segment.close()
+        fsync_directory(self.directory)
+        log.warning("%s: completed an interrupted segment swap of offsets %d..", self.directory, covered_from)
 
     def _rebuild_producer_state(self) -> None:
         end = self.log_end_offset
@@ -185,12 +264,77 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self.active.next_offset
+        return self._high_watermark
 
     @property
     def last_stable_offset(self) -> int:
-        # Transactions are not written yet (see UNSUPPORTED.md), so nothing is ever pending.
-        return self.active.next_offset
+        return self._last_stable_offset
+
+    def _first_open_transaction_offset(self) -> int | None:
+        # Transactions are not written yet (see UNSUPPORTED.md), so none is ever open.
+        return None
+
+    def _stable_offset_for(self, high_watermark: int) -> int:
+        first_open = self._first_open_transaction_offset()
+        return high_watermark if first_open is None else min(high_watermark, first_open)
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` (clamped to the log); returns whether it moved."""
+        offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+        if offset <= self._high_watermark:
+            return False
+        self._emit(self._advance_high_watermark(offset))
+        return True
+
+    def _advance_high_watermark(self, offset: int) -> PartitionEvent:
+        """Set the high watermark (and the stable offset with it); the events that apply, not yet sent."""
+        changed = PartitionEvent(0)
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            changed |= PartitionEvent.HIGH_WATERMARK
+        stable = self._stable_offset_for(offset)
+        if stable != self._last_stable_offset:
+            self._last_stable_offset = stable
+            changed |= PartitionEvent.STABLE_OFFSET
+        return changed
+
+    # --- leader epochs -------------------------------------------------------------------------------
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """Start leader epoch ``epoch`` at the log end (as Kafka's leader does on becoming leader)."""
+        if epoch <= self.leader_epoch:
+            raise KafkaError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"leader epoch {epoch} of {self.topic}-{self.partition} is not newer than {self.leader_epoch}",
+            )
+        self.leader_epoch = epoch
+        self.leader_epochs.assign(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (the largest epoch <= ``epoch``, where it ends), or (-1, -1)."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # --- events --------------------------------------------------------------------------------------
+
+    def subscribe(self, listener: PartitionEventListener) -> Callable[[], None]:
+        """Call ``listener`` after each change (on the thread making it); the returned callable unsubscribes."""
+        key = self._next_listener_id
+        self._next_listener_id += 1
+        self._listeners[key] = listener
+
+        def unsubscribe() -> None:
+            self._listeners.pop(key, None)
+
+        return unsubscribe
+
+    def _emit(self, event: PartitionEvent) -> None:
+        if not event:
+            return
+        for listener in list(self._listeners.values()):  # a listener may unsubscribe while called
+            try:
+                listener(event)
+            except Exception:
+                log.exception("%s-%d: a partition event listener failed", self.topic, self.partition)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         return []
@@ -236,17 +380,25 @@ class PartitionLog:
         self._maybe_roll(len(batch), now_ms)
         base_offset = self.log_end_offset
         append_time = now_ms if timestamp_type_log_append else None
-        assign_offsets(batch, base_offset, partition_leader_epoch=LEADER_EPOCH, log_append_time_ms=append_time)
+        epoch = self.leader_epoch
+        assign_offsets(batch, base_offset, partition_leader_epoch=epoch, log_append_time_ms=append_time)
         header = BatchHeader.parse(batch)
+        if self.leader_epochs.latest_epoch != epoch:
+            self.leader_epochs.assign(epoch, base_offset)  # the first batch of this epoch (Kafka does it here too)
         self.active.append(batch, header)
         if header.producer_id >= 0:
             self.producers.record(header)
-        self._unflushed_messages += header.records_count
-        return AppendResult(
+        self._appended_messages += header.records_count
+        result = AppendResult(
             base_offset=base_offset,
             log_append_time_ms=append_time if append_time is not None else -1,
             log_start_offset=self.log_start_offset,
         )
+        moved = PartitionEvent(0)
+        if self.high_watermark_follows_appends:
+            moved = self._advance_high_watermark(self.log_end_offset)
+        self._emit(PartitionEvent.APPENDED | moved)
+        return result
 
     def _timestamp_problem(self, header: BatchHeader, now: int) -> str | None:
         # Checked on the batch's first and largest timestamps; Kafka checks each record.
@@ -283,6 +435,10 @@ class PartitionLog:
     # --- flushing ------------------------------------------------------------------------------------
 
     @property
+    def _unflushed_messages(self) -> int:
+        return self._appended_messages - self._flushed_messages
+
+    @property
     def needs_flush(self) -> bool:
         return self._unflushed_messages >= self.config.flush_messages
 
@@ -290,12 +446,22 @@ class PartitionLog:
         return self._unflushed_messages > 0 and now - self._last_flush_ms >= self.config.flush_ms
 
     def flush(self) -> None:
-        """fsync what was written; safe to call from a worker thread."""
-        self._unflushed_messages = 0
-        self._last_flush_ms = wall_clock_ms()
-        for segment in list(self.segments):
+        """fsync what was written; safe to call from a worker thread while the event loop changes the log.
+
+        Only the messages appended before it started count as flushed: those were written to segments
+        that are in the list copied below, or were sealed (fsynced) at a roll, or are gone.
+        """
+        appended = self._appended_messages
+        started_ms = wall_clock_ms()
+        synced = True
+        for segment in list(self.segments):  # copied at once under the GIL; the loop may change the list
             if segment.dirty:
-                segment.fsync()
+                synced = segment.fsync() and synced
+        if not synced:
+            return  # the counts stay, so the next flush tries again
+        with self._flush_lock:
+            self._flushed_messages = max(self._flushed_messages, appended)
+            self._last_flush_ms = max(self._last_flush_ms, started_ms)
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -406,6 +572,126 @@ class PartitionLog:
             segment.delete()
             log.info("%s-%d: deleted %s", self.topic, self.partition, segment)
         return doomed
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose last offset is at least ``offset`` (a batch holding ``offset`` goes whole).
+
+        For replication (a follower dropping what the leader does not have). Durable before it returns.
+        Nothing waits for offsets to go down, so no event is sent.
+        """
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRange(
+                f"cannot truncate {self.topic}-{self.partition} to {offset}, below its log start offset "
+                f"{self.log_start_offset}"
+            )
+        keep = bisect_right(self._bases, offset) - 1  # the segment holding ``offset``; 0 at the log start
+        # Newest first, so a crash part-way leaves a shorter prefix of the log, never a gap.
+        for segment in reversed(self.segments[keep + 1 :]):
+            segment.delete()
+        del self.segments[keep + 1 :]
+        del self._bases[keep + 1 :]
+        cut = self.segments[keep]
+        cut.truncate_to(offset)
+        if not cut.fsync():
+            raise StorageError(f"cannot fsync {cut.log_path} after truncating it to offset {offset}")
+        if cut.index_path.exists():
+            cut.write_indexes()  # a sealed segment's index files would point past the cut
+        fsync_directory(self.directory)
+        end = self.log_end_offset
+        log.info("%s-%d: truncated to offset %d (log end offset %d)", self.topic, self.partition, offset, end)
+        if end < self.log_start_offset:  # the cut removed a batch that held the log start offset
+            self._set_log_start_offset(end)
+        self._high_watermark = min(self._high_watermark, end)
+        self._last_stable_offset = self._stable_offset_for(self._high_watermark)
+        self.leader_epochs.truncate_from_end(end)
+        for snapshot in snapshot_offsets(self.directory):
+            if snapshot >= end:
+                (self.directory / f"{snapshot:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        self.producers = ProducerStateTable()
+        self._rebuild_producer_state()
+
+    # --- segment swaps (log cleaner, recompression) --------------------------------------------------
+
+    def new_cleaned_segment(self, base_offset: int) -> Segment:
+        """An empty replacement segment (``<base>.log.cleaned``) for the caller to fill, then swap in."""
+        for suffix in SEGMENT_FILE_SUFFIXES:  # left over from an attempt that was given up
+            (self.directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
+        return Segment(self.directory, base_offset, self.config.index_interval_bytes, wall_clock_ms(), CLEANED_SUFFIX)
+
+    def swap_segments(self, replaced: list[Segment], replacements: list[Segment]) -> None:
+        """Put ``replacements`` (from new_cleaned_segment) in place of the contiguous sealed ``replaced``.
+
+        The replacements hold the same offsets (or a subset: compaction drops records) and the first starts
+        at the first replaced base offset. Steps, each durable before the next, as Kafka's:
+        1. replacements fsynced with their indexes, still named ``.cleaned``;
+        2. renamed ``.cleaned`` -> ``.swap``, the last log rename being the commit point;
+        3. the replaced segments' files deleted;
+        4. replacements renamed to their final names.
+        A crash before the commit leaves the old segments (open deletes ``.cleaned`` and ``.swap``), after
+        it the new ones (open completes 3 and 4). Regions already taken from a replaced segment keep
+        reading its old bytes: they hold their own descriptors.
+        """
+        self._check_swap(replaced, replacements)
+        for segment in replacements:
+            if not segment.fsync():
+                raise StorageError(f"cannot fsync {segment.log_path} before swapping it in")
+            segment.write_indexes()
+        fsync_directory(self.directory)
+        for segment in replacements:
+            segment.rename_suffix(SWAP_SUFFIX)
+        fsync_directory(self.directory)  # committed
+        for segment in replaced:
+            segment.delete()
+        fsync_directory(self.directory)
+        for segment in replacements:
+            segment.rename_suffix("")
+        fsync_directory(self.directory)
+        first = self.segments.index(replaced[0])
+        self.segments[first : first + len(replaced)] = replacements
+        self._bases = [s.base_offset for s in self.segments]
+        log.info(
+            "%s-%d: swapped %d segment(s) at offset %d for %d",
+            self.topic,
+            self.partition,
+            len(replaced),
+            replaced[0].base_offset,
+            len(replacements),
+        )
+
+    def _check_swap(self, replaced: list[Segment], replacements: list[Segment]) -> None:
+        def refuse(problem: str) -> ValueError:
+            return ValueError(f"cannot swap segments of {self.topic}-{self.partition}: {problem}")
+
+        if not replaced or not replacements:
+            raise refuse("nothing to replace or nothing to replace it with")
+        if any(s is self.active for s in replaced):
+            raise refuse("the active segment cannot be replaced")
+        ids = [id(s) for s in self.segments]
+        if replaced[0] not in self.segments:
+            raise refuse("a replaced segment is not part of the log")
+        first = ids.index(id(replaced[0]))
+        if [id(s) for s in replaced] != ids[first : first + len(replaced)]:
+            raise refuse("the replaced segments are not contiguous segments of the log, in order")
+        if any(s.suffix != CLEANED_SUFFIX or s.closed for s in replacements):
+            raise refuse("replacements must be open segments made by new_cleaned_segment")
+        pending = {p.name for p in self.directory.glob("*.log" + CLEANED_SUFFIX)}
+        if pending != {s.log_path.name for s in replacements}:
+            # Recovery reads any .cleaned file as part of an uncommitted swap, so no others may exist.
+            raise refuse(f"other cleaned segments are pending: {sorted(pending)}")
+        if replacements[0].base_offset != replaced[0].base_offset:
+            raise refuse("the first replacement must start at the first replaced base offset")
+        previous_end = replaced[0].base_offset
+        for segment in replacements:
+            if segment.base_offset < previous_end or segment.size == 0:
+                raise refuse("replacements must be non-empty, in order and not overlap")
+            previous_end = segment.next_offset
+        if previous_end > replaced[-1].next_offset:
+            raise refuse("the replacements hold offsets beyond the replaced segments")
+        if replaced[-1].base_offset >= previous_end:
+            # Recovery finds the replaced segments by base offset within the replacements' offsets.
+            raise refuse("the last replaced segment must share offsets with the replacements")
 
     def apply_retention(self, now: int) -> list[Segment]:
         """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""

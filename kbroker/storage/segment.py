@@ -10,6 +10,9 @@ segment is sealed and at a clean shutdown:
   largest timestamp seen so far grows.
 
 If an index file is missing or inconsistent it is rebuilt from the log, which needs only batch headers.
+
+A segment being written by the log cleaner has its files named with a suffix (``.log.cleaned`` ...) until the
+partition log swaps it in (see PartitionLog.swap_segments).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -34,6 +38,7 @@ _TIME_ENTRY = struct.Struct(">qi")
 _SCAN_CHUNK = 1 << 20  # recovery and index rebuilds read everything
 _LOOKUP_CHUNK = 16 << 10  # lookups near an index entry read a few headers
 NO_TIMESTAMP = -1
+SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex")
 
 
 def segment_name(base_offset: int) -> str:
@@ -79,16 +84,31 @@ class FileRegion:
 
 
 class Segment:
-    """A segment's files and in-memory indexes. Not thread-safe: used from the event loop only."""
+    """A segment's files and in-memory indexes.
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int) -> None:
+    Thread-safety contract: everything is called from the event loop, except ``fsync`` (and the ``dirty``
+    property), which a worker thread may call at any time, concurrently with appends, truncation, renames and
+    ``close``/``delete`` on the event loop. For that:
+    - the descriptor is closed only when no fsync is using it (a close during an fsync is finished by the
+      fsync), so an fsync never reaches a closed descriptor, nor one the process has reused for another file;
+    - writes bump a generation counter *after* the bytes are written, and an fsync records the generation it
+      read *before* syncing, so it never marks as synced bytes written while it ran.
+    """
+
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int, suffix: str = ""
+    ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / (segment_name(base_offset) + ".log")
-        self.index_path = directory / (segment_name(base_offset) + ".index")
-        self.time_index_path = directory / (segment_name(base_offset) + ".timeindex")
+        self.suffix = suffix
+        self._set_paths(suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd_lock = threading.Lock()  # guards _fd's lifetime, the fsync bookkeeping and the counters below
+        self._fsyncs_running = 0
+        self._close_requested = False
+        self._written_generation = 0  # bumped by every change to the log file (event loop only)
+        self._synced_generation = 0  # the newest generation known to be on disk
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.created_ms = created_ms
@@ -98,7 +118,17 @@ class Segment:
         self._time_timestamps = array("q")
         self._time_offsets = array("q")
         self._bytes_since_index = index_interval_bytes  # so the first batch is always indexed
-        self.dirty = False  # written since the last fsync
+
+    def _set_paths(self, suffix: str) -> None:
+        name = segment_name(self.base_offset)
+        self.log_path = self.directory / (name + ".log" + suffix)
+        self.index_path = self.directory / (name + ".index" + suffix)
+        self.time_index_path = self.directory / (name + ".timeindex" + suffix)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether bytes were written (or cut) since the last completed fsync."""
+        return self._written_generation != self._synced_generation
 
     # --- opening ----------------------------------------------------------------------------------------
 
@@ -129,6 +159,7 @@ class Segment:
             log.warning("%s: truncating %d bytes of a torn or corrupt tail", self.log_path, truncated)
             os.ftruncate(self._fd, good_end)
             self.size = good_end
+            self._written_generation += 1
         return truncated
 
     def _clear_indexes(self) -> None:
@@ -232,9 +263,44 @@ class Segment:
         while written < len(batch):  # regular files rarely write short, but it is allowed
             written += os.write(self._fd, memoryview(batch)[written:])
         self.size += len(batch)
-        self.dirty = True
+        self._written_generation += 1  # after the write: an fsync that reads it covers these bytes
         self._track(header, position)
         return position
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose last offset is at least ``offset`` (a batch holding it goes whole).
+
+        The file is cut (not fsynced: the caller does that) and the in-memory indexes trimmed so that they
+        are exactly what appending the remaining batches would have built.
+        """
+        cut = self.position_of(offset)
+        if cut >= self.size:
+            return
+        os.ftruncate(self._fd, cut)
+        self.size = cut
+        self._written_generation += 1
+        keep = bisect_right(self._index_positions, cut - 1)  # index entries of batches before the cut
+        del self._index_offsets[keep:]
+        del self._index_positions[keep:]
+        # Rebuild from the last index entry still kept: the time index entries up to it give the largest
+        # timestamp up to that batch, and re-reading the batches after it restores everything else.
+        restart, self.next_offset = 0, self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self._bytes_since_index = self.index_interval_bytes
+        if keep:
+            last_indexed = int(self._index_offsets[-1])
+            while self._time_offsets and self._time_offsets[-1] > last_indexed:
+                self._time_offsets.pop()
+                self._time_timestamps.pop()
+            self.max_timestamp = int(self._time_timestamps[-1]) if self._time_timestamps else NO_TIMESTAMP
+            position = int(self._index_positions[-1])
+            header = BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, position))
+            restart, self.next_offset = position + header.size, header.next_offset
+            self._bytes_since_index = header.size
+        else:
+            del self._time_offsets[:]
+            del self._time_timestamps[:]
+        self._scan_tail(restart, check_crc=False)
 
     def _track(self, header: BatchHeader, position: int) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -329,18 +395,58 @@ class Segment:
         write_atomically(self.index_path, bytes(index))
         write_atomically(self.time_index_path, bytes(time_index))
 
-    def fsync(self) -> None:
-        self.dirty = False
+    def fsync(self) -> bool:
+        """fsync the log file (any thread); returns False if it failed. A closed segment has nothing to sync."""
+        with self._fd_lock:
+            if self._fd < 0 or self._close_requested:
+                return True
+            fd = self._fd
+            generation = self._written_generation  # read before syncing: later writes stay dirty
+            self._fsyncs_running += 1
+        synced = False
         try:
-            os.fsync(self._fd)
-        except OSError as exc:  # the segment may have been deleted and closed meanwhile
-            log.debug("fsync of %s: %s", self.log_path, exc)
+            os.fsync(fd)
+            synced = True
+        except OSError as exc:
+            log.error("fsync of %s failed: %s", self.log_path, exc)
+        finally:
+            with self._fd_lock:
+                self._fsyncs_running -= 1
+                if synced:
+                    self._synced_generation = max(self._synced_generation, generation)
+                if self._close_requested and self._fsyncs_running == 0:
+                    self._close_descriptor()
+        return synced
+
+    def _close_descriptor(self) -> None:
+        # Called with _fd_lock held.
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        """Release the file; if an fsync is using it, the fsync closes it when done."""
+        with self._fd_lock:
+            self._close_requested = True
+            if self._fsyncs_running == 0:
+                self._close_descriptor()
+
+    @property
+    def closed(self) -> bool:
+        return self._close_requested
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the segment's files to carry ``suffix`` ("" for the final names). The descriptor stays valid.
+
+        The log file goes first: recovery decides from the log file's name, and a leftover index file
+        is only an index to rebuild.
+        """
+        old = (self.log_path, self.index_path, self.time_index_path)
+        self._set_paths(suffix)
+        for source, target in zip(old, (self.log_path, self.index_path, self.time_index_path), strict=True):
+            if source.exists():
+                os.replace(source, target)
+        self.suffix = suffix
 
     def delete(self) -> None:
         self.close()

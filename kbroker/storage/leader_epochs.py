@@ -1,0 +1,141 @@
+"""The leader epoch cache of one partition: which leader epoch started at which offset.
+
+Kafka keeps it per partition as ``leader-epoch-checkpoint``, a text file in the partition directory::
+
+    0                 <- format version
+    2                 <- number of entries
+    0 0               <- epoch, start offset of its first batch
+    3 1500
+
+Followers use it (through OffsetsForLeaderEpoch) to find where their log diverges from the leader's, and
+consumers to detect truncation. The semantics here are Kafka's LeaderEpochFileCache: entries are strictly
+increasing in both epoch and start offset, ``assign`` drops entries that would break that order, and
+``end_offset_for`` answers OffsetsForLeaderEpoch. The file is rewritten whole (atomically, fsynced) on every
+change; changes are rare (a new leader epoch, a truncation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.storage.files import DamagedFileError, write_atomically
+
+CHECKPOINT_FILE = "leader-epoch-checkpoint"
+CHECKPOINT_VERSION = 0
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    """Leader epoch ``epoch`` wrote its first batch at ``start_offset``."""
+
+    epoch: int
+    start_offset: int
+
+
+def _parse_checkpoint(path: Path, text: str) -> list[EpochEntry]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file ends with a newline
+    if len(lines) < 2:
+        raise DamagedFileError(path, "expected a version line and a count line")
+    if lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise DamagedFileError(path, f"unsupported version {lines[0][:20]!r}, expected {CHECKPOINT_VERSION}")
+    count_text = lines[1].strip()
+    if not (count_text.isascii() and count_text.isdigit()):
+        raise DamagedFileError(path, f"expected the entry count, found {count_text[:20]!r}")
+    if int(count_text) != len(lines) - 2:
+        raise DamagedFileError(path, f"the count says {int(count_text)} entries but {len(lines) - 2} follow")
+    entries: list[EpochEntry] = []
+    for number, line in enumerate(lines[2:], start=3):
+        fields = line.split()
+        if len(fields) != 2 or not all(f.isascii() and f.isdigit() for f in fields):
+            raise DamagedFileError(path, f"line {number} is not '<epoch> <start offset>': {line[:40]!r}")
+        entry = EpochEntry(int(fields[0]), int(fields[1]))
+        if entries and (entry.epoch <= entries[-1].epoch or entry.start_offset < entries[-1].start_offset):
+            raise DamagedFileError(path, f"line {number}: entries are not in increasing order")
+        entries.append(entry)
+    return entries
+
+
+class LeaderEpochCache:
+    """Ordered (epoch, start offset) entries, persisted to ``path`` on every change.
+
+    A missing file is an empty cache (a new partition, or one written before kbroker kept epochs); a file
+    that cannot be parsed raises DamagedFileError naming it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._entries: list[EpochEntry] = []
+        try:
+            text = path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            return
+        except UnicodeDecodeError:
+            raise DamagedFileError(path, "not ASCII text") from None
+        self._entries = _parse_checkpoint(path, text)
+
+    @property
+    def entries(self) -> tuple[EpochEntry, ...]:
+        return tuple(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest epoch in the cache, or -1 when it is empty."""
+        return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts at ``start_offset``; returns whether the cache changed.
+
+        As Kafka: nothing changes if ``epoch`` is already the latest and starts no later; otherwise entries
+        with an epoch >= ``epoch`` or a start offset >= ``start_offset`` are replaced by the new one.
+        """
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"epoch {epoch} and start offset {start_offset} must not be negative")
+        if self._entries:
+            latest = self._entries[-1]
+            if latest.epoch == epoch and latest.start_offset <= start_offset:
+                return False
+        while self._entries and (self._entries[-1].epoch >= epoch or self._entries[-1].start_offset >= start_offset):
+            self._entries.pop()
+        self._entries.append(EpochEntry(epoch, start_offset))
+        self._write()
+        return True
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer: (epoch, end offset) for ``requested_epoch``.
+
+        - the latest epoch ends at the log end offset;
+        - an older epoch known to the cache: (the largest epoch <= requested, start of the next epoch);
+        - an epoch below the first entry: (requested, start of the first entry), the earliest offset the
+          log can vouch for (older data has been deleted);
+        - an unknown epoch (-1, above the latest, or an empty cache): (-1, -1).
+        """
+        if requested_epoch == UNDEFINED_EPOCH or not self._entries:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if requested_epoch == self._entries[-1].epoch:
+            return requested_epoch, log_end_offset
+        higher = next((e for e in self._entries if e.epoch > requested_epoch), None)
+        if higher is None:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        floor = next((e for e in reversed(self._entries) if e.epoch <= requested_epoch), None)
+        if floor is None:
+            return requested_epoch, higher.start_offset
+        return floor.epoch, higher.start_offset
+
+    def truncate_from_end(self, end_offset: int) -> bool:
+        """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
+        kept = [e for e in self._entries if e.start_offset < end_offset]
+        if len(kept) == len(self._entries):
+            return False
+        self._entries = kept
+        self._write()
+        return True
+
+    def _write(self) -> None:
+        lines = [str(CHECKPOINT_VERSION), str(len(self._entries))]
+        lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]
+        write_atomically(self.path, "\n".join(lines) + "\n", sync_directory=True)
