@@ -84,6 +84,10 @@ class PartitionStore(Protocol):
         """Offsets below it belong to no open transaction; read_committed consumers read up to it."""
         ...
 
+    # True on a single node: every append moves the high watermark to the log end. Replication sets it False
+    # and moves the high watermark itself with update_high_watermark.
+    high_watermark_follows_appends: bool
+
     def update_high_watermark(self, offset: int) -> bool:
         """Move the high watermark forward (clamped to the log); whether it moved."""
         ...
@@ -215,7 +219,9 @@ class LogStore(Protocol[PartitionT]):
 
     # --- partitions ---
 
-    def get_partition(self, topic: str, partition: int) -> PartitionT | None: ...
+    def get_partition(self, topic: str, partition: int) -> PartitionT | None:
+        """The partition's log; None if the topic or partition does not exist; KafkaError if it cannot be opened."""
+        ...
 
     def all_partitions(self) -> list[PartitionT]: ...
 

@@ -122,6 +122,9 @@ class MemoryPartitionLog:
         self._leader_epoch = 0
         self._epochs: list[tuple[int, int]] = []  # (epoch, start offset), both increasing
         self._listeners: list[PartitionEventListener] = []
+        # A single node is its whole ISR: an append is replicated once written. Replication turns this off
+        # and moves the high watermark with update_high_watermark.
+        self.high_watermark_follows_appends = True
 
     # --- offsets ---
 
@@ -251,8 +254,10 @@ class MemoryPartitionLog:
         self.active.append(stored, header)
         if header.producer_id >= 0:
             self.producers.record(header)
-        # A single node: what is written is replicated, so the high watermark is the log end offset.
-        self._fire(PartitionEvent.APPENDED | self._move_high_watermark(self.log_end_offset))
+        moved = PartitionEvent(0)
+        if self.high_watermark_follows_appends:
+            moved = self._move_high_watermark(self.log_end_offset)
+        self._fire(PartitionEvent.APPENDED | moved)
         return AppendResult(
             base_offset=base_offset,
             log_append_time_ms=append_time if append_time is not None else -1,
@@ -303,9 +308,8 @@ class MemoryPartitionLog:
         cut = self.segments[i]
         cut.keep_first(cut.index_of(offset))
         new_end = cut.next_offset
-        keep = i + 1 if cut.size > 0 or i == 0 else i  # a segment left empty past the first goes too
-        del self.segments[keep:]
-        del self._bases[keep:]
+        del self.segments[i + 1 :]  # the cut segment stays, even if empty, as the disk engine's does
+        del self._bases[i + 1 :]
         self.log_start_offset = min(self.log_start_offset, new_end)
         self._high_watermark = min(self._high_watermark, new_end)
         self._last_stable_offset = min(self._last_stable_offset, new_end)

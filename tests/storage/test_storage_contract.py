@@ -317,6 +317,29 @@ def test_high_watermark_and_stable_offset_follow_appends_on_a_single_node(make_l
     assert (plog.high_watermark, plog.last_stable_offset) == (2, 2)
 
 
+def test_a_replicated_high_watermark_moves_only_when_told(make_log: LogFactory) -> None:
+    plog = make_log()
+    needs(plog, "update_high_watermark", "high_watermark_follows_appends", "subscribe")
+    seen: list[tuple[PartitionEvent, int, int]] = []
+    plog.subscribe(lambda event: seen.append((event, plog.high_watermark, plog.last_stable_offset)))
+    plog.high_watermark_follows_appends = False  # as replication will: followers must have it first
+    plog.append(batch([b"a", b"b"]), now_ms=T0)
+    plog.append(batch([b"c", b"d"]), now_ms=T0)
+    assert (plog.log_end_offset, plog.high_watermark, plog.last_stable_offset) == (4, 0, 0)
+    assert seen == [(PartitionEvent.APPENDED, 0, 0), (PartitionEvent.APPENDED, 0, 0)]
+    # A fetch bounded by the high watermark sees nothing yet, then up to where it moved.
+    assert plog.read(0, EVERYTHING, max_offset=plog.high_watermark).size == 0
+    assert plog.update_high_watermark(2) is True
+    assert (plog.high_watermark, plog.last_stable_offset) == (2, 2)
+    assert seen[-1] == (PartitionEvent.HIGH_WATERMARK | PartitionEvent.STABLE_OFFSET, 2, 2)
+    assert values_of(plog.read(0, EVERYTHING, max_offset=plog.high_watermark).read_bytes()) == [(0, b"a"), (1, b"b")]
+    assert plog.update_high_watermark(1) is False  # never backwards
+    assert plog.update_high_watermark(99) is True  # clamped to the log end
+    assert (plog.high_watermark, len(seen)) == (4, 4)
+    assert plog.update_high_watermark(99) is False
+    assert len(seen) == 4
+
+
 def test_events_fire_once_per_append_with_their_flags(make_log: LogFactory) -> None:
     plog = make_log()
     needs(plog, "subscribe")
@@ -392,6 +415,18 @@ def test_truncate_to_across_segments(make_log: LogFactory) -> None:
     assert plog.append(batch([b"y"]), now_ms=T0).base_offset == 4
     assert consume_all(plog, 3) == [(3, b"1"), (4, b"y")]
     assert plog.max_timestamp() == (1, T0 + 1)  # what was cut off no longer counts
+
+
+def test_truncate_to_a_segment_boundary(make_log: LogFactory) -> None:
+    plog = make_log(segment_bytes=300)  # one two-record batch a segment
+    needs(plog, "truncate_to")
+    for i in range(4):
+        plog.append(batch([b"x" * 100, str(i).encode()]), now_ms=T0)
+    plog.truncate_to(4)  # the first offset of the third segment
+    assert (plog.log_end_offset, plog.high_watermark) == (4, 4)
+    assert plog.append(batch([b"y"]), now_ms=T0).base_offset == 4
+    assert plog.read(0, EVERYTHING).last_offset == 1  # still one segment a read
+    assert consume_all(plog, 0) == [(0, b"x" * 100), (1, b"0"), (2, b"x" * 100), (3, b"1"), (4, b"y")]
 
 
 def test_truncate_to_below_the_log_start_is_refused(make_log: LogFactory) -> None:
