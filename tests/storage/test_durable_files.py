@@ -33,7 +33,7 @@ from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, BatchMetadata, Produ
 from protocol.records import Record, build_batch, crc32c
 
 
-def damaged(path: Path) -> pytest.RaisesContext[DamagedFileError]:
+def damaged(path: Path) -> pytest.RaisesExc[DamagedFileError]:
     """Expect a DamagedFileError whose one-line message starts by naming ``path``."""
     return pytest.raises(DamagedFileError, match="^" + re.escape(f"damaged file {path}: ") + r"[^\n]+$")
 
