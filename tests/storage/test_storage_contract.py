@@ -74,13 +74,6 @@ def consume_all(plog: PartitionStore, start: int, max_bytes: int = EVERYTHING) -
     return out
 
 
-def needs(plog: PartitionStore, *names: str) -> None:
-    """Skip while the disk engine lacks the new partition-state methods (helper A's part of issue #14)."""
-    missing = [name for name in names if not hasattr(plog, name)]
-    if missing:
-        pytest.skip(f"{type(plog).__name__} has no {', '.join(missing)} yet (helper A's commit)")
-
-
 # --- append, read, offsets ---------------------------------------------------------------------------------
 
 
@@ -307,7 +300,6 @@ def test_retention_respects_cleanup_policy_compact(make_log: LogFactory) -> None
 
 def test_high_watermark_and_stable_offset_follow_appends_on_a_single_node(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "update_high_watermark")
     assert (plog.log_end_offset, plog.high_watermark, plog.last_stable_offset) == (0, 0, 0)
     plog.append(batch([b"a", b"b"]), now_ms=T0)
     assert (plog.log_end_offset, plog.high_watermark, plog.last_stable_offset) == (2, 2, 2)
@@ -319,7 +311,6 @@ def test_high_watermark_and_stable_offset_follow_appends_on_a_single_node(make_l
 
 def test_a_replicated_high_watermark_moves_only_when_told(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "update_high_watermark", "high_watermark_follows_appends", "subscribe")
     seen: list[tuple[PartitionEvent, int, int]] = []
     plog.subscribe(lambda event: seen.append((event, plog.high_watermark, plog.last_stable_offset)))
     plog.high_watermark_follows_appends = False  # as replication will: followers must have it first
@@ -342,7 +333,6 @@ def test_a_replicated_high_watermark_moves_only_when_told(make_log: LogFactory) 
 
 def test_events_fire_once_per_append_with_their_flags(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "subscribe")
     seen: list[tuple[PartitionEvent, int, int]] = []
     unsubscribe = plog.subscribe(lambda event: seen.append((event, plog.log_end_offset, plog.high_watermark)))
     plog.append(batch([b"a", b"b"]), now_ms=T0)
@@ -364,7 +354,6 @@ def test_events_fire_once_per_append_with_their_flags(make_log: LogFactory) -> N
 
 def test_a_raising_listener_does_not_stop_the_others(make_log: LogFactory, caplog: pytest.LogCaptureFixture) -> None:
     plog = make_log()
-    needs(plog, "subscribe")
     calls: list[str] = []
 
     def broken(event: PartitionEvent) -> None:
@@ -384,7 +373,6 @@ def test_a_raising_listener_does_not_stop_the_others(make_log: LogFactory, caplo
 
 def test_truncate_to_removes_whole_batches_and_appends_continue(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "truncate_to")
     for i in range(3):  # offsets 0-1, 2-3, 4-5
         plog.append(batch([b"a%d" % i, b"b%d" % i]), now_ms=T0)
     seen: list[PartitionEvent] = []
@@ -406,7 +394,6 @@ def test_truncate_to_removes_whole_batches_and_appends_continue(make_log: LogFac
 
 def test_truncate_to_across_segments(make_log: LogFactory) -> None:
     plog = make_log(segment_bytes=300)
-    needs(plog, "truncate_to")
     for i in range(10):
         plog.append(batch([b"x" * 100, str(i).encode()]), now_ms=T0)
     plog.truncate_to(5)  # the batch 4-5 straddles offset 5
@@ -419,7 +406,6 @@ def test_truncate_to_across_segments(make_log: LogFactory) -> None:
 
 def test_truncate_to_a_segment_boundary(make_log: LogFactory) -> None:
     plog = make_log(segment_bytes=300)  # one two-record batch a segment
-    needs(plog, "truncate_to")
     for i in range(4):
         plog.append(batch([b"x" * 100, str(i).encode()]), now_ms=T0)
     plog.truncate_to(4)  # the first offset of the third segment
@@ -431,7 +417,6 @@ def test_truncate_to_a_segment_boundary(make_log: LogFactory) -> None:
 
 def test_truncate_to_below_the_log_start_is_refused(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "truncate_to")
     plog.append(batch([b"a", b"b"]), now_ms=T0)
     plog.append(batch([b"c", b"d"]), now_ms=T0)
     plog.delete_records(2)
@@ -443,7 +428,6 @@ def test_truncate_to_below_the_log_start_is_refused(make_log: LogFactory) -> Non
 
 def test_truncate_to_rebuilds_the_producer_state(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "truncate_to")
     for sequence in (0, 2, 4):  # offsets 0-1, 2-3, 4-5
         plog.append(batch([b"a", b"b"], producer_id=5, epoch=0, sequence=sequence), now_ms=T0)
     plog.truncate_to(2)
@@ -461,7 +445,6 @@ def test_truncate_to_rebuilds_the_producer_state(make_log: LogFactory) -> None:
 
 def test_leader_epochs_stamp_batches_and_answer_end_offsets(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "assign_leader_epoch", "end_offset_for_epoch")
     assert plog.leader_epoch == 0
     assert plog.end_offset_for_epoch(0) == (-1, -1)  # nothing written: no epoch known yet
     plog.append(batch([b"a", b"b"]), now_ms=T0)  # epoch 0 from offset 0
@@ -488,7 +471,6 @@ def test_leader_epochs_stamp_batches_and_answer_end_offsets(make_log: LogFactory
 
 def test_epoch_below_the_first_known_one(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "assign_leader_epoch", "end_offset_for_epoch")
     plog.assign_leader_epoch(2)
     plog.append(batch([b"a"]), now_ms=T0)
     plog.assign_leader_epoch(4)
@@ -501,7 +483,6 @@ def test_epoch_below_the_first_known_one(make_log: LogFactory) -> None:
 
 def test_truncation_forgets_epochs_that_started_after_the_cut(make_log: LogFactory) -> None:
     plog = make_log()
-    needs(plog, "assign_leader_epoch", "end_offset_for_epoch", "truncate_to")
     plog.append(batch([b"a", b"b"]), now_ms=T0)  # epoch 0: 0-1
     plog.assign_leader_epoch(1)
     plog.append(batch([b"c", b"d"]), now_ms=T0)  # epoch 1: 2-3
