@@ -24,6 +24,7 @@ from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
+from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.api import AnyLogStore
 from kbroker.storage.files import (
@@ -86,11 +87,14 @@ class Broker:
         self._topics_in_creation: dict[str, trio.Event] = {}
         self._partition_changes = trio.Lock()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
+        self.coordinator_runtime = CoordinatorRuntime()
         self.groups = GroupCoordinator(
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             max_size=config["group.max.size"],
+            runtime=self.coordinator_runtime,
         )
         self.consumer_groups = ConsumerGroupCoordinator(
             topics=lambda: (TopicMetadata(t.topic_id, t.name, t.partitions) for t in self.logs.topics()),
@@ -99,6 +103,7 @@ class Broker:
             max_size=config["group.consumer.max.size"],
             assignors=config["group.consumer.assignors"].split(","),
             classic=self.groups,
+            runtime=self.coordinator_runtime,
         )
         self.group_router = GroupRouter(self.groups, self.consumer_groups, self.offsets)  # a group id's kind
         self.draining = False

@@ -1,8 +1,8 @@
 """The broker's background services: each is an object with ``async def run(*, task_status)`` that reports
 ``started`` once running and runs until cancelled. kbroker/app.py builds them and starts them in one place.
 
-The group coordinators (kbroker.groups.coordinator.GroupCoordinator, kbroker.groups.consumer_group.
-ConsumerGroupCoordinator) are services of the same shape: their ``run`` is their timer.
+The group coordinators' timers are one service of the same shape: the CoordinatorRuntime
+(kbroker.groups.runtime) the coordinators register with, which ticks each at its next deadline.
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ def background_services(broker: Broker) -> list[tuple[str, Service]]:
     return [
         ("retention", RetentionService(broker)),
         ("flush", FlushService(broker)),
-        ("group-coordinator", broker.groups),
-        ("consumer-group-coordinator", broker.consumer_groups),
+        ("coordinator-runtime", broker.coordinator_runtime),
         ("offset-expiry", OffsetExpiryService(broker)),
     ]

@@ -19,7 +19,12 @@ A member first keeps ``current ∩ target``; partitions it must give up are *pen
 stays at its epoch until a heartbeat no longer lists them among its owned partitions; partitions it
 should gain are handed over only once no other member owns them (their *partition epoch* is free).
 Members that stop heartbeating are removed after the session timeout; members that do not revoke
-within their rebalance timeout are removed too.
+within their rebalance timeout are removed too. Those timers fire in ``tick``, called at ``next_deadline`` by
+the CoordinatorRuntime (kbroker.groups.runtime) the coordinator registers with.
+
+Group ids are shared with classic groups: an id held by a classic group with members is not taken over, an
+empty classic group gives its id up. The coordinator asks through a one-method interface (OtherGroupKinds),
+never by looking into the classic coordinator's groups.
 
 The group state is derived, as in Kafka: Empty (no members), Assigning (group epoch ahead of the
 assignment epoch), Reconciling (some member not at the target), Stable.
@@ -37,22 +42,19 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from kbroker.groups.assignors import ASSIGNORS, Assignor, MemberSpec, TopicAssignment, TopicMetadata
+from kbroker.groups.runtime import CoordinatorRuntime
 from protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from kbroker.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger("kbroker.groups")
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 CONSUMER_GENERATED_MEMBER_ID_VERSION = 1  # KIP-1082: from v1 the client picks its member id
-TICK_SECONDS = 0.05
 NO_OWNER = -1
 
 OwnedPartitions = list[tuple[uuid.UUID, list[int]]]
@@ -183,6 +185,18 @@ class HeartbeatResult:
     assignment: TopicAssignment | None = None  # None: unchanged, not sent
 
 
+class OtherGroupKinds(Protocol):
+    """The rest of the group id namespace, asked before an id that is not a consumer group becomes one.
+
+    The classic coordinator (kbroker.groups.coordinator.GroupCoordinator) answers for its groups.
+    """
+
+    def release_group_id(self, group_id: str, *, release: bool) -> bool:
+        """False if a group with members holds ``group_id``. Otherwise True, and with ``release`` a memberless
+        group of that id is dropped (its committed offsets stay) so the id is free."""
+        ...
+
+
 class ConsumerGroupCoordinator:
     def __init__(
         self,
@@ -192,8 +206,9 @@ class ConsumerGroupCoordinator:
         heartbeat_interval_ms: int,
         max_size: int,
         assignors: Iterable[str],
-        classic: GroupCoordinator | None = None,
+        classic: OtherGroupKinds | None = None,
         clock: Callable[[], float] = trio.current_time,
+        runtime: CoordinatorRuntime | None = None,
     ) -> None:
         self.groups: dict[str, ConsumerGroup] = {}
         self._topics = topics
@@ -205,7 +220,9 @@ class ConsumerGroupCoordinator:
         self.classic = classic
         self.clock = clock
         self._regex_cache: dict[str, re.Pattern[str]] = {}
-        self._members_arrived = trio.Event()  # lets run() sleep while no group has members
+        # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
+        self.runtime = runtime if runtime is not None else CoordinatorRuntime()
+        self.runtime.register(self)
 
     # --- the heartbeat --------------------------------------------------------------------------------
 
@@ -282,8 +299,8 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             return group
-        classic = self.classic.groups.get(group_id) if self.classic is not None else None
-        if classic is not None and classic.members:
+        # An empty classic group (offsets stay) gives its id up to a joining member.
+        if self.classic is not None and not self.classic.release_group_id(group_id, release=create):
             # Kafka would upgrade a classic group whose members all use the consumer protocol type
             # (KIP-848 online migration); kbroker does not, so the id stays the classic group's.
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
@@ -291,9 +308,6 @@ class ConsumerGroupCoordinator:
             # Kafka answers GROUP_ID_NOT_FOUND here; its groups survive restarts, kbroker's members do not,
             # so a member still heartbeating after a restart is told to rejoin instead of failing for good.
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
-        if classic is not None:
-            assert self.classic is not None
-            self.classic.delete(group_id)  # an empty classic group (offsets stay) becomes a consumer group
         group = self.groups[group_id] = ConsumerGroup(group_id)
         return group
 
@@ -407,7 +421,6 @@ class ConsumerGroupCoordinator:
             assigned=_copy(old.assigned),
         )
         group.members[member_id] = new
-        self._members_arrived.set()
         if target is not None:
             group.target[member_id] = target
         assert old.instance_id is not None
@@ -461,7 +474,6 @@ class ConsumerGroupCoordinator:
         member.client_id, member.client_host = request.client_id, request.client_host
         if is_new:
             group.members[member.member_id] = member
-            self._members_arrived.set()
             if member.instance_id is not None:
                 group.static_members[member.instance_id] = member.member_id
             log.info("group %s: member %s joins (instance %s)", group_id, member.member_id, member.instance_id)
@@ -480,6 +492,7 @@ class ConsumerGroupCoordinator:
         # 3. Reconcile this member towards its target.
         self._reconcile(group, member, owned, now)
         member.session_deadline = now + self.session_timeout_ms / 1000
+        self.runtime.wake(at=member.session_deadline)
 
         full_request = joining or (
             rebalance_timeout_ms != -1 and (names is not None or regex is not None) and owned is not None
@@ -557,6 +570,7 @@ class ConsumerGroupCoordinator:
             if member.revocation_deadline is None or member.revocation_epoch != member.member_epoch:
                 member.revocation_deadline = now + max(member.rebalance_timeout_ms, 0) / 1000
                 member.revocation_epoch = member.member_epoch
+                self.runtime.wake(at=member.revocation_deadline)
         else:
             member.revocation_deadline = None
 
@@ -642,20 +656,25 @@ class ConsumerGroupCoordinator:
         group.subscribed_metadata = self._subscribed_metadata(group)
         group.group_epoch += 1
 
-    def tick(self) -> None:
-        """Fence members whose session expired or who did not revoke within their rebalance timeout."""
-        now = self.clock()
+    @staticmethod
+    def _revocation_deadline(member: ConsumerGroupMember) -> float | None:
+        """When the member is fenced for not revoking: only while it still holds partitions it must give up."""
+        if member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == member.revocation_epoch:
+            return member.revocation_deadline
+        return None
+
+    def tick(self, now: float | None = None) -> None:
+        """Fence members whose session expired or who did not revoke within their rebalance timeout, at ``now``
+        (default: the clock)."""
+        if now is None:
+            now = self.clock()
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
+                revocation_deadline = self._revocation_deadline(member)
                 if member.session_deadline <= now:
                     log.info("group %s: member %s session expired", group.group_id, member.member_id)
                     self._remove(group, member)
-                elif (
-                    member.revocation_deadline is not None
-                    and member.revocation_deadline <= now
-                    and member.state == MemberState.UNREVOKED_PARTITIONS
-                    and member.member_epoch == member.revocation_epoch
-                ):
+                elif revocation_deadline is not None and revocation_deadline <= now:
                     log.info(
                         "group %s: member %s fenced: did not revoke within %d ms",
                         group.group_id,
@@ -664,16 +683,18 @@ class ConsumerGroupCoordinator:
                     )
                     self._remove(group, member)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The timer service: expires sessions and rebalance deadlines until cancelled."""
-        task_status.started()
-        while True:
-            if not any(group.members for group in self.groups.values()):
-                # Nothing can expire: an idle broker does not wake up twenty times a second.
-                self._members_arrived = trio.Event()
-                await self._members_arrived.wait()
-            await trio.sleep(TICK_SECONDS)
-            self.tick()
+    def next_deadline(self, now: float) -> float | None:
+        """The earliest session or revocation deadline of any member, or None without members."""
+        earliest: float | None = None
+        for group in self.groups.values():
+            for member in group.members.values():
+                revocation_deadline = self._revocation_deadline(member)
+                deadline = member.session_deadline
+                if revocation_deadline is not None and revocation_deadline < deadline:
+                    deadline = revocation_deadline
+                if earliest is None or deadline < earliest:
+                    earliest = deadline
+        return earliest
 
     # --- administration and offsets -------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ heartbeating are removed after their session timeout, members that never send Sy
 rebalance timeout. Assignors run in the clients, so eager and cooperative rebalancing both work unchanged.
 
 Time comes from an injectable ``clock`` (seconds, monotonic); ``tick`` fires every timer that is due and
-``run`` calls it periodically. Waiting requests park on trio events.
+``next_deadline`` says when the next one is. The coordinator registers with a CoordinatorRuntime
+(kbroker.groups.runtime), which calls ``tick`` at those deadlines; setting a timer wakes the runtime if it would
+sleep past it. Waiting requests park on trio events.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from enum import Enum
 
 import trio
 
+from kbroker.groups.runtime import CoordinatorRuntime
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kbroker.groups")
 
-TICK_SECONDS = 0.05
 # Kafka's classic-group constant: a new member parked in JoinGroup cannot heartbeat, so its request is
 # answered (UNKNOWN_MEMBER_ID) after this long if the rebalance has not completed by then.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -203,6 +205,7 @@ class GroupCoordinator:
         max_size: int = 2**31 - 1,
         clock: Callable[[], float] = trio.current_time,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        runtime: CoordinatorRuntime | None = None,
     ) -> None:
         self.groups: dict[str, Group] = {}
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -212,7 +215,9 @@ class GroupCoordinator:
         self.clock = clock
         self.wall_clock_ms = wall_clock_ms
         self.started_ms = wall_clock_ms()
-        self._work_arrived = trio.Event()  # lets run() sleep while no group has members or timers
+        # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
+        self.runtime = runtime if runtime is not None else CoordinatorRuntime()
+        self.runtime.register(self)
 
     # --- helpers --------------------------------------------------------------------------------------
 
@@ -236,6 +241,11 @@ class GroupCoordinator:
 
     def _schedule_heartbeat(self, member: Member, timeout_ms: int | None = None) -> None:
         member.heartbeat_deadline = self.clock() + (timeout_ms or member.session_timeout_ms) / 1000
+        self.runtime.wake(at=member.heartbeat_deadline)
+
+    def _set_join_deadline(self, group: Group, deadline: float) -> None:
+        group.join_deadline = deadline
+        self.runtime.wake(at=deadline)
 
     def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
         """KIP-389 group.max.size, with Kafka's rules for members already in the group."""
@@ -299,7 +309,7 @@ class GroupCoordinator:
             elif require_known_member_id:
                 # KIP-394: hand out the id first, so a client that times out does not leave a ghost member.
                 group.pending_members[new_id] = self.clock() + session_timeout_ms / 1000
-                self._work_arrived.set()
+                self.runtime.wake(at=group.pending_members[new_id])
                 return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
             return await self._add_member(group, new_id, request)
         if member_id in group.pending_members:
@@ -348,7 +358,6 @@ class GroupCoordinator:
         group.members[member_id] = member
         if request.group_instance_id is not None:
             group.static_members[request.group_instance_id] = member_id
-        self._work_arrived.set()
         log.info("group %s: member %s joins", group.group_id, member_id)
         # A parked JoinGroup cannot heartbeat; it is bounded by the new-member timeout instead.
         self._schedule_heartbeat(member, NEW_MEMBER_JOIN_TIMEOUT_MS)
@@ -438,12 +447,12 @@ class GroupCoordinator:
         assert member.join_result is not None
         return member.join_result
 
-    @staticmethod
-    def _finish_join(member: Member, result: JoinResult) -> None:
+    def _finish_join(self, member: Member, result: JoinResult) -> None:
         if member.join_waiter is not None:
             member.join_result = result
             waiter, member.join_waiter = member.join_waiter, None
             waiter.set()
+            self.runtime.wake(at=member.heartbeat_deadline)  # no longer parked: its session counts again
 
     def _rebalance_or_complete_join(self, group: Group, reason: str) -> None:
         if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
@@ -469,14 +478,14 @@ class GroupCoordinator:
             group.initial_delay_ms = delay
             group.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
             group.new_member_added = False
-            group.join_deadline = now + delay / 1000
+            self._set_join_deadline(group, now + delay / 1000)
             if delay == 0:
                 self._on_join_deadline(group)
             return
         if group.has_all_members_joined():
             self._complete_join(group)
         else:
-            group.join_deadline = now + group.rebalance_timeout_ms() / 1000
+            self._set_join_deadline(group, now + group.rebalance_timeout_ms() / 1000)
 
     def _maybe_complete_join_phase(self, group: Group) -> None:
         # The first rebalance of an empty group only ends when its delay does.
@@ -497,7 +506,7 @@ class GroupCoordinator:
             window = min(self.initial_rebalance_delay_ms, group.initial_remaining_ms)
             group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_delay_ms, 0)
             group.initial_delay_ms = window
-            group.join_deadline = self.clock() + window / 1000
+            self._set_join_deadline(group, self.clock() + window / 1000)
             return
         self._complete_join(group)
 
@@ -509,7 +518,7 @@ class GroupCoordinator:
         if group.members and not self._elect_joined_leader(group):
             # Only static members that have not rejoined are left: wait for them (or their session to end).
             log.warning("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
-            group.join_deadline = self.clock() + group.rebalance_timeout_ms() / 1000
+            self._set_join_deadline(group, self.clock() + group.rebalance_timeout_ms() / 1000)
             return
         group.generation_id += 1
         group.pending_sync.clear()
@@ -535,6 +544,7 @@ class GroupCoordinator:
             member.is_new = False
             group.pending_sync.add(member.member_id)
         group.sync_deadline = self.clock() + group.rebalance_timeout_ms() / 1000
+        self.runtime.wake(at=group.sync_deadline)
 
     @staticmethod
     def _elect_joined_leader(group: Group) -> bool:
@@ -629,12 +639,12 @@ class GroupCoordinator:
     def _sync_result(group: Group, member: Member) -> SyncResult:
         return SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type, group.protocol_name)
 
-    @staticmethod
-    def _finish_sync(member: Member, result: SyncResult) -> None:
+    def _finish_sync(self, member: Member, result: SyncResult) -> None:
         if member.sync_waiter is not None:
             member.sync_result = result
             waiter, member.sync_waiter = member.sync_waiter, None
             waiter.set()
+            self.runtime.wake(at=member.heartbeat_deadline)  # no longer parked: its session counts again
 
     # --- heartbeats, leaving, expiry ------------------------------------------------------------------
 
@@ -715,9 +725,23 @@ class GroupCoordinator:
         elif group.state == GroupState.PREPARING_REBALANCE and group.has_all_members_joined():
             self._complete_join(group)
 
-    def tick(self) -> None:
-        """Fire every timer that is due: pending ids, sessions, the join phase and the sync phase."""
-        now = self.clock()
+    @staticmethod
+    def _session_counts(member: Member) -> bool:
+        """Members parked in JoinGroup/SyncGroup cannot heartbeat; only new ones time out meanwhile."""
+        return member.is_new or not (member.awaiting_join or member.awaiting_sync)
+
+    @staticmethod
+    def _sync_deadline(group: Group) -> float | None:
+        """When members yet to send SyncGroup are removed; only while the group waits for them."""
+        if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return group.sync_deadline
+        return None
+
+    def tick(self, now: float | None = None) -> None:
+        """Fire every timer that is due at ``now`` (default: the clock): pending ids, sessions, the join phase
+        and the sync phase."""
+        if now is None:
+            now = self.clock()
         for group in list(self.groups.values()):
             for pending, deadline in list(group.pending_members.items()):
                 if deadline <= now:
@@ -727,16 +751,12 @@ class GroupCoordinator:
             for member in list(group.members.values()):
                 if member.member_id not in group.members or member.heartbeat_deadline > now:
                     continue
-                # Members parked in JoinGroup/SyncGroup cannot heartbeat; only new ones time out meanwhile.
-                if member.is_new or not (member.awaiting_join or member.awaiting_sync):
+                if self._session_counts(member):
                     self._expire_member(group, member)
             if group.join_deadline is not None and now >= group.join_deadline:
                 self._on_join_deadline(group)
-            if (
-                group.sync_deadline is not None
-                and now >= group.sync_deadline
-                and group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
-            ):
+            sync_deadline = self._sync_deadline(group)
+            if sync_deadline is not None and now >= sync_deadline:
                 group.sync_deadline = None
                 stragglers = sorted(group.pending_sync)
                 if stragglers:
@@ -745,19 +765,18 @@ class GroupCoordinator:
                         self._remove_member(group, member_id)
                     self._prepare_rebalance(group, "members did not send SyncGroup in time")
 
-    def _has_work(self) -> bool:
-        return any(group.members or group.pending_members or group.join_deadline for group in self.groups.values())
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The timer service: expires sessions and rebalance deadlines until cancelled."""
-        task_status.started()
-        while True:
-            if not self._has_work():
-                # Nothing can expire: an idle broker does not wake up twenty times a second.
-                self._work_arrived = trio.Event()
-                await self._work_arrived.wait()
-            await trio.sleep(TICK_SECONDS)
-            self.tick()
+    def next_deadline(self, now: float) -> float | None:
+        """When ``tick`` next has something to do (the timers it fires, with the same conditions), or None."""
+        deadlines: list[float] = []
+        for group in self.groups.values():
+            deadlines.extend(group.pending_members.values())
+            deadlines.extend(m.heartbeat_deadline for m in group.members.values() if self._session_counts(m))
+            if group.join_deadline is not None:
+                deadlines.append(group.join_deadline)
+            sync_deadline = self._sync_deadline(group)
+            if sync_deadline is not None:
+                deadlines.append(sync_deadline)
+        return min(deadlines, default=None)
 
     # --- offsets, administration ------------------------------------------------------------------------
 
@@ -818,6 +837,20 @@ class GroupCoordinator:
             self._transition(group, GroupState.DEAD)
             del self.groups[group_id]
         return ErrorCode.NONE
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def release_group_id(self, group_id: str, *, release: bool) -> bool:
+        """For the consumer group coordinator (kbroker.groups.consumer_group.OtherGroupKinds): whether
+        ``group_id`` may become a consumer group's. A group with members keeps its id; with ``release``, an empty
+        group of that id is deleted (its committed offsets are not the coordinator's and stay)."""
+        if self.has_members(group_id):
+            return False
+        if release:
+            self.delete(group_id)
+        return True
 
     def forget_empty_groups(self, keep: Callable[[str], bool]) -> list[str]:
         """Kafka's periodic clean-up: Empty groups with nothing left (no offsets) become Dead and go."""

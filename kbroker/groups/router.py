@@ -7,7 +7,10 @@ group. The handlers (kbroker/apis) and the broker ask the router instead of prob
 
 The kind of an id changes over its life: an offsets-only group becomes classic when a member joins it, an
 empty classic group becomes a consumer group when a consumer-protocol member heartbeats, and an empty
-consumer group becomes classic when a classic member joins. A group with members keeps its kind.
+consumer group becomes classic when a classic member joins. A group with members keeps its kind. The router
+decides the classic direction (``admit_classic_join``); for the consumer direction the consumer coordinator asks
+the classic one through a one-method interface (kbroker.groups.consumer_group.OtherGroupKinds), since it must
+decide inside its heartbeat.
 """
 
 from __future__ import annotations
@@ -75,8 +78,7 @@ class GroupRouter:
 
     def has_members(self, group_id: str) -> bool:
         """Whether the group has members under either protocol."""
-        group = self.classic.groups.get(group_id)
-        return (group is not None and bool(group.members)) or self.consumer.has_members(group_id)
+        return self.classic.has_members(group_id) or self.consumer.has_members(group_id)
 
     def group_ids(self) -> list[str]:
         """Every known group id, sorted."""
