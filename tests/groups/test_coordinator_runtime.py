@@ -293,3 +293,45 @@ def test_consumer_group_members_are_fenced_exactly_at_their_session_and_revocati
         assert group.members == {}
 
     run_virtual(test)
+
+
+def test_a_member_answered_after_its_session_ran_out_while_it_waited_in_sync_group_expires_at_once() -> None:
+    """A member parked in SyncGroup cannot heartbeat, so its session does not count; once answered it does."""
+
+    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+        coordinator = GroupCoordinator(
+            min_session_timeout_ms=1000, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=1000, runtime=runtime
+        )
+        joined: list[JoinResult] = []
+
+        async def join() -> None:
+            joined.append(
+                await coordinator.join(
+                    "g", "", None, "client", "/127.0.0.1", 10_000, 30_000, "consumer", [("range", b"")],
+                    require_known_member_id=False,
+                )
+            )  # fmt: skip
+
+        nursery.start_soon(join)
+        nursery.start_soon(join)
+        await trio.sleep_until(2.5)  # the initial delay ends at 2, extended once for the second member
+        leader, follower = sorted(joined, key=lambda result: result.member_id != result.leader)
+        assert (leader.generation_id, follower.generation_id) == (1, 1)
+        answered: list[ErrorCode] = []
+
+        async def follower_sync() -> None:
+            result = await coordinator.sync("g", 1, follower.member_id, None, None, None, {})
+            answered.append(result.error_code)
+
+        nursery.start_soon(follower_sync)  # parked: the leader does not send its assignment
+        await trio.sleep_until(11.0)
+        assert coordinator.heartbeat("g", 1, leader.member_id, None) == ErrorCode.NONE  # leader's session: 21
+        await trio.sleep_until(15.0)
+        assert list(coordinator.groups["g"].members) == [leader.member_id, follower.member_id]
+        coordinator.leave("g", [(leader.member_id, None)])  # answers the follower: rebalance
+        await trio.testing.wait_all_tasks_blocked()
+        assert answered == [ErrorCode.REBALANCE_IN_PROGRESS]
+        assert trio.current_time() == 15.0
+        assert coordinator.groups["g"].members == {}  # its session ended at 12, while it could not heartbeat
+
+    run_virtual(test)
