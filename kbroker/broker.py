@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -25,8 +25,8 @@ from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
 from kbroker.groups.runtime import CoordinatorRuntime
-from kbroker.storage import LogManager, PartitionLog, TopicInfo
-from kbroker.storage.api import AnyLogStore
+from kbroker.storage import LogManager, TopicInfo
+from kbroker.storage.api import AnyLogStore, PartitionStore
 from kbroker.storage.files import (
     DamagedFileError,
     lock_data_dir,
@@ -34,7 +34,7 @@ from kbroker.storage.files import (
     write_atomically,
     write_offset_file,
 )
-from protocol.errors import ErrorCode, KafkaError
+from kbroker.topics import TopicService
 
 log = logging.getLogger("kbroker")
 
@@ -56,10 +56,6 @@ class OpenConnection(Protocol):
 def new_cluster_id() -> str:
     # Kafka's cluster ids are a random UUID in URL-safe base64 without padding (22 characters).
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _unknown_topic(name: str) -> KafkaError:
-    return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
 
 class Broker:
@@ -84,8 +80,7 @@ class Broker:
         except BaseException:
             self._data_dir_lock.release()
             raise
-        self._topics_in_creation: dict[str, trio.Event] = {}
-        self._partition_changes = trio.Lock()
+        self.topics = TopicService(self.logs, self.offsets, config)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
         self.coordinator_runtime = CoordinatorRuntime()
@@ -109,7 +104,7 @@ class Broker:
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection
-        self._waiters: defaultdict[tuple[str, int], set[trio.Event]] = defaultdict(set)
+        self._drain_listeners: set[Callable[[], None]] = set()
 
     def advertised_for(self, listener: str) -> Endpoint:
         """The address clients of ``listener`` are given (Kafka answers with the listener a request came in on)."""
@@ -159,92 +154,17 @@ class Broker:
     # --- topics ----------------------------------------------------------------------------------------
 
     def topic(self, name: str) -> TopicInfo | None:
-        return self.logs.topic(name)
+        return self.topics.topic(name)
 
-    def partition(self, topic: str, partition: int) -> PartitionLog | None:
-        return self.logs.get_partition(topic, partition)
+    def partition(self, topic: str, partition: int) -> PartitionStore | None:
+        return self.topics.partition(topic, partition)
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        """Create a topic; its files are made in a worker thread so other clients are not held up.
+    # --- shutdown wake-ups ------------------------------------------------------------------------------
 
-        Raises KafkaError: TOPIC_ALREADY_EXISTS if the name is taken (or being created), INVALID_TOPIC_EXCEPTION
-        if it is not a valid name.
-        """
-        info = self.logs.plan_topic(name, partitions, configs)
-        created = self._topics_in_creation[name] = trio.Event()
-        try:
-            logs = await trio.to_thread.run_sync(self.logs.build_partitions, info, 0, abandon_on_cancel=False)
-        except BaseException:
-            self.logs.abandon(info)
-            raise
-        finally:
-            del self._topics_in_creation[name]
-            created.set()
-        return self.logs.commit_topic(info, logs)
-
-    async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        """Grow a topic to ``total`` partitions.
-
-        Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_PARTITIONS if not growing.
-        """
-        async with self._partition_changes:  # two requests growing one topic must not build the same partitions
-            info = self.logs.topic(name)
-            if info is None:
-                raise _unknown_topic(name)
-            if total <= info.partitions:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"topic {name} already has {info.partitions} partitions")
-            logs = await trio.to_thread.run_sync(
-                self.logs.build_partitions, info, info.partitions, total, abandon_on_cancel=False
-            )
-            if self.logs.topic(name) is not info:  # deleted meanwhile
-                for plog in logs:
-                    plog.delete()
-                raise _unknown_topic(name)
-            return self.logs.commit_partitions(info, logs)
-
-    async def auto_create_topic(self, name: str) -> TopicInfo | None:
-        """Create ``name`` with the broker defaults if auto-creation is on; None otherwise."""
-        if not self.config["auto.create.topics.enable"]:
-            return None
-        pending = self._topics_in_creation.get(name)
-        if pending is not None:  # someone else is creating it: use theirs
-            await pending.wait()
-        info = self.logs.topic(name)
-        if info is None:
-            try:
-                info = await self.create_topic(name, self.config["num.partitions"], {})
-            except KafkaError:  # created meanwhile (or not a valid name)
-                return self.logs.topic(name)
-            log.info("auto-created topic %s with %d partitions", name, info.partitions)
-        return info
-
-    # --- fetch long-poll wake-ups ---------------------------------------------------------------------
-
-    def watch(self, keys: list[tuple[str, int]]) -> trio.Event:
-        """An event set on the next append to any of ``keys``; call ``unwatch`` when done."""
-        event = trio.Event()
-        for key in keys:
-            self._waiters[key].add(event)
-        return event
-
-    def unwatch(self, keys: list[tuple[str, int]], event: trio.Event) -> None:
-        for key in keys:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[key]
-
-    def notify_append(self, topic: str, partition: int) -> None:
-        waiters = self._waiters.get((topic, partition))
-        if waiters:
-            for event in waiters:
-                event.set()
-
-    def wake_all_waiters(self) -> None:
-        for waiters in self._waiters.values():
-            for event in waiters:
-                event.set()
+    def on_drain(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` when draining starts (a long-polling fetch answers at once); returns the unsubscribe."""
+        self._drain_listeners.add(listener)
+        return lambda: self._drain_listeners.discard(listener)
 
     def connection_closed(self, connection_id: int) -> None:
         """Forget per-connection state."""
@@ -265,17 +185,14 @@ class Broker:
             log.info("expired %d committed offset(s)", expired)
         return expired
 
-    def delete_topic(self, name: str) -> None:
-        self.logs.delete_topic(name)
-        self.offsets.delete_topic(name)
-
     def begin_drain(self) -> None:
         self.draining = True
         self.groups.wake_all()
         self.accepting.cancel()
         for connection in list(self.open_connections.values()):
             connection.stop_reading()  # each answers what it already received, then closes
-        self.wake_all_waiters()
+        for listener in list(self._drain_listeners):
+            listener()
 
     def close(self) -> None:
         try:

@@ -20,7 +20,6 @@ PartitionResult = DescribeTopicPartitionsResponse.DescribeTopicPartitionsRespons
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
-    broker = ctx.broker
     if ctx.api_version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
         # Kafka's answers: a controller endpoint is the wrong kind of endpoint to ask, anything else unknown.
         if request.endpoint_type == CONTROLLERS_ENDPOINT:
@@ -35,11 +34,11 @@ async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterR
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
         endpoint_type=BROKERS_ENDPOINT,
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        cluster_id=ctx.cluster.cluster_id,
+        controller_id=ctx.cluster.node_id,
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=broker.node_id,
+                broker_id=ctx.cluster.node_id,
                 host=ctx.advertised.host,
                 port=ctx.advertised.port,
                 rack=None,
@@ -55,10 +54,9 @@ async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterR
 async def handle_describe_topic_partitions(
     ctx: RequestContext, request: DescribeTopicPartitionsRequest
 ) -> DescribeTopicPartitionsResponse:
-    broker = ctx.broker
-    node = broker.node_id
+    node = ctx.cluster.node_id
     # An empty list means every topic; topics come back sorted by name so a cursor can resume.
-    names = sorted({t.name for t in request.topics}) if request.topics else sorted(i.name for i in broker.logs.topics())
+    names = sorted({t.name for t in request.topics}) if request.topics else sorted(i.name for i in ctx.topics.all())
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
@@ -66,7 +64,7 @@ async def handle_describe_topic_partitions(
     topics: list[TopicResult] = []
     next_cursor = None
     for name in names:
-        info = broker.topic(name)
+        info = ctx.topics.topic(name)
         if info is None:
             topics.append(
                 TopicResult(

@@ -22,7 +22,9 @@ from protocol.messages.incremental_alter_configs_request import IncrementalAlter
 from protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker, Endpoint
+    from kbroker.apis.context import Cluster
+    from kbroker.broker import Endpoint
+    from kbroker.config import BrokerConfig
 
 TOPIC = 2
 BROKER = 4
@@ -61,7 +63,7 @@ class ConfigEntry:
 
 
 def describe_topic_configs(
-    broker: Broker,
+    config: BrokerConfig,
     overrides: dict[str, str],
     include_synonyms: bool,
     keys: list[str] | None = None,
@@ -80,11 +82,11 @@ def describe_topic_configs(
         synonym = key.broker_synonym
         broker_key = BROKER_DEFS.get(synonym) if synonym is not None else None
         if broker_key is not None:
-            if not broker.config.is_default(broker_key.name):
-                synonyms.append((broker_key.name, broker.config.describe_value(broker_key.name), STATIC_BROKER_CONFIG))
+            if not config.is_default(broker_key.name):
+                synonyms.append((broker_key.name, config.describe_value(broker_key.name), STATIC_BROKER_CONFIG))
             if not broker_key.null_default:
                 synonyms.append((broker_key.name, broker_key.default, DEFAULT_CONFIG))
-            default = broker.config.describe_value(broker_key.name)  # derived (log.retention.hours) if unset
+            default = config.describe_value(broker_key.name)  # derived (log.retention.hours) if unset
         else:
             default = key.default
         value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, DEFAULT_CONFIG)
@@ -114,12 +116,13 @@ def _listeners(endpoints: list[tuple[str, Endpoint]]) -> str:
     return ",".join(f"{name}://{endpoint.host}:{endpoint.port}" for name, endpoint in endpoints)
 
 
-def _broker_entry(broker: Broker, key: ConfigDef) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
+def _broker_entry(
+    config: BrokerConfig, cluster: Cluster, key: ConfigDef
+) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
     """(value, source, synonyms) of one broker setting. Where the broker listens, what it advertises and its
     data directory are reported as they are, however they were given (config file, command line, fixture)."""
-    config = broker.config
     if key.name == "listeners":
-        value = _listeners(broker.listeners) if broker.listeners else _listener(broker.listen)
+        value = _listeners(cluster.listeners) if cluster.listeners else _listener(cluster.listen)
         if value == key.default:
             return value, DEFAULT_CONFIG, [(key.name, value, DEFAULT_CONFIG)]
         return (
@@ -128,11 +131,11 @@ def _broker_entry(broker: Broker, key: ConfigDef) -> tuple[str | None, int, list
             [(key.name, value, STATIC_BROKER_CONFIG), (key.name, key.default, DEFAULT_CONFIG)],
         )
     if key.name == "advertised.listeners":
-        advertised = [(name, broker.advertised_for(name)) for name, _ in broker.listeners]
-        value = _listeners(advertised) if advertised else _listener(broker.advertised)
+        advertised = [(name, cluster.advertised_for(name)) for name, _ in cluster.listeners]
+        value = _listeners(advertised) if advertised else _listener(cluster.advertised)
         return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
     if key.name == "log.dirs":
-        value = str(broker.data_dir)
+        value = str(cluster.data_dir)
         return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
     no_default = key.null_default or key.name in REQUIRED_IN_KAFKA
     default_synonyms: list[tuple[str, str | None, int]] = (
@@ -145,14 +148,18 @@ def _broker_entry(broker: Broker, key: ConfigDef) -> tuple[str | None, int, list
 
 
 def describe_broker_configs(
-    broker: Broker, include_synonyms: bool, keys: list[str] | None, include_documentation: bool = False
+    config: BrokerConfig,
+    cluster: Cluster,
+    include_synonyms: bool,
+    keys: list[str] | None,
+    include_documentation: bool = False,
 ) -> list[ConfigEntry]:
     """Every broker setting kbroker has, read-only: kbroker's broker settings are static (UNSUPPORTED.md)."""
     entries = []
     for key in DESCRIBED_BROKER_DEFS.values():
         if keys is not None and key.name not in keys:
             continue
-        value, source, synonyms = _broker_entry(broker, key)
+        value, source, synonyms = _broker_entry(config, cluster, key)
         entries.append(
             ConfigEntry(
                 name=key.name,
@@ -168,7 +175,6 @@ def describe_broker_configs(
 
 
 async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
-    broker = ctx.broker
     results = []
     for resource in request.resources:
         result = DescribeConfigsResponse.DescribeConfigsResult(
@@ -181,7 +187,7 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
         results.append(result)
         keys = resource.configuration_keys
         if resource.resource_type == TOPIC:
-            info = broker.topic(resource.resource_name)
+            info = ctx.topics.topic(resource.resource_name)
             name_problem = validate_topic_name(resource.resource_name) if info is None else None
             if name_problem is not None:
                 result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
@@ -192,14 +198,16 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
                 result.error_message = f"Topic {resource.resource_name} does not exist."
                 continue
             entries = describe_topic_configs(
-                broker, info.configs, request.include_synonyms, keys, request.include_documentation
+                ctx.config, info.configs, request.include_synonyms, keys, request.include_documentation
             )
         elif resource.resource_type == BROKER:
-            if resource.resource_name not in ("", str(broker.node_id)):
+            if resource.resource_name not in ("", str(ctx.cluster.node_id)):
                 result.error_code = ErrorCode.INVALID_REQUEST
-                result.error_message = f"Unexpected broker id, expected {broker.node_id} or empty string"
+                result.error_message = f"Unexpected broker id, expected {ctx.cluster.node_id} or empty string"
                 continue
-            entries = describe_broker_configs(broker, request.include_synonyms, keys, request.include_documentation)
+            entries = describe_broker_configs(
+                ctx.config, ctx.cluster, request.include_synonyms, keys, request.include_documentation
+            )
         elif resource.resource_type == BROKER_LOGGER:
             entries = []
         else:
@@ -227,14 +235,13 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
 def _apply_topic_configs(
     ctx: RequestContext, name: str, new_configs: dict[str, str], validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
-    broker = ctx.broker
-    if broker.topic(name) is None:
+    if ctx.topics.topic(name) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist."
     problem = validate_topic_configs(new_configs)
     if problem is not None:
         return ErrorCode.INVALID_CONFIG, problem
     if not validate_only:
-        broker.logs.alter_topic_config(name, new_configs)
+        ctx.topics.alter_configs(name, new_configs)
         warn_unapplied(name, new_configs)
     return ErrorCode.NONE, None
 
@@ -307,7 +314,7 @@ async def handle_incremental_alter_configs(
         if len(names) != len(set(names)):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         elif resource.resource_type == TOPIC:
-            info = ctx.broker.topic(resource.resource_name)
+            info = ctx.topics.topic(resource.resource_name)
             if info is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist."
             else:

@@ -44,7 +44,7 @@ async def handle_consumer_group_heartbeat(
         client_id=ctx.client_id or "",
         client_host="/" + ctx.client_host,
     )
-    result = ctx.broker.consumer_groups.heartbeat(heartbeat)
+    result = ctx.groups.consumer.heartbeat(heartbeat)
     assignment = None
     if result.assignment is not None:
         assignment = ConsumerGroupHeartbeatResponse.Assignment(
@@ -79,7 +79,7 @@ def _described_assignment(
 
 
 def _describe(ctx: RequestContext, group: ConsumerGroup) -> ConsumerGroupDescribeResponse.DescribedGroup:
-    coordinator = ctx.broker.consumer_groups
+    coordinator = ctx.groups.consumer
     names = dict(coordinator.topic_names())
     members = [
         ConsumerGroupDescribeResponse.Member(
@@ -114,7 +114,7 @@ async def handle_consumer_group_describe(
 ) -> ConsumerGroupDescribeResponse:
     described = []
     for group_id in request.group_ids:
-        router = ctx.broker.group_router
+        router = ctx.groups
         group = router.consumer_group(group_id)
         if group is not None:
             described.append(_describe(ctx, group))

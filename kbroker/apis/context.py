@@ -1,17 +1,80 @@
-"""What a request handler is given besides the request body."""
+"""What a request handler is given besides the request body: the request's identity and the broker's services.
+
+Handlers see typed services, each a narrow view of one concern, not the whole broker: ``topics`` (look-ups
+and changes, kbroker/topics.py), ``groups`` (the group router and through it both group coordinators and
+the committed offsets, kbroker/groups), ``fetch_sessions``, ``producer_ids``, ``cluster`` (this node's
+identity and listeners) and ``config``. kbroker/app.py builds them once (``HandlerServices``) and each
+connection puts them in every request's context.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker, Endpoint
+    from kbroker.config import BrokerConfig
+    from kbroker.fetch_sessions import FetchSessionCache
+    from kbroker.groups.router import GroupRouter
+    from kbroker.topics import TopicService
+
+
+class Cluster(Protocol):
+    """This node as the cluster of one it is: identity, listeners and whether it is shutting down."""
+
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def listen(self) -> Endpoint: ...
+    @property
+    def advertised(self) -> Endpoint: ...
+    @property
+    def listeners(self) -> list[tuple[str, Endpoint]]: ...
+    @property
+    def draining(self) -> bool: ...
+
+    def advertised_for(self, listener: str) -> Endpoint: ...
+
+    def on_drain(self, listener: Callable[[], None]) -> Callable[[], None]: ...
+
+
+class ProducerIds(Protocol):
+    def allocate_producer_id(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerServices:
+    """The services every request handler may use; built once per broker."""
+
+    config: BrokerConfig
+    cluster: Cluster
+    topics: TopicService
+    groups: GroupRouter
+    fetch_sessions: FetchSessionCache
+    producer_ids: ProducerIds
+
+    @classmethod
+    def of(cls, broker: Broker) -> HandlerServices:
+        return cls(
+            config=broker.config,
+            cluster=broker,
+            topics=broker.topics,
+            groups=broker.group_router,
+            fetch_sessions=broker.fetch_sessions,
+            producer_ids=broker,
+        )
 
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    services: HandlerServices
     api_key: int
     api_version: int
     correlation_id: int
@@ -22,6 +85,30 @@ class RequestContext:
     principal: str = "User:ANONYMOUS"
 
     @property
+    def config(self) -> BrokerConfig:
+        return self.services.config
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.services.cluster
+
+    @property
+    def topics(self) -> TopicService:
+        return self.services.topics
+
+    @property
+    def groups(self) -> GroupRouter:
+        return self.services.groups
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache:
+        return self.services.fetch_sessions
+
+    @property
+    def producer_ids(self) -> ProducerIds:
+        return self.services.producer_ids
+
+    @property
     def advertised(self) -> Endpoint:
         """This broker's address as advertised on the request's listener (what Metadata and others give)."""
-        return self.broker.advertised_for(self.listener)
+        return self.services.cluster.advertised_for(self.listener)

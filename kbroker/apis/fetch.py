@@ -1,7 +1,8 @@
 """Fetch (key 1): serve record batches from segment files as they are, with long polling and fetch sessions.
 
-A fetch that finds fewer than min_bytes waits until max_wait_ms for an append to one of its partitions;
-appends wake it through the broker's per-partition watchers, so nothing polls. Record data is not read
+A fetch that finds fewer than min_bytes waits until max_wait_ms for one of its partitions' readable end to
+move: it subscribes to the partitions' events (kbroker/storage), so nothing polls and no writer has to
+remember to wake it. Record data is not read
 here: each partition's answer is a region of a segment file that the connection sends with sendfile.
 Fetch sessions (KIP-227, v7+) are in fetch_sessions.py.
 """
@@ -25,6 +26,7 @@ from kbroker.fetch_sessions import (
     next_epoch,
 )
 from kbroker.storage import OffsetOutOfRange
+from kbroker.storage.api import PartitionEvent
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
@@ -54,7 +56,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
     session: FetchSession | None = None
     create_session = False
     if ctx.api_version >= 7:
-        cache = ctx.broker.fetch_sessions
+        cache = ctx.fetch_sessions
         now_ms = int(time.time() * 1000)
         if request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if request.session_id != NO_SESSION:
@@ -86,16 +88,11 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
             total_bytes >= request.min_bytes
             or has_error
             or trio.current_time() >= deadline
-            or ctx.broker.draining
+            or ctx.cluster.draining
             or not keys
         ):
             break
-        event = ctx.broker.watch(keys)
-        try:
-            with trio.move_on_at(deadline):
-                await event.wait()
-        finally:
-            ctx.broker.unwatch(keys, event)
+        await _wait_for_data(ctx, keys, deadline, read_committed=request.isolation_level == READ_COMMITTED)
 
     session_id = NO_SESSION
     if session is not None:
@@ -103,7 +100,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
         session_id = session.id
     elif create_session and answers:
         partitions = {w.key: _cached(w, data) for w, data in answers}
-        created = ctx.broker.fetch_sessions.create(int(time.time() * 1000), uses_ids, partitions)
+        created = ctx.fetch_sessions.create(int(time.time() * 1000), uses_ids, partitions)
         session_id = created.id if created is not None else NO_SESSION
     return FetchResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=_by_topic(answers)
@@ -114,11 +111,39 @@ def _session_error(code: ErrorCode) -> FetchResponse:
     return FetchResponse(throttle_time_ms=0, error_code=code, session_id=NO_SESSION, responses=[])
 
 
+async def _wait_for_data(
+    ctx: RequestContext, keys: list[tuple[str, int]], deadline: float, *, read_committed: bool
+) -> None:
+    """Until a partition's readable end moves (the high watermark, or the last stable offset for read_committed),
+    the broker starts draining, or the deadline."""
+    woken = trio.Event()
+    readable_end_moved = PartitionEvent.STABLE_OFFSET if read_committed else PartitionEvent.HIGH_WATERMARK
+
+    def on_change(event: PartitionEvent) -> None:
+        if event & readable_end_moved:
+            woken.set()
+
+    unsubscribes = [ctx.cluster.on_drain(woken.set)]
+    try:
+        for topic, index in keys:
+            try:
+                plog = ctx.topics.partition(topic, index)
+            except KafkaError:  # answered with its error already
+                continue
+            if plog is not None:
+                unsubscribes.append(plog.subscribe(on_change))
+        with trio.move_on_at(deadline):
+            await woken.wait()
+    finally:
+        for unsubscribe in unsubscribes:
+            unsubscribe()
+
+
 def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool) -> list[Wanted]:
     out = []
     for topic in request.topics:
         if uses_ids:
-            info = ctx.broker.logs.topic_by_id(topic.topic_id)
+            info = ctx.topics.topic_by_id(topic.topic_id)
             name = info.name if info is not None else None
         else:
             name = topic.topic
@@ -160,7 +185,7 @@ def _session_partitions(
         ident, partition = key
         if uses_ids:
             assert isinstance(ident, uuid.UUID)
-            info = ctx.broker.logs.topic_by_id(ident)
+            info = ctx.topics.topic_by_id(ident)
             name, topic, topic_id = (info.name if info is not None else None), "", ident
         else:
             assert isinstance(ident, str)
@@ -222,7 +247,6 @@ def _partition_error(index: int, code: ErrorCode) -> PartitionData:
 def _read_all(
     ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
-    broker = ctx.broker
     read_committed = request.isolation_level == READ_COMMITTED
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -237,7 +261,7 @@ def _read_all(
             unknown_ids.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
             continue
         try:
-            plog = broker.partition(part.name, part.partition)
+            plog = ctx.topics.partition(part.name, part.partition)
         except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
             has_error = True
             answers.append((part, _partition_error(part.partition, exc.code)))

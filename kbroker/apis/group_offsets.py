@@ -20,7 +20,7 @@ DEFAULT_RETENTION = -1
 
 def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCode:
     """Kafka's validation of who may commit, by the group's kind (kbroker.groups.router)."""
-    return ctx.broker.group_router.validate_offset_commit(
+    return ctx.groups.validate_offset_commit(
         request.group_id,
         request.member_id,
         request.group_instance_id if ctx.api_version >= 7 else None,
@@ -30,15 +30,14 @@ def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCod
 
 
 async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
-    broker = ctx.broker
     check = _commit_check(ctx, request)
     now = int(time.time() * 1000)
     retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else DEFAULT_RETENTION
-    max_metadata = broker.config["offset.metadata.max.bytes"]
+    max_metadata = ctx.config["offset.metadata.max.bytes"]
     commits: dict[tuple[str, int], CommittedOffset] = {}
     topics = []
     for topic in request.topics:
-        info = broker.topic(topic.name)
+        info = ctx.topics.topic(topic.name)
         partitions = []
         for part in topic.partitions:
             code = check
@@ -63,14 +62,14 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             )
         topics.append(OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
     if commits:
-        broker.offsets.commit(request.group_id, commits)
+        ctx.groups.offsets.commit(request.group_id, commits)
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
 def _fetch_group(
     ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
 ) -> list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]:
-    committed = ctx.broker.offsets.get(group_id)
+    committed = ctx.groups.offsets.get(group_id)
     if wanted is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
@@ -91,9 +90,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         groups = []
         for group in request.groups:
             if version >= 9:
-                check = ctx.broker.group_router.validate_offset_fetch(
-                    group.group_id, group.member_id, group.member_epoch
-                )
+                check = ctx.groups.validate_offset_fetch(group.group_id, group.member_id, group.member_epoch)
                 if check != ErrorCode.NONE:
                     groups.append(
                         OffsetFetchResponse.OffsetFetchResponseGroup(
@@ -145,8 +142,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 
 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
-    broker = ctx.broker
-    router = broker.group_router
+    router = ctx.groups
     if not router.is_known(request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
     subscribed: set[str] = set()
@@ -166,7 +162,7 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
         for part in topic.partitions:
             if topic.name in subscribed:
                 code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
-            elif broker.topic(topic.name) is None:
+            elif ctx.topics.topic(topic.name) is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 code = ErrorCode.NONE
@@ -177,5 +173,5 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
                 )
             )
         topics.append(OffsetDeleteResponse.OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
-    broker.offsets.delete(request.group_id, doomed)
+    ctx.groups.offsets.delete(request.group_id, doomed)
     return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=topics)

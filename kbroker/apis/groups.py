@@ -33,9 +33,8 @@ TRANSACTION_KEY = 1
 
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     """A single node coordinates every group (and, once transactions exist, every transactional id)."""
-    broker = ctx.broker
     advertised = ctx.advertised
-    node, host, port = broker.node_id, advertised.host, advertised.port
+    node, host, port = ctx.cluster.node_id, advertised.host, advertised.port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         code = ErrorCode.INVALID_REQUEST
@@ -71,7 +70,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
 async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
     # One namespace for both protocols: a consumer group with members keeps its id (kbroker.groups.router).
-    if not ctx.broker.group_router.admit_classic_join(request.group_id):
+    if not ctx.groups.admit_classic_join(request.group_id):
         return JoinGroupResponse(
             throttle_time_ms=0,
             error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -82,7 +81,7 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
             members=[],
         )
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
-    result = await ctx.broker.groups.join(
+    result = await ctx.groups.classic.join(
         request.group_id,
         request.member_id,
         request.group_instance_id if version >= 5 else None,
@@ -113,7 +112,7 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
 
 async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     version = ctx.api_version
-    result = await ctx.broker.groups.sync(
+    result = await ctx.groups.classic.sync(
         request.group_id,
         request.generation_id,
         request.member_id,
@@ -133,18 +132,18 @@ async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> S
 
 async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     instance = request.group_instance_id if ctx.api_version >= 3 else None
-    code = ctx.broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id, instance)
+    code = ctx.groups.classic.heartbeat(request.group_id, request.generation_id, request.member_id, instance)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
 
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     if ctx.api_version < 3:
-        top, codes = ctx.broker.groups.leave(request.group_id, [(request.member_id, None)])
+        top, codes = ctx.groups.classic.leave(request.group_id, [(request.member_id, None)])
         # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).
         code = top if top != ErrorCode.NONE else next((c for c in codes if c != ErrorCode.NONE), ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
     identities = [(m.member_id, m.group_instance_id) for m in request.members]
-    top, codes = ctx.broker.groups.leave(request.group_id, identities)
+    top, codes = ctx.groups.classic.leave(request.group_id, identities)
     results = [
         LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code)
         for (member_id, instance_id), code in zip(identities, codes, strict=False)
@@ -162,7 +161,7 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
             group_state=entry.state,
             group_type=entry.group_type,
         )
-        for entry in ctx.broker.group_router.list_groups()
+        for entry in ctx.groups.list_groups()
         if (states is None or entry.state.lower() in states) and (types is None or entry.group_type in types)
     ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
@@ -170,7 +169,7 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
 
 async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
-    router = ctx.broker.group_router
+    router = ctx.groups
     for group_id in request.groups:
         kind = router.kind(group_id)
         group = router.classic_group(group_id)
@@ -241,7 +240,7 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
 
 
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    codes = ctx.broker.group_router.delete_groups(list(request.groups_names))
+    codes = ctx.groups.delete_groups(list(request.groups_names))
     results = [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
         for group_id, code in zip(request.groups_names, codes, strict=True)

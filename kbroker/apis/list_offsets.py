@@ -29,7 +29,6 @@ def leader_epoch_error(current_leader_epoch: int) -> ErrorCode:
 
 
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    broker = ctx.broker
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
     topics = []
     # As Kafka: a partition asked for more than once gets one INVALID_REQUEST answer instead.
@@ -46,7 +45,7 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                     answered.append(response)
                 continue
             try:
-                plog = broker.partition(topic.name, part.partition_index)
+                plog = ctx.topics.partition(topic.name, part.partition_index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 response.error_code = exc.code
                 partitions.append(response)

@@ -21,7 +21,7 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))  # no WRITE
 def topic_metadata(
     ctx: RequestContext, info: TopicInfo, with_operations: bool
 ) -> MetadataResponse.MetadataResponseTopic:
-    node = ctx.broker.node_id
+    node = ctx.cluster.node_id
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=info.name,
@@ -56,7 +56,6 @@ def _error_topic(
 
 
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
-    broker = ctx.broker
     version = ctx.api_version
     with_operations = version >= 8 and request.include_topic_authorized_operations
     # v0 has no null: an empty list asks for every topic. From v1 on, null means all and [] means none.
@@ -69,16 +68,16 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         # As Kafka: v10 and v11 carry topic ids and nullable names in the schema, but only v12 may use them.
         topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in requested]
     elif all_topics:
-        topics = [topic_metadata(ctx, info, with_operations) for info in broker.logs.topics()]
+        topics = [topic_metadata(ctx, info, with_operations) for info in ctx.topics.all()]
     else:
         for wanted in requested:
             if wanted.name is None:
-                info = broker.logs.topic_by_id(wanted.topic_id)
+                info = ctx.topics.topic_by_id(wanted.topic_id)
                 if info is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
                     continue
             else:
-                info = broker.topic(wanted.name)
+                info = ctx.topics.topic(wanted.name)
                 if info is None:
                     if validate_topic_name(wanted.name) is not None:
                         topics.append(
@@ -86,7 +85,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                         )
                         continue
                     if allow_create:
-                        info = await broker.auto_create_topic(wanted.name)
+                        info = await ctx.topics.auto_create(wanted.name)
                     if info is None:
                         topics.append(
                             _error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, with_operations)
@@ -100,11 +99,11 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         throttle_time_ms=0,
         brokers=[
             MetadataResponse.MetadataResponseBroker(
-                node_id=broker.node_id, host=ctx.advertised.host, port=ctx.advertised.port, rack=None
+                node_id=ctx.cluster.node_id, host=ctx.advertised.host, port=ctx.advertised.port, rack=None
             )
         ],
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        cluster_id=ctx.cluster.cluster_id,
+        controller_id=ctx.cluster.node_id,
         topics=topics,
         cluster_authorized_operations=cluster_operations,
         error_code=ErrorCode.NONE,

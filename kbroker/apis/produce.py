@@ -27,14 +27,13 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> Partition
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
-    broker = ctx.broker
     acks = request.acks
     now_ms = int(time.time() * 1000)
     by_id = ctx.api_version >= 13
     topics: list[ProduceResponse.TopicProduceResponse] = []
     to_flush = []
     for topic_data in request.topic_data:
-        info = broker.logs.topic_by_id(topic_data.topic_id) if by_id else broker.topic(topic_data.name)
+        info = ctx.topics.topic_by_id(topic_data.topic_id) if by_id else ctx.topics.topic(topic_data.name)
         results: list[PartitionResponse] = []
         for part in topic_data.partition_data:
             if acks not in (-1, 0, 1):
@@ -45,7 +44,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 results.append(_error(part.index, code))
                 continue
             try:
-                plog = broker.partition(info.name, part.index)
+                plog = ctx.topics.partition(info.name, part.index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 results.append(_error(part.index, exc.code, exc.message))
                 continue
@@ -72,7 +71,6 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 continue
             if plog.needs_flush:
                 to_flush.append(plog)
-            broker.notify_append(info.name, part.index)
             results.append(
                 PartitionResponse(
                     index=part.index,

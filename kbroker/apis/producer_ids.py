@@ -22,7 +22,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRe
         return InitProducerIdResponse(
             throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, producer_id=-1, producer_epoch=-1
         )
-    producer_id = ctx.broker.allocate_producer_id()
+    producer_id = ctx.producer_ids.allocate_producer_id()
     log.debug("producer id %d for client %s", producer_id, ctx.client_id)
     return InitProducerIdResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0

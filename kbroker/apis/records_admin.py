@@ -20,7 +20,7 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
             )
             partitions.append(result)
             try:
-                plog = ctx.broker.partition(topic.name, part.partition_index)
+                plog = ctx.topics.partition(topic.name, part.partition_index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 result.error_code = exc.code
                 continue

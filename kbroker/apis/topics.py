@@ -46,10 +46,10 @@ def _check_assignments(ctx: RequestContext, topic: CreateTopicsRequest.Creatable
     if indexes != list(range(len(indexes))):
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence"
     for assignment in topic.assignments:
-        if assignment.broker_ids != [ctx.broker.node_id]:
+        if assignment.broker_ids != [ctx.cluster.node_id]:
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
                 f"Replica assignment {assignment.broker_ids} for partition {assignment.partition_index} names "
-                f"brokers other than the only one, {ctx.broker.node_id}."
+                f"brokers other than the only one, {ctx.cluster.node_id}."
             )
     return None
 
@@ -57,9 +57,8 @@ def _check_assignments(ctx: RequestContext, topic: CreateTopicsRequest.Creatable
 async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     from kbroker.apis.configs import describe_topic_configs  # configs imports topic helpers
 
-    broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
-    default_partitions = broker.config["num.partitions"]
+    default_partitions = ctx.config["num.partitions"]
     requested = sum(
         len(t.assignments) if t.assignments else (default_partitions if t.num_partitions == -1 else t.num_partitions)
         for t in request.topics
@@ -93,7 +92,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         if name_problem is not None:
             fail(ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem)
             continue
-        if broker.topic(topic.name) is not None or broker.logs.is_pending(topic.name):
+        if ctx.topics.exists_or_pending(topic.name):
             fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
             continue
         if topic.assignments:
@@ -103,7 +102,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 continue
             partitions = len(topic.assignments)
         else:
-            partitions = broker.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
+            partitions = ctx.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
             if partitions <= 0:
                 fail(
                     ErrorCode.INVALID_PARTITIONS,
@@ -128,7 +127,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             topic_id = ZERO_UUID
         else:
             try:
-                info = await broker.create_topic(topic.name, partitions, configs)
+                info = await ctx.topics.create(topic.name, partitions, configs)
             except KafkaError as exc:  # another request created it meanwhile
                 fail(exc.code, exc.message)
                 continue
@@ -146,13 +145,12 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 config_source=entry.config_source,
                 is_sensitive=False,
             )
-            for entry in describe_topic_configs(broker, configs, include_synonyms=False)
+            for entry in describe_topic_configs(ctx.config, configs, include_synonyms=False)
         ]
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
 async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
-    broker = ctx.broker
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -165,28 +163,27 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = "Topic name and topic id must not both be set."
             continue
-        info = broker.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        info = ctx.topics.topic(name) if name is not None else ctx.topics.topic_by_id(topic_id)
         if info is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             result.error_message = None
             continue
         result.name, result.topic_id = info.name, info.topic_id
-        if not broker.config["delete.topic.enable"]:
+        if not ctx.config["delete.topic.enable"]:
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
             result.error_message = "Topic deletion is disabled."
             continue
-        broker.delete_topic(info.name)
+        ctx.topics.delete(info.name)
         log.info("deleted topic %s", info.name)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
 async def handle_create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-    broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
     results = []
     new_partitions = 0
     for topic in request.topics:
-        info = broker.topic(topic.name)
+        info = ctx.topics.topic(topic.name)
         new_partitions += max(topic.count - (info.partitions if info is not None else 0), 0)
     if new_partitions > MAX_PARTITIONS_PER_REQUEST:
         return CreatePartitionsResponse(
@@ -203,7 +200,7 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
             name=topic.name, error_code=ErrorCode.NONE, error_message=None
         )
         results.append(result)
-        info = broker.topic(topic.name)
+        info = ctx.topics.topic(topic.name)
         if counts[topic.name] > 1:
             result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
         elif info is None:
@@ -218,13 +215,13 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
             )
         elif topic.assignments is not None and (
             len(topic.assignments) != topic.count - info.partitions
-            or any(a.broker_ids != [broker.node_id] for a in topic.assignments)
+            or any(a.broker_ids != [ctx.cluster.node_id] for a in topic.assignments)
         ):
             result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
             result.error_message = "Replica assignments must name the only broker, once per new partition."
         elif not request.validate_only:
             try:
-                await broker.add_partitions(topic.name, topic.count)
+                await ctx.topics.add_partitions(topic.name, topic.count)
             except KafkaError as exc:  # deleted or grown by another request meanwhile
                 result.error_code, result.error_message = exc.code, exc.message
                 continue

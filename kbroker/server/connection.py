@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kbroker.apis import HANDLERS, unsupported_version_response
-from kbroker.apis.context import RequestContext
+from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.server.sending import send_spliced, send_spliced_to_stream
 from protocol.errors import ErrorCode, KafkaError
@@ -93,6 +93,7 @@ class Connection:
         self, broker: Broker, stream: trio.abc.Stream, connection_id: int, listener: ListenerInfo | None = None
     ) -> None:
         self.broker = broker
+        self.services = HandlerServices.of(broker)  # what handlers get: typed services, not the broker
         self.stream = stream
         self.id = connection_id
         self.listener = listener if listener is not None else ListenerInfo()
@@ -188,7 +189,7 @@ class Connection:
             self.client_software_name = body.client_software_name
             self.client_software_version = body.client_software_version
         context = RequestContext(
-            broker=self.broker,
+            services=self.services,
             api_key=key,
             api_version=version,
             correlation_id=request.correlation_id,

@@ -16,7 +16,7 @@ from kbroker import app
 from kbroker.config import BrokerConfig
 from kbroker.server.listeners import plaintext_listener
 
-SERVICES = ["retention", "flush", "group-coordinator", "consumer-group-coordinator", "offset-expiry", "server"]
+SERVICES = ["retention", "flush", "coordinator-runtime", "offset-expiry", "server"]
 
 
 class TaskCounter(trio.abc.Instrument):

@@ -223,11 +223,12 @@ def test_damaged_producer_snapshot_is_named_and_rebuilt_from_the_log(
 
 
 def test_damaged_offsets_journal_line_is_named_and_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from kbroker.groups.offsets import CommittedOffset, OffsetStore
+    from kbroker.groups.offsets import OffsetStore
 
     store = OffsetStore(tmp_path)
-    store.commit("g", {("t", 0): CommittedOffset(5, -1, None, 1)})
     store.close()
+    # The JSON-lines journal of older kbrokers (the current one frames and checksums its records).
+    store.path.write_text(json.dumps({"g": "g", "t": "t", "p": 0, "o": 5, "e": -1, "m": None, "ts": 1}) + "\n")
     with open(store.path, "ab") as journal:
         journal.write(b"\xff{not json\n")
     journal_line = json.dumps({"g": "g", "t": "t", "p": 1, "o": 9})
