@@ -210,9 +210,12 @@ class PartitionLog:
             fsync_directory(self.directory)
             return
         swap_bases = [int(p.name.split(".")[0]) for p in swap_logs]
+        # Index files whose log was renamed ahead of them; the indexes are rebuilt below or on load.
+        for stray in self.directory.glob("*" + CLEANED_SUFFIX):
+            stray.unlink()
         for stray in self.directory.glob("*" + SWAP_SUFFIX):
             if int(stray.name.split(".")[0]) not in swap_bases:
-                stray.unlink()  # an index whose log was already renamed: it gets rebuilt
+                stray.unlink()
         if not swap_logs:
             return
         replacements = []
