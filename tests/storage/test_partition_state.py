@@ -49,9 +49,9 @@ def open_log(path: Path, clean: bool = True, **config: int | str) -> PartitionLo
 BATCH_SIZE = len(batch([b"aa", b"bb"]))
 
 
-def two_record_log(path: Path, batches: int = 10, **config: int | str) -> PartitionLog:
+def two_record_log(path: Path, batches: int = 10) -> PartitionLog:
     """``batches`` batches of two records, three batches per segment: [0..5] [6..11] [12..17] [18..]."""
-    plog = open_log(path, segment_bytes=3 * BATCH_SIZE, **config)
+    plog = open_log(path, segment_bytes=3 * BATCH_SIZE)
     for i in range(batches):
         assert plog.append(batch([b"aa", b"bb"], timestamp=T0 + i), now_ms=T0).base_offset == 2 * i
     return plog
@@ -150,7 +150,12 @@ def test_unsubscribe_is_idempotent_and_stops_events(tmp_path: Path) -> None:
 def test_a_listener_may_unsubscribe_itself_while_called(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     calls: list[str] = []
-    unsubscribe = plog.subscribe(lambda e: (calls.append("once"), unsubscribe()))
+
+    def once(event: PartitionEvent) -> None:
+        calls.append("once")
+        unsubscribe()
+
+    unsubscribe = plog.subscribe(once)
     plog.subscribe(lambda e: calls.append("always"))
     plog.append(batch([b"a"]), now_ms=T0)
     plog.append(batch([b"b"]), now_ms=T0)

@@ -22,11 +22,11 @@ def batch(value: bytes, count: int = 2) -> bytearray:
 
 
 BATCH_SIZE = len(batch(b"v0"))
-CONFIG = {"segment_bytes": 3 * BATCH_SIZE}
+CONFIG = LogConfig(segment_bytes=3 * BATCH_SIZE)
 
 
 def open_log(path: Path, clean: bool = True) -> PartitionLog:
-    return PartitionLog("t", 0, path, LogConfig(**CONFIG), clean=clean)
+    return PartitionLog("t", 0, path, CONFIG, clean=clean)
 
 
 def records_of(plog: PartitionLog) -> list[tuple[int, bytes | None]]:
