@@ -16,16 +16,15 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
 READ_COMMITTED = 1
-LEADER_EPOCH = 0  # a single node never changes leader
 
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-def leader_epoch_error(current_leader_epoch: int) -> ErrorCode:
-    """Kafka's check of a client's view of the leader epoch (-1: the client does not know it)."""
-    if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
+def leader_epoch_error(current_leader_epoch: int, leader_epoch: int) -> ErrorCode:
+    """Kafka's check of a client's view of the partition's leader epoch (-1: the client does not know it)."""
+    if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
         return ErrorCode.NONE
-    return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < LEADER_EPOCH else ErrorCode.UNKNOWN_LEADER_EPOCH
+    return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
@@ -54,12 +53,12 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                 response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 partitions.append(response)
                 continue
-            epoch_error = leader_epoch_error(part.current_leader_epoch)
+            epoch_error = leader_epoch_error(part.current_leader_epoch, plog.leader_epoch)
             if epoch_error != ErrorCode.NONE:
                 response.error_code = epoch_error
                 partitions.append(response)
                 continue
-            response.leader_epoch = LEADER_EPOCH
+            response.leader_epoch = plog.leader_epoch
             timestamp = part.timestamp
             if timestamp == LATEST:
                 response.offset = plog.last_stable_offset if read_committed else plog.high_watermark

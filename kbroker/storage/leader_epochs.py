@@ -135,6 +135,20 @@ class LeaderEpochCache:
         self._write()
         return True
 
+    def truncate_from_start(self, start_offset: int) -> bool:
+        """The log now starts at ``start_offset`` (DeleteRecords, retention): as Kafka's truncateFromStart, entries
+        that start before it go, and the newest of them is kept as starting at ``start_offset`` (its epoch still
+        covers the offsets from there) unless an entry starts exactly there."""
+        before = [e for e in self._entries if e.start_offset < start_offset]
+        if not before:
+            return False
+        after = [e for e in self._entries if e.start_offset >= start_offset]
+        if not after or after[0].start_offset != start_offset:
+            after.insert(0, EpochEntry(before[-1].epoch, start_offset))
+        self._entries = after
+        self._write()
+        return True
+
     def _write(self) -> None:
         lines = [str(CHECKPOINT_VERSION), str(len(self._entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]

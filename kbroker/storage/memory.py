@@ -28,6 +28,7 @@ from kbroker.storage.partition import (
     wall_clock_ms,
 )
 from kbroker.storage.producer_state import ProducerStateTable
+from kbroker.storage.validation import validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import BatchHeader, assign_offsets, decode_records
@@ -219,14 +220,14 @@ class MemoryPartitionLog:
         now_ms: int | None = None,
         timestamp_type_log_append: bool = False,
     ) -> AppendResult:
-        """Append one record batch (validated by the caller: magic, CRC, size), given its header if parsed."""
+        """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
         if header is None:
             try:
-                header = BatchHeader.parse(batch)
-            except DecodeError as exc:
-                return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+                header = validate_batch(batch, self.config.max_message_bytes)
+            except KafkaError as exc:
+                return AppendResult(exc.code, exc.message)
         if header.size != len(batch):
             return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
         if not timestamp_type_log_append:
@@ -371,10 +372,17 @@ class MemoryPartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """The first record with a timestamp at least ``timestamp``: (offset, its timestamp), or None."""
         for segment in self.segments:
-            index = segment.first_batch_at_timestamp(timestamp)
-            if index is None:
+            first = segment.first_batch_at_timestamp(timestamp)
+            if first is None:
                 continue
-            return self._record_at_timestamp(segment, index, lambda ts: ts >= timestamp)
+            # Usually the first batch holds it; not when its matching records are all below the log start.
+            for index in range(first, len(segment.headers)):
+                header = segment.headers[index]
+                if header.max_timestamp < timestamp or header.last_offset < self.log_start_offset:
+                    continue
+                found = self._record_at_timestamp(segment, index, lambda ts: ts >= timestamp)
+                if found is not None:
+                    return found
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
@@ -420,6 +428,12 @@ class MemoryPartitionLog:
 
     def _set_log_start_offset(self, offset: int) -> None:
         self.log_start_offset = offset
+        # As Kafka's truncateFromStart: the newest epoch that started before the new log start now starts there.
+        before = [(e, s) for e, s in self._epochs if s < offset]
+        if before and not any(s == offset for _, s in self._epochs):
+            self._epochs = [(before[-1][0], offset), *((e, s) for e, s in self._epochs if s > offset)]
+        else:
+            self._epochs = [(e, s) for e, s in self._epochs if s >= offset]
         if self._high_watermark < offset:  # as Kafka: the high watermark is never below the log start
             self._move_high_watermark(offset)
 

@@ -35,6 +35,7 @@ from kbroker.storage.files import (
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, snapshot_offsets
 from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment
+from kbroker.storage.validation import validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER_SIZE, BatchHeader, assign_offsets, decode_records
@@ -356,14 +357,14 @@ class PartitionLog:
         now_ms: int | None = None,
         timestamp_type_log_append: bool = False,
     ) -> AppendResult:
-        """Append one record batch (validated by the caller: magic, CRC, size), given its header if parsed."""
+        """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
         if header is None:
             try:
-                header = BatchHeader.parse(batch)
-            except DecodeError as exc:
-                return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+                header = validate_batch(batch, self.config.max_message_bytes)
+            except KafkaError as exc:
+                return AppendResult(exc.code, exc.message)
         if header.size != len(batch):
             return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
         if not timestamp_type_log_append:
@@ -512,10 +513,17 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """The first record with a timestamp at least ``timestamp``: (offset, its timestamp), or None."""
         for segment in self.segments:
-            header = segment.first_batch_at_timestamp(timestamp)
-            if header is None:
+            first = segment.first_batch_at_timestamp(timestamp)
+            if first is None:
                 continue
-            return self._record_at_timestamp(segment, header, lambda ts: ts >= timestamp)
+            # Usually the first batch holds it; not when its matching records are all below the log start.
+            for scanned in segment.scan(segment.position_of(first.base_offset)):
+                header = scanned.header
+                if header.max_timestamp < timestamp or header.last_offset < self.log_start_offset:
+                    continue
+                found = self._record_at_timestamp(segment, header, lambda ts: ts >= timestamp)
+                if found is not None:
+                    return found
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
@@ -563,6 +571,9 @@ class PartitionLog:
         # Durable (file and directory fsynced) before DeleteRecords answers: a crash must not bring records back.
         write_log_start_offset(self.directory / LOG_START_OFFSET_FILE, offset)
         self.log_start_offset = offset
+        self.leader_epochs.truncate_from_start(offset)
+        if self._high_watermark < offset:  # as Kafka: the high watermark is never below the log start
+            self._emit(self._advance_high_watermark(offset))
 
     def _delete_segments_before(self, offset: int) -> list[Segment]:
         doomed = []

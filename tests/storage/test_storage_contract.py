@@ -234,6 +234,15 @@ def test_offset_for_timestamp_and_max_timestamp(make_log: LogFactory) -> None:
     assert plog.offset_for_timestamp(T0) == (1, T0 + 10)
 
 
+def test_offset_for_timestamp_looks_past_a_batch_that_matches_only_below_the_log_start(make_log: LogFactory) -> None:
+    plog = make_log()
+    plog.append(batch([b"a", b"b"], timestamp=T0 + 10, step_ms=10), now_ms=T0)  # 0 at +10, 1 at +20
+    plog.append(batch([b"c", b"d"], timestamp=T0 + 5, step_ms=25), now_ms=T0)  # 2 at +5, 3 at +30
+    plog.delete_records(2)
+    assert plog.offset_for_timestamp(T0 + 15) == (3, T0 + 30)
+    assert plog.offset_for_timestamp(T0) == (2, T0 + 5)
+
+
 # --- deleting --------------------------------------------------------------------------------------------------
 
 
@@ -479,6 +488,28 @@ def test_epoch_below_the_first_known_one(make_log: LogFactory) -> None:
     assert plog.end_offset_for_epoch(1) == (1, 0)
     assert plog.end_offset_for_epoch(2) == (2, 1)
     assert plog.end_offset_for_epoch(4) == (4, 2)
+
+
+def test_a_moved_log_start_moves_the_epochs_and_the_high_watermark(make_log: LogFactory) -> None:
+    plog = make_log()
+    plog.append(batch([b"a", b"b"]), now_ms=T0)  # epoch 0: 0-1
+    plog.assign_leader_epoch(1)
+    plog.append(batch([b"c", b"d"]), now_ms=T0)  # epoch 1: 2-3
+    plog.assign_leader_epoch(2)
+    plog.append(batch([b"e", b"f"]), now_ms=T0)  # epoch 2: 4-5
+    plog.delete_records(3)  # as Kafka's truncateFromStart: epoch 0 goes, epoch 1 now starts at 3
+    assert plog.end_offset_for_epoch(0) == (0, 3)  # below the first entry: where the log now starts
+    assert plog.end_offset_for_epoch(1) == (1, 4)
+    assert plog.end_offset_for_epoch(2) == (2, 6)
+    plog.delete_records(4)  # an entry starts exactly there: epoch 1 goes, epoch 2 stays
+    assert plog.end_offset_for_epoch(1) == (1, 4)
+    assert plog.end_offset_for_epoch(2) == (2, 6)
+    # A log start moved past a high watermark replication has not advanced yet takes it along, as in Kafka.
+    plog.high_watermark_follows_appends = False
+    plog.append(batch([b"g", b"h"]), now_ms=T0)
+    assert (plog.high_watermark, plog.log_end_offset) == (6, 8)
+    plog.delete_records(7)
+    assert (plog.log_start_offset, plog.high_watermark, plog.last_stable_offset) == (7, 7, 7)
 
 
 def test_truncation_forgets_epochs_that_started_after_the_cut(make_log: LogFactory) -> None:
