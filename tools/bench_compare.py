@@ -5,6 +5,7 @@ clients.
     python tools/bench_compare.py --quick               # small volumes, 1 repetition (development)
     python tools/bench_compare.py --only produce,latency --brokers kbroker,kafka
     python tools/bench_compare.py --external other=127.0.0.1:9092
+    python tools/bench_compare.py --brokers kbroker --kbroker-checkout before=/tmp/kbroker-before   # before/after
 
 For each repetition, for each broker (the order rotates between repetitions): a fresh broker process
 (kbroker: `python -m kbroker serve` on a temporary data directory, its bytecode compiled beforehand as an
@@ -265,6 +266,8 @@ class Broker:
 
 
 class SpawnedBroker(Broker):
+    source = ROOT  # the directory it runs in (python -m puts it first on sys.path)
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
@@ -272,6 +275,9 @@ class SpawnedBroker(Broker):
 
     def command(self, data_dir: Path) -> list[str]:
         raise NotImplementedError
+
+    def environment(self) -> dict[str, str] | None:
+        return None  # the benchmark's own
 
     @property
     def pid(self) -> int | None:
@@ -284,7 +290,9 @@ class SpawnedBroker(Broker):
         self.port = free_port()
         log = open(Path(self.workdir.name) / "broker.log", "wb")  # noqa: SIM115 - kept open for the child
         started = time.perf_counter()
-        self.proc = subprocess.Popen(self.command(data_dir), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.command(data_dir), cwd=self.source, env=self.environment(), stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()
         deadline = started + 30
         while not metadata_answered(self.host, self.port):
@@ -320,7 +328,7 @@ class SpawnedBroker(Broker):
             self.workdir = None
 
 
-def precompile_kbroker() -> None:
+def precompile_kbroker(source: Path = ROOT) -> None:
     """Write kbroker's bytecode caches, as installing the package does (pip compiles what it installs).
 
     A checkout run with PYTHONDONTWRITEBYTECODE (or read-only) would otherwise compile every module at each
@@ -328,12 +336,22 @@ def precompile_kbroker() -> None:
     import compileall
 
     for package in ("kbroker", "protocol"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+        compileall.compile_dir(source / package, quiet=1)
 
 
 class KBrokerProcess(SpawnedBroker):
-    def __init__(self) -> None:
-        super().__init__("kbroker")
+    """kbroker from this checkout, or (``--kbroker-checkout``) from another one: a before/after in one run."""
+
+    def __init__(self, name: str = "kbroker", source: Path = ROOT) -> None:
+        super().__init__(name)
+        self.source = source
+
+    def environment(self) -> dict[str, str] | None:
+        if self.source == ROOT:
+            return None
+        # The other checkout's packages come first, whatever is installed (an editable install of this one);
+        # it also runs in that checkout, which python -m puts first on sys.path.
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.source), os.environ.get("PYTHONPATH", "")])}
 
     def command(self, data_dir: Path) -> list[str]:
         return [
@@ -352,12 +370,15 @@ class KBrokerProcess(SpawnedBroker):
     def describe(self) -> dict[str, Any]:
         def git(*args: str) -> str:
             try:
-                return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+                return subprocess.run(["git", *args], cwd=self.source, capture_output=True, text=True).stdout.strip()
             except OSError:
                 return ""
 
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-        return {"commit": git("rev-parse", "--short", "HEAD") + (" (with local changes)" if dirty else "")}
+        described = {"commit": git("rev-parse", "--short", "HEAD") + (" (with local changes)" if dirty else "")}
+        if self.source != ROOT:
+            described["checkout"] = str(self.source)
+        return described
 
 
 def tansu_binary() -> Path:
@@ -1818,6 +1839,14 @@ def main() -> None:
         metavar="NAME=HOST:PORT",
         help="also measure a running broker (repeatable); no CPU/RSS figures for it",
     )
+    parser.add_argument(
+        "--kbroker-checkout",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="also measure kbroker from another checkout (a git worktree of an older commit), spawned and measured "
+        "as kbroker is: a before/after comparison in one run (repeatable)",
+    )
     parser.add_argument("--repeat", type=int, help="repetitions (default 3, --quick 1)")
     parser.add_argument("--volume-mb", type=int, help="MB of 1 KB records produced in the volume scenario")
     parser.add_argument("--every-metric", action="store_true", help="print every metric (the JSON has them all)")
@@ -1859,6 +1888,13 @@ def main() -> None:
             factories[name] = KafkaProcess
         else:
             parser.error(f"unknown broker {name!r} ({', '.join(BROKERS)}; others through --external)")
+    for spec in args.kbroker_checkout:
+        name, _, source = spec.partition("=")
+        checkout = Path(source).resolve()
+        if not name or not (checkout / "kbroker" / "__main__.py").is_file():
+            parser.error(f"--kbroker-checkout wants NAME=PATH to a kbroker checkout, not {spec!r}")
+        precompile_kbroker(checkout)
+        factories[name] = lambda name=name, checkout=checkout: KBrokerProcess(name, checkout)
     for spec in args.external:
         name, _, address = spec.partition("=")
         if not address or ":" not in address:
