@@ -27,6 +27,7 @@ import trio
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.server.connection import ListenerInfo, ServedListener, serve
+from kbroker.server.limits import raise_open_file_limit
 from kbroker.server.listeners import ListenerPlan
 from kbroker.services import Service, background_services
 
@@ -156,6 +157,10 @@ async def run(
 
     With ``install_signal_handlers``, SIGINT or SIGTERM drains and returns.
     """
+    # Every connection and open segment is a descriptor: use all the process may have, as the JVM does.
+    raised = raise_open_file_limit()
+    if raised is not None:
+        log.info("raised the open-file limit from %s to %s (as the JVM does for Kafka)", *raised)
     served = await open_listeners(settings.listeners)
     try:
         app = build(settings, served)

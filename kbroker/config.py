@@ -132,6 +132,9 @@ class BrokerConfig:
         if "log.roll.ms" not in self._raw:
             self._values["log.roll.ms"] = self._values["log.roll.hours"] * 3_600_000
         problems = _consumer_group_problems(self._values)
+        queued = self._values["queued.max.request.bytes"]
+        if 0 < queued < self._values["socket.request.max.bytes"]:  # Kafka's check: one request must always fit
+            problems.append("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
         if problems:
             raise ConfigError("; ".join(problems))
 

@@ -366,6 +366,23 @@ CONFIG_DEFS: list[ConfigDef] = [
         dynamic=True,
     ),
     ConfigDef("socket.request.max.bytes", "INT", "104857600", Int(1, INT_MAX), "Largest request frame accepted.", B),
+    ConfigDef(
+        "connections.max.idle.ms",
+        "LONG",
+        "600000",
+        Int(-LONG_MAX - 1, LONG_MAX),  # Kafka has no validator: a negative value never closes idle connections
+        "Close a connection on which no bytes moved for this long (negative: never).",
+        B,
+    ),
+    ConfigDef(
+        "queued.max.request.bytes",
+        "LONG",
+        "-1",
+        Int(-LONG_MAX - 1, LONG_MAX),  # Kafka has no validator; not positive means unbounded
+        "Bytes of requests received and not yet answered, over all connections, before reading pauses "
+        "(not positive: unbounded; else at least socket.request.max.bytes).",
+        B,
+    ),
     ConfigDef("offsets.retention.minutes", "INT", "10080", Int(1, INT_MAX), "How long empty groups keep offsets.", B),
     ConfigDef(
         "offsets.topic.num.partitions",

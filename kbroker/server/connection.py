@@ -23,13 +23,25 @@ with ``receive_some`` and sends file regions read into memory.
 At shutdown the broker tells every connection to stop reading: a connection finishes the request in hand,
 answers what was already received, then sees end of stream and closes. The task runs in the broker's
 connection nursery, so it is cancelled with it.
+
+Idle and stalled connections (``connections.max.idle.ms``, negative: never): as in Kafka's Selector, a
+connection on which no bytes moved for that long is closed, whether it sent nothing or stopped halfway
+through a request (Kafka has no separate read timeout; its idle timer is that timeout), and so is one whose
+client stopped reading a response. A request being handled is never cut off. There is no polling: the
+deadline of the cancel scope around a read or a send is moved on as bytes arrive or leave.
+
+Request memory (``queued.max.request.bytes``): every connection reserves each request's size from one pool
+before reading its body and gives it back once the request is answered; while the pool is exhausted the
+connection reads nothing more (kbroker/server/memory.py).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import socket
+from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -39,7 +51,9 @@ import trio
 from kbroker.apis import HANDLERS, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
-from kbroker.server.sending import send_spliced, send_spliced_to_stream
+from kbroker.server.limits import accept_failure_message
+from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
+from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, decode_request, encode_response
@@ -58,7 +72,8 @@ RECEIVE_SIZE = 64 * 1024  # bytes asked of a stream that is not a plain socket p
 
 # accept() failures that say "out of resources right now": wait and try again (as trio.serve_listeners does).
 ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-ACCEPT_RETRY_SECONDS = 0.1
+ACCEPT_RETRY_SECONDS = 0.05  # the first wait; it doubles while accept keeps failing
+ACCEPT_RETRY_MAX_SECONDS = 1.0
 
 
 class ConnectionClosed(Exception):
@@ -90,7 +105,12 @@ class Connection:
     """One client's stream and per-connection state, and the loop that serves its requests."""
 
     def __init__(
-        self, broker: Broker, stream: trio.abc.Stream, connection_id: int, listener: ListenerInfo | None = None
+        self,
+        broker: Broker,
+        stream: trio.abc.Stream,
+        connection_id: int,
+        listener: ListenerInfo | None = None,
+        memory: RequestMemory | None = None,
     ) -> None:
         self.broker = broker
         self.services = HandlerServices.of(broker)  # what handlers get: typed services, not the broker
@@ -107,6 +127,13 @@ class Connection:
         self.peer = _peer_name(self._socket)
         self._stopping = False
         self._read_scope: trio.CancelScope | None = None
+        idle_ms = broker.config["connections.max.idle.ms"]
+        self._idle_seconds = idle_ms / 1000 if idle_ms >= 0 else math.inf  # negative: never idle out
+        # The pool is the server's, shared by every connection; without one, this connection has no bound.
+        self.memory = memory if memory is not None else RequestMemory(None)
+        self._frame_sizes = FrameSizes() if self.memory.bounded else None
+        self._reserved: deque[int] = deque()  # per frame received and not yet answered: bytes reserved
+        self._to_reserve = 0  # a frame still arriving whose size is known but not yet reserved
 
     @property
     def listener_name(self) -> str:
@@ -132,6 +159,8 @@ class Connection:
                 # Whatever went wrong ends this connection only; the broker and other clients carry on.
                 log.error("connection from %s failed", self.peer, exc_info=exc)
         finally:
+            while self._reserved:  # what it received and never answered goes back to the pool
+                self.memory.release(self._reserved.popleft())
             broker.connection_closed(self.id)
 
     def stop_reading(self) -> None:
@@ -147,25 +176,32 @@ class Connection:
 
     async def _serve(self) -> None:
         buffer = FrameBuffer(self.broker.config["socket.request.max.bytes"])
-        while True:
-            try:
-                frame = await self._next_frame(buffer)
-            except FrameTooLarge as exc:
-                log.warning("closing connection from %s: %s", self.peer, exc)
-                return
-            if frame is None:
-                return
-            try:
-                request = decode_request(frame)
-            except DecodeError as exc:
-                log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
-                return
-            try:
-                response = await self.handle(request)
-            except _Close:
-                return
-            if response is not None:
-                await self._send(response)
+        while await self._serve_one(buffer):
+            # The request and its frame are gone with _serve_one's frame: their memory goes back to the pool.
+            if self._reserved:
+                self.memory.release(self._reserved.popleft())
+
+    async def _serve_one(self, buffer: FrameBuffer) -> bool:
+        """Read, handle and answer one request; False once the connection is to end."""
+        try:
+            frame = await self._next_frame(buffer)
+        except FrameTooLarge as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        if frame is None:
+            return False
+        try:
+            request = decode_request(frame)
+        except DecodeError as exc:
+            log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
+            return False
+        try:
+            response = await self.handle(request)
+        except _Close:
+            return False
+        if response is not None:
+            await self._send(response)
+        return True
 
     # --- the request pipeline -----------------------------------------------------------------------------
 
@@ -245,42 +281,102 @@ class Connection:
     # --- the stream ---------------------------------------------------------------------------------------
 
     async def _next_frame(self, buffer: FrameBuffer) -> bytearray | None:
-        """The next request frame, reading only when none is buffered; None at end of stream."""
+        """The next request frame, reading only when none is buffered; None at end of stream, or when no
+        bytes arrived for connections.max.idle.ms."""
+        with trio.CancelScope(deadline=trio.current_time() + self._idle_seconds) as idle:
+            return await self._read_frame(buffer, idle)
+        # Only the idle deadline cancels this scope: nothing arrived for connections.max.idle.ms.
+        idle_ms = round(self._idle_seconds * 1000)
+        if buffer.pending:
+            log.info(
+                "closing connection from %s: a request stopped arriving midway (%d bytes received, then "
+                "nothing for connections.max.idle.ms=%d)",
+                self.peer,
+                buffer.pending,
+                idle_ms,
+            )
+        else:
+            log.debug("closing connection from %s: idle for connections.max.idle.ms=%d", self.peer, idle_ms)
+        return None
+
+    async def _read_frame(self, buffer: FrameBuffer, idle: trio.CancelScope) -> bytearray | None:
         while (frame := buffer.next_frame()) is None:
             try:
                 if self._socket is not None:
                     # Straight into the frame buffer: a large request is never copied in user space.
                     with buffer.read_buffer() as target:  # released before the buffer may grow again
                         count = await self._socket.recv_into(target)
+                        if count and self._frame_sizes is not None:
+                            with target[:count] as received:
+                                self._count_frames(received)
                     if not count:
                         return None
                     buffer.commit(count)
-                    continue
-                if self._stopping:
-                    return None
-                data: bytes | bytearray = b""
-                with trio.CancelScope() as self._read_scope:
-                    data = await self.stream.receive_some(RECEIVE_SIZE)
-                self._read_scope = None
-                if not data:  # end of stream, or stop_reading() cancelled the read
-                    return None
-                buffer.feed(data)
+                else:
+                    if self._stopping:
+                        return None
+                    data: bytes | bytearray = b""
+                    with trio.CancelScope() as self._read_scope:
+                        data = await self.stream.receive_some(RECEIVE_SIZE)
+                    self._read_scope = None
+                    if not data:  # end of stream, or stop_reading() cancelled the read
+                        return None
+                    if self._frame_sizes is not None:
+                        self._count_frames(data)
+                    buffer.feed(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return None
+            idle.deadline = trio.current_time() + self._idle_seconds  # bytes arrived: not idle
+            if self._to_reserve:
+                # Its size is known, the rest of it is not read yet: wait for room in the pool first, so
+                # reading stops (and TCP holds the client back) while memory is exhausted. The client is
+                # not idle while the broker keeps it waiting: the idle clock restarts after the wait.
+                idle.deadline = math.inf
+                self._reserved.append(await self.memory.reserve(self._to_reserve))
+                self._to_reserve = 0
+                idle.deadline = trio.current_time() + self._idle_seconds
         return frame
 
-    async def _send(self, data: bytes | bytearray) -> None:
-        try:
-            if isinstance(data, SplicedOutput) and data.splices:
-                # Record data straight from the segment files where the stream is a socket.
-                if self._socket is not None:
-                    await send_spliced(self._socket, data)
-                else:
-                    await send_spliced_to_stream(self.stream, data)
+    def _count_frames(self, data: bytes | bytearray | memoryview) -> None:
+        """Account the frames whose size prefixes are in ``data`` (just received) with the memory pool."""
+        assert self._frame_sizes is not None
+        sizes = self._frame_sizes.observe(data)
+        limit = self.broker.config["socket.request.max.bytes"]
+        for index, size in enumerate(sizes):
+            if not 0 <= size <= limit:
+                return  # the frame buffer refuses it and the connection ends: nothing to reserve
+            if index == len(sizes) - 1 and self._frame_sizes.inside_frame:
+                self._to_reserve = SIZE_PREFIX + size  # reserved (waiting if need be) before reading on
             else:
-                await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise ConnectionClosed from exc
+                self._reserved.append(self.memory.take(SIZE_PREFIX + size))  # already here whole
+
+    async def _send(self, data: bytes | bytearray) -> None:
+        """Send a response; a client that reads none of it for connections.max.idle.ms is disconnected."""
+        with trio.CancelScope(deadline=trio.current_time() + self._idle_seconds) as idle:
+
+            def progress() -> None:  # bytes left: not idle
+                idle.deadline = trio.current_time() + self._idle_seconds
+
+            try:
+                if isinstance(data, SplicedOutput) and data.splices:
+                    # Record data straight from the segment files where the stream is a socket.
+                    if self._socket is not None:
+                        await send_spliced(self._socket, data, progress)
+                    else:
+                        await send_spliced_to_stream(self.stream, data)
+                elif self._socket is not None:
+                    await send_bytes(self._socket, memoryview(data), progress)
+                else:
+                    await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionClosed from exc
+        if idle.cancelled_caught:
+            log.info(
+                "closing connection from %s: it read none of its response for connections.max.idle.ms=%d",
+                self.peer,
+                round(self._idle_seconds * 1000),
+            )
+            raise ConnectionClosed
 
 
 def _peer_name(sock: trio.socket.SocketType | None) -> str:
@@ -304,9 +400,13 @@ def _is_disconnect(exc: BaseException) -> bool:
 
 
 async def serve_connection(
-    broker: Broker, stream: trio.abc.Stream, connection_id: int, listener: ListenerInfo | None = None
+    broker: Broker,
+    stream: trio.abc.Stream,
+    connection_id: int,
+    listener: ListenerInfo | None = None,
+    memory: RequestMemory | None = None,
 ) -> None:
-    await Connection(broker, stream, connection_id, listener).run()
+    await Connection(broker, stream, connection_id, listener, memory).run()
 
 
 @dataclass(frozen=True)
@@ -318,9 +418,19 @@ class ServedListener:
 
 
 async def accept_loop(
-    broker: Broker, listener: trio.SocketListener, info: ListenerInfo, connections: trio.Nursery, next_id: Any
+    broker: Broker,
+    listener: trio.abc.Listener[trio.SocketStream],
+    info: ListenerInfo,
+    connections: trio.Nursery,
+    next_id: Any,
+    memory: RequestMemory | None = None,
 ) -> None:
-    """Accept until cancelled; waits and retries only when out of descriptors or memory."""
+    """Accept until cancelled; out of descriptors or memory, it waits and retries with a growing pause.
+
+    The failure is logged once, with its fix, when it starts, and once more when accepting works again:
+    not once per attempt. Connections already open are served meanwhile: they are other tasks.
+    """
+    failures = 0
     async with listener:
         while True:
             try:
@@ -328,10 +438,15 @@ async def accept_loop(
             except OSError as exc:
                 if exc.errno not in ACCEPT_RETRY_ERRNOS:
                     raise
-                log.error("accept on listener %s failed: %s (retrying)", info.name, exc)
-                await trio.sleep(ACCEPT_RETRY_SECONDS)
+                if not failures:
+                    log.error("%s", accept_failure_message(info.name, exc))
+                failures += 1
+                await trio.sleep(min(ACCEPT_RETRY_SECONDS * 2 ** min(failures - 1, 16), ACCEPT_RETRY_MAX_SECONDS))
                 continue
-            connections.start_soon(serve_connection, broker, stream, next_id(), info)
+            if failures:
+                log.warning("listener %s accepts connections again (after %d failed attempts)", info.name, failures)
+                failures = 0
+            connections.start_soon(serve_connection, broker, stream, next_id(), info, memory)
 
 
 async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[ServedListener]) -> None:
@@ -340,6 +455,7 @@ async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[Serv
         item if isinstance(item, ServedListener) else ServedListener(ListenerInfo(), [item]) for item in listeners
     ]
     counter = 0
+    memory = RequestMemory.from_setting(broker.config["queued.max.request.bytes"])
 
     def next_id() -> int:
         nonlocal counter
@@ -351,4 +467,4 @@ async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[Serv
             async with trio.open_nursery() as acceptors:
                 for item in served:
                     for sock in item.sockets:
-                        acceptors.start_soon(accept_loop, broker, sock, item.info, connections, next_id)
+                        acceptors.start_soon(accept_loop, broker, sock, item.info, connections, next_id, memory)

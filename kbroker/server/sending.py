@@ -9,24 +9,31 @@ the page cache to the socket without passing through Python.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from protocol.framing import SplicedOutput
 
+Progress = Callable[[], None]  # called whenever some bytes were sent (the connection's idle clock)
 
-async def send_spliced(sock: trio.socket.SocketType, out: SplicedOutput) -> None:
+
+def _no_progress() -> None:
+    pass
+
+
+async def send_spliced(sock: trio.socket.SocketType, out: SplicedOutput, progress: Progress = _no_progress) -> None:
     """Send ``out`` with its regions in place; the regions are closed whether or not it succeeds."""
     try:
         view = memoryview(out)
         sent_up_to = 0
         for position, region in out.splices:
             # No MSG_MORE here: when a region ends the response there is nothing left to send to uncork it.
-            await _send_bytes(sock, view[sent_up_to:position])
-            await _send_region(sock, region)
+            await send_bytes(sock, view[sent_up_to:position], progress)
+            await _send_region(sock, region, progress)
             sent_up_to = position
-        await _send_bytes(sock, view[sent_up_to:])
+        await send_bytes(sock, view[sent_up_to:], progress)
     finally:
         release(out)
 
@@ -55,16 +62,18 @@ def release(out: SplicedOutput) -> None:
             close()
 
 
-async def _send_bytes(sock: trio.socket.SocketType, data: memoryview) -> None:
+async def send_bytes(sock: trio.socket.SocketType, data: memoryview, progress: Progress = _no_progress) -> None:
+    """All of ``data``, reporting each partial send to ``progress``."""
     while data:
         sent = await sock.send(data)
         data = data[sent:]
+        progress()
 
 
-async def _send_region(sock: trio.socket.SocketType, region: Any) -> None:
+async def _send_region(sock: trio.socket.SocketType, region: Any, progress: Progress) -> None:
     fd = getattr(region, "fd", None)
     if fd is None:  # not a file region: whatever bytes it stands for
-        await _send_bytes(sock, memoryview(bytes(region)))
+        await send_bytes(sock, memoryview(bytes(region)), progress)
         return
     offset, remaining = region.position, region.length
     while remaining:
@@ -78,4 +87,5 @@ async def _send_region(sock: trio.socket.SocketType, region: Any) -> None:
             raise OSError(f"segment region ended {remaining} bytes early")
         offset += sent
         remaining -= sent
+        progress()
         await trio.lowlevel.checkpoint()
