@@ -12,6 +12,8 @@ import time
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.storage.api import PartitionStore
+from kbroker.storage.partition import PartitionLog
 from kbroker.storage.validation import validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
@@ -24,6 +26,14 @@ PartitionResponse = ProduceResponse.PartitionProduceResponse
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
     return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
+
+
+def _sync(plog: PartitionStore) -> bool:
+    """fsync the partition; whether everything appended before is on disk (only the disk engine can fail)."""
+    if isinstance(plog, PartitionLog):
+        return plog.sync()
+    plog.flush()
+    return True
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
@@ -70,7 +80,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 results.append(_error(part.index, ErrorCode(result.error_code), result.error_message))
                 continue
             if plog.needs_flush:
-                to_flush.append(plog)
+                to_flush.append((plog, results, len(results)))
             results.append(
                 PartitionResponse(
                     index=part.index,
@@ -86,12 +96,15 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             )
         )
     if to_flush:
-        # flush.messages reached: fsync before acknowledging, off the event loop.
-        def flush_all() -> None:
-            for plog in to_flush:
-                plog.flush()
+        # flush.messages reached: fsync before acknowledging, off the event loop. A failed fsync takes the
+        # data directory offline; the records it should have made durable are not acknowledged.
+        def flush_all() -> list[bool]:
+            return [_sync(plog) for plog, _, _ in to_flush]
 
-        await trio.to_thread.run_sync(flush_all)
+        for (plog, answers, index), synced in zip(to_flush, await trio.to_thread.run_sync(flush_all), strict=True):
+            if not synced:
+                message = f"{plog.topic}-{plog.partition}: the fsync that flush.messages asks for failed"
+                answers[index] = _error(answers[index].index, ErrorCode.KAFKA_STORAGE_ERROR, message)
     if acks == 0:
         return None
     return ProduceResponse(responses=topics, throttle_time_ms=0)

@@ -28,17 +28,31 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from kbroker.storage import fs
 from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 
 def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = False) -> None:
-    """Write to a temporary file, fsync it and rename it over ``path``: readers see old or new, never half."""
+    """Write to a temporary file, fsync it and rename it over ``path``: readers see old or new, never half.
+
+    On any failure (a full disk, a failed fsync or rename) ``path`` is left as it was, the temporary file is
+    removed if possible, and the OSError is raised.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            fs.write_all(fd, data.encode() if isinstance(data, str) else data)
+            fs.fsync(fd)
+        finally:
+            os.close(fd)
+        fs.replace(tmp, path)
+    except OSError:
+        try:
+            fs.unlink_if_exists(tmp)
+        except OSError:
+            pass  # a stray .tmp is removed when its directory is next opened
+        raise
     if sync_directory:
         fsync_directory(path.parent)
 
@@ -46,7 +60,7 @@ def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = Fa
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fs.fsync(fd)
     finally:
         os.close(fd)
 

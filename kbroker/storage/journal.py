@@ -26,7 +26,8 @@ import struct
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError, write_atomically
+from kbroker.storage import fs
+from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
 from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 log = logging.getLogger("kbroker.storage")
@@ -37,6 +38,10 @@ _VERSION_AND_KIND_LENGTH = struct.Struct(">HB")
 _CRC = struct.Struct(">I")
 _RECORD_HEADER = struct.Struct(">4sII")  # magic, payload length, crc32c
 MAX_RECORD_BYTES = 2**31 - 1
+
+
+class JournalTailDamaged(StorageError):
+    """An append failed and its partial bytes could not be cut off (replay skips them; appends may go on)."""
 
 
 def encode_header(kind: str, version: int) -> bytes:
@@ -87,6 +92,7 @@ class Journal:
         self.damaged_regions = 0
         self._header = encode_header(kind, version)
         self._fd: int | None = None
+        self._size = 0  # bytes in the file while open: where a failed append cuts back to
 
     # --- reading ---------------------------------------------------------------------------------------
 
@@ -173,21 +179,41 @@ class Journal:
         if not self.path.exists() or self.path.stat().st_size == 0:
             write_atomically(self.path, self._header, sync_directory=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._size = os.fstat(self._fd).st_size
 
     def append(self, payloads: Sequence[bytes], *, sync: bool = False) -> None:
-        """Append the records with one write, so a crash tears at most the batch's tail; fsync if ``sync``."""
+        """Append the records with one write, so a crash tears at most the batch's tail; fsync if ``sync``.
+
+        A failed write (a full disk) is undone: the file is cut back to its size before, and the OSError
+        raised. If the cut fails too, JournalTailDamaged: the partial record stays, which replay skips (the
+        records appended after it are kept). A failed fsync raises its OSError; the records were written and
+        may or may not survive a power cut.
+        """
         if not payloads:
             return
         data = b"".join(encode_record(payload) for payload in payloads)
         fd = self._open_fd()
-        written = os.write(fd, data)
-        while written < len(data):  # a short write (disk full, signal): finish it or raise
-            written += os.write(fd, data[written:])
+        try:
+            fs.write_all(fd, data)
+        except OSError as exc:
+            self._cut_back(fd, exc)
+            raise
+        self._size += len(data)
         if sync:
-            os.fsync(fd)
+            fs.fsync(fd)
+
+    def _cut_back(self, fd: int, cause: OSError) -> None:
+        try:
+            fs.ftruncate(fd, self._size)
+        except OSError as exc:
+            self._size = os.fstat(fd).st_size  # the next record starts after the partial one
+            raise JournalTailDamaged(
+                f"{self.path}: an append failed ({cause.strerror or cause}) and its partial record could not be "
+                f"cut off ({exc.strerror or exc}); it will be skipped when the journal is read"
+            ) from None
 
     def sync(self) -> None:
-        os.fsync(self._open_fd())
+        fs.fsync(self._open_fd())
 
     def rewrite(self, payloads: Iterable[bytes]) -> None:
         """Replace the journal atomically with exactly these records, in the current version (compaction)."""
@@ -196,6 +222,7 @@ class Journal:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)  # the new file, not the replaced one
+            self._size = len(data)
         self.file_version = self.version
         self.damaged_regions = 0
 
@@ -205,7 +232,7 @@ class Journal:
             return
         fd, self._fd = self._fd, None
         try:
-            os.fsync(fd)
+            fs.fsync(fd)
         finally:
             os.close(fd)
 

@@ -27,7 +27,7 @@ from kbroker.storage.files import (
     write_atomically,
     write_checked_json,
 )
-from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, PartitionLog, Segment
+from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.storage")
@@ -98,6 +98,8 @@ class LogManager:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self._pending: set[str] = set()  # topics being created
+        # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see partition.py.
+        self.dir_health = LogDirHealth(self.data_dir)
         self._load_topics()
         self._remove_deleted_directories()
 
@@ -179,7 +181,7 @@ class LogManager:
         logs = []
         for index in range(first, info.partitions if total is None else total):
             directory = self._prepare_directory(info, index)
-            logs.append(PartitionLog(info.name, index, directory, config, clean=True))
+            logs.append(PartitionLog(info.name, index, directory, config, clean=True, health=self.dir_health))
         return logs
 
     def commit_topic(self, info: TopicInfo, logs: list[PartitionLog]) -> TopicInfo:
@@ -280,7 +282,9 @@ class LogManager:
             elif stored_id != info.topic_id:
                 # Left behind by an older topic of the same name (a delete that did not finish).
                 self._prepare_directory(info, partition)
-            plog = PartitionLog(topic, partition, directory, self.log_config(info), clean=self.clean_start)
+            plog = PartitionLog(
+                topic, partition, directory, self.log_config(info), clean=self.clean_start, health=self.dir_health
+            )
         except (DamagedFileError, OSError) as exc:
             # Kafka takes such a log offline; here the partition answers KAFKA_STORAGE_ERROR until repaired.
             log.error("%s-%d cannot be opened: %s", topic, partition, exc)
@@ -317,6 +321,8 @@ class LogManager:
         for plog in self._partitions.values():
             plog.close()
         self._partitions.clear()
+        if self.dir_health.offline:
+            return  # no clean-shutdown marker: the next start recovers every log from its batches
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.write_text("")
         fsync_directory(self.data_dir)

@@ -12,6 +12,16 @@ offsets to move (long-polling fetches) subscribes to PartitionEvents instead of 
 
 Threads: everything runs on the event loop except ``flush``, which may run in a worker thread while the loop
 appends, rolls, truncates, swaps or deletes segments (see Segment's thread-safety contract).
+
+Write failures (a full disk, an I/O error): an append either succeeds whole or leaves no trace (the segment is
+cut back, nothing in memory moves) and answers KAFKA_STORAGE_ERROR; the next append tries again, so appends
+resume at the right offset once space returns. The data directory is taken offline, as Kafka takes a log dir
+offline, when its writes keep failing (``LogDirHealth.FAILURE_LIMIT`` failed writes in a row), when a failed
+append cannot be undone, or when an fsync fails (Kafka treats that as fatal for the log dir: the page cache
+may have dropped the data). Offline, every partition of the directory refuses appends, DeleteRecords and
+retention with KAFKA_STORAGE_ERROR until the broker restarts and recovers the logs from disk. Reads go on:
+Kafka stops serving the whole directory, but a single node has no other replica to serve them from, and
+what is read (up to the in-memory log end, never past a failed write) is what was acknowledged.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbroker.storage import fs
 from kbroker.storage.api import PartitionEvent, PartitionEventListener
 from kbroker.storage.files import (
     DamagedFileError,
@@ -34,7 +45,7 @@ from kbroker.storage.files import (
 )
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, snapshot_offsets
-from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment
+from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment, SegmentTailDamaged
 from kbroker.storage.validation import validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
@@ -48,6 +59,55 @@ SWAP_SUFFIX = ".swap"  # a replacement segment committed to take the place of th
 LOG_START_OFFSET_FILE = "log-start-offset"
 PARTITION_METADATA_FILE = "partition.metadata"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+
+
+class LogDirHealth:
+    """Write failures of one data directory, shared by its partitions; offline (until a restart) when they
+    keep failing, when a failed write could not be undone, or after a failed fsync.
+
+    Each failure is logged once, one line with the path and the error; while the directory stays offline
+    nothing more is logged.
+    """
+
+    FAILURE_LIMIT = 10  # failed writes in a row (no write succeeding in between) before the directory goes offline
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offline_reason: str | None = None
+        self.failures_in_a_row = 0
+
+    @property
+    def offline(self) -> bool:
+        return self.offline_reason is not None
+
+    def write_succeeded(self) -> None:
+        self.failures_in_a_row = 0
+
+    def write_failed(self, what: str, exc: BaseException) -> None:
+        """A write that failed and was undone (nothing of it remains)."""
+        if self.offline:
+            return
+        self.failures_in_a_row += 1
+        log.error("%s failed: %s", what, _describe(exc))
+        if self.failures_in_a_row >= self.FAILURE_LIMIT:
+            self.take_offline(f"{self.failures_in_a_row} writes in a row failed, the last: {what}: {_describe(exc)}")
+
+    def take_offline(self, reason: str) -> None:
+        if self.offline:
+            return
+        self.offline_reason = reason
+        log.error("data directory %s is offline until the broker restarts: %s", self.path, reason)
+
+    def storage_error(self, topic: str, partition: int) -> AppendResult:
+        return AppendResult(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: data directory {self.path} is offline"
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
+    return str(exc)
 
 
 class OffsetOutOfRange(KafkaError):
@@ -141,11 +201,22 @@ def wall_clock_ms() -> int:
 
 
 class PartitionLog:
-    def __init__(self, topic: str, partition: int, directory: Path, config: LogConfig, *, clean: bool) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clean: bool,
+        health: LogDirHealth | None = None,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.directory = directory
         self.config = config
+        # Shared by every partition of the data directory (LogManager passes it); a lone log has its own.
+        self.health = health if health is not None else LogDirHealth(directory.parent)
         directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[Segment] = []
         self._bases: list[int] = []
@@ -177,7 +248,7 @@ class PartitionLog:
 
     def _open(self, clean: bool) -> None:
         for stray in self.directory.glob("*.tmp"):
-            stray.unlink()
+            fs.unlink(stray)
         self._recover_interrupted_swap()
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit())
         created = wall_clock_ms()
@@ -367,6 +438,8 @@ class PartitionLog:
                 return AppendResult(exc.code, exc.message)
         if header.size != len(batch):
             return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+        if self.health.offline:
+            return self.health.storage_error(self.topic, self.partition)
         if not timestamp_type_log_append:
             problem = self._timestamp_problem(header, now_ms)
             if problem is not None:
@@ -381,15 +454,14 @@ class PartitionLog:
                     log_append_time_ms=-1,
                     log_start_offset=self.log_start_offset,
                 )
-        self._maybe_roll(len(batch), now_ms)
         base_offset = self.log_end_offset
         append_time = now_ms if timestamp_type_log_append else None
         epoch = self.leader_epoch
         assign_offsets(batch, base_offset, partition_leader_epoch=epoch, log_append_time_ms=append_time)
         header = BatchHeader.parse(batch)
-        if self.leader_epochs.latest_epoch != epoch:
-            self.leader_epochs.assign(epoch, base_offset)  # the first batch of this epoch (Kafka does it here too)
-        self.active.append(batch, header)
+        failure = self._write_batch(batch, header, now_ms)
+        if failure is not None:
+            return failure
         if header.producer_id >= 0:
             self.producers.record(header)
         self._appended_messages += header.records_count
@@ -403,6 +475,25 @@ class PartitionLog:
             moved = self._advance_high_watermark(self.log_end_offset)
         self._emit(PartitionEvent.APPENDED | moved)
         return result
+
+    def _write_batch(self, batch: bytearray | memoryview, header: BatchHeader, now_ms: int) -> AppendResult | None:
+        """Roll if due and write the batch: None when written, else the failure answer (nothing was written)."""
+        what = f"roll of {self.topic}-{self.partition} at offset {header.base_offset}"
+        try:
+            self._maybe_roll(len(batch), now_ms)  # a failed roll leaves the old segment active
+            what = f"append to {self.active.log_path}"
+            if self.leader_epochs.latest_epoch != header.partition_leader_epoch:
+                # The first batch of this epoch (Kafka does it here too); a failed append leaves it harmless.
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self.active.append(batch, header)  # all or nothing, or SegmentTailDamaged
+        except SegmentTailDamaged as exc:
+            self.health.take_offline(str(exc))
+            return self.health.storage_error(self.topic, self.partition)
+        except (OSError, StorageError) as exc:
+            self.health.write_failed(what, exc)
+            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}")
+        self.health.write_succeeded()
+        return None
 
     def _timestamp_problem(self, header: BatchHeader, now: int) -> str | None:
         # Checked on the batch's first and largest timestamps; Kafka checks each record.
@@ -426,13 +517,19 @@ class PartitionLog:
         old = self.active
         if old.size == 0:
             return old
-        old.fsync()
-        old.write_indexes()
+        if not old.fsync():
+            # Kafka treats a failed fsync as fatal for the log dir: the page cache may have dropped the data.
+            self.health.take_offline(f"fsync of {old.log_path} failed")
+            raise StorageError(f"cannot roll {self.topic}-{self.partition}: fsync of {old.log_path} failed")
+        old.write_indexes()  # on failure the old segment stays active and its index files are rebuilt if needed
         segment = Segment(self.directory, old.next_offset, self.config.index_interval_bytes, now or wall_clock_ms())
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
         self.producers.expire((now or wall_clock_ms()) - PRODUCER_ID_EXPIRATION_MS)
-        self.producers.write_snapshot(self.directory, segment.base_offset)
+        try:
+            self.producers.write_snapshot(self.directory, segment.base_offset)
+        except OSError as exc:  # the roll is done; a missing snapshot only means rebuilding from the log
+            log.warning("%s-%d: producer snapshot not written: %s", self.topic, self.partition, _describe(exc))
         log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, segment.base_offset)
         return segment
 
@@ -450,22 +547,28 @@ class PartitionLog:
         return self._unflushed_messages > 0 and now - self._last_flush_ms >= self.config.flush_ms
 
     def flush(self) -> None:
-        """fsync what was written; safe to call from a worker thread while the event loop changes the log.
+        """fsync what was written; safe to call from a worker thread while the event loop changes the log."""
+        self.sync()
+
+    def sync(self) -> bool:
+        """``flush``, returning whether everything appended before it is on disk (False: the directory went offline).
 
         Only the messages appended before it started count as flushed: those were written to segments
-        that are in the list copied below, or were sealed (fsynced) at a roll, or are gone.
+        that are in the list copied below, or were sealed (fsynced) at a roll, or are gone. A failed fsync
+        takes the data directory offline (Kafka's rule): what it should have synced may be lost already.
         """
+        if self.health.offline:
+            return False
         appended = self._appended_messages
         started_ms = wall_clock_ms()
-        synced = True
         for segment in list(self.segments):  # copied at once under the GIL; the loop may change the list
-            if segment.dirty:
-                synced = segment.fsync() and synced
-        if not synced:
-            return  # the counts stay, so the next flush tries again
+            if segment.dirty and not segment.fsync():
+                self.health.take_offline(f"fsync of {segment.log_path} failed")
+                return False  # the counts stay: nothing after this is acknowledged as flushed
         with self._flush_lock:
             self._flushed_messages = max(self._flushed_messages, appended)
             self._last_flush_ms = max(self._last_flush_ms, started_ms)
+        return True
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -564,8 +667,32 @@ class PartitionLog:
         """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
         if offset <= self.log_start_offset:
             return
-        self._set_log_start_offset(min(offset, self.log_end_offset))
-        self._delete_segments_before(self.log_start_offset)
+        if self.health.offline:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, self.health.storage_error(self.topic, self.partition).error_message
+            )
+        try:
+            self._set_log_start_offset(min(offset, self.log_end_offset))
+        except OSError as exc:  # the log start offset file is as it was: nothing moved
+            what = f"DeleteRecords on {self.topic}-{self.partition} (writing {self.directory / LOG_START_OFFSET_FILE})"
+            self.health.write_failed(what, exc)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}") from None
+        self._delete_segments_quietly(self.log_start_offset)
+
+    def _delete_segments_quietly(self, offset: int) -> list[Segment]:
+        """Delete segments wholly before the (already durable) log start ``offset``; a failure is only logged:
+        the segments are below the log start, never read, and deleted again at the next attempt."""
+        try:
+            return self._delete_segments_before(offset)
+        except (OSError, StorageError) as exc:
+            log.warning(
+                "%s-%d: segments before offset %d not deleted yet: %s",
+                self.topic,
+                self.partition,
+                offset,
+                _describe(exc),
+            )
+            return []
 
     def _set_log_start_offset(self, offset: int) -> None:
         # Durable (file and directory fsynced) before DeleteRecords answers: a crash must not bring records back.
@@ -609,6 +736,7 @@ class PartitionLog:
         cut = self.segments[keep]
         cut.truncate_to(offset)
         if not cut.fsync():
+            self.health.take_offline(f"fsync of {cut.log_path} failed")
             raise StorageError(f"cannot fsync {cut.log_path} after truncating it to offset {offset}")
         if cut.index_path.exists():
             cut.write_indexes()  # a sealed segment's index files would point past the cut
@@ -726,22 +854,34 @@ class PartitionLog:
                     break
                 excess -= segment.size
                 new_start = max(new_start, segment.next_offset)
-        if new_start <= self.log_start_offset:
+        if new_start <= self.log_start_offset or self.health.offline:
             return []
-        self._set_log_start_offset(new_start)
-        return self._delete_segments_before(new_start)
+        try:
+            self._set_log_start_offset(new_start)
+        except OSError as exc:
+            self.health.write_failed(f"retention of {self.topic}-{self.partition}", exc)
+            return []
+        return self._delete_segments_quietly(new_start)
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Clean shutdown: data fsynced, indexes and a producer snapshot written, files closed."""
-        for segment in self.segments:
-            if segment.dirty:
-                segment.fsync()
-        self.active.write_indexes()
-        self.producers.write_snapshot(self.directory, self.log_end_offset)
-        for segment in self.segments:
-            segment.close()
+        """Clean shutdown: data fsynced, indexes and a producer snapshot written, files closed.
+
+        If the directory is offline, or any of that fails, the files are only closed: the next start recovers
+        the log from its batches (LogManager then writes no clean-shutdown marker).
+        """
+        try:
+            if not self.health.offline:
+                if not self.sync():
+                    raise StorageError(f"fsync of {self.topic}-{self.partition} failed")
+                self.active.write_indexes()
+                self.producers.write_snapshot(self.directory, self.log_end_offset)
+        except (OSError, StorageError) as exc:
+            self.health.take_offline(f"closing {self.topic}-{self.partition} failed: {_describe(exc)}")
+        finally:
+            for segment in self.segments:
+                segment.close()
 
     def delete(self) -> None:
         for segment in self.segments:

@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.files import write_atomically
+from kbroker.storage import fs
+from kbroker.storage.files import StorageError, write_atomically
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 
@@ -49,6 +50,10 @@ def segment_name(base_offset: int) -> str:
 class ScannedBatch:
     position: int
     header: BatchHeader
+
+
+class SegmentTailDamaged(StorageError):
+    """A failed append could not be undone: the segment file holds bytes that are not part of the log."""
 
 
 class FileRegion:
@@ -157,7 +162,7 @@ class Segment:
         truncated = self.size - good_end
         if truncated:
             log.warning("%s: truncating %d bytes of a torn or corrupt tail", self.log_path, truncated)
-            os.ftruncate(self._fd, good_end)
+            fs.ftruncate(self._fd, good_end)
             self.size = good_end
             self._written_generation += 1
         return truncated
@@ -257,15 +262,33 @@ class Segment:
     # --- appending --------------------------------------------------------------------------------------
 
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
-        """Write one batch (offsets already assigned); returns its file position."""
+        """Write one batch (offsets already assigned); returns its file position.
+
+        All or nothing: if the write fails (a full disk) or is cut short, the file is cut back to where it
+        was and the OSError raised, with nothing in memory changed. If even that cut fails, the file has
+        bytes after ``size`` that are not a batch: SegmentTailDamaged, and no more may be appended.
+        """
         position = self.size
-        written = os.write(self._fd, batch)
-        while written < len(batch):  # regular files rarely write short, but it is allowed
-            written += os.write(self._fd, memoryview(batch)[written:])
+        try:
+            fs.write_all(self._fd, batch)
+        except OSError as exc:
+            self._cut_back(position, exc)
+            raise
         self.size += len(batch)
         self._written_generation += 1  # after the write: an fsync that reads it covers these bytes
         self._track(header, position)
         return position
+
+    def _cut_back(self, size: int, cause: OSError) -> None:
+        """Undo a failed append: the file back to ``size`` bytes (the descriptor appends, so writes follow it)."""
+        self._written_generation += 1  # the file changed under any fsync running now
+        try:
+            fs.ftruncate(self._fd, size)
+        except OSError as exc:
+            raise SegmentTailDamaged(
+                f"{self.log_path}: an append failed ({cause.strerror or cause}) and the partial batch could not "
+                f"be cut off ({exc.strerror or exc}); bytes after position {size} are not part of the log"
+            ) from None
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose last offset is at least ``offset`` (a batch holding it goes whole).
@@ -276,7 +299,7 @@ class Segment:
         cut = self.position_of(offset)
         if cut >= self.size:
             return
-        os.ftruncate(self._fd, cut)
+        fs.ftruncate(self._fd, cut)
         self.size = cut
         self._written_generation += 1
         keep = bisect_right(self._index_positions, cut - 1)  # index entries of batches before the cut
@@ -405,7 +428,7 @@ class Segment:
             self._fsyncs_running += 1
         synced = False
         try:
-            os.fsync(fd)
+            fs.fsync(fd)
             synced = True
         except OSError as exc:
             log.error("fsync of %s failed: %s", self.log_path, exc)
@@ -445,13 +468,13 @@ class Segment:
         self._set_paths(suffix)
         for source, target in zip(old, (self.log_path, self.index_path, self.time_index_path), strict=True):
             if source.exists():
-                os.replace(source, target)
+                fs.replace(source, target)
         self.suffix = suffix
 
     def delete(self) -> None:
         self.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
-            path.unlink(missing_ok=True)
+            fs.unlink_if_exists(path)
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path.name}, offsets {self.base_offset}..{self.next_offset - 1}, {self.size} B)"
