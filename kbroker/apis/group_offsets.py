@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from kbroker.apis.context import RequestContext
-from kbroker.groups.offsets import CommittedOffset
+from kbroker.groups.offsets import CommittedOffset, OffsetStoreError
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit_request import OffsetCommitRequest
 from protocol.messages.offset_commit_response import OffsetCommitResponse
@@ -62,7 +62,15 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             )
         topics.append(OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
     if commits:
-        ctx.groups.offsets.commit(request.group_id, commits)
+        try:
+            ctx.groups.offsets.commit(request.group_id, commits)
+        except OffsetStoreError:  # logged by the store; nothing was committed
+            # Kafka's coordinator answers a failed append to __consumer_offsets (KAFKA_STORAGE_ERROR) so: the
+            # client finds the coordinator again and retries.
+            for topic_response in topics:
+                for partition in topic_response.partitions:
+                    if partition.error_code == ErrorCode.NONE:
+                        partition.error_code = ErrorCode.NOT_COORDINATOR
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 

@@ -11,6 +11,13 @@ Record payloads: ``{"g": group, "t": topic, "p": partition, "o": offset, "e": le
 "ts": commit timestamp, "x": expire timestamp}`` for a commit, the same with ``"o": null`` for a deleted
 offset, ``{"g": group, "delete_group": true}`` for a deleted group. Older kbrokers wrote the same objects as
 bare JSON lines; such a journal is read once and rewritten in the current format.
+
+Durability: a change is written to the journal before it changes the offsets in memory, so a write that fails
+(a full disk) changes nothing and raises OffsetStoreError, which OffsetCommit answers as Kafka's coordinator
+answers a failed append to ``__consumer_offsets`` (KAFKA_STORAGE_ERROR becomes NOT_COORDINATOR). With
+``sync_commits`` (the broker's log.flush.interval.messages is 1) each change is also fsynced before it is
+applied; otherwise the flush service and ``close`` fsync it. A failed fsync takes the store offline until the
+broker restarts (Kafka treats a failed fsync as fatal for the log dir): every later change is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbroker.storage.files import DamagedFileError
+from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.journal import Journal
 
 log = logging.getLogger("kbroker.groups")
@@ -34,6 +41,10 @@ _COMPACT_FACTOR = 4  # rewrite when the journal has this many times more records
 _COMPACT_MIN_RECORDS = 10_000
 
 
+class OffsetStoreError(StorageError):
+    """A change could not be made durable; the offsets in memory are as they were."""
+
+
 @dataclass(slots=True)
 class CommittedOffset:
     offset: int
@@ -44,7 +55,9 @@ class CommittedOffset:
 
 
 class OffsetStore:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, sync_commits: bool = False) -> None:
+        self.sync_commits = sync_commits
+        self.offline_reason: str | None = None
         self.directory = data_dir / DIRECTORY
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / JOURNAL
@@ -57,7 +70,10 @@ class OffsetStore:
         else:
             self._load()
             if self._journal.damaged_regions:
-                self._compact()  # drop the damaged bytes (already logged) so they are not reported at every start
+                try:
+                    self._compact()  # drop the damaged bytes (already logged) so they are not reported at every start
+                except OSError as exc:  # a full disk: the journal stays as it is, its damage skipped again next time
+                    log.warning("%s: not rewritten without its damaged bytes: %s", self.path, _describe(exc))
         self._journal.open()
 
     def _load(self) -> None:
@@ -101,14 +117,40 @@ class OffsetStore:
             int(entry["o"]), int(entry.get("e", -1)), entry.get("m"), int(entry.get("ts", -1)), int(entry.get("x", -1))
         )
 
-    def _append(self, entries: list[dict[str, Any]]) -> None:
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        """Journal ``entries`` (and fsync them if ``sync_commits``) before the caller applies them.
+
+        OffsetStoreError if they could not be written (nothing of them remains, or a torn record that replay
+        skips) or synced (then they may or may not survive a power cut, and the store goes offline).
+        """
         if not entries:
             return
-        self._journal.append([_encode(e) for e in entries])
+        if self.offline_reason is not None:
+            raise OffsetStoreError(f"{self.path} is offline until the broker restarts: {self.offline_reason}")
+        try:
+            self._journal.append([_encode(e) for e in entries])
+        except (OSError, StorageError) as exc:
+            log.error("%s: writing %d offset change(s) failed: %s", self.path, len(entries), _describe(exc))
+            raise OffsetStoreError(f"writing {self.path} failed: {_describe(exc)}") from None
         self._records += len(entries)
+        if self.sync_commits:
+            self._sync()
+
+    def _sync(self) -> None:
+        try:
+            self._journal.sync()
+        except OSError as exc:
+            self.offline_reason = f"fsync failed: {_describe(exc)}"
+            log.error("%s is offline until the broker restarts: %s", self.path, self.offline_reason)
+            raise OffsetStoreError(f"{self.path}: {self.offline_reason}") from None
+
+    def _maybe_compact(self) -> None:
         live = sum(len(v) for v in self.offsets.values())
         if self._records > _COMPACT_MIN_RECORDS and self._records > _COMPACT_FACTOR * live:
-            self._compact()
+            try:
+                self._compact()
+            except OSError as exc:  # the journal is as it was (rewritten atomically): try again later
+                log.warning("%s: compaction failed, the journal is kept as it is: %s", self.path, _describe(exc))
 
     def _compact(self) -> None:
         live = [
@@ -135,9 +177,11 @@ class OffsetStore:
     # --- API ------------------------------------------------------------------------------------------
 
     def commit(self, group: str, commits: dict[tuple[str, int], CommittedOffset]) -> None:
-        group_offsets = self.offsets.setdefault(group, {})
-        group_offsets.update(commits)
-        self._append([self._entry(group, t, p, c) for (t, p), c in commits.items()])
+        """Journal the commits, then apply them; OffsetStoreError (nothing applied) if they could not be written."""
+        self._write([self._entry(group, t, p, c) for (t, p), c in commits.items()])
+        if commits:
+            self.offsets.setdefault(group, {}).update(commits)
+            self._maybe_compact()
 
     def get(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
         return self.offsets.get(group, {})
@@ -146,21 +190,32 @@ class OffsetStore:
         return bool(self.offsets.get(group))
 
     def delete(self, group: str, keys: list[tuple[str, int]]) -> None:
+        """Journal, then forget, the group's offsets for ``keys``; OffsetStoreError (nothing forgotten) on failure."""
         group_offsets = self.offsets.get(group)
         if not group_offsets:
             return
-        removed = [k for k in keys if group_offsets.pop(k, None) is not None]
+        removed = [k for k in dict.fromkeys(keys) if k in group_offsets]
+        self._write([{"g": group, "t": t, "p": p, "o": None} for t, p in removed])
+        for key in removed:
+            del group_offsets[key]
         if not group_offsets:
             del self.offsets[group]
-        self._append([{"g": group, "t": t, "p": p, "o": None} for t, p in removed])
+        self._maybe_compact()
 
     def delete_group(self, group: str) -> None:
-        if self.offsets.pop(group, None) is not None:
-            self._append([{"g": group, "delete_group": True}])
+        """Journal, then forget, the group's offsets; OffsetStoreError (nothing forgotten) on failure."""
+        if group in self.offsets:
+            self._write([{"g": group, "delete_group": True}])
+            del self.offsets[group]
 
     def delete_topic(self, topic: str) -> None:
+        """Forget the offsets of a deleted topic. Best effort: a failure is logged and those offsets stay (as
+        Kafka's, they go when their group expires or is deleted)."""
         for group in list(self.offsets):
-            self.delete(group, [k for k in self.offsets[group] if k[0] == topic])
+            try:
+                self.delete(group, [k for k in self.offsets[group] if k[0] == topic])
+            except OffsetStoreError as exc:
+                log.warning("offsets of deleted topic %s kept for group %s: %s", topic, group, exc)
 
     def expire(self, group: str, older_than_ms: int, now_ms: int, base_ms: int | None = None) -> int:
         """Drop the group's offsets that aged past ``older_than_ms`` (or past their own expiry).
@@ -175,14 +230,27 @@ class OffsetStore:
             if (c.expire_timestamp >= 0 and c.expire_timestamp <= now_ms)
             or (c.expire_timestamp < 0 and max(c.commit_timestamp, base_ms or -1) < older_than_ms)
         ]
-        self.delete(group, stale)
+        try:
+            self.delete(group, stale)
+        except OffsetStoreError:  # logged; the next expiry check tries again
+            return 0
         return len(stale)
 
     def flush(self) -> None:
-        self._journal.sync()
+        """fsync the journal (OffsetStoreError if that fails, and the store goes offline)."""
+        if self.offline_reason is None:
+            self._sync()
 
     def close(self) -> None:
-        self._journal.close()
+        """fsync and close the journal; a failure is logged (the next start replays what reached the disk)."""
+        try:
+            self._journal.close()
+        except OSError as exc:
+            log.error("%s: fsync at close failed: %s", self.path, _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def _encode(entry: dict[str, Any]) -> bytes:
