@@ -328,6 +328,158 @@ def decode_records(batch: bytes | bytearray | memoryview, max_size: int = DEFAUL
     return records
 
 
+# --- validation helpers: a walk over the records that checks their framing without building them ---------
+
+# Kafka's own words (DefaultRecordBatch's record iterator, DefaultRecord.readFrom), which its log shows.
+PREMATURE_EOF = "Incorrect declared batch size, premature EOF reached"
+RECORDS_REMAINING = "Incorrect declared batch size, records still remaining in file"
+INVALID_STRUCTURE = "Found invalid record structure"
+
+
+class RecordsWalk(NamedTuple):
+    """What a walk over one batch's records found: the largest timestamp delta, whether offset deltas run 0..n-1."""
+
+    max_timestamp_delta: int
+    offset_deltas_in_order: bool
+
+
+def walk_records(body: bytes | memoryview, count: int, *, check_offsets: bool = True) -> RecordsWalk:
+    """Check that ``body`` (a batch's records, decompressed) is exactly ``count`` records, each within its length.
+
+    The produce path's walk: per record its length, timestamp delta and offset delta are read and the rest
+    is jumped over, so a batch whose count or lengths lie is caught at a fraction of a full decode's cost.
+    Keys, values and headers inside a record are not checked (Kafka's full decode checks them too). Raises
+    DecodeError with Kafka's message. A tight loop handles the common shapes; anything else (long varints,
+    negative deltas, an error) is walked again by the careful loop, which also words the error. Without
+    ``check_offsets`` (an uncompressed batch: Kafka does not look at its offset deltas) the answer's
+    ``offset_deltas_in_order`` is True whatever the deltas are.
+    """
+    try:
+        walk = _fast_walk(body, count, check_offsets)
+    except IndexError:  # ran off the end: the careful walk says where
+        walk = None
+    return walk if walk is not None else _careful_walk(body, count, check_offsets)
+
+
+def _fast_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> RecordsWalk | None:
+    """The walk for records whose length and timestamp delta are one- or two-byte varints (a delta of 0 to
+    8191 ms) and, with ``check_offsets``, whose offset delta is its index up to 8191; None where the careful
+    walk must decide (and for a batch whose offset deltas are out of order, which the careful walk confirms)."""
+    pos = 0
+    max_timestamp_zigzag = 0
+    for index in range(count):
+        first = body[pos]
+        if first < 0x80:
+            zigzag = first
+            pos += 1
+        else:
+            second = body[pos + 1]
+            if second >= 0x80:
+                return None
+            zigzag = (first & 0x7F) | (second << 7)
+            pos += 2
+        if zigzag & 1 or zigzag < 6:  # a negative length, or too short for attributes and two deltas
+            return None
+        record_end = pos + (zigzag >> 1)
+        first = body[pos + 1]  # the timestamp delta, after the attributes byte
+        if first < 0x80:
+            zigzag = first
+            offset_at = pos + 2
+        else:
+            second = body[pos + 2]
+            if second >= 0x80:
+                return None
+            zigzag = (first & 0x7F) | (second << 7)
+            offset_at = pos + 3
+        if zigzag & 1 or offset_at >= record_end:
+            return None
+        if zigzag > max_timestamp_zigzag:
+            max_timestamp_zigzag = zigzag
+        if check_offsets:
+            expected = index << 1  # the zigzag form of the delta the index calls for
+            if expected < 0x80:
+                if body[offset_at] != expected:
+                    return None
+            elif (
+                expected >= 0x4000
+                or body[offset_at] != (expected & 0x7F) | 0x80
+                or body[offset_at + 1] != expected >> 7
+            ):
+                return None
+        pos = record_end
+    if pos != len(body):
+        return None
+    return RecordsWalk(max_timestamp_zigzag >> 1, True)
+
+
+def _careful_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> RecordsWalk:
+    end = len(body)
+    pos = 0
+    max_timestamp_delta = -(2**63)
+    in_order = True
+    for index in range(count):
+        if pos >= end:
+            raise DecodeError(PREMATURE_EOF)
+        first = body[pos]
+        if first < 0x80:
+            length = (first >> 1) ^ -(first & 1)
+            pos += 1
+        elif pos + 1 < end and body[pos + 1] < 0x80:
+            raw = (first & 0x7F) | (body[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            try:
+                length, pos = _read_varint(body, pos, end)
+            except DecodeError:
+                raise DecodeError(PREMATURE_EOF) from None
+        if length > end - pos:
+            raise DecodeError(
+                f"Invalid record size: expected {length} bytes in record payload, "
+                f"but instead the buffer has only {end - pos} remaining bytes."
+            )
+        if length < 3:  # attributes, a timestamp delta and an offset delta at the least
+            raise DecodeError(INVALID_STRUCTURE)
+        record_end = pos + length
+        at = pos + 1  # past the attributes byte
+        first = body[at]
+        if first < 0x80:
+            timestamp_delta = (first >> 1) ^ -(first & 1)
+            at += 1
+        else:
+            try:
+                timestamp_delta, at = _read_varint(body, at, record_end)
+            except DecodeError:
+                raise DecodeError(INVALID_STRUCTURE) from None
+        if at >= record_end:
+            raise DecodeError(INVALID_STRUCTURE)
+        first = body[at]
+        if first < 0x80:
+            offset_delta = (first >> 1) ^ -(first & 1)
+        else:
+            try:
+                offset_delta, _ = _read_varint(body, at, record_end)
+            except DecodeError:
+                raise DecodeError(INVALID_STRUCTURE) from None
+        if timestamp_delta > max_timestamp_delta:
+            max_timestamp_delta = timestamp_delta
+        if check_offsets and offset_delta != index:
+            in_order = False
+        pos = record_end
+    if pos != end:
+        raise DecodeError(RECORDS_REMAINING)
+    return RecordsWalk(max_timestamp_delta, in_order)
+
+
+def set_max_timestamp(batch: bytearray | memoryview, max_timestamp: int, *, log_append_time: bool) -> None:
+    """Rewrite a batch's max timestamp and timestamp type in place and recompute its CRC (Kafka's setMaxTimestamp)."""
+    (attributes,) = _INT16.unpack_from(batch, _ATTRIBUTES_AT)
+    attributes = attributes | TIMESTAMP_TYPE_BIT if log_append_time else attributes & ~TIMESTAMP_TYPE_BIT
+    _INT16.pack_into(batch, _ATTRIBUTES_AT, attributes)
+    _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, max_timestamp)
+    _UINT32.pack_into(batch, 17, compute_crc(batch))
+
+
 def encode_record(record: Record) -> bytes:
     body = bytearray()
     body.append(record.attributes)

@@ -67,11 +67,15 @@ def test_each_rejection_has_kafkas_code_and_a_message() -> None:
         ErrorCode.MESSAGE_TOO_LARGE,
         f"batch of {len(big)} bytes exceeds {len(big) - 1}",
     )
-    assert _rejected(_rewrite(_batch(), ">i", 57, 0)) == (ErrorCode.CORRUPT_MESSAGE, "batch holds no records")
+    # Kafka answers INVALID_RECORD for a count of 0 (LogValidator), not CORRUPT_MESSAGE as kbroker did.
+    assert _rejected(_rewrite(_rewrite(_batch(), ">i", 57, 0), ">i", 23, 0)) == (
+        ErrorCode.INVALID_RECORD,
+        "Invalid reported count for record batch: 0",
+    )
     control = _batch()
     assert _rejected(_rewrite(control, ">h", 21, CONTROL_BIT)) == (
         ErrorCode.INVALID_RECORD,
-        "clients may not write control batches",
+        "Clients are not allowed to write control records",
     )
     flipped = _batch()
     flipped[-1] ^= 0xFF
