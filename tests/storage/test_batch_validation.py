@@ -7,8 +7,21 @@ import struct
 import pytest
 
 from kbroker.storage.validation import validate_batch
+from protocol import compression
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import CONTROL_BIT, HEADER_SIZE, BatchHeader, Record, build_batch, compute_crc, header_problem
+from protocol.records import (
+    CONTROL_BIT,
+    HEADER_SIZE,
+    BatchHeader,
+    Record,
+    RecordsWalk,
+    build_batch,
+    compute_crc,
+    encode_record,
+    header_problem,
+    validate_crc,
+    walk_records,
+)
 
 
 def _batch(count: int = 2) -> bytearray:
@@ -91,3 +104,58 @@ def test_header_problem_is_the_structural_check_recovery_uses() -> None:
     )
     assert header_problem(header._replace(last_offset_delta=-1)) == "negative offsets"
     assert header_problem(header._replace(base_offset=-5)) == "negative offsets"
+
+
+# --- the records walk and the max timestamp ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", [0, 3], ids=["uncompressed", "lz4"])
+@pytest.mark.parametrize(
+    ("count", "value_size", "timestamp_step"),
+    [(1, 1, 0), (70, 200, 1), (9000, 1, 0), (3, 20_000, 100_000), (5, 10, -3)],
+    ids=["one", "two-byte varints", "offset deltas past 8191", "long lengths and deltas", "negative deltas"],
+)
+def test_the_walk_takes_every_well_formed_batch(codec: int, count: int, value_size: int, timestamp_step: int) -> None:
+    base = 1_700_000_000_000
+    records = [
+        Record(offset_delta=i, timestamp_delta=i * timestamp_step, value=b"x" * value_size) for i in range(count)
+    ]
+    batch = bytearray(build_batch(records, base_timestamp=base, compression_type=codec))
+    header = validate_batch(batch, 1 << 30)
+    expected_max = base + max(0, (count - 1) * timestamp_step)
+    assert (header.records_count, header.max_timestamp) == (count, expected_max)
+    body = bytes(batch[HEADER_SIZE:]) if not codec else compression.decompress(codec, batch[HEADER_SIZE:], 1 << 30)
+    assert walk_records(body, count) == RecordsWalk(max(r.timestamp_delta for r in records), True)
+
+
+def test_out_of_order_offset_deltas_are_seen_past_the_fast_walk() -> None:
+    records = [Record(offset_delta=i, value=b"v") for i in range(100)]
+    records[80].offset_delta = 81  # a two-byte delta that is not its index
+    body = b"".join(encode_record(r) for r in records)
+    assert walk_records(body, 100) == RecordsWalk(0, False)
+    assert walk_records(body, 100, check_offsets=False) == RecordsWalk(0, True)
+
+
+def test_a_lying_max_timestamp_is_corrected_in_place_or_refused_when_read_only() -> None:
+    batch = _rewrite(_batch(), ">q", 35, 1_700_000_009_999)  # max timestamp claims more than the records
+    header = validate_batch(batch, 1 << 20)
+    assert header.max_timestamp == 1_700_000_000_000 == BatchHeader.parse(batch).max_timestamp
+    assert validate_crc(batch)
+    lying = bytes(_rewrite(_batch(), ">q", 35, 1_700_000_009_999))
+    assert _rejected(lying) == (
+        ErrorCode.INVALID_RECORD,
+        "max timestamp 1700000009999 does not match the records' 1700000000000 (read-only batch)",
+    )
+
+
+def test_recovery_is_not_stricter_than_storage_needs() -> None:
+    """A stored batch may hold fewer records than its offset range (compaction keeps the range) or none: the
+    recovery scan's header check must not cut the log there, while the validator refuses it from a client."""
+    header = BatchHeader.parse(_batch(3))
+    for stored in (header._replace(records_count=1), header._replace(records_count=0)):
+        assert header_problem(stored) is None
+    compacted = _rewrite(_batch(3), ">i", 57, 1)
+    assert _rejected(compacted) == (
+        ErrorCode.INVALID_RECORD,
+        "Inconsistent batch offset range [0, 2] and count of records 1",
+    )
