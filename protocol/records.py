@@ -153,7 +153,10 @@ def header_problem(header: BatchHeader) -> str | None:
     """What makes a header unusable as a stored batch, wherever it is read (produce, recovery, scans); None if fine.
 
     Only the header's own fields are checked: whether the batch fits the bytes around it, and its CRC, are the
-    caller's to check because they need the data.
+    caller's to check because they need the data. Deliberately looser than kbroker/storage/validation.py,
+    which refuses what a client may not write: a stored batch may hold fewer records than its offset range,
+    or none (compaction keeps the range), and recovery must not cut the log, and every acknowledged record
+    after it, at such a batch. Kafka's LogSegment.recover checks no more than size, CRC and offsets either.
     """
     if header.magic != 2:
         return f"record batch magic {header.magic} is not supported"
