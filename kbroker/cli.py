@@ -16,7 +16,7 @@ from kbroker.app import ListenError, Settings
 from kbroker.broker import Endpoint
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.server.listeners import parse_listeners, plaintext_listener
-from kbroker.storage.files import StorageError
+from kbroker.storage.files import DamagedFileError, StorageError
 
 log = logging.getLogger("kbroker")
 
@@ -119,10 +119,30 @@ def process_started_at() -> float:
     return time.perf_counter() - age
 
 
+# What to do about a damaged file that stops start-up, by file name (the others: DAMAGED_FILE_FIX).
+DAMAGED_FILE_FIXES = {
+    "topics.json": (
+        "restore it from a backup, or move it out of the data directory and kbroker rebuilds it from the "
+        "partition directories (topic config overrides are not recovered)"
+    ),
+    "meta.properties": (
+        "restore it from a backup, or write its lines again: version=1, cluster.id=<this cluster's id>, "
+        "node.id=<this broker's node.id> (moved aside instead, the broker starts as a new cluster)"
+    ),
+    "producer-id-block": (
+        "restore it from a backup, or write in its place a decimal number above every producer id this broker "
+        "handed out (moved aside instead, producer ids are handed out again from 0)"
+    ),
+}
+DAMAGED_FILE_FIX = "restore it from a backup, or move it out of the data directory"
+
+
 def error_line(exc: BaseException) -> str | None:
     """The one line a start-up failure is reported with (None: not one of those, let it propagate)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # trio's nurseries wrap errors
         exc = exc.exceptions[0]
+    if isinstance(exc, DamagedFileError):
+        return f"kbroker: {exc}; to fix: {DAMAGED_FILE_FIXES.get(exc.path.name, DAMAGED_FILE_FIX)}"
     if isinstance(exc, ListenError | StorageError):
         return f"kbroker: {exc}"
     if isinstance(exc, OSError):

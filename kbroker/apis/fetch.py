@@ -291,6 +291,10 @@ def _read_all(
             has_error = True
             answers.append((part, error))
             continue
+        except KafkaError as exc:  # a damaged segment (CORRUPT_MESSAGE) or a failing disk (KAFKA_STORAGE_ERROR)
+            has_error = True
+            answers.append((part, _partition_error(part.partition, exc.code)))
+            continue
         data.records = chunk.region()  # sent from the segment file as it is (sendfile)
         if read_committed and chunk.size:
             aborted = plog.aborted_transactions(part.fetch_offset, chunk.last_offset + 1)

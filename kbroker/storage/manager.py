@@ -7,6 +7,14 @@ overrides) is one JSON file, replaced atomically on every change. A marker writt
 the next start whether the active segments' tails need checking.
 
 Partition logs are opened on first use, so start-up time does not grow with the number of partitions.
+
+Nothing is deleted on a guess (only a topic deletion removes data). A partition directory that does not belong
+to the metadata (another topic id, a topic or partition topics.json does not know) is moved aside as Kafka
+moves a stray log: renamed ``<topic>-<partition>.<uuid>-stray``, logged with both paths, never removed by
+kbroker. A missing topics.json beside partition directories is rebuilt from their ``partition.metadata``
+files (topic config overrides cannot be recovered and are reported); where that is ambiguous (two topic ids
+for one name), start-up stops with one line naming the directories. The recovery points of the partitions
+(``recovery-point-offset-checkpoint``, Kafka's file) say how much of each log an unclean start must validate.
 """
 
 from __future__ import annotations
@@ -19,9 +27,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
 from kbroker.storage.files import (
     LEGACY_VERSION,
     DamagedFileError,
+    StorageError,
     fsync_directory,
     read_checked_json,
     write_atomically,
@@ -29,6 +39,7 @@ from kbroker.storage.files import (
 )
 from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
 from protocol.errors import ErrorCode, KafkaError
+from protocol.exceptions import DecodeError
 
 log = logging.getLogger("kbroker.storage")
 
@@ -37,6 +48,8 @@ TOPICS_KIND = "topics"
 TOPICS_FORMAT_VERSION = 2  # 1 was the same document without kind and crc32c
 CLEAN_SHUTDOWN_FILE = ".kbroker_cleanshutdown"
 DELETED_SUFFIX = "-delete"
+STRAY_SUFFIX = "-stray"  # Kafka's suffix for a log that does not belong to the metadata, kept for the operator
+_PARTITION_DIRECTORY = re.compile(r"(.+)-(0|[1-9][0-9]{0,9})")
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -100,8 +113,14 @@ class LogManager:
         self._pending: set[str] = set()  # topics being created
         # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see partition.py.
         self.dir_health = LogDirHealth(self.data_dir)
-        self._load_topics()
+        self._opened_this_run: set[tuple[str, int]] = set()  # recovered, if the start was unclean
+        if (self.data_dir / TOPICS_FILE).exists():
+            self._load_topics()
+        else:
+            self._rebuild_topics_from_disk()
         self._remove_deleted_directories()
+        self._quarantine_unknown_directories()
+        self._recovery_points = self._load_recovery_points()
 
     # --- metadata ------------------------------------------------------------------------------------
 
@@ -128,6 +147,88 @@ class LogManager:
             for info in self._topics.values()
         }
         write_checked_json(self.data_dir / TOPICS_FILE, TOPICS_KIND, TOPICS_FORMAT_VERSION, {"topics": topics})
+
+    def _partition_directories(self) -> list[tuple[str, int, Path]]:
+        """(topic, partition, path) of every directory named like a partition directory."""
+        found = []
+        for entry in os.scandir(self.data_dir):
+            match = _PARTITION_DIRECTORY.fullmatch(entry.name)
+            if match and entry.is_dir() and validate_topic_name(match[1]) is None:
+                found.append((match[1], int(match[2]), Path(entry.path)))
+        return sorted(found)
+
+    def _rebuild_topics_from_disk(self) -> None:
+        """No topics.json: rebuild it from the partition directories, so their data is not taken for strays.
+
+        A topic's id is the one its ``partition.metadata`` files name (a new one if none does), its partition
+        count one more than its highest partition directory. Two ids for one name is ambiguous: start-up stops.
+        """
+        by_name: dict[str, list[tuple[int, Path]]] = {}
+        for name, index, directory in self._partition_directories():
+            by_name.setdefault(name, []).append((index, directory))
+        if not by_name:
+            return
+        for name, directories in by_name.items():
+            ids: dict[uuid.UUID, list[Path]] = {}
+            for _, directory in directories:
+                try:
+                    stored = _stored_topic_id(directory)
+                except DamagedFileError as exc:
+                    log.warning("rebuilding %s: %s (the partition keeps its data and reports it)", TOPICS_FILE, exc)
+                    continue
+                if stored is not None:
+                    ids.setdefault(stored, []).append(directory)
+            if len(ids) > 1:
+                listing = "; ".join(f"{topic_id}: {', '.join(map(str, paths))}" for topic_id, paths in ids.items())
+                raise StorageError(
+                    f"{self.data_dir / TOPICS_FILE} is missing and cannot be rebuilt: the directories of topic "
+                    f"{name!r} name different topic ids ({listing}); move the directories of the wrong topic out "
+                    "of the data directory, or restore topics.json from a backup"
+                )
+            topic_id = next(iter(ids)) if ids else uuid.uuid4()
+            info = TopicInfo(name, topic_id, max(index for index, _ in directories) + 1)
+            self._topics[name] = info
+            self._by_id[topic_id] = info
+        self._save_topics()
+        log.warning(
+            "%s was missing: rebuilt it from the partition directories (%s); topic config overrides could not be "
+            "recovered, set them again if there were any",
+            self.data_dir / TOPICS_FILE,
+            ", ".join(f"{info.name}: {info.partitions} partition(s)" for info in self.topics()),
+        )
+
+    def _quarantine_unknown_directories(self) -> None:
+        """Move aside partition directories of topics (or partitions) the metadata does not know."""
+        for name, index, directory in self._partition_directories():
+            info = self._topics.get(name)
+            if info is not None and index < info.partitions:
+                continue  # a known partition: its topic id is checked when it is opened
+            if info is None:
+                self._quarantine(directory, f"topic {name!r} is not in {TOPICS_FILE}")
+            else:
+                self._quarantine(directory, f"topic {name!r} has {info.partitions} partition(s) in {TOPICS_FILE}")
+
+    def _quarantine(self, directory: Path, reason: str) -> None:
+        """Rename a partition directory aside, as Kafka's stray logs: kept for the operator, never deleted."""
+        stray = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{STRAY_SUFFIX}")
+        os.rename(directory, stray)
+        fsync_directory(self.data_dir)
+        log.warning("moved %s aside to %s: %s; kbroker does not delete it", directory, stray, reason)
+
+    def _load_recovery_points(self) -> dict[tuple[str, int], int]:
+        try:
+            return read_offset_checkpoint(self.data_dir / RECOVERY_POINT_FILE)
+        except DamagedFileError as exc:
+            log.warning("%s; logs opened after an unclean stop are validated whole", exc)
+            return {}
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write recovery-point-offset-checkpoint: each open partition's recovery point (what is fsynced), and
+        for the others the point read at start-up. May run in a worker thread, e.g. after a flush."""
+        points = {key: offset for key, offset in dict(self._recovery_points).items() if key[0] in self._topics}
+        for key, plog in list(self._partitions.items()):
+            points[key] = plog.recovery_point
+        write_offset_checkpoint(self.data_dir / RECOVERY_POINT_FILE, points)
 
     def _remove_deleted_directories(self) -> None:
         for path in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
@@ -190,6 +291,7 @@ class LogManager:
         self._by_id[info.topic_id] = info
         for plog in logs:
             self._partitions[(info.name, plog.partition)] = plog
+            self._opened_this_run.add((info.name, plog.partition))
         self._save_topics()
         return info
 
@@ -203,8 +305,9 @@ class LogManager:
     def _prepare_directory(self, info: TopicInfo, index: int) -> Path:
         directory = self._directory(info.name, index)
         if directory.exists():
-            # Left behind by a delete that did not finish: it belongs to an older topic of this name.
-            self._discard_directory(directory)
+            # Left behind by an older topic of this name (a delete that did not finish): kept, aside.
+            self._quarantine(directory, f"it is not partition {index} of topic id {info.topic_id}")
+            self._recovery_points.pop((info.name, index), None)
         directory.mkdir(parents=True)
         self._write_partition_metadata(info, directory)
         return directory
@@ -227,6 +330,8 @@ class LogManager:
     def delete_topic(self, name: str) -> None:
         info = self._topics.pop(name)
         self._by_id.pop(info.topic_id, None)
+        for index in range(info.partitions):
+            self._recovery_points.pop((name, index), None)
         self._save_topics()  # the topic is gone once this is written; removing files can lag behind
         for index in range(info.partitions):
             plog = self._partitions.pop((name, index), None)
@@ -247,6 +352,7 @@ class LogManager:
     def commit_partitions(self, info: TopicInfo, logs: list[PartitionLog]) -> TopicInfo:
         for plog in logs:
             self._partitions[(info.name, plog.partition)] = plog
+            self._opened_this_run.add((info.name, plog.partition))
         if logs:
             info.partitions = max(info.partitions, logs[-1].partition + 1)
         self._save_topics()
@@ -280,16 +386,26 @@ class LogManager:
                 # A new partition, or one whose metadata file was lost: keep any data and (re)write the file.
                 self._write_partition_metadata(info, directory)
             elif stored_id != info.topic_id:
-                # Left behind by an older topic of the same name (a delete that did not finish).
-                self._prepare_directory(info, partition)
+                # Left behind by an older topic of the same name (a delete that did not finish): kept, aside.
+                reason = f"its {PARTITION_METADATA_FILE} names topic id {stored_id}, {topic} is {info.topic_id}"
+                self._quarantine(directory, reason)
+                self._recovery_points.pop((topic, partition), None)
+                self._write_partition_metadata(info, directory)
             plog = PartitionLog(
-                topic, partition, directory, self.log_config(info), clean=self.clean_start, health=self.dir_health
+                topic,
+                partition,
+                directory,
+                self.log_config(info),
+                clean=self.clean_start,
+                health=self.dir_health,
+                recovery_point=self._recovery_points.get((topic, partition), 0),
             )
-        except (DamagedFileError, OSError) as exc:
+        except (StorageError, OSError, DecodeError) as exc:
             # Kafka takes such a log offline; here the partition answers KAFKA_STORAGE_ERROR until repaired.
             log.error("%s-%d cannot be opened: %s", topic, partition, exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} cannot be opened: {exc}") from None
         self._partitions[(topic, partition)] = plog
+        self._opened_this_run.add((topic, partition))
         return plog
 
     def open_partitions(self) -> list[PartitionLog]:
@@ -320,9 +436,19 @@ class LogManager:
     def close(self) -> None:
         for plog in self._partitions.values():
             plog.close()
+        try:
+            self.checkpoint_recovery_points()
+        except OSError as exc:  # the previous checkpoint stays: the next unclean start validates more
+            log.error("cannot write %s: %s", self.data_dir / RECOVERY_POINT_FILE, exc)
         self._partitions.clear()
         if self.dir_health.offline:
             return  # no clean-shutdown marker: the next start recovers every log from its batches
+        every_partition = {(info.name, index) for info in self._topics.values() for index in range(info.partitions)}
+        if not self.clean_start and not every_partition <= self._opened_this_run:
+            # After an unclean start, partitions never opened were never recovered: the next start must still
+            # recover them (from their recovery points, so those that were opened cost little).
+            log.info("partitions not opened since an unclean start are recovered at the next start")
+            return
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.write_text("")
         fsync_directory(self.data_dir)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.storage import fs
-from kbroker.storage.files import StorageError, write_atomically
+from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 
@@ -40,6 +40,7 @@ _SCAN_CHUNK = 1 << 20  # recovery and index rebuilds read everything
 _LOOKUP_CHUNK = 16 << 10  # lookups near an index entry read a few headers
 NO_TIMESTAMP = -1
 SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex")
+_MISSING = "missing"  # _load_index_files: no index files (a segment never sealed, or files removed)
 
 
 def segment_name(base_offset: int) -> str:
@@ -140,32 +141,60 @@ class Segment:
     def load(self, *, trust_indexes: bool) -> int:
         """Bring the in-memory state in line with the files; returns bytes truncated from a torn tail.
 
-        With ``trust_indexes`` (a sealed segment, or any segment after a clean shutdown) the index files
-        are loaded and only the tail after the last index entry is read. Otherwise every batch is read and
-        its CRC checked, the log is cut after the last good batch, and the indexes are rebuilt.
+        With ``trust_indexes`` (a segment below the recovery point, or any after a clean shutdown: its bytes
+        were fsynced) the index files are loaded and checked against the log, rebuilt from the batch headers
+        when missing or wrong (never used to cut data), and only the batches after the last index entry are
+        read. Such a segment is never cut: batches that stop before the end of its file are damage, not a
+        torn write, and raise DamagedFileError naming the file and position (the bytes stay for the operator).
+        Otherwise (recovery after an unclean stop) every batch is read and its CRC checked, the log is cut
+        after the last good batch, and the indexes are rebuilt.
         """
-        if trust_indexes and self._load_index_files():
-            # The time index's last entry is the segment's largest timestamp when the files were written.
-            self.max_timestamp = int(self._time_timestamps[-1]) if self._time_timestamps else NO_TIMESTAMP
-            start = 0
-            if self._index_positions:
-                # Re-read from the last indexed batch: it and anything after it get indexed again.
-                start = int(self._index_positions.pop())
-                popped = self._index_offsets.pop()
-                while self._time_offsets and self._time_offsets[-1] >= popped:
-                    self._time_offsets.pop()
-                    self._time_timestamps.pop()
-            good_end = self._scan_tail(start, check_crc=False)
-        else:
+        if not trust_indexes:
             self._clear_indexes()
-            good_end = self._scan_tail(0, check_crc=True)
-        truncated = self.size - good_end
-        if truncated:
-            log.warning("%s: truncating %d bytes of a torn or corrupt tail", self.log_path, truncated)
-            fs.ftruncate(self._fd, good_end)
-            self.size = good_end
-            self._written_generation += 1
-        return truncated
+            good_end, problem = self._scan_tail(0, check_crc=True)
+            truncated = self.size - good_end
+            if truncated:
+                log.warning("%s: truncating %d bytes of a torn or corrupt tail (%s)", self.log_path, truncated, problem)
+                fs.ftruncate(self._fd, good_end)
+                self.size = good_end
+                self._written_generation += 1
+            return truncated
+        index_problem = self._load_index_files()
+        if index_problem is not None:
+            self._clear_indexes()
+            if index_problem != _MISSING:
+                log.warning("%s; rebuilding the indexes from the log", index_problem)
+        time_index_loaded = bool(self._time_timestamps)
+        start = self._resume_after_last_entry()
+        good_end, problem = self._scan_tail(start, check_crc=False)
+        if good_end != self.size:
+            raise DamagedFileError(
+                self.log_path,
+                f"{problem}; the batches before position {good_end} are intact, the {self.size - good_end} bytes "
+                "from there were fsynced and are left as they are",
+            )
+        time_problem = self._time_index_problem(time_index_loaded)
+        if time_problem is not None:
+            log.warning("%s: %s; rebuilding the indexes from the log", self.time_index_path, time_problem)
+            self._clear_indexes()
+            self._scan_tail(0, check_crc=False)
+            index_problem = time_problem
+        if index_problem is not None and self.index_path.exists():
+            self.write_indexes()  # the next start finds them right
+        return 0
+
+    def _resume_after_last_entry(self) -> int:
+        """Drop the last index entry (its batch and those after it are read again); where to read from."""
+        if not self._index_positions:
+            return 0
+        # The time index's last entry is the segment's largest timestamp when the files were written.
+        self.max_timestamp = int(self._time_timestamps[-1]) if self._time_timestamps else NO_TIMESTAMP
+        start = int(self._index_positions.pop())
+        popped = self._index_offsets.pop()
+        while self._time_offsets and self._time_offsets[-1] >= popped:
+            self._time_offsets.pop()
+            self._time_timestamps.pop()
+        return start
 
     def _clear_indexes(self) -> None:
         for arr in (self._index_offsets, self._index_positions, self._time_timestamps, self._time_offsets):
@@ -173,39 +202,113 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self._bytes_since_index = self.index_interval_bytes
 
-    def _load_index_files(self) -> bool:
+    def _header_at(self, position: int) -> BatchHeader | None:
+        """The batch header at ``position`` if one is there (structurally sound, inside the file), else None."""
+        data = os.pread(self._fd, HEADER_SIZE, position)
+        if len(data) < HEADER_SIZE:
+            return None
+        header = BatchHeader(*HEADER.unpack_from(data))
+        if header_problem(header) is not None or position + header.size > self.size:
+            return None
+        return header
+
+    def _entry_matches_log(self, entry: int) -> bool:
+        """Whether offset index entry ``entry`` points at a batch whose last offset is the entry's offset."""
+        header = self._header_at(int(self._index_positions[entry]))
+        return header is not None and header.last_offset == self._index_offsets[entry]
+
+    def _load_index_files(self) -> str | None:
+        """Load the index files; None if they are usable, else what is wrong, naming the file (the arrays are
+        then partial).
+
+        Checked against the log: entries in order and inside the file, the first at position 0 and the last
+        pointing at a batch that ends at its offset (the tail is read from there); the other entries are
+        checked when a lookup uses them (_entry_matches_log), as reading every one would cost a read each.
+        """
         try:
             index = self.index_path.read_bytes()
             time_index = self.time_index_path.read_bytes()
         except FileNotFoundError:
-            return False
+            return _MISSING
         if len(index) % _INDEX_ENTRY.size or len(time_index) % _TIME_ENTRY.size:
-            return False
+            return f"{self.index_path}: an index file is not a whole number of entries"
         last_offset, last_position = self.base_offset - 1, -1
         for relative, position in _INDEX_ENTRY.iter_unpack(index):
             offset = self.base_offset + relative
-            if offset <= last_offset or position <= last_position or position + HEADER_SIZE > self.size:
-                return False
+            if offset <= last_offset or position <= last_position:
+                return f"{self.index_path}: entry (offset {offset}, position {position}) is out of order"
+            if position + HEADER_SIZE > self.size:
+                return f"{self.index_path}: entry (offset {offset}, position {position}) is past the end of the log"
             self._index_offsets.append(offset)
             self._index_positions.append(position)
             last_offset, last_position = offset, position
-        last_timestamp = NO_TIMESTAMP
+        if self._index_positions:
+            if self._index_positions[0] != 0 or not self._entry_matches_log(0):
+                return f"{self.index_path}: the first entry is not the segment's first batch"
+            if not self._entry_matches_log(len(self._index_positions) - 1):
+                return f"{self.index_path}: the last entry (offset {last_offset}, position {last_position}) is wrong"
+        elif self.size:
+            return f"{self.index_path}: no entries for a segment holding batches"
+        last_timestamp, last_time_offset = NO_TIMESTAMP, self.base_offset - 1
         for timestamp, relative in _TIME_ENTRY.iter_unpack(time_index):
-            if timestamp < last_timestamp:
-                self._clear_indexes()
-                return False
+            if timestamp < last_timestamp or self.base_offset + relative < last_time_offset:
+                return f"{self.time_index_path}: out of order"
             self._time_timestamps.append(timestamp)
             self._time_offsets.append(self.base_offset + relative)
-            last_timestamp = timestamp
-        return True
+            last_timestamp, last_time_offset = timestamp, self.base_offset + relative
+        return None
 
-    def _scan_tail(self, start: int, *, check_crc: bool) -> int:
-        """Read batches from ``start`` to the end, indexing them; returns where the last good one ends."""
+    def _time_index_problem(self, loaded: bool) -> str | None:
+        """What is wrong with the time index loaded beside a good offset index, or None.
+
+        Its last entry (T, o) is the segment's largest timestamp, which retention acts on: a lost or lowered
+        one would delete the segment early. Cheap checks that catch that: o is an offset of the segment, and
+        neither the batch holding o nor the first batch has a timestamp above T. ``loaded``: the file had entries.
+        """
+        first = self._header_at(0) if self.size else None
+        if not loaded and first is not None and first.max_timestamp > NO_TIMESTAMP:
+            return "it has no entries for batches with timestamps"
+        if not self._time_timestamps:
+            return None
+        timestamp, offset = int(self._time_timestamps[-1]), int(self._time_offsets[-1])
+        if not self.base_offset <= offset < self.next_offset:
+            return f"its last entry's offset {offset} is outside {self.base_offset}..{self.next_offset - 1}"
+        try:
+            holding = self.position_of(offset)
+        except DecodeError:
+            return None  # a broken batch on the way: reported when a read meets it, not taken for an index problem
+        for position in (0, holding):
+            header = self._header_at(position)
+            if header is None or header.max_timestamp > timestamp:
+                return f"its last entry's timestamp {timestamp} is below the timestamps of the log"
+        return None
+
+    def _scan_tail(self, start: int, *, check_crc: bool) -> tuple[int, str | None]:
+        """Read batches from ``start`` to the end, indexing them: where the last good one ends, and why the
+        scan stopped before the end of the file (None if it did not)."""
         position = start
-        for scanned in self.scan(start, check_crc=check_crc, stop_on_error=True):
-            self._track(scanned.header, scanned.position)
-            position = scanned.position + scanned.header.size
-        return position
+        try:
+            for scanned in self.scan(start, check_crc=check_crc):
+                self._track(scanned.header, scanned.position)
+                position = scanned.position + scanned.header.size
+        except DecodeError as exc:
+            return position, str(exc)
+        return position, None
+
+    def _rebuild_indexes(self, why: str) -> None:
+        """Rebuild the in-memory indexes from the batch headers (an index entry did not match the log).
+
+        The log end stays what appends made it; a log that is itself broken raises DecodeError.
+        """
+        log.warning("%s: %s; rebuilding the indexes from the log", self.index_path, why)
+        next_offset, max_timestamp = self.next_offset, self.max_timestamp
+        self._clear_indexes()
+        _, problem = self._scan_tail(0, check_crc=False)
+        self.next_offset, self.max_timestamp = next_offset, max(max_timestamp, self.max_timestamp)
+        if problem is not None:
+            raise DecodeError(problem)
+        if self.index_path.exists():
+            self.write_indexes()
 
     # --- scanning ---------------------------------------------------------------------------------------
 
@@ -349,6 +452,9 @@ class Segment:
             return self.size
         # The last indexed batch that ends before ``offset``; the one we want starts at or after it.
         i = bisect_right(self._index_offsets, offset - 1)
+        if i and not self._entry_matches_log(i - 1):
+            self._rebuild_indexes(f"entry {i - 1} does not point at the batch of offset {self._index_offsets[i - 1]}")
+            i = bisect_right(self._index_offsets, offset - 1)
         start = int(self._index_positions[i - 1]) if i else 0
         for scanned in self.scan(start, chunk_size=_LOOKUP_CHUNK):
             if scanned.header.last_offset >= offset:
@@ -362,6 +468,9 @@ class Segment:
         ``limit``, so only the few headers after it are read.
         """
         i = bisect_right(self._index_positions, limit)
+        if i and self._index_positions[i - 1] > start and not self._entry_matches_log(i - 1):
+            self._rebuild_indexes(f"entry {i - 1} does not point at the batch of offset {self._index_offsets[i - 1]}")
+            i = bisect_right(self._index_positions, limit)
         origin = int(self._index_positions[i - 1]) if i and self._index_positions[i - 1] > start else start
         end, last_offset = origin, -1
         for scanned in self.scan(origin, chunk_size=_LOOKUP_CHUNK):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import kbroker
-from kbroker.cli import seconds_since_process_start
+from kbroker.cli import DAMAGED_FILE_FIXES, seconds_since_process_start
 from kbroker.config import BrokerConfig
 from kbroker.health import check
 from kbroker.storage import LogManager
@@ -191,7 +191,7 @@ def test_damaged_metadata_file_is_named(tmp_path: Path, name: str, content: str 
     data_dir.mkdir()
     path = data_dir / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    assert_one_line(serve(data_dir), f"kbroker: damaged file {path}: {problem}")
+    assert_one_line(serve(data_dir), f"kbroker: damaged file {path}: {problem}; to fix: {DAMAGED_FILE_FIXES[name]}")
 
 
 def test_damaged_log_start_offset_is_named(tmp_path: Path) -> None:
