@@ -389,14 +389,34 @@ def _peer_name(sock: trio.socket.SocketType | None) -> str:
         return "?"
 
 
-_DISCONNECTS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ConnectionClosed)
+_DISCONNECTS = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
+# OSErrors that mean the peer or its socket is gone; any other (EMFILE from a lazy import, say) is logged.
+_DISCONNECT_ERRNOS = frozenset(
+    {errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN, errno.ECONNABORTED, errno.ESHUTDOWN, errno.ETIMEDOUT, errno.EBADF}
+)
 
 
 def _is_disconnect(exc: BaseException) -> bool:
     """A peer that went away (closing a socket it already dropped, say): nothing worth logging."""
     if isinstance(exc, BaseExceptionGroup):
         return all(_is_disconnect(inner) for inner in exc.exceptions)
+    if isinstance(exc, OSError) and exc.errno in _DISCONNECT_ERRNOS:
+        return True
     return isinstance(exc, _DISCONNECTS)
+
+
+async def load_handlers() -> None:
+    """Import every handler and its message classes soon after start-up, one API at a time between requests.
+
+    They are imported on first use so that the broker is ready sooner (kbroker/apis/__init__.py), but a
+    broker that has run out of descriptors could not open their source files: the first Metadata request
+    after the limit was reached would fail, and a request whose codec is not loaded could not be decoded.
+    """
+    for api_key, handler in HANDLERS.items():
+        handler.handle  # noqa: B018 - the property imports the handler's module
+        APIS[api_key].request_type()
+        APIS[api_key].response_type()
+        await trio.lowlevel.checkpoint()
 
 
 async def serve_connection(
@@ -465,6 +485,7 @@ async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[Serv
     async with trio.open_nursery() as connections:
         with broker.accepting:
             async with trio.open_nursery() as acceptors:
+                acceptors.start_soon(load_handlers)
                 for item in served:
                     for sock in item.sockets:
                         acceptors.start_soon(accept_loop, broker, sock, item.info, connections, next_id, memory)

@@ -23,6 +23,7 @@ log = logging.getLogger("kbroker.server")
 
 # macOS refuses a soft limit above OPEN_MAX even when the hard limit is unlimited (the JVM caps it the same way).
 _DARWIN_OPEN_MAX = 10240
+_LINUX_NR_OPEN = 1 << 20  # the most descriptors a Linux process may have by default (fs.nr_open)
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,11 @@ def raise_open_file_limit() -> tuple[OpenFileLimit, OpenFileLimit] | None:
     if resource is None or before is None or before.soft == resource.RLIM_INFINITY:
         return None
     target = before.hard
+    if target == resource.RLIM_INFINITY:  # a soft limit must be a number: Linux's default fs.nr_open
+        target = _LINUX_NR_OPEN
     if sys.platform == "darwin":
-        target = min(_DARWIN_OPEN_MAX, target) if target != resource.RLIM_INFINITY else _DARWIN_OPEN_MAX
-    if target != resource.RLIM_INFINITY and target <= before.soft:
+        target = min(_DARWIN_OPEN_MAX, target)
+    if target <= before.soft:
         return None
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, before.hard))

@@ -132,9 +132,9 @@ def _produced_offset(sock: socket.socket, correlation_id: int) -> int:
 
 
 def _pool(running: RunningBroker) -> RequestMemory:
-    connections = list(running.broker.open_connections.values())
-    assert connections
-    memory = connections[0].memory  # type: ignore[attr-defined]
+    """The server's pool, as every connection holds it (waits for the first connection to be registered)."""
+    _until(lambda: bool(running.broker.open_connections), "a connection is open")
+    memory = next(iter(running.broker.open_connections.values())).memory  # type: ignore[attr-defined]
     assert isinstance(memory, RequestMemory)
     return memory
 
