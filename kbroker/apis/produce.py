@@ -18,10 +18,12 @@ from kbroker.storage.validation import validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
+from protocol.records import HEADER_SIZE, TRANSACTIONAL_BIT
 
 log = logging.getLogger("kbroker.produce")
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
+_ATTRIBUTES_LOW = 22  # the low byte of a batch's int16 attributes, where the transactional bit is
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
@@ -36,7 +38,19 @@ def _sync(plog: PartitionStore) -> bool:
     return True
 
 
+def _has_transactional_batch(request: ProduceRequest) -> bool:
+    for topic_data in request.topic_data:
+        for part in topic_data.partition_data:
+            records = part.records
+            if records is not None and len(records) >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+                return True
+    return False
+
+
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    if request.transactional_id is None and _has_transactional_batch(request):
+        # As Kafka: transactional records need a transactional id the client may write with (the whole request).
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     acks = request.acks
     now_ms = int(time.time() * 1000)
     by_id = ctx.api_version >= 13

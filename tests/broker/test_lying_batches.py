@@ -189,6 +189,17 @@ LYING_SHAPES: dict[str, tuple[Shape, ErrorCode, str]] = {
     ),
 }
 
+# Refused for the whole request before any log sees it: a transactional batch with no transactional id.
+REQUEST_SHAPES: dict[str, tuple[Shape, ErrorCode, str]] = {
+    "transactional batch without a transactional id": (
+        lambda now: lying_batch(
+            records_bytes(1), 1, 0, base_timestamp=now, producer_id=1000, base_sequence=0, attributes=0x10
+        ),
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        "Transactional Id authorization failed.",
+    ),
+}
+
 # Shapes Kafka accepts (and kbroker with it): the max timestamp is recomputed from the records, a client's
 # LogAppendTime bit is cleared, inner offset deltas of an uncompressed batch are not looked at.
 # label -> (builder, the stored batch's (max timestamp - now, LogAppendTime bit))
@@ -313,3 +324,13 @@ def test_accepted_shapes_are_stored_as_kafka_stores_them(tmp_path: Path) -> None
     # The max timestamps are the records' own: ListOffsets by timestamp finds the second record of the first.
     assert plog.offset_for_timestamp(now + 1) == (1, now + 7)
     plog.close()
+
+
+def test_a_transactional_batch_without_a_transactional_id_is_refused_for_the_whole_request(tmp_path: Path) -> None:
+    ((build, code, message),) = REQUEST_SHAPES.values()
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        topic = CreateTopicsRequest.CreatableTopic(name="txn", num_partitions=1, replication_factor=1)
+        assert client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0].error_code == 0
+        now = int(time.time() * 1000)
+        assert produce(client, "txn", build(now)) == (code, message, -1)
+        assert offset_for_timestamp(client, "txn", -1) == (ErrorCode.NONE, 0, -1)  # nothing was written

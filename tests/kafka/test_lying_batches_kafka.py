@@ -22,7 +22,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.produce_request import ProduceRequest
-from tests.broker.test_lying_batches import ACCEPTED_SHAPES, LYING_SHAPES
+from tests.broker.test_lying_batches import ACCEPTED_SHAPES, LYING_SHAPES, REQUEST_SHAPES
 
 LATEST, MAX_TIMESTAMP = -1, -3
 
@@ -77,13 +77,14 @@ def produce(bootstrap: str, topic: str, batch: bytes) -> Any:
 def test_lying_batches_get_kafkas_codes(brokers: dict[str, str]) -> None:
     topic = create(brokers)
     now = int(time.time() * 1000)
+    shapes = {**LYING_SHAPES, **REQUEST_SHAPES}
     answers = {
         label: {name: produce(bootstrap, topic, build(now)) for name, bootstrap in brokers.items()}
-        for label, (build, _, _) in LYING_SHAPES.items()
+        for label, (build, _, _) in shapes.items()
     }
     codes = {label: {name: a.error_code for name, a in pair.items()} for label, pair in answers.items()}
-    assert codes == {label: {"kafka": code, "kbroker": code} for label, (_, code, _) in LYING_SHAPES.items()}
-    assert {label: pair["kafka"].error_message for label, pair in answers.items()} == dict.fromkeys(LYING_SHAPES)
+    assert codes == {label: {"kafka": code, "kbroker": code} for label, (_, code, _) in shapes.items()}
+    assert {label: pair["kafka"].error_message for label, pair in answers.items()} == dict.fromkeys(shapes)
     # Nothing was written on either side.
     assert {name: list_offsets(bootstrap, topic, LATEST) for name, bootstrap in brokers.items()} == {
         "kafka": (ErrorCode.NONE, 0, -1),
