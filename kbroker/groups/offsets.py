@@ -244,7 +244,7 @@ class OffsetStore:
     def close(self) -> None:
         """fsync and close the journal; a failure is logged (the next start replays what reached the disk)."""
         try:
-            self._journal.close()
+            self._journal.close(sync=self.offline_reason is None)
         except OSError as exc:
             log.error("%s: fsync at close failed: %s", self.path, _describe(exc))
 

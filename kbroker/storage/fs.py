@@ -80,7 +80,8 @@ _DEFAULTS = {name: globals()[name] for name in OPERATIONS}
 
 @dataclass
 class FaultyFileSystem:
-    """Counts operations (steps, from 1) and injects ``faults`` keyed by step.
+    """Counts operations (steps, from 1) and injects ``faults`` keyed by step, and ``nth`` faults keyed by
+    (operation, its count from 1): ``("write", 3)`` is the third write.
 
     ``enospc``: the write fails with nothing written. ``short``: half of it is written and returned, then the
     next write fails with ENOSPC. ``fsync``/``rename``/``truncate``: that operation fails with EIO (a rename
@@ -90,9 +91,12 @@ class FaultyFileSystem:
     """
 
     faults: dict[int, FaultKind] = field(default_factory=dict)
+    nth: dict[tuple[str, int], FaultKind] = field(default_factory=dict)
     disk_full: bool = False
     fail_truncates: bool = False
     steps: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # operations done so far, by name
+    operations: list[str] = field(default_factory=list)  # the name of each step, in order
     crashed: bool = False
     injected: list[tuple[int, str, str]] = field(default_factory=list)  # (step, operation, fault) as they happened
     _durable: dict[str, int] = field(default_factory=dict)  # path -> length on disk
@@ -104,7 +108,9 @@ class FaultyFileSystem:
         if self.crashed:
             raise SimulatedCrash(f"{operation} after the crash")
         self.steps += 1
-        fault = self.faults.pop(self.steps, None)
+        self.counts[operation] = count = self.counts.get(operation, 0) + 1
+        self.operations.append(operation)
+        fault = self.faults.pop(self.steps, None) or self.nth.pop((operation, count), None)
         if fault is not None:
             self.injected.append((self.steps, operation, fault))
         if fault == "crash":

@@ -226,13 +226,14 @@ class Journal:
         self.file_version = self.version
         self.damaged_regions = 0
 
-    def close(self) -> None:
-        """Fsync and close (a no-op if not open)."""
+    def close(self, *, sync: bool = True) -> None:
+        """Fsync and close; a no-op if not open. ``sync=False`` after a failed fsync: another would prove nothing."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
         try:
-            fs.fsync(fd)
+            if sync:
+                fs.fsync(fd)
         finally:
             os.close(fd)
 
