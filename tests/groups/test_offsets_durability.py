@@ -1,0 +1,136 @@
+"""Over the wire, with the file system failing under a running broker (kbroker/storage/fs.py's test double):
+a produce that cannot be written answers KAFKA_STORAGE_ERROR, an OffsetCommit that cannot be journalled answers
+NOT_COORDINATOR (Kafka's coordinator maps a failed append to __consumer_offsets so), the connection stays open,
+nothing changes, and once space returns both resume where they were, across a restart too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbroker.storage import fs
+from kbroker.storage.fs import FaultyFileSystem
+from kbroker.testing import RunningBroker
+from kbroker.wire_client import WireClient
+from protocol.errors import ErrorCode
+from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.fetch_request import FetchRequest
+from protocol.messages.offset_commit_request import OffsetCommitRequest
+from protocol.messages.offset_fetch_request import OffsetFetchRequest
+from protocol.messages.produce_request import ProduceRequest
+from protocol.records import Record, build_batch, decode_records, iter_batches
+
+TOPIC = "durable"
+
+
+@pytest.fixture
+def faulty() -> Iterator[FaultyFileSystem]:
+    with fs.installed(FaultyFileSystem()) as double:
+        yield double
+
+
+def create(client: WireClient, configs: dict[str, str] | None = None) -> None:
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=TOPIC,
+        num_partitions=1,
+        replication_factor=1,
+        configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+    )
+    assert client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0].error_code == 0
+
+
+def produce(client: WireClient, value: bytes) -> tuple[int, int]:
+    batch = build_batch([Record(offset_delta=0, value=value)], base_timestamp=0)
+    request = ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TOPIC, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+    answer = client.request(request, 9).responses[0].partition_responses[0]
+    return answer.error_code, answer.base_offset
+
+
+def fetch_values(client: WireClient) -> list[tuple[int, bytes | None]]:
+    partition = FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[partition])],
+    )
+    answer = client.request(request, 11).responses[0].partitions[0]
+    assert answer.error_code == ErrorCode.NONE
+    return [
+        (header.base_offset + record.offset_delta, record.value)
+        for header, view in iter_batches(bytes(answer.records or b""))
+        for record in decode_records(view)
+    ]
+
+
+def commit(client: WireClient, offset: int) -> int:
+    request = OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=TOPIC,
+                partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)
+                ],
+            )
+        ],
+    )
+    return int(client.request(request, 8).topics[0].partitions[0].error_code)
+
+
+def committed(client: WireClient) -> int:
+    request = OffsetFetchRequest(
+        group_id="g", topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])]
+    )
+    return int(client.request(request, 7).topics[0].partitions[0].committed_offset)
+
+
+def test_a_full_disk_is_answered_with_error_codes_and_nothing_changes_until_space_returns(
+    tmp_path: Path, faulty: FaultyFileSystem
+) -> None:
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        create(client)
+        assert produce(client, b"a") == (ErrorCode.NONE, 0)
+        assert commit(client, 1) == ErrorCode.NONE
+        faulty.disk_full = True
+        assert produce(client, b"lost") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        assert commit(client, 7) == ErrorCode.NOT_COORDINATOR
+        # The same connection is still served, reads included, and nothing moved.
+        assert fetch_values(client) == [(0, b"a")]
+        assert committed(client) == 1
+        faulty.disk_full = False
+        assert produce(client, b"b") == (ErrorCode.NONE, 1)  # the offset the failed produce did not take
+        assert commit(client, 2) == ErrorCode.NONE
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        assert fetch_values(client) == [(0, b"a"), (1, b"b")]
+        assert committed(client) == 2
+        assert produce(client, b"c") == (ErrorCode.NONE, 2)
+
+
+def test_a_produce_whose_flush_fails_is_not_acknowledged_and_the_directory_stays_offline_until_a_restart(
+    tmp_path: Path, faulty: FaultyFileSystem
+) -> None:
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        create(client, {"flush.messages": "1"})
+        assert produce(client, b"a") == (ErrorCode.NONE, 0)
+        faulty.nth[("fsync", faulty.counts.get("fsync", 0) + 1)] = "fsync"  # the next fsync: the produce's
+        assert produce(client, b"unsynced") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        assert produce(client, b"refused") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)  # offline, though fsync works
+        assert fetch_values(client)[0] == (0, b"a")  # reads go on
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        values = fetch_values(client)
+        assert values[0] == (0, b"a") and len(values) <= 2  # the unacknowledged record may or may not be there
+        assert produce(client, b"b") == (ErrorCode.NONE, len(values))  # writable again after the restart
