@@ -27,8 +27,8 @@ connection nursery, so it is cancelled with it.
 Idle and stalled connections (``connections.max.idle.ms``, negative: never): as in Kafka's Selector, a
 connection on which no bytes moved for that long is closed, whether it sent nothing or stopped halfway
 through a request (Kafka has no separate read timeout; its idle timer is that timeout), and so is one whose
-client stopped reading a response. A request being handled is never cut off. There is no polling: the
-deadline of the cancel scope around a read or a send is moved on as bytes arrive or leave.
+client stopped reading a response. A request being handled is never cut off. A connection only notes the
+time of its last activity; one task for the whole server closes the idle ones (kbroker/server/idle.py).
 
 Request memory (``queued.max.request.bytes``): every connection reserves each request's size from one pool
 before reading its body and gives it back once the request is answered; while the pool is exhausted the
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 import socket
 from collections import deque
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ import trio
 from kbroker.apis import HANDLERS, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
+from kbroker.server.idle import IdleReaper
 from kbroker.server.limits import accept_failure_message
 from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
 from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
@@ -111,6 +111,7 @@ class Connection:
         connection_id: int,
         listener: ListenerInfo | None = None,
         memory: RequestMemory | None = None,
+        reaper: IdleReaper | None = None,
     ) -> None:
         self.broker = broker
         self.services = HandlerServices.of(broker)  # what handlers get: typed services, not the broker
@@ -127,8 +128,12 @@ class Connection:
         self.peer = _peer_name(self._socket)
         self._stopping = False
         self._read_scope: trio.CancelScope | None = None
-        idle_ms = broker.config["connections.max.idle.ms"]
-        self._idle_seconds = idle_ms / 1000 if idle_ms >= 0 else math.inf  # negative: never idle out
+        # The server's reaper closes idle connections; a connection run on its own brings its own.
+        self._reaper = reaper
+        self.idle_since: float | None = None  # last bytes in or out; None while a request is handled
+        self._idle_scope = trio.CancelScope()  # cancelled by the reaper: idle for connections.max.idle.ms
+        self._sending = False
+        self._buffer: FrameBuffer | None = None
         # The pool is the server's, shared by every connection; without one, this connection has no bound.
         self.memory = memory if memory is not None else RequestMemory(None)
         self._frame_sizes = FrameSizes() if self.memory.bounded else None
@@ -153,7 +158,14 @@ class Connection:
                 broker.open_connections[self.id] = self
                 if broker.draining:  # accepted just as draining began: nothing more will be read
                     self.stop_reading()
-                await self._serve()
+                if self._reaper is not None:
+                    await self._serve_watched(self._reaper)
+                else:
+                    async with trio.open_nursery() as nursery:  # run on its own: a reaper for this one only
+                        reaper = IdleReaper(broker.config["connections.max.idle.ms"])
+                        nursery.start_soon(reaper.run)
+                        await self._serve_watched(reaper)
+                        nursery.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - one connection's failure is logged, never the broker's
             if not _is_disconnect(exc):
                 # Whatever went wrong ends this connection only; the broker and other clients carry on.
@@ -174,8 +186,42 @@ class Connection:
         elif self._read_scope is not None:
             self._read_scope.cancel()  # only ever around a read, never around a handler
 
+    def expire(self) -> None:
+        """The reaper's verdict: no bytes moved for connections.max.idle.ms (never called while handling)."""
+        self._idle_scope.cancel()
+
+    async def _serve_watched(self, reaper: IdleReaper) -> None:
+        self.idle_since = trio.current_time()
+        reaper.watch(self)
+        try:
+            with self._idle_scope:
+                await self._serve()
+        finally:
+            reaper.forget(self)
+        if self._idle_scope.cancelled_caught:
+            self._log_expired(round(reaper.idle_seconds * 1000))
+
+    def _log_expired(self, idle_ms: int) -> None:
+        pending = self._buffer.pending if self._buffer is not None else 0
+        if self._sending:
+            log.info(
+                "closing connection from %s: it read none of its response for connections.max.idle.ms=%d",
+                self.peer,
+                idle_ms,
+            )
+        elif pending:
+            log.info(
+                "closing connection from %s: a request stopped arriving midway (%d bytes received, then "
+                "nothing for connections.max.idle.ms=%d)",
+                self.peer,
+                pending,
+                idle_ms,
+            )
+        else:
+            log.debug("closing connection from %s: idle for connections.max.idle.ms=%d", self.peer, idle_ms)
+
     async def _serve(self) -> None:
-        buffer = FrameBuffer(self.broker.config["socket.request.max.bytes"])
+        buffer = self._buffer = FrameBuffer(self.broker.config["socket.request.max.bytes"])
         while await self._serve_one(buffer):
             # The request and its frame are gone with _serve_one's frame: their memory goes back to the pool.
             if self._reserved:
@@ -195,10 +241,12 @@ class Connection:
         except DecodeError as exc:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False
+        self.idle_since = None  # handling: never idle, however long it takes
         try:
             response = await self.handle(request)
         except _Close:
             return False
+        self.idle_since = trio.current_time()
         if response is not None:
             await self._send(response)
         return True
@@ -281,25 +329,7 @@ class Connection:
     # --- the stream ---------------------------------------------------------------------------------------
 
     async def _next_frame(self, buffer: FrameBuffer) -> bytearray | None:
-        """The next request frame, reading only when none is buffered; None at end of stream, or when no
-        bytes arrived for connections.max.idle.ms."""
-        with trio.CancelScope(deadline=trio.current_time() + self._idle_seconds) as idle:
-            return await self._read_frame(buffer, idle)
-        # Only the idle deadline cancels this scope: nothing arrived for connections.max.idle.ms.
-        idle_ms = round(self._idle_seconds * 1000)
-        if buffer.pending:
-            log.info(
-                "closing connection from %s: a request stopped arriving midway (%d bytes received, then "
-                "nothing for connections.max.idle.ms=%d)",
-                self.peer,
-                buffer.pending,
-                idle_ms,
-            )
-        else:
-            log.debug("closing connection from %s: idle for connections.max.idle.ms=%d", self.peer, idle_ms)
-        return None
-
-    async def _read_frame(self, buffer: FrameBuffer, idle: trio.CancelScope) -> bytearray | None:
+        """The next request frame, reading only when none is buffered; None at end of stream."""
         while (frame := buffer.next_frame()) is None:
             try:
                 if self._socket is not None:
@@ -326,15 +356,15 @@ class Connection:
                     buffer.feed(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return None
-            idle.deadline = trio.current_time() + self._idle_seconds  # bytes arrived: not idle
+            self.idle_since = trio.current_time()  # bytes arrived: not idle
             if self._to_reserve:
                 # Its size is known, the rest of it is not read yet: wait for room in the pool first, so
                 # reading stops (and TCP holds the client back) while memory is exhausted. The client is
                 # not idle while the broker keeps it waiting: the idle clock restarts after the wait.
-                idle.deadline = math.inf
+                self.idle_since = None
                 self._reserved.append(await self.memory.reserve(self._to_reserve))
                 self._to_reserve = 0
-                idle.deadline = trio.current_time() + self._idle_seconds
+                self.idle_since = trio.current_time()
         return frame
 
     def _count_frames(self, data: bytes | bytearray | memoryview) -> None:
@@ -351,32 +381,25 @@ class Connection:
                 self._reserved.append(self.memory.take(SIZE_PREFIX + size))  # already here whole
 
     async def _send(self, data: bytes | bytearray) -> None:
-        """Send a response; a client that reads none of it for connections.max.idle.ms is disconnected."""
-        with trio.CancelScope(deadline=trio.current_time() + self._idle_seconds) as idle:
-
-            def progress() -> None:  # bytes left: not idle
-                idle.deadline = trio.current_time() + self._idle_seconds
-
-            try:
-                if isinstance(data, SplicedOutput) and data.splices:
-                    # Record data straight from the segment files where the stream is a socket.
-                    if self._socket is not None:
-                        await send_spliced(self._socket, data, progress)
-                    else:
-                        await send_spliced_to_stream(self.stream, data)
-                elif self._socket is not None:
-                    await send_bytes(self._socket, memoryview(data), progress)
+        self._sending = True
+        try:
+            if isinstance(data, SplicedOutput) and data.splices:
+                # Record data straight from the segment files where the stream is a socket.
+                if self._socket is not None:
+                    await send_spliced(self._socket, data, self._sent_some)
                 else:
-                    await self.stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise ConnectionClosed from exc
-        if idle.cancelled_caught:
-            log.info(
-                "closing connection from %s: it read none of its response for connections.max.idle.ms=%d",
-                self.peer,
-                round(self._idle_seconds * 1000),
-            )
-            raise ConnectionClosed
+                    await send_spliced_to_stream(self.stream, data)
+            elif self._socket is not None:
+                await send_bytes(self._socket, memoryview(data), self._sent_some)
+            else:
+                await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionClosed from exc
+        self._sending = False
+        self.idle_since = trio.current_time()
+
+    def _sent_some(self) -> None:
+        self.idle_since = trio.current_time()  # the client is reading: not idle
 
 
 def _peer_name(sock: trio.socket.SocketType | None) -> str:
@@ -425,8 +448,9 @@ async def serve_connection(
     connection_id: int,
     listener: ListenerInfo | None = None,
     memory: RequestMemory | None = None,
+    reaper: IdleReaper | None = None,
 ) -> None:
-    await Connection(broker, stream, connection_id, listener, memory).run()
+    await Connection(broker, stream, connection_id, listener, memory, reaper).run()
 
 
 @dataclass(frozen=True)
@@ -444,6 +468,7 @@ async def accept_loop(
     connections: trio.Nursery,
     next_id: Any,
     memory: RequestMemory | None = None,
+    reaper: IdleReaper | None = None,
 ) -> None:
     """Accept until cancelled; out of descriptors or memory, it waits and retries with a growing pause.
 
@@ -466,7 +491,7 @@ async def accept_loop(
             if failures:
                 log.warning("listener %s accepts connections again (after %d failed attempts)", info.name, failures)
                 failures = 0
-            connections.start_soon(serve_connection, broker, stream, next_id(), info, memory)
+            connections.start_soon(serve_connection, broker, stream, next_id(), info, memory, reaper)
 
 
 async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[ServedListener]) -> None:
@@ -476,16 +501,22 @@ async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[Serv
     ]
     counter = 0
     memory = RequestMemory.from_setting(broker.config["queued.max.request.bytes"])
+    reaper = IdleReaper(broker.config["connections.max.idle.ms"])
 
     def next_id() -> int:
         nonlocal counter
         counter += 1
         return counter
 
-    async with trio.open_nursery() as connections:
-        with broker.accepting:
-            async with trio.open_nursery() as acceptors:
-                acceptors.start_soon(load_handlers)
-                for item in served:
-                    for sock in item.sockets:
-                        acceptors.start_soon(accept_loop, broker, sock, item.info, connections, next_id, memory)
+    async with trio.open_nursery() as reaping:
+        reaping.start_soon(reaper.run)
+        async with trio.open_nursery() as connections:
+            with broker.accepting:
+                async with trio.open_nursery() as acceptors:
+                    acceptors.start_soon(load_handlers)
+                    for item in served:
+                        for sock in item.sockets:
+                            acceptors.start_soon(
+                                accept_loop, broker, sock, item.info, connections, next_id, memory, reaper
+                            )
+        reaping.cancel_scope.cancel()  # every connection has ended
