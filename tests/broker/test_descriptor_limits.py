@@ -85,7 +85,8 @@ def test_emfile_is_logged_once_with_the_fix_and_retried_with_a_growing_pause(
 
     async def main() -> None:
         async with trio.open_nursery() as connections:
-            connections.start_soon(accept_loop, None, listener, ListenerInfo(), connections, lambda: 7)
+            broker: Any = None  # never reached: serve_connection is replaced
+            connections.start_soon(accept_loop, broker, listener, ListenerInfo(), connections, lambda: 7)
             await trio.testing.wait_all_tasks_blocked()
             while len(listener.attempts) < 8:
                 await trio.sleep(0.01)

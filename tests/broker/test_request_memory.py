@@ -133,10 +133,12 @@ def _produced_offset(sock: socket.socket, correlation_id: int) -> int:
 
 def _pool(running: RunningBroker) -> RequestMemory:
     """The server's pool, as every connection holds it (waits for the first connection to be registered)."""
-    _until(lambda: bool(running.broker.open_connections), "a connection is open")
-    memory = next(iter(running.broker.open_connections.values())).memory  # type: ignore[attr-defined]
-    assert isinstance(memory, RequestMemory)
-    return memory
+    broker = running.broker
+    assert broker is not None
+    _until(lambda: bool(broker.open_connections), "a connection is open")
+    connection = next(iter(broker.open_connections.values()))
+    assert isinstance(connection, Connection)
+    return connection.memory
 
 
 def _until(condition: Callable[[], bool], what: str) -> None:
@@ -181,7 +183,9 @@ def test_memory_of_a_connection_that_goes_away_midway_is_released(broker_factory
     pool = _pool(running)
     _until(lambda: pool.used == len(first), "the first request reserved")
     closed.close()  # the client goes away halfway: its reservation is returned
-    _until(lambda: pool.used == 0 and not running.broker.open_connections, "memory released on close")
+    assert running.broker is not None
+    broker = running.broker
+    _until(lambda: pool.used == 0 and not broker.open_connections, "memory released on close")
     with _connect(running) as stalled, _connect(running) as waiting:
         stalled.sendall(second[:1000])  # and stops sending: dropped after connections.max.idle.ms
         _until(lambda: pool.used == len(second), "the stalled request reserved")
