@@ -57,6 +57,10 @@ class SegmentTailDamaged(StorageError):
     """A failed append could not be undone: the segment file holds bytes that are not part of the log."""
 
 
+class _StaleIndexEntry(DecodeError):
+    """An offset index entry that does not point at the batch it names (the indexes are then rebuilt)."""
+
+
 class FileRegion:
     """Bytes of a segment file to send as they are (with sendfile), not read into memory.
 
@@ -300,7 +304,7 @@ class Segment:
 
         The log end stays what appends made it; a log that is itself broken raises DecodeError.
         """
-        log.warning("%s: %s; rebuilding the indexes from the log", self.index_path, why)
+        log.warning("%s; rebuilding the indexes from the log", why)
         next_offset, max_timestamp = self.next_offset, self.max_timestamp
         self._clear_indexes()
         _, problem = self._scan_tail(0, check_crc=False)
@@ -450,16 +454,42 @@ class Segment:
             return 0
         if offset >= self.next_offset:
             return self.size
+        try:
+            return self._position_from_index(offset)
+        except _StaleIndexEntry as stale:
+            self._rebuild_indexes(str(stale))
+            return self._position_from_index(offset)
+
+    def _position_from_index(self, offset: int) -> int:
         # The last indexed batch that ends before ``offset``; the one we want starts at or after it.
         i = bisect_right(self._index_offsets, offset - 1)
-        if i and not self._entry_matches_log(i - 1):
-            self._rebuild_indexes(f"entry {i - 1} does not point at the batch of offset {self._index_offsets[i - 1]}")
-            i = bisect_right(self._index_offsets, offset - 1)
         start = int(self._index_positions[i - 1]) if i else 0
-        for scanned in self.scan(start, chunk_size=_LOOKUP_CHUNK):
+        for scanned in self._scan_from_entry(i - 1, start):
             if scanned.header.last_offset >= offset:
                 return scanned.position
         return self.size
+
+    def _scan_from_entry(self, entry: int, origin: int) -> Iterator[ScannedBatch]:
+        """Batch headers from ``origin``, the position of index entry ``entry`` (-1: none, any boundary).
+
+        The first batch read must be the one the entry names (checked for free: it is read anyway), else
+        _StaleIndexEntry, for the caller to rebuild the indexes and look again: an entry never misleads a read.
+        """
+        batches = self.scan(origin, chunk_size=_LOOKUP_CHUNK)
+        if entry < 0:
+            yield from batches
+            return
+        try:
+            first = next(batches, None)
+        except DecodeError:
+            first = None
+        named = int(self._index_offsets[entry])
+        if first is None or first.header.last_offset != named:
+            raise _StaleIndexEntry(
+                f"{self.index_path}: entry {entry} (offset {named}, position {origin}) does not point at that batch"
+            )
+        yield first
+        yield from batches
 
     def last_boundary(self, start: int, limit: int) -> tuple[int, int]:
         """The end of the last whole batch between ``start`` (a batch boundary) and ``limit``, and its last offset.
@@ -467,13 +497,18 @@ class Segment:
         Returns (start, -1) when not even the first batch fits. The index gives a batch boundary near
         ``limit``, so only the few headers after it are read.
         """
+        try:
+            return self._last_boundary_from_index(start, limit)
+        except _StaleIndexEntry as stale:
+            self._rebuild_indexes(str(stale))
+            return self._last_boundary_from_index(start, limit)
+
+    def _last_boundary_from_index(self, start: int, limit: int) -> tuple[int, int]:
         i = bisect_right(self._index_positions, limit)
-        if i and self._index_positions[i - 1] > start and not self._entry_matches_log(i - 1):
-            self._rebuild_indexes(f"entry {i - 1} does not point at the batch of offset {self._index_offsets[i - 1]}")
-            i = bisect_right(self._index_positions, limit)
-        origin = int(self._index_positions[i - 1]) if i and self._index_positions[i - 1] > start else start
+        use_entry = bool(i) and self._index_positions[i - 1] > start
+        origin = int(self._index_positions[i - 1]) if use_entry else start
         end, last_offset = origin, -1
-        for scanned in self.scan(origin, chunk_size=_LOOKUP_CHUNK):
+        for scanned in self._scan_from_entry(i - 1 if use_entry else -1, origin):
             if scanned.position + scanned.header.size > limit:
                 if last_offset < 0 and origin > start:
                     last_offset = scanned.header.base_offset - 1  # the batch before ``origin`` ends there
