@@ -10,6 +10,11 @@ call update_high_watermark instead), the last stable offset (below the first ope
 start offset are kept apart, with the leader epoch and its cache (leader_epochs.py). Whoever waits for
 offsets to move (long-polling fetches) subscribes to PartitionEvents instead of being woken by the producer.
 
+Opening after an unclean stop validates, CRC included, every segment from the one holding the partition's
+recovery point (the offset below which all was fsynced, from recovery-point-offset-checkpoint), as Kafka's
+recovery does; the segments before it are trusted. A batch that turns out broken while serving answers
+CORRUPT_MESSAGE, as Kafka's log read does, for that partition only.
+
 Threads: everything runs on the event loop except ``flush``, which may run in a worker thread while the loop
 appends, rolls, truncates, swaps or deletes segments (see Segment's thread-safety contract).
 

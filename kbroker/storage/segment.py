@@ -9,7 +9,9 @@ segment is sealed and at a clean shutdown:
 - ``.timeindex``: 12-byte entries (int64 timestamp, int32 relative offset), added alongside when the
   largest timestamp seen so far grows.
 
-If an index file is missing or inconsistent it is rebuilt from the log, which needs only batch headers.
+Index files are checked against the log, never trusted to cut it: at load the first and last entries must
+point at batches ending at their offsets (the others are checked by the lookup that uses them, on the batch
+it reads anyway), and a file that is missing or disagrees is rebuilt from the batch headers.
 
 A segment being written by the log cleaner has its files named with a suffix (``.log.cleaned`` ...) until the
 partition log swaps it in (see PartitionLog.swap_segments).
