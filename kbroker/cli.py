@@ -73,18 +73,6 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     return Settings(config, data_dir, plan, advertised)
 
 
-def raise_open_file_limit() -> None:
-    """Every partition holds open segment files and every client a socket: lift the soft limit to the hard one."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
-    except (ImportError, ValueError, OSError) as exc:  # not POSIX, or not allowed: run with what there is
-        log.debug("open file limit unchanged: %s", exc)
-
-
 def health_command(args: argparse.Namespace) -> int:
     from kbroker.health import NotReady, check, wait_until_ready
 
@@ -161,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    raise_open_file_limit()
     try:
         settings = resolve_settings(args)
     except ConfigError as exc:
