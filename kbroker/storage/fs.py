@@ -50,8 +50,10 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     A short write is continued; a write that makes no progress is a full disk (ENOSPC). On OSError some
     prefix of ``data`` may have been written: the caller decides how to undo it.
     """
+    written = write(fd, data)
+    if written == len(data):  # the usual case, without building a view
+        return
     view = memoryview(data)
-    written = write(fd, view)
     while written < len(view):
         more = write(fd, view[written:])
         if more <= 0:
