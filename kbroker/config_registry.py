@@ -268,6 +268,15 @@ CONFIG_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("log.retention.check.interval.ms", "LONG", "300000", Int(1, LONG_MAX), "How often retention runs.", B),
     ConfigDef(
+        "log.flush.offset.checkpoint.interval.ms",
+        "INT",
+        "60000",
+        Int(0, INT_MAX),
+        "How often each partition's recovery point (what is fsynced) is written to recovery-point-offset-checkpoint:"
+        " after an unclean stop, segments from there on are checked record by record.",
+        B,
+    ),
+    ConfigDef(
         "log.index.interval.bytes",
         "INT",
         "4096",

@@ -59,12 +59,19 @@ class FlushService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # A topic may set flush.ms below the broker's setting, so look at least once a second.
         interval_ms = min(self.broker.config["log.flush.interval.ms"], 1000)
+        checkpoint_interval_ms = self.broker.config["log.flush.offset.checkpoint.interval.ms"]
+        next_checkpoint = _now_ms() + checkpoint_interval_ms
         task_status.started()
         while True:
             await trio.sleep(max(interval_ms, 10) / 1000)
-            due = self.broker.logs.due_for_flush(_now_ms())
+            now = _now_ms()
+            due = self.broker.logs.due_for_flush(now)
             if due:
                 await trio.to_thread.run_sync(_flush_all, due)
+            if checkpoint_interval_ms > 0 and now >= next_checkpoint:
+                # What is fsynced need not be checked again after a crash (Kafka's recovery-point checkpoint).
+                next_checkpoint = now + checkpoint_interval_ms
+                await trio.to_thread.run_sync(self.broker.logs.checkpoint_recovery_points)
 
 
 class OffsetExpiryService:

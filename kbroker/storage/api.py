@@ -229,6 +229,9 @@ class LogStore(Protocol[PartitionT]):
 
     def due_for_flush(self, now_ms: int) -> list[PartitionT]: ...
 
+    def checkpoint_recovery_points(self) -> None:
+        """Persist what is fsynced, so recovery after a crash need not check it again (may run in a thread)."""
+
     def close(self) -> None: ...
 
 

@@ -626,6 +626,9 @@ class MemoryLogStore:
     def due_for_flush(self, now_ms: int) -> list[MemoryPartitionLog]:
         return [plog for plog in self._partitions.values() if plog.flush_due(now_ms)]
 
+    def checkpoint_recovery_points(self) -> None:
+        """Nothing survives a restart here, so there is nothing to recover."""
+
     def close(self) -> None:
         for plog in self._partitions.values():
             plog.close()
