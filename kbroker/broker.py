@@ -75,7 +75,8 @@ class Broker:
             self.cluster_id = self._load_meta()
             # ``logs``: another storage engine (the in-memory one in unit tests); the disk engine by default.
             self.logs: AnyLogStore = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
-            self.offsets = OffsetStore(data_dir)
+            # With log.flush.interval.messages=1 a commit is fsynced before it is acknowledged, as a produce is.
+            self.offsets = OffsetStore(data_dir, sync_commits=config["log.flush.interval.messages"] == 1)
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
         except BaseException:
             self._data_dir_lock.release()

@@ -181,5 +181,8 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
                 )
             )
         topics.append(OffsetDeleteResponse.OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
-    ctx.groups.offsets.delete(request.group_id, doomed)
+    try:
+        ctx.groups.offsets.delete(request.group_id, doomed)
+    except OffsetStoreError:  # nothing was deleted; as Kafka maps a failed __consumer_offsets write
+        return OffsetDeleteResponse(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
     return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=topics)

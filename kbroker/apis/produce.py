@@ -12,8 +12,6 @@ import time
 import trio
 
 from kbroker.apis.context import RequestContext
-from kbroker.storage.api import PartitionStore
-from kbroker.storage.partition import PartitionLog
 from kbroker.storage.validation import validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
@@ -28,14 +26,6 @@ _ATTRIBUTES_LOW = 22  # the low byte of a batch's int16 attributes, where the tr
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
     return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
-
-
-def _sync(plog: PartitionStore) -> bool:
-    """fsync the partition; whether everything appended before is on disk (only the disk engine can fail)."""
-    if isinstance(plog, PartitionLog):
-        return plog.sync()
-    plog.flush()
-    return True
 
 
 def _has_transactional_batch(request: ProduceRequest) -> bool:
@@ -113,7 +103,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         # flush.messages reached: fsync before acknowledging, off the event loop. A failed fsync takes the
         # data directory offline; the records it should have made durable are not acknowledged.
         def flush_all() -> list[bool]:
-            return [_sync(plog) for plog, _, _ in to_flush]
+            return [plog.sync() for plog, _, _ in to_flush]
 
         for (plog, answers, index), synced in zip(to_flush, await trio.to_thread.run_sync(flush_all), strict=True):
             if not synced:

@@ -32,7 +32,11 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
                 result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 continue
             if offset > plog.log_start_offset:
-                plog.delete_records(offset)
+                try:
+                    plog.delete_records(offset)
+                except KafkaError as exc:  # the new log start could not be made durable: nothing moved
+                    result.error_code = exc.code
+                    continue
             result.low_watermark = plog.log_start_offset
         topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -20,7 +20,7 @@ from enum import Enum
 
 from kbroker.groups.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kbroker.groups.coordinator import Group, GroupCoordinator, GroupState
-from kbroker.groups.offsets import OffsetStore
+from kbroker.groups.offsets import OffsetStore, OffsetStoreError
 from protocol.errors import ErrorCode
 
 
@@ -160,5 +160,8 @@ class GroupRouter:
         else:
             code = self.classic.delete(group_id)
         if code == ErrorCode.NONE:
-            self.offsets.delete_group(group_id)
+            try:
+                self.offsets.delete_group(group_id)
+            except OffsetStoreError:  # the offsets stay (logged by the store); as Kafka maps a failed write
+                return ErrorCode.NOT_COORDINATOR
         return code

@@ -333,6 +333,9 @@ class MemoryPartitionLog:
     def flush(self) -> None:
         pass
 
+    def sync(self) -> bool:
+        return True
+
     # --- reading ---
 
     def read(

@@ -134,3 +134,43 @@ def test_a_produce_whose_flush_fails_is_not_acknowledged_and_the_directory_stays
         values = fetch_values(client)
         assert values[0] == (0, b"a") and len(values) <= 2  # the unacknowledged record may or may not be there
         assert produce(client, b"b") == (ErrorCode.NONE, len(values))  # writable again after the restart
+
+
+def test_deletions_that_cannot_be_written_answer_errors_and_delete_nothing(
+    tmp_path: Path, faulty: FaultyFileSystem
+) -> None:
+    from protocol.messages.delete_groups_request import DeleteGroupsRequest
+    from protocol.messages.delete_records_request import DeleteRecordsRequest
+    from protocol.messages.offset_delete_request import OffsetDeleteRequest
+
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        create(client)
+        assert produce(client, b"a") == (ErrorCode.NONE, 0)
+        assert produce(client, b"b") == (ErrorCode.NONE, 1)
+        assert commit(client, 1) == ErrorCode.NONE
+        faulty.disk_full = True
+        offset_delete = OffsetDeleteRequest(
+            group_id="g",
+            topics=[
+                OffsetDeleteRequest.OffsetDeleteRequestTopic(
+                    name=TOPIC, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)]
+                )
+            ],
+        )
+        assert client.request(offset_delete, 0).error_code == ErrorCode.NOT_COORDINATOR
+        assert client.request(DeleteGroupsRequest(groups_names=["g"]), 2).results[0].error_code == (
+            ErrorCode.NOT_COORDINATOR
+        )
+        delete_records = DeleteRecordsRequest(
+            topics=[
+                DeleteRecordsRequest.DeleteRecordsTopic(
+                    name=TOPIC, partitions=[DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=1)]
+                )
+            ],
+            timeout_ms=5000,
+        )
+        answer = client.request(delete_records, 2).topics[0].partitions[0]
+        assert (answer.error_code, answer.low_watermark) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        # Nothing was deleted: the commit and both records are still there.
+        assert committed(client) == 1
+        assert fetch_values(client) == [(0, b"a"), (1, b"b")]
