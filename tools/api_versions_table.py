@@ -50,7 +50,6 @@ GAP_REASONS = {
     "DescribeTransactions": TRANSACTIONS,
     "ListTransactions": TRANSACTIONS,
     "DescribeProducers": TRANSACTIONS,
-    "OffsetForLeaderEpoch": "reliability (log truncation checks): #15",
     "AlterReplicaLogDirs": ADMIN,
     "DescribeLogDirs": ADMIN,
     "ElectLeaders": ADMIN,

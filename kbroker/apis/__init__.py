@@ -76,6 +76,7 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (20, 1, 6, "topics.handle_delete_topics"),
     (21, 0, 2, "records_admin.handle_delete_records"),
     (22, 0, 5, "producer_ids.handle_init_producer_id"),
+    (23, 2, 4, "leader_epochs.handle_offset_for_leader_epoch"),
     (32, 1, 4, "configs.handle_describe_configs"),
     (33, 0, 2, "configs.handle_alter_configs"),
     (37, 0, 3, "topics.handle_create_partitions"),

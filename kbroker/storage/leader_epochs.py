@@ -60,6 +60,14 @@ def _parse_checkpoint(path: Path, text: str) -> list[EpochEntry]:
     return entries
 
 
+def implicit_end_offset(requested_epoch: int, leader_epoch: int, log_end_offset: int) -> tuple[int, int]:
+    """``end_offset_for`` of a cache whose only entry is (``leader_epoch``, ``log_end_offset``): what Kafka's cache
+    holds once a leader takes over an empty log (or one it has not appended to yet), before anything is written."""
+    if requested_epoch < 0 or requested_epoch > leader_epoch:
+        return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+    return requested_epoch, log_end_offset  # the current epoch, or one below the first entry: it starts here
+
+
 class LeaderEpochCache:
     """Ordered (epoch, start offset) entries, persisted to ``path`` on every change.
 

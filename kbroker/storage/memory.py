@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kbroker.storage.api import PartitionEvent, PartitionEventListener
+from kbroker.storage.leader_epochs import implicit_end_offset
 from kbroker.storage.manager import TopicInfo, validate_topic_name
 from kbroker.storage.partition import (
     PRODUCER_ID_EXPIRATION_MS,
@@ -198,7 +199,10 @@ class MemoryPartitionLog:
         the largest known epoch at or below it; one below the first entry with the first entry's start (the
         earliest offset the log vouches for); an unknown epoch (-1, above the latest, none known) with (-1, -1).
         """
-        if epoch < 0 or not self._epochs:
+        if not self._epochs:
+            # Nothing appended yet: Kafka's cache holds (current epoch, log end) from when the leader took over.
+            return implicit_end_offset(epoch, self._leader_epoch, self.log_end_offset)
+        if epoch < 0:
             return NO_EPOCH_OFFSET
         if self._epochs[-1][0] == epoch:
             return epoch, self.log_end_offset

@@ -48,7 +48,7 @@ from kbroker.storage.files import (
     read_log_start_offset,
     write_log_start_offset,
 )
-from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache
+from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, snapshot_offsets
 from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment, SegmentTailDamaged
 from kbroker.storage.validation import validate_batch
@@ -446,6 +446,9 @@ class PartitionLog:
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (the largest epoch <= ``epoch``, where it ends), or (-1, -1)."""
+        if not self.leader_epochs.entries:
+            # Nothing appended yet: Kafka's cache holds (current epoch, log end) from when the leader took over.
+            return implicit_end_offset(epoch, self.leader_epoch, self.log_end_offset)
         return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     # --- events --------------------------------------------------------------------------------------

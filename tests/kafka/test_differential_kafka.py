@@ -47,7 +47,6 @@ EXPECTED_GAPS: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {
     "OffsetCommit": ((2, 10), (2, 9)),
     "OffsetFetch": ((1, 10), (1, 9)),
     "SaslHandshake": ((0, 1), None),
-    "OffsetForLeaderEpoch": ((2, 4), None),
     "AddPartitionsToTxn": ((0, 5), None),
     "AddOffsetsToTxn": ((0, 4), None),
     "EndTxn": ((0, 5), None),
@@ -646,3 +645,52 @@ def test_produce_refusals(ask: Callable[[Any, int], tuple[Any, Any]]) -> None:
         "two hours ahead": ErrorCode.INVALID_TIMESTAMP,
         "garbage": ErrorCode.CORRUPT_MESSAGE,
     }
+
+
+# --- OffsetForLeaderEpoch ---------------------------------------------------------------------------------
+
+
+def test_offset_for_leader_epoch(ask: Callable[[Any, int], tuple[Any, Any]]) -> None:
+    from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+
+    name = unique("epochs")
+    create(ask, name, partitions=2)
+    batch = build_batch([Record(offset_delta=i, value=b"e") for i in range(4)], base_timestamp=int(time.time() * 1000))
+    assert produce_errors(ask, name, {0: batch}) == [{0: 0}, {0: 0}]
+    # (current_leader_epoch, leader_epoch) on the written partition 0, the empty partition 1 and an unknown one.
+    cases = [(-1, 0), (0, 0), (-1, 1), (-1, -1), (1, 0), (0, 7)]
+    for version in (2, 3, 4):
+        for current, wanted in cases:
+            part = OffsetForLeaderEpochRequest.OffsetForLeaderPartition
+            partitions = [part(partition=p, current_leader_epoch=current, leader_epoch=wanted) for p in (0, 1, 5)]
+            request = OffsetForLeaderEpochRequest(
+                replica_id=-1,
+                topics=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=name, partitions=partitions),
+                    OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+                        topic=unique("nowhere"), partitions=partitions[:1]
+                    ),
+                ],
+            )
+            kafka, ours = ask(request, version)
+            for answer in (kafka, ours):  # Kafka's topics and partitions follow hash maps
+                answer.topics.sort(key=lambda t: t.topic)
+                for topic in answer.topics:
+                    topic.partitions.sort(key=lambda p: p.partition)
+            assert plain(ours) == plain(kafka), (version, current, wanted)
+    # What Kafka answered, spelled out: epoch 0 ends at the log end of each partition.
+    request = OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+                topic=name,
+                partitions=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=p, current_leader_epoch=-1)
+                    for p in (0, 1)
+                ],
+            )
+        ],
+    )
+    for answer in ask(request, 4):
+        rows = sorted((p.partition, p.error_code, p.leader_epoch, p.end_offset) for p in answer.topics[0].partitions)
+        assert rows == [(0, 0, 0, 4), (1, 0, 0, 0)]

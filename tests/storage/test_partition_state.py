@@ -361,7 +361,7 @@ def test_leader_epochs_are_assigned_recorded_and_written_into_batches(tmp_path: 
 
 def test_end_offset_for_epoch(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
-    assert plog.end_offset_for_epoch(0) == (-1, -1)  # nothing known yet
+    assert plog.end_offset_for_epoch(0) == (0, 0)  # nothing written: the current epoch, as Kafka's cache has it
     plog.assign_leader_epoch(2)
     plog.append(batch([b"a", b"b"]), now_ms=T0)
     plog.assign_leader_epoch(4)

@@ -1,0 +1,57 @@
+"""OffsetForLeaderEpoch (key 23), versions 2-4: where a leader epoch ends in a partition's log (KIP-101, KIP-320).
+
+Consumers ask it after a leader change to check that their position is still on the log (a truncated
+position is reset); replicas will ask it to find where to truncate. Each partition's answer comes from its
+leader epoch cache (kbroker/storage/leader_epochs.py): the largest epoch at or below the one asked for and the
+offset where it ends, (-1, -1) for an epoch the log does not know.
+
+- v2: the request carries each partition's current_leader_epoch, checked as ListOffsets and Fetch check it
+  (FENCED_LEADER_EPOCH below the partition's epoch, UNKNOWN_LEADER_EPOCH above it, -1 skips the check).
+- v3: adds replica_id (-1 for a consumer, -2 for a debugging tool); a single node has no followers.
+- v4: the flexible encoding (tagged fields).
+Versions 0-1 are gone from Kafka 4 and not served.
+"""
+
+from __future__ import annotations
+
+from kbroker.apis.context import RequestContext
+from kbroker.apis.list_offsets import leader_epoch_error
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from protocol.messages.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
+
+EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
+UNDEFINED = -1
+
+
+def _failed(partition: int, code: ErrorCode) -> EpochEndOffset:
+    return EpochEndOffset(error_code=code, partition=partition, leader_epoch=UNDEFINED, end_offset=UNDEFINED)
+
+
+async def handle_offset_for_leader_epoch(
+    ctx: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for part in topic.partitions:
+            try:
+                plog = ctx.topics.partition(topic.topic, part.partition)
+            except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
+                answers.append(_failed(part.partition, exc.code))
+                continue
+            if plog is None:
+                answers.append(_failed(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            epoch_error = leader_epoch_error(part.current_leader_epoch, plog.leader_epoch)
+            if epoch_error != ErrorCode.NONE:
+                answers.append(_failed(part.partition, epoch_error))
+                continue
+            epoch, end_offset = plog.end_offset_for_epoch(part.leader_epoch)
+            answers.append(
+                EpochEndOffset(
+                    error_code=ErrorCode.NONE, partition=part.partition, leader_epoch=epoch, end_offset=end_offset
+                )
+            )
+        topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic, partitions=answers))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
