@@ -340,10 +340,12 @@ INVALID_STRUCTURE = "Found invalid record structure"
 
 
 class RecordsWalk(NamedTuple):
-    """What a walk over one batch's records found: the largest timestamp delta, whether offset deltas run 0..n-1."""
+    """What a walk over one batch's records found: the largest and smallest timestamp deltas, whether offset
+    deltas run 0..n-1."""
 
     max_timestamp_delta: int
     offset_deltas_in_order: bool
+    min_timestamp_delta: int = 0
 
 
 def walk_records(body: bytes | memoryview, count: int, *, check_offsets: bool = True) -> RecordsWalk:
@@ -370,6 +372,7 @@ def _fast_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> Rec
     walk must decide (and for a batch whose offset deltas are out of order, which the careful walk confirms)."""
     pos = 0
     max_timestamp_zigzag = 0
+    min_timestamp_zigzag = 0x4000  # above any two-byte varint: the first record sets it
     for index in range(count):
         first = body[pos]
         if first < 0x80:
@@ -398,6 +401,8 @@ def _fast_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> Rec
             return None
         if zigzag > max_timestamp_zigzag:
             max_timestamp_zigzag = zigzag
+        if zigzag < min_timestamp_zigzag:
+            min_timestamp_zigzag = zigzag
         if check_offsets:
             expected = index << 1  # the zigzag form of the delta the index calls for
             if expected < 0x80:
@@ -412,13 +417,15 @@ def _fast_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> Rec
         pos = record_end
     if pos != len(body):
         return None
-    return RecordsWalk(max_timestamp_zigzag >> 1, True)
+    # Only even zigzags (deltas >= 0) get here, so the zigzag order is the deltas' order.
+    return RecordsWalk(max_timestamp_zigzag >> 1, True, min_timestamp_zigzag >> 1 if count else 0)
 
 
 def _careful_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> RecordsWalk:
     end = len(body)
     pos = 0
     max_timestamp_delta = -(2**63)
+    min_timestamp_delta = 2**63
     in_order = True
     for index in range(count):
         if pos >= end:
@@ -466,12 +473,14 @@ def _careful_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> 
                 raise DecodeError(INVALID_STRUCTURE) from None
         if timestamp_delta > max_timestamp_delta:
             max_timestamp_delta = timestamp_delta
+        if timestamp_delta < min_timestamp_delta:
+            min_timestamp_delta = timestamp_delta
         if check_offsets and offset_delta != index:
             in_order = False
         pos = record_end
     if pos != end:
         raise DecodeError(RECORDS_REMAINING)
-    return RecordsWalk(max_timestamp_delta, in_order)
+    return RecordsWalk(max_timestamp_delta, in_order, min_timestamp_delta if count else 0)
 
 
 def set_max_timestamp(batch: bytearray | memoryview, max_timestamp: int, *, log_append_time: bool) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 import trio
 
 from kbroker.apis.context import RequestContext
-from kbroker.storage.validation import validate_batch
+from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
@@ -24,8 +25,19 @@ PartitionResponse = ProduceResponse.PartitionProduceResponse
 _ATTRIBUTES_LOW = 22  # the low byte of a batch's int16 attributes, where the transactional bit is
 
 
-def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
-    return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
+def _error(
+    index: int, code: ErrorCode, message: str | None = None, record_errors: Sequence[tuple[int, str]] = ()
+) -> PartitionResponse:
+    return PartitionResponse(
+        index=index,
+        error_code=code,
+        base_offset=-1,
+        error_message=message,
+        record_errors=[
+            ProduceResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=text)
+            for i, text in record_errors
+        ],
+    )
 
 
 def _has_transactional_batch(request: ProduceRequest) -> bool:
@@ -69,7 +81,12 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
             try:
-                header = validate_batch(records, plog.config.max_message_bytes)
+                header = validate_batch(
+                    records, plog.config.max_message_bytes, timestamps=plog.config.timestamp_window(now_ms)
+                )
+            except RecordValidationError as exc:
+                results.append(_error(part.index, exc.code, exc.message, exc.record_errors))
+                continue
             except KafkaError as exc:
                 log.debug("rejecting produce to %s-%d: %s", info.name, part.index, exc.message)
                 results.append(_error(part.index, exc.code, exc.message))
@@ -81,7 +98,9 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 timestamp_type_log_append=plog.config.message_timestamp_type == "LogAppendTime",
             )
             if result.error_code != ErrorCode.NONE:
-                results.append(_error(part.index, ErrorCode(result.error_code), result.error_message))
+                results.append(
+                    _error(part.index, ErrorCode(result.error_code), result.error_message, result.record_errors)
+                )
                 continue
             if plog.needs_flush:
                 to_flush.append((plog, results, len(results)))

@@ -29,7 +29,7 @@ from kbroker.storage.partition import (
     wall_clock_ms,
 )
 from kbroker.storage.producer_state import ProducerStateTable
-from kbroker.storage.validation import validate_batch
+from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import BatchHeader, assign_offsets, decode_records
@@ -229,15 +229,14 @@ class MemoryPartitionLog:
             now_ms = wall_clock_ms()
         if header is None:
             try:
-                header = validate_batch(batch, self.config.max_message_bytes)
+                window = None if timestamp_type_log_append else self.config.timestamp_window(now_ms)
+                header = validate_batch(batch, self.config.max_message_bytes, timestamps=window)
+            except RecordValidationError as exc:
+                return AppendResult(exc.code, exc.message, record_errors=tuple(exc.record_errors))
             except KafkaError as exc:
                 return AppendResult(exc.code, exc.message)
         if header.size != len(batch):
             return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
-        if not timestamp_type_log_append:
-            problem = self._timestamp_problem(header, now_ms)
-            if problem is not None:
-                return AppendResult(ErrorCode.INVALID_TIMESTAMP, problem)
         if header.producer_id >= 0:
             check = self.producers.check(header)
             if check.error_code != ErrorCode.NONE:
@@ -268,14 +267,6 @@ class MemoryPartitionLog:
             log_append_time_ms=append_time if append_time is not None else -1,
             log_start_offset=self.log_start_offset,
         )
-
-    def _timestamp_problem(self, header: BatchHeader, now: int) -> str | None:
-        # The disk engine's checks and messages: on the batch's first and largest timestamps.
-        if now - header.base_timestamp > self.config.timestamp_before_max_ms:
-            return f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms in the past"
-        if header.max_timestamp - now > self.config.timestamp_after_max_ms:
-            return f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms in the future"
-        return None
 
     def _maybe_roll(self, incoming: int, now: int) -> None:
         active = self.active

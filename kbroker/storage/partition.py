@@ -51,7 +51,7 @@ from kbroker.storage.files import (
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, snapshot_offsets
 from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment, SegmentTailDamaged
-from kbroker.storage.validation import validate_batch
+from kbroker.storage.validation import RecordValidationError, TimestampWindow, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER_SIZE, BatchHeader, assign_offsets, decode_records
@@ -160,6 +160,12 @@ class LogConfig:
             cleanup_policy=configs.get("cleanup.policy", base.cleanup_policy),
         )
 
+    def timestamp_window(self, now_ms: int) -> TimestampWindow | None:
+        """The record timestamps a CreateTime topic accepts now; None for LogAppendTime (the broker sets them)."""
+        if self.message_timestamp_type == "LogAppendTime":
+            return None
+        return TimestampWindow.around(now_ms, self.timestamp_before_max_ms, self.timestamp_after_max_ms)
+
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
@@ -168,6 +174,7 @@ class AppendResult:
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()  # (batch index, message) of each record refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,17 +502,16 @@ class PartitionLog:
             now_ms = wall_clock_ms()
         if header is None:
             try:
-                header = validate_batch(batch, self.config.max_message_bytes)
+                window = None if timestamp_type_log_append else self.config.timestamp_window(now_ms)
+                header = validate_batch(batch, self.config.max_message_bytes, timestamps=window)
+            except RecordValidationError as exc:
+                return AppendResult(exc.code, exc.message, record_errors=tuple(exc.record_errors))
             except KafkaError as exc:
                 return AppendResult(exc.code, exc.message)
         if header.size != len(batch):
             return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
         if self.health.offline:
             return self.health.storage_error(self.topic, self.partition)
-        if not timestamp_type_log_append:
-            problem = self._timestamp_problem(header, now_ms)
-            if problem is not None:
-                return AppendResult(ErrorCode.INVALID_TIMESTAMP, problem)
         if header.producer_id >= 0:
             check = self.producers.check(header)
             if check.error_code != ErrorCode.NONE:
@@ -555,14 +561,6 @@ class PartitionLog:
             self.health.write_failed(what, exc)
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}")
         self.health.write_succeeded()
-        return None
-
-    def _timestamp_problem(self, header: BatchHeader, now: int) -> str | None:
-        # Checked on the batch's first and largest timestamps; Kafka checks each record.
-        if now - header.base_timestamp > self.config.timestamp_before_max_ms:
-            return f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms in the past"
-        if header.max_timestamp - now > self.config.timestamp_after_max_ms:
-            return f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms in the future"
         return None
 
     def _maybe_roll(self, incoming: int, now: int) -> None:

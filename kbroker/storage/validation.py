@@ -11,11 +11,16 @@ the text in its log, not in the Produce response; kbroker sends it as the partit
 3. the records against the header: Kafka iterates every record of every batch it appends, so kbroker walks
    them too (protocol.records.walk_records: lengths, fields and headers, no copies). A compressed batch is
    decompressed for that walk within ``max_decompressed`` bytes, as Kafka decompresses it;
-4. the max timestamp, which Kafka does not trust but recomputes from the records (and a client's
+4. each record's timestamp against message.timestamp.before.max.ms / after.max.ms on a CreateTime topic
+   (INVALID_TIMESTAMP with one record error per record out of the window, Kafka's texts): the walk gives the
+   smallest and largest timestamps, and only a batch that falls outside is decoded to name its records;
+5. the max timestamp, which Kafka does not trust but recomputes from the records (and a client's
    LogAppendTime bit, which it clears): the batch is corrected in place and its CRC recomputed.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from protocol import compression
 from protocol.errors import ErrorCode, KafkaError
@@ -26,12 +31,36 @@ from protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     RecordsWalk,
+    decode_records,
     set_max_timestamp,
     validate_crc,
     walk_records,
 )
 
 NO_TIMESTAMP = -1
+INVALID_TIMESTAMPS = "One or more records have been rejected due to invalid timestamp"
+
+
+class RecordValidationError(KafkaError):
+    """A batch refused for some of its records: Kafka's answer names each (batch index, message)."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = record_errors
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampWindow:
+    """The CreateTime timestamps a topic accepts now: [now - before.max.ms, now + after.max.ms]."""
+
+    earliest: int
+    latest: int
+
+    @classmethod
+    def around(cls, now_ms: int, before_max_ms: int, after_max_ms: int) -> TimestampWindow:
+        return cls(now_ms - before_max_ms, now_ms + after_max_ms)
+
+
 _KNOWN_CODECS = frozenset(int(codec) for codec in compression.Codec)
 
 
@@ -40,12 +69,14 @@ def validate_batch(
     max_batch_bytes: int,
     *,
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    timestamps: TimestampWindow | None = None,
 ) -> BatchHeader:
     """The header of ``records`` if it is exactly one well-formed batch a client may write; KafkaError otherwise.
 
     A produce request carries exactly one batch (magic 2) per partition, as Kafka requires. A batch whose max
     timestamp (or timestamp type) disagrees with its records is corrected in place, so ``records`` must be
     writable for such a batch (a read-only one is refused); the header returned describes the corrected batch.
+    With ``timestamps`` (a CreateTime topic) every record's timestamp must be in the window.
     """
     size = len(records)
     if size < HEADER_SIZE:
@@ -73,7 +104,33 @@ def validate_batch(
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unknown compression type id: {header.compression}")
     _check_header(header)
     walk = _walk(records, header, max_decompressed)
+    if timestamps is not None and not header.is_log_append_time:
+        earliest, latest = (
+            header.base_timestamp + walk.min_timestamp_delta,
+            header.base_timestamp + walk.max_timestamp_delta,
+        )
+        if earliest < timestamps.earliest or latest > timestamps.latest:
+            _check_each_timestamp(records, header, timestamps, max_decompressed)
     return _settle_max_timestamp(records, header, walk.max_timestamp_delta)
+
+
+def _check_each_timestamp(
+    records: bytes | bytearray | memoryview, header: BatchHeader, window: TimestampWindow, max_decompressed: int
+) -> None:
+    """Kafka's LogValidator.validateTimestamp for each record, once the walk saw one may be out of the window."""
+    errors = []
+    for index, record in enumerate(decode_records(records, max_decompressed)):
+        timestamp = header.base_timestamp + record.timestamp_delta
+        if timestamp != NO_TIMESTAMP and not window.earliest <= timestamp <= window.latest:
+            errors.append(
+                (
+                    index,
+                    f"Timestamp {timestamp} of message with offset {index} is out of range. The timestamp should be "
+                    f"within [{window.earliest}, {window.latest}]",
+                )
+            )
+    if errors:
+        raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMPS, errors)
 
 
 def _check_header(header: BatchHeader) -> None:

@@ -694,3 +694,37 @@ def test_offset_for_leader_epoch(ask: Callable[[Any, int], tuple[Any, Any]]) -> 
     for answer in ask(request, 4):
         rows = sorted((p.partition, p.error_code, p.leader_epoch, p.end_offset) for p in answer.topics[0].partitions)
         assert rows == [(0, 0, 0, 4), (1, 0, 0, 0)]
+
+
+# --- Produce: record timestamps -------------------------------------------------------------------------
+
+
+def test_record_timestamps_out_of_the_window(ask: Callable[[Any, int], tuple[Any, Any]]) -> None:
+    import re
+
+    name = unique("timestamps")
+    create(ask, name, **{"message.timestamp.before.max.ms": "3600000", "message.timestamp.after.max.ms": "3600000"})
+    now = int(time.time() * 1000)
+    hour = 3_600_000
+    shapes = {
+        "second record too old": ([0, -2 * hour, 0], now),
+        "third record too new": ([0, 0, 2 * hour], now),
+        "all too old": ([0, 0], now - 2 * hour),
+        "in the window": ([0, 1], now),
+    }
+    for label, (deltas, base) in shapes.items():
+        records = [Record(offset_delta=i, timestamp_delta=d, value=b"t") for i, d in enumerate(deltas)]
+        request = produce_request(name, {0: build_batch(records, base_timestamp=base)})
+        answers = []
+        for answer in ask(request, 11):
+            part = answer.responses[0].partition_responses[0]
+            # Each broker's window is around its own clock: compare the rest of the text.
+            errors = [
+                (e.batch_index, re.sub(r"\[\d+, \d+\]", "[...]", e.batch_index_error_message or ""))
+                for e in part.record_errors
+            ]
+            answers.append((part.error_code, part.error_message, errors))
+        kafka, ours = answers
+        assert ours == kafka, label
+    kafka_code, _, kafka_errors = kafka
+    assert (kafka_code, kafka_errors) == (0, [])

@@ -125,7 +125,8 @@ def test_the_walk_takes_every_well_formed_batch(codec: int, count: int, value_si
     expected_max = base + max(0, (count - 1) * timestamp_step)
     assert (header.records_count, header.max_timestamp) == (count, expected_max)
     body = bytes(batch[HEADER_SIZE:]) if not codec else compression.decompress(codec, batch[HEADER_SIZE:], 1 << 30)
-    assert walk_records(body, count) == RecordsWalk(max(r.timestamp_delta for r in records), True)
+    deltas = [r.timestamp_delta for r in records]
+    assert walk_records(body, count) == RecordsWalk(max(deltas), True, min(deltas))
 
 
 def test_out_of_order_offset_deltas_are_seen_past_the_fast_walk() -> None:

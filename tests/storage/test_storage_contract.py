@@ -197,9 +197,20 @@ def test_idempotent_producer_duplicates_and_sequence_errors(make_log: LogFactory
 def test_timestamp_and_framing_errors(make_log: LogFactory) -> None:
     plog = make_log(timestamp_before_max_ms=1000, timestamp_after_max_ms=1000)
     old = plog.append(batch([b"a"], timestamp=T0 - 5000), now_ms=T0)
-    assert (old.error_code, old.error_message) == (
+    window = f"The timestamp should be within [{T0 - 1000}, {T0 + 1000}]"
+    assert (old.error_code, old.error_message, old.record_errors) == (
         ErrorCode.INVALID_TIMESTAMP,
-        f"timestamp {T0 - 5000} is more than message.timestamp.before.max.ms in the past",
+        "One or more records have been rejected due to invalid timestamp",
+        ((0, f"Timestamp {T0 - 5000} of message with offset 0 is out of range. {window}"),),
+    )
+    # Each record is checked (Kafka's LogValidator), not only the batch's first and largest timestamps.
+    late_second = plog.append(batch([b"a", b"b", b"c"], timestamp=T0, step_ms=-3000), now_ms=T0)
+    assert (late_second.error_code, late_second.record_errors) == (
+        ErrorCode.INVALID_TIMESTAMP,
+        (
+            (1, f"Timestamp {T0 - 3000} of message with offset 1 is out of range. {window}"),
+            (2, f"Timestamp {T0 - 6000} of message with offset 2 is out of range. {window}"),
+        ),
     )
     future = plog.append(batch([b"a"], timestamp=T0 + 5000), now_ms=T0)
     assert future.error_code == ErrorCode.INVALID_TIMESTAMP
