@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
+from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.files import (
     LEGACY_VERSION,
     DamagedFileError,
@@ -100,7 +101,11 @@ def _stored_topic_id(directory: Path) -> uuid.UUID | None:
 
 
 class LogManager:
-    def __init__(self, data_dir: Path, topic_defaults: dict[str, str]) -> None:
+    def __init__(
+        self, data_dir: Path, topic_defaults: dict[str, str], *, open_segment_files: int | None = None
+    ) -> None:
+        """``open_segment_files``: how many segment files may be open at once (default: half the soft
+        open-file limit, see kbroker/storage/descriptors.py)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.topic_defaults = dict(topic_defaults)
@@ -113,6 +118,8 @@ class LogManager:
         self._pending: set[str] = set()  # topics being created
         # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see partition.py.
         self.dir_health = LogDirHealth(self.data_dir)
+        # Every partition's segments share one bounded set of open files (made here, on the event loop).
+        self.descriptors = DescriptorCache(open_segment_files)
         self._opened_this_run: set[tuple[str, int]] = set()  # recovered, if the start was unclean
         if (self.data_dir / TOPICS_FILE).exists():
             self._load_topics()
@@ -282,7 +289,17 @@ class LogManager:
         logs = []
         for index in range(first, info.partitions if total is None else total):
             directory = self._prepare_directory(info, index)
-            logs.append(PartitionLog(info.name, index, directory, config, clean=True, health=self.dir_health))
+            logs.append(
+                PartitionLog(
+                    info.name,
+                    index,
+                    directory,
+                    config,
+                    clean=True,
+                    health=self.dir_health,
+                    descriptors=self.descriptors,
+                )
+            )
         return logs
 
     def commit_topic(self, info: TopicInfo, logs: list[PartitionLog]) -> TopicInfo:
@@ -399,6 +416,7 @@ class LogManager:
                 clean=self.clean_start,
                 health=self.dir_health,
                 recovery_point=self._recovery_points.get((topic, partition), 0),
+                descriptors=self.descriptors,
             )
         except (StorageError, OSError, DecodeError) as exc:
             # Kafka takes such a log offline; here the partition answers KAFKA_STORAGE_ERROR until repaired.

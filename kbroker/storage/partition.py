@@ -41,6 +41,7 @@ from pathlib import Path
 
 from kbroker.storage import fs
 from kbroker.storage.api import PartitionEvent, PartitionEventListener
+from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.files import (
     DamagedFileError,
     StorageError,
@@ -223,6 +224,7 @@ class PartitionLog:
         clean: bool,
         health: LogDirHealth | None = None,
         recovery_point: int = 0,
+        descriptors: DescriptorCache | None = None,
     ) -> None:
         """``clean``: the broker stopped cleanly, every segment and index is trusted. Otherwise the segments from
         the one holding ``recovery_point`` (everything below it was fsynced: the recovery-point-offset-checkpoint)
@@ -233,6 +235,8 @@ class PartitionLog:
         self.config = config
         # Shared by every partition of the data directory (LogManager passes it); a lone log has its own.
         self.health = health if health is not None else LogDirHealth(directory.parent)
+        # The broker's open segment files, a bounded set (LogManager passes it); a lone log has its own.
+        self.descriptors = descriptors if descriptors is not None else DescriptorCache()
         directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[Segment] = []
         self._bases: list[int] = []
@@ -273,7 +277,9 @@ class PartitionLog:
         created = wall_clock_ms()
         try:
             for i, base in enumerate(bases):
-                segment = Segment(self.directory, base, self.config.index_interval_bytes, created)
+                segment = Segment(
+                    self.directory, base, self.config.index_interval_bytes, created, descriptors=self.descriptors
+                )
                 self.segments.append(segment)
                 segment.load(trust_indexes=i < first_unsynced)
                 if i >= first_unsynced and not segment.fsync():
@@ -284,7 +290,9 @@ class PartitionLog:
                 segment.close()
             raise
         if not self.segments:
-            self.segments.append(Segment(self.directory, 0, self.config.index_interval_bytes, created))
+            self.segments.append(
+                Segment(self.directory, 0, self.config.index_interval_bytes, created, descriptors=self.descriptors)
+            )
         self._bases = [s.base_offset for s in self.segments]
         start_file = self.directory / LOG_START_OFFSET_FILE
         stored_start = _read_log_start_offset(start_file) if start_file.exists() else 0
@@ -358,7 +366,9 @@ class PartitionLog:
             return
         replacements = []
         for base in swap_bases:
-            segment = Segment(self.directory, base, self.config.index_interval_bytes, wall_clock_ms(), SWAP_SUFFIX)
+            segment = Segment(
+                self.directory, base, self.config.index_interval_bytes, wall_clock_ms(), SWAP_SUFFIX, self.descriptors
+            )
             segment.load(trust_indexes=False)
             replacements.append(segment)
         covered_from, covered_to = replacements[0].base_offset, max(s.next_offset for s in replacements)
@@ -582,7 +592,13 @@ class PartitionLog:
             self.health.take_offline(f"fsync of {old.log_path} failed")
             raise StorageError(f"cannot roll {self.topic}-{self.partition}: fsync of {old.log_path} failed")
         old.write_indexes()  # on failure the old segment stays active and its index files are rebuilt if needed
-        segment = Segment(self.directory, old.next_offset, self.config.index_interval_bytes, now or wall_clock_ms())
+        segment = Segment(
+            self.directory,
+            old.next_offset,
+            self.config.index_interval_bytes,
+            now or wall_clock_ms(),
+            descriptors=self.descriptors,
+        )
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
         self.producers.expire((now or wall_clock_ms()) - PRODUCER_ID_EXPIRATION_MS)
@@ -838,7 +854,14 @@ class PartitionLog:
         """An empty replacement segment (``<base>.log.cleaned``) for the caller to fill, then swap in."""
         for suffix in SEGMENT_FILE_SUFFIXES:  # left over from an attempt that was given up
             (self.directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
-        return Segment(self.directory, base_offset, self.config.index_interval_bytes, wall_clock_ms(), CLEANED_SUFFIX)
+        return Segment(
+            self.directory,
+            base_offset,
+            self.config.index_interval_bytes,
+            wall_clock_ms(),
+            CLEANED_SUFFIX,
+            self.descriptors,
+        )
 
     def swap_segments(self, replaced: list[Segment], replacements: list[Segment]) -> None:
         """Put ``replacements`` (from new_cleaned_segment) in place of the contiguous sealed ``replaced``.

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.storage import fs
+from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
 from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
@@ -105,23 +106,35 @@ class Segment:
       fsync), so an fsync never reaches a closed descriptor, nor one the process has reused for another file;
     - writes bump a generation counter *after* the bytes are written, and an fsync records the generation it
       read *before* syncing, so it never marks as synced bytes written while it ran.
+
+    The descriptor comes from the broker's DescriptorCache (kbroker/storage/descriptors.py): it may be closed
+    between two uses (evicted; never while an fsync uses it) and is reopened, without O_CREAT, on the next;
+    an fsync of a segment evicted while dirty opens the file for itself. A closed segment is never reopened.
     """
 
     def __init__(
-        self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int, suffix: str = ""
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        created_ms: int,
+        suffix: str = "",
+        descriptors: DescriptorCache | None = None,
     ) -> None:
+        """``descriptors``: the broker's cache of open segment files (a segment alone gets one of its own)."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
         self._set_paths(suffix)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._fd_lock = threading.Lock()  # guards _fd's lifetime, the fsync bookkeeping and the counters below
         self._fsyncs_running = 0
         self._close_requested = False
         self._written_generation = 0  # bumped by every change to the log file (event loop only)
         self._synced_generation = 0  # the newest generation known to be on disk
-        self.size = os.fstat(self._fd).st_size
+        self._fd = -1  # -1 while evicted from (or never yet opened through) the descriptor cache
+        self._descriptors = descriptors if descriptors is not None else DescriptorCache()
+        self._fd, self.size = self._descriptors.create(self)
         self.next_offset = base_offset
         self.created_ms = created_ms
         self.max_timestamp = NO_TIMESTAMP
@@ -142,6 +155,56 @@ class Segment:
         """Whether bytes were written (or cut) since the last completed fsync."""
         return self._written_generation != self._synced_generation
 
+    # --- the descriptor (see kbroker/storage/descriptors.py) ----------------------------------------------
+
+    def _descriptor(self) -> int:
+        """The log file's descriptor for the event loop to use now: reopened if it was evicted.
+
+        Used at once and not kept across anything that may open another segment (which may evict this one).
+        """
+        fd = self._fd
+        if fd < 0:
+            return self._descriptors.reopen(self)
+        self._descriptors.touch(self)
+        return fd
+
+    def _pread(self, size: int, position: int) -> bytes:
+        fd = self._fd
+        if fd < 0:
+            return self._descriptors.pread(self, size, position)
+        self._descriptors.touch(self)
+        return os.pread(fd, size, position)
+
+    def _open_descriptor(self, flags: int) -> int:
+        """Open the log file as this segment's descriptor (DescriptorCache only); a closed segment refuses."""
+        with self._fd_lock:
+            if self._close_requested:
+                raise ClosedSegmentError(self.log_path)
+            if self._fd < 0:
+                self._fd = os.open(self.log_path, flags, 0o644)
+            return self._fd
+
+    def _open_transient(self) -> int:
+        """A descriptor of the caller's own (to close when done), for a thread that may not use the cache."""
+        with self._fd_lock:  # rename_suffix holds it too: log_path names the file as it is on disk
+            if self._close_requested:
+                raise ClosedSegmentError(self.log_path)
+            return os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _release_descriptor(self) -> bool:
+        """Close the descriptor for the cache to reuse, unless an fsync is using it; whether it was closed.
+
+        Nothing written is lost (the bytes are the file's); a dirty segment stays dirty, so the next flush
+        opens the file again to fsync it.
+        """
+        with self._fd_lock:
+            if self._fsyncs_running:
+                return False
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            return True
+
     # --- opening ----------------------------------------------------------------------------------------
 
     def load(self, *, trust_indexes: bool) -> int:
@@ -161,7 +224,7 @@ class Segment:
             truncated = self.size - good_end
             if truncated:
                 log.warning("%s: truncating %d bytes of a torn or corrupt tail (%s)", self.log_path, truncated, problem)
-                fs.ftruncate(self._fd, good_end)
+                fs.ftruncate(self._descriptor(), good_end)
                 self.size = good_end
                 self._written_generation += 1
             return truncated
@@ -210,7 +273,7 @@ class Segment:
 
     def _header_at(self, position: int) -> BatchHeader | None:
         """The batch header at ``position`` if one is there (structurally sound, inside the file), else None."""
-        data = os.pread(self._fd, HEADER_SIZE, position)
+        data = self._pread(HEADER_SIZE, position)
         if len(data) < HEADER_SIZE:
             return None
         header = BatchHeader(*HEADER.unpack_from(data))
@@ -335,7 +398,7 @@ class Segment:
         end = self.size if end is None else end
         position = start
         while position < end:
-            chunk = os.pread(self._fd, min(max(chunk_size, HEADER_SIZE), end - position), position)
+            chunk = self._pread(min(max(chunk_size, HEADER_SIZE), end - position), position)
             offset_in_chunk = 0
             progressed = False
             while offset_in_chunk + HEADER_SIZE <= len(chunk):
@@ -348,7 +411,7 @@ class Segment:
                     if offset_in_chunk + header.size <= len(chunk):
                         body = memoryview(chunk)[offset_in_chunk : offset_in_chunk + header.size]
                     else:
-                        body = os.pread(self._fd, header.size, position)
+                        body = self._pread(header.size, position)
                     if len(body) != header.size or not validate_crc(body):
                         problem = "CRC mismatch"
                 if problem is not None:
@@ -378,8 +441,9 @@ class Segment:
         bytes after ``size`` that are not a batch: SegmentTailDamaged, and no more may be appended.
         """
         position = self.size
+        fd = self._descriptor()  # a reopen that fails (ClosedSegmentError, EMFILE) has written nothing
         try:
-            fs.write_all(self._fd, batch)
+            fs.write_all(fd, batch)
         except OSError as exc:
             self._cut_back(position, exc)
             raise
@@ -392,7 +456,7 @@ class Segment:
         """Undo a failed append: the file back to ``size`` bytes (the descriptor appends, so writes follow it)."""
         self._written_generation += 1  # the file changed under any fsync running now
         try:
-            fs.ftruncate(self._fd, size)
+            fs.ftruncate(self._descriptor(), size)
         except OSError as exc:
             raise SegmentTailDamaged(
                 f"{self.log_path}: an append failed ({cause.strerror or cause}) and the partial batch could not "
@@ -408,7 +472,7 @@ class Segment:
         cut = self.position_of(offset)
         if cut >= self.size:
             return
-        fs.ftruncate(self._fd, cut)
+        fs.ftruncate(self._descriptor(), cut)
         self.size = cut
         self._written_generation += 1
         keep = bisect_right(self._index_positions, cut - 1)  # index entries of batches before the cut
@@ -426,7 +490,7 @@ class Segment:
                 self._time_timestamps.pop()
             self.max_timestamp = int(self._time_timestamps[-1]) if self._time_timestamps else NO_TIMESTAMP
             position = int(self._index_positions[-1])
-            header = BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, position))
+            header = BatchHeader.parse(self._pread(HEADER_SIZE, position))
             restart, self.next_offset = position + header.size, header.next_offset
             self._bytes_since_index = header.size
         else:
@@ -523,10 +587,10 @@ class Segment:
         return end, last_offset
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        return self._pread(size, position)
 
     def region(self, position: int, size: int) -> FileRegion:
-        return FileRegion(self._fd, position, size)
+        return FileRegion(self._descriptor(), position, size)
 
     def first_batch_at_timestamp(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is at least ``timestamp``, or None."""
@@ -545,8 +609,8 @@ class Segment:
         position = self.position_of(base_offset)
         if position >= self.size:
             return None
-        header = BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, position))
-        return os.pread(self._fd, header.size, position)
+        header = BatchHeader.parse(self._pread(HEADER_SIZE, position))
+        return self._pread(header.size, position)
 
     # --- lifecycle --------------------------------------------------------------------------------------
 
@@ -565,11 +629,21 @@ class Segment:
         write_atomically(self.time_index_path, bytes(time_index))
 
     def fsync(self) -> bool:
-        """fsync the log file (any thread); returns False if it failed. A closed segment has nothing to sync."""
+        """fsync the log file (any thread); returns False if it failed. A closed segment has nothing to sync.
+
+        A segment whose descriptor the cache evicted while it was dirty still owes the fsync: the file is
+        opened for it (under the lock, so not while a rename or delete is half done) and closed after.
+        """
         with self._fd_lock:
-            if self._fd < 0 or self._close_requested:
+            if self._close_requested or (self._fd < 0 and not self.dirty):
                 return True
-            fd = self._fd
+            fd, transient = self._fd, False
+            if fd < 0:
+                try:
+                    fd, transient = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC), True
+                except OSError as exc:
+                    log.error("fsync of %s failed: cannot open it: %s", self.log_path, exc)
+                    return False
             generation = self._written_generation  # read before syncing: later writes stay dirty
             self._fsyncs_running += 1
         synced = False
@@ -579,6 +653,8 @@ class Segment:
         except OSError as exc:
             log.error("fsync of %s failed: %s", self.log_path, exc)
         finally:
+            if transient:
+                os.close(fd)
             with self._fd_lock:
                 self._fsyncs_running -= 1
                 if synced:
@@ -594,7 +670,8 @@ class Segment:
             self._fd = -1
 
     def close(self) -> None:
-        """Release the file; if an fsync is using it, the fsync closes it when done."""
+        """Release the file for good (it is never reopened); if an fsync is using it, the fsync closes it."""
+        self._descriptors.forget(self)
         with self._fd_lock:
             self._close_requested = True
             if self._fsyncs_running == 0:
@@ -610,12 +687,13 @@ class Segment:
         The log file goes first: recovery decides from the log file's name, and a leftover index file
         is only an index to rebuild.
         """
-        old = (self.log_path, self.index_path, self.time_index_path)
-        self._set_paths(suffix)
-        for source, target in zip(old, (self.log_path, self.index_path, self.time_index_path), strict=True):
-            if source.exists():
-                fs.replace(source, target)
-        self.suffix = suffix
+        with self._fd_lock:  # an fsync opening an evicted segment's file sees the paths as they are on disk
+            old = (self.log_path, self.index_path, self.time_index_path)
+            self._set_paths(suffix)
+            for source, target in zip(old, (self.log_path, self.index_path, self.time_index_path), strict=True):
+                if source.exists():
+                    fs.replace(source, target)
+            self.suffix = suffix
 
     def delete(self) -> None:
         self.close()
