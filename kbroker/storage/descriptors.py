@@ -17,6 +17,9 @@ keep and evicts. Other threads never take one from it:
   descriptor; the reads such a thread does (loading a partition directory) each open and close their own.
 So a descriptor is never closed under a thread that uses it, nor reused for another file while it does.
 
+Sendfile regions (segment.FileRegion) dup a descriptor each, alive until their response is sent; at most
+``region_budget`` (a quarter of the capacity) at once, after which a read returns the bytes instead.
+
 Eviction and durability: closing a descriptor loses nothing written through it (the bytes are in the page
 cache, the file's, not the descriptor's), but a dirty segment still owes an fsync: its write generations are
 left as they were, so ``dirty`` stays true and the next flush opens the file to sync it (fsync syncs the file,
@@ -76,6 +79,10 @@ class DescriptorCache:
         self._lock = threading.Lock()  # structural changes (a close may come from another thread)
         self.opens = 0  # descriptors opened to keep (creation or reopening), for tests and measurements
         self.evictions = 0
+        # Descriptors lent to FileRegions (dup()s of segment descriptors, alive until a response is sent). A set:
+        # add and discard are single calls, safe from any thread (a region may be closed by garbage collection).
+        self._lent: set[int] = set()
+        self.region_budget = max(1, self.capacity // 4)
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -161,6 +168,17 @@ class DescriptorCache:
             del self._lru[victim]
         self.evictions += len(victims)
         return bool(victims)
+
+    @property
+    def regions_exhausted(self) -> bool:
+        """Whether FileRegions hold their budget of descriptors (reads then return the bytes instead)."""
+        return len(self._lent) >= self.region_budget
+
+    def lend(self, fd: int) -> None:
+        self._lent.add(fd)
+
+    def returned(self, fd: int) -> None:
+        self._lent.discard(fd)
 
     def forget(self, segment: Segment) -> None:
         """``segment`` is closing: it leaves the cache (its descriptor is closed by Segment.close)."""

@@ -19,6 +19,7 @@ partition log swaps it in (see PartitionLog.swap_segments).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -69,12 +70,17 @@ class FileRegion:
 
     It holds a descriptor of its own, so retention may delete the segment while a response is being sent;
     ``close`` releases it (the transport calls it once the bytes are sent, garbage collection otherwise).
+    ``lender``: the DescriptorCache that counts such descriptors against its budget (Segment.region).
     """
 
-    __slots__ = ("fd", "position", "length")
+    __slots__ = ("fd", "position", "length", "lender")
 
-    def __init__(self, fd: int, position: int, length: int) -> None:
+    def __init__(self, fd: int, position: int, length: int, lender: DescriptorCache | None = None) -> None:
+        self.fd = -1  # so close (and __del__) are safe if dup fails
+        self.lender = lender
         self.fd = os.dup(fd)
+        if lender is not None:
+            lender.lend(self.fd)
         self.position = position
         self.length = length
 
@@ -88,9 +94,12 @@ class FileRegion:
         return data
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
+        fd = self.fd
+        if fd >= 0:
             self.fd = -1
+            if self.lender is not None:
+                self.lender.returned(fd)  # before the close: the number cannot be reused until then
+            os.close(fd)
 
     def __del__(self) -> None:
         self.close()
@@ -589,8 +598,18 @@ class Segment:
     def read(self, position: int, size: int) -> bytes:
         return self._pread(size, position)
 
-    def region(self, position: int, size: int) -> FileRegion:
-        return FileRegion(self._descriptor(), position, size)
+    def region(self, position: int, size: int) -> FileRegion | bytes:
+        """The bytes as a FileRegion (sent with sendfile), or read into memory when the broker's regions already
+        hold their budget of descriptors (a fetch of a thousand partitions would otherwise take a thousand)."""
+        if self._descriptors.regions_exhausted:
+            return self._pread(size, position)
+        fd = self._descriptor()
+        try:
+            return FileRegion(fd, position, size, self._descriptors)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            return self._pread(size, position)  # no descriptor to spare: the bytes themselves
 
     def first_batch_at_timestamp(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is at least ``timestamp``, or None."""

@@ -5,6 +5,7 @@ segments never reopened, flushes in a worker thread racing evictions, and segmen
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import resource
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 from kbroker.storage import LogConfig, PartitionLog
 from kbroker.storage.descriptors import MIN_CAPACITY, ClosedSegmentError, DescriptorCache, default_capacity
-from kbroker.storage.segment import Segment
+from kbroker.storage.segment import FileRegion, Segment
 from protocol.records import BatchHeader, Record, assign_offsets, build_batch, decode_records, iter_batches
 
 T0 = 1_700_000_000_000
@@ -236,12 +237,14 @@ def test_a_closed_or_deleted_segment_is_never_reopened(tmp_path: Path) -> None:
     assert len(cache) == 0
     # A segment's file removed behind its back (not through it) is not re-created by a reopen either.
     lost, _ = segment_with(cache, tmp_path / "lost", 0, b"l")
-    segment_with(cache, tmp_path / "evictor", 0, b"e")
+    evictor, _ = segment_with(cache, tmp_path / "evictor", 0, b"e")
     lost.log_path.unlink()
     with pytest.raises(FileNotFoundError):
         lost.read(0, 10)
     assert not lost.log_path.exists()
     assert len(deleted_bytes) > 0
+    lost.close()
+    evictor.close()
 
 
 def test_a_renamed_segment_reopens_under_its_new_name(tmp_path: Path) -> None:
@@ -249,11 +252,13 @@ def test_a_renamed_segment_reopens_under_its_new_name(tmp_path: Path) -> None:
     swapped = Segment(tmp_path, 0, 4096, T0, ".cleaned", cache)
     data, header = numbered(0)
     swapped.append(data, header)
-    segment_with(cache, tmp_path / "other", 0, b"o")
+    other, _ = segment_with(cache, tmp_path / "other", 0, b"o")
     swapped.rename_suffix("")
     assert swapped.log_path == tmp_path / "00000000000000000000.log"
     assert swapped.read(0, swapped.size) == bytes(data)
     assert swapped.fsync() is True and not swapped.dirty
+    swapped.close()
+    other.close()
 
 
 def test_out_of_descriptors_on_reopen_gives_one_back_and_retries(
@@ -282,6 +287,8 @@ def test_out_of_descriptors_on_reopen_gives_one_back_and_retries(
     with pytest.raises(OSError) as failed:  # nothing of its own to give back: the error stands
         Segment(tmp_path / "a", 99, 4096, T0, descriptors=cache2)
     assert failed.value.errno == errno.EMFILE
+    for segment in (a, b, c):
+        segment.close()
 
 
 def test_segments_made_off_the_owner_thread_hold_no_descriptor(tmp_path: Path) -> None:
@@ -363,3 +370,23 @@ def test_flushes_in_a_thread_racing_evictions_lose_nothing(tmp_path: Path, monke
         reopened = PartitionLog("t", p, tmp_path / f"t-{p}", LogConfig(segment_bytes=6 * size), clean=False)
         assert reopened.log_end_offset == 60
         reopened.close()
+
+
+def test_regions_beyond_their_descriptor_budget_are_read_into_memory(tmp_path: Path) -> None:
+    cache = DescriptorCache(8)
+    assert cache.region_budget == 2
+    segments = [segment_with(cache, tmp_path / str(n), 0, b"%d" % n * 30) for n in range(4)]
+    regions = [segment.region(0, len(data)) for segment, data in segments]
+    assert [type(r).__name__ for r in regions] == ["FileRegion", "FileRegion", "bytes", "bytes"]
+    assert [bytes(r) for r in regions] == [data for _, data in segments]
+    first = regions[0]
+    assert isinstance(first, FileRegion)
+    first.close()  # its descriptor is given back: the next read is a region again
+    again = segments[3][0].region(0, 10)
+    assert isinstance(again, FileRegion) and cache.regions_exhausted
+    del regions, again  # closed by garbage collection: given back too
+    gc.collect()
+    assert not cache.regions_exhausted
+    assert isinstance(segments[2][0].region(0, 10), FileRegion)
+    for segment, _ in segments:
+        segment.close()
