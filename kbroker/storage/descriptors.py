@@ -83,6 +83,9 @@ class DescriptorCache:
         # add and discard are single calls, safe from any thread (a region may be closed by garbage collection).
         self._lent: set[int] = set()
         self.region_budget = max(1, self.capacity // 4)
+        # ``touch(segment)``: it was just used (most recent now); KeyError if it is not in the cache. The hot
+        # path of every append and read, so the OrderedDict's own method, without a Python frame around it.
+        self.touch = self._lru.move_to_end
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -98,13 +101,6 @@ class DescriptorCache:
         """The segments holding a descriptor, least recently used first."""
         with self._lock:
             return list(self._lru)
-
-    def touch(self, segment: Segment) -> None:
-        """``segment`` was just used (the hot path: one C call)."""
-        try:
-            self._lru.move_to_end(segment)
-        except KeyError:  # it holds a descriptor but is no longer in the cache: it was closed
-            raise ClosedSegmentError(segment.log_path) from None
 
     def create(self, segment: Segment) -> tuple[int, int]:
         """Create (or open) the segment's file: (descriptor kept, or -1 off the owner thread; the file's size)."""
@@ -158,7 +154,7 @@ class DescriptorCache:
 
     def _make_room(self, keep: Segment, count: int) -> bool:
         """Close up to ``count`` least recently used descriptors not in use (never ``keep``'s); whether any was."""
-        victims = []
+        victims: list[Segment] = []
         for victim in self._lru:  # releasing does not change the LRU, so iterating it is safe
             if len(victims) >= count:
                 break

@@ -143,6 +143,7 @@ class Segment:
         self._synced_generation = 0  # the newest generation known to be on disk
         self._fd = -1  # -1 while evicted from (or never yet opened through) the descriptor cache
         self._descriptors = descriptors if descriptors is not None else DescriptorCache()
+        self._touch = self._descriptors.touch  # marks this segment most recently used (one C call, no frame)
         self._fd, self.size = self._descriptors.create(self)
         self.next_offset = base_offset
         self.created_ms = created_ms
@@ -174,14 +175,20 @@ class Segment:
         fd = self._fd
         if fd < 0:
             return self._descriptors.reopen(self)
-        self._descriptors.touch(self)
+        try:
+            self._touch(self)
+        except KeyError:  # it has a descriptor but left the cache: closed, its fsync still finishing
+            raise ClosedSegmentError(self.log_path) from None
         return fd
 
     def _pread(self, size: int, position: int) -> bytes:
         fd = self._fd
         if fd < 0:
             return self._descriptors.pread(self, size, position)
-        self._descriptors.touch(self)
+        try:
+            self._touch(self)
+        except KeyError:
+            raise ClosedSegmentError(self.log_path) from None
         return os.pread(fd, size, position)
 
     def _open_descriptor(self, flags: int) -> int:
