@@ -25,7 +25,6 @@ import trio.testing
 from kbroker.server import connection as connection_module
 from kbroker.server.connection import ListenerInfo, accept_loop
 from kbroker.server.limits import accept_failure_message, open_file_limit
-from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.metadata_request import MetadataRequest
@@ -211,30 +210,54 @@ def test_kbroker_serve_runs_with_the_hard_open_file_limit(tmp_path: Path) -> Non
     assert process.returncode == 0, log
 
 
+_RAISE_CHECK = """
+import logging, resource, sys
+from pathlib import Path
+from kbroker.testing import RunningBroker
+
+records = []
+
+
+class Collect(logging.Handler):
+    def emit(self, record):
+        records.append((record.levelno, record.getMessage()))
+
+
+logger = logging.getLogger("kbroker")
+logger.addHandler(Collect())
+logger.setLevel(logging.INFO)
+with RunningBroker(Path(sys.argv[1])):
+    raised = resource.getrlimit(resource.RLIMIT_NOFILE)
+print(repr((raised, records)))
+"""
+
+
 def test_starting_a_broker_raises_the_soft_limit_to_the_hard_one_and_says_so(tmp_path: Path) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    import ast
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard <= 256:
         pytest.skip(f"the hard open-file limit here ({hard}) leaves nothing to raise")
-    records = _Records()
-    logger = logging.getLogger("kbroker")
-    level = logger.level
-    logger.addHandler(records)
-    logger.setLevel(logging.INFO)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # this process's, as a broker would be started with
-    try:
-        with RunningBroker(tmp_path / "data"):
-            raised = resource.getrlimit(resource.RLIMIT_NOFILE)
-    finally:
-        logger.removeHandler(records)
-        logger.setLevel(level)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    def low_soft_limit() -> None:  # in the child only: this process keeps its own limit and descriptors
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    result = subprocess.run(
+        [sys.executable, "-c", _RAISE_CHECK, str(tmp_path / "data")],
+        preexec_fn=low_soft_limit,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    raised, records = ast.literal_eval(result.stdout.strip().splitlines()[-1])
     expected_soft = hard if hard != resource.RLIM_INFINITY else 1 << 20
-    assert raised == (expected_soft, hard)
+    assert tuple(raised) == (expected_soft, hard)
     assert (
         logging.INFO,
         f"raised the open-file limit from soft 256, hard {_text(hard)} to soft {expected_soft}, hard {_text(hard)} "
         "(as the JVM does for Kafka)",
-    ) in records.records
+    ) in records
 
 
 def _text(value: int) -> str:
