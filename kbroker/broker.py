@@ -35,6 +35,7 @@ from kbroker.storage.files import (
     write_offset_file,
 )
 from kbroker.topics import TopicService
+from kbroker.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger("kbroker")
 
@@ -102,6 +103,17 @@ class Broker:
             runtime=self.coordinator_runtime,
         )
         self.group_router = GroupRouter(self.groups, self.consumer_groups, self.offsets)  # a group id's kind
+        self.transactions = TransactionCoordinator(
+            data_dir,
+            allocate_producer_id=self.allocate_producer_id,
+            partition=self.topics.partition,
+            offsets=self.offsets,
+            max_timeout_ms=config["transaction.max.timeout.ms"],
+            id_expiration_ms=config["transactional.id.expiration.ms"],
+            sync=config["log.flush.interval.messages"] == 1,
+            runtime=self.coordinator_runtime,
+        )
+        self.transactions.recover()  # transactions a crash left half-ended get their markers
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection
@@ -199,5 +211,6 @@ class Broker:
         try:
             self.logs.close()
             self.offsets.close()
+            self.transactions.close()
         finally:
             self._data_dir_lock.release()

@@ -173,7 +173,14 @@ _COMPACT_POLICY = (
 )
 _RECOMPRESSION = "kbroker stores batches as the producer sent them (re-compression is not implemented)"
 _TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
-_TRANSACTIONS = "transactions are not implemented yet (issue #16)"
+_TRANSACTION_JOURNAL = (
+    "no meaning for kbroker: transaction state is kept in kbroker's own journal "
+    "(__transaction_state/transactions.journal), not a partitioned topic"
+)
+_TRANSACTION_TIMERS = (
+    "not applied: kbroker aborts a timed-out transaction and forgets an expired transactional id at its deadline, "
+    "not on a periodic scan"
+)
 _MIN_ISR = (
     "a single broker keeps one replica of each partition, so acks=all could never be acknowledged by more; "
     "replication is issue #15"
@@ -489,8 +496,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(1, INT_MAX),
         "Idle transactional ids expire.",
         B,
-        REFUSED,
-        _TRANSACTIONS,
     ),
     ConfigDef(
         "transaction.max.timeout.ms",
@@ -499,8 +504,61 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(1, INT_MAX),
         "Largest transaction timeout.",
         B,
-        REFUSED,
-        _TRANSACTIONS,
+    ),
+    ConfigDef(
+        "transaction.state.log.num.partitions",
+        "INT",
+        "50",
+        Int(1, INT_MAX),
+        "Partitions of the transaction state log.",
+        B,
+        WARNED,
+        _TRANSACTION_JOURNAL,
+        described=False,
+    ),
+    ConfigDef(
+        "transaction.state.log.segment.bytes",
+        "INT",
+        "104857600",
+        Int(1, INT_MAX),
+        "Segment size of the transaction state log.",
+        B,
+        WARNED,
+        _TRANSACTION_JOURNAL,
+        described=False,
+    ),
+    ConfigDef(
+        "transaction.state.log.load.buffer.size",
+        "INT",
+        "5242880",
+        Int(1, INT_MAX),
+        "Read buffer for loading the transaction state log.",
+        B,
+        WARNED,
+        _TRANSACTION_JOURNAL,
+        described=False,
+    ),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "INT",
+        "10000",
+        Int(1, INT_MAX),
+        "How often timed-out transactions are looked for.",
+        B,
+        WARNED,
+        _TRANSACTION_TIMERS,
+        described=False,
+    ),
+    ConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "INT",
+        "3600000",
+        Int(1, INT_MAX),
+        "How often expired transactional ids are looked for.",
+        B,
+        WARNED,
+        _TRANSACTION_TIMERS,
+        described=False,
     ),
     ConfigDef(
         "advertised.listeners",

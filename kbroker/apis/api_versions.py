@@ -1,4 +1,11 @@
-"""ApiVersions (key 18): what this broker handles, straight from the handler table."""
+"""ApiVersions (key 18): what this broker handles, straight from the handler table, and its features (KIP-584).
+
+The only feature named is transaction.version (KIP-890), supported 0-2 and finalized at 2 as in a Kafka 4.3
+cluster: Java 4.x clients then use transaction version 2 (EndTxn v5 with the epoch bumped by the coordinator,
+partitions added by Produce v12+ and TxnOffsetCommit v5); clients that do not look at features (Java 3.9,
+librdkafka, kafka-python) keep using version 1, which the coordinator serves too. kbroker has no KRaft metadata
+log, so the other features Kafka lists (metadata.version, group.version, ...) are not named (UNSUPPORTED.md).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,15 @@ from protocol.messages.api_versions_response import ApiVersionsResponse
 
 # Kafka's regular expression for client software names and versions (KIP-511).
 _SOFTWARE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+
+TRANSACTION_VERSION = "transaction.version"
+SUPPORTED_FEATURES = [ApiVersionsResponse.SupportedFeatureKey(name=TRANSACTION_VERSION, min_version=0, max_version=2)]
+FINALIZED_FEATURES = [
+    ApiVersionsResponse.FinalizedFeatureKey(name=TRANSACTION_VERSION, min_version_level=2, max_version_level=2)
+]
+# Kafka's epoch is the offset of the last feature change in its metadata log; the features here never change.
+# Clients take finalized features only with an epoch above -1 (what they start from).
+FINALIZED_FEATURES_EPOCH = 0
 
 
 def _valid_software_field(value: str) -> bool:
@@ -26,4 +42,7 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         error_code=ErrorCode.NONE,
         api_keys=advertised_versions(),
         throttle_time_ms=0,
+        supported_features=SUPPORTED_FEATURES,
+        finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+        finalized_features=FINALIZED_FEATURES,
     )

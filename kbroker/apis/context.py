@@ -2,9 +2,9 @@
 
 Handlers see typed services, each a narrow view of one concern, not the whole broker: ``topics`` (look-ups
 and changes, kbroker/topics.py), ``groups`` (the group router and through it both group coordinators and
-the committed offsets, kbroker/groups), ``fetch_sessions``, ``producer_ids``, ``cluster`` (this node's
-identity and listeners) and ``config``. kbroker/app.py builds them once (``HandlerServices``) and each
-connection puts them in every request's context.
+the committed offsets, kbroker/groups), ``transactions`` (the transaction coordinator, kbroker/transactions),
+``fetch_sessions``, ``producer_ids``, ``cluster`` (this node's identity and listeners) and ``config``.
+kbroker/app.py builds them once (``HandlerServices``) and each connection puts them in every request's context.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kbroker.fetch_sessions import FetchSessionCache
     from kbroker.groups.router import GroupRouter
     from kbroker.topics import TopicService
+    from kbroker.transactions.coordinator import TransactionCoordinator
 
 
 class Cluster(Protocol):
@@ -59,6 +60,7 @@ class HandlerServices:
     groups: GroupRouter
     fetch_sessions: FetchSessionCache
     producer_ids: ProducerIds
+    transactions: TransactionCoordinator
 
     @classmethod
     def of(cls, broker: Broker) -> HandlerServices:
@@ -69,6 +71,7 @@ class HandlerServices:
             groups=broker.group_router,
             fetch_sessions=broker.fetch_sessions,
             producer_ids=broker,
+            transactions=broker.transactions,
         )
 
 
@@ -107,6 +110,10 @@ class RequestContext:
     @property
     def producer_ids(self) -> ProducerIds:
         return self.services.producer_ids
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        return self.services.transactions
 
     @property
     def advertised(self) -> Endpoint:

@@ -1,8 +1,10 @@
-"""InitProducerId (22): producer ids for idempotent producers.
+"""InitProducerId (22): producer ids for idempotent and transactional producers.
 
-An idempotent producer (no transactional id) always gets a fresh producer id with epoch 0, as in Kafka;
-the per-partition sequence checks live with the log (kbroker/storage) because they must be atomic with
-the append. Transactional ids need the transaction coordinator, listed in kbroker/UNSUPPORTED.md.
+An idempotent producer (no transactional id) always gets a fresh producer id with epoch 0, as in Kafka; the
+per-partition sequence checks live with the log (kbroker/storage) because they must be atomic with the append.
+A transactional id goes to the transaction coordinator (kbroker/transactions), which bumps its epoch, fences the
+previous instance and aborts its open transaction; ``producer_id`` and ``producer_epoch`` (v3+) are KIP-360's
+recovery of a producer that had an abortable error.
 """
 
 from __future__ import annotations
@@ -16,14 +18,30 @@ from protocol.messages.init_producer_id_response import InitProducerIdResponse
 
 log = logging.getLogger("kbroker.producers")
 
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+
+def _answer(
+    code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH
+) -> InitProducerIdResponse:
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=producer_id, producer_epoch=epoch)
+
 
 async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
-    if request.transactional_id is not None:
-        return InitProducerIdResponse(
-            throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, producer_id=-1, producer_epoch=-1
-        )
-    producer_id = ctx.producer_ids.allocate_producer_id()
-    log.debug("producer id %d for client %s", producer_id, ctx.client_id)
-    return InitProducerIdResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0
-    )
+    expected: tuple[int, int] | None = None
+    if ctx.api_version >= 3:
+        producer_id, epoch = request.producer_id, request.producer_epoch
+        if (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+            return _answer(ErrorCode.INVALID_REQUEST)  # both or neither, as Kafka checks
+        if producer_id != NO_PRODUCER_ID:
+            expected = (producer_id, epoch)
+    if request.transactional_id is None:
+        producer_id = ctx.producer_ids.allocate_producer_id()
+        log.debug("producer id %d for client %s", producer_id, ctx.client_id)
+        return _answer(ErrorCode.NONE, producer_id, 0)
+    result = ctx.transactions.init_producer_id(request.transactional_id, request.transaction_timeout_ms, expected)
+    code = result.error
+    if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED is new in v4 (KIP-588)
+    return _answer(code, result.producer_id, result.producer_epoch)

@@ -9,8 +9,13 @@ the partitions a single node does not need.
 
 Record payloads: ``{"g": group, "t": topic, "p": partition, "o": offset, "e": leader epoch, "m": metadata,
 "ts": commit timestamp, "x": expire timestamp}`` for a commit, the same with ``"o": null`` for a deleted
-offset, ``{"g": group, "delete_group": true}`` for a deleted group. Older kbrokers wrote the same objects as
-bare JSON lines; such a journal is read once and rewritten in the current format.
+offset, ``{"g": group, "delete_group": true}`` for a deleted group. Transactional commits (TxnOffsetCommit) are
+journalled as a commit with ``"pid": producer id`` and stay pending, invisible to OffsetFetch, until the
+transaction's end is journalled as ``{"g": group, "pid": producer id, "txn": "commit" | "abort"}``: a commit applies
+them, an abort drops them (as Kafka's group coordinator applies the offsets when the commit marker reaches
+``__consumer_offsets``). A pending transaction at restart stays pending until the transaction coordinator ends it.
+Older kbrokers wrote the same objects as bare JSON lines; such a journal is read once and rewritten in the current
+format.
 
 Durability: a change is written to the journal before it changes the offsets in memory, so a write that fails
 (a full disk) changes nothing and raises OffsetStoreError, which OffsetCommit answers as Kafka's coordinator
@@ -62,6 +67,8 @@ class OffsetStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / JOURNAL
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        # Offsets committed in a transaction not yet ended: (group, producer id) -> offsets.
+        self.pending: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = {}
         self._journal = Journal(self.path, JOURNAL_KIND, JOURNAL_VERSION)
         self._records = 0
         if self._journal.has_other_format():
@@ -102,6 +109,9 @@ class OffsetStore:
 
     def _apply(self, entry: dict[str, Any]) -> None:
         group = entry["g"]
+        if "pid" in entry:
+            self._apply_transactional(group, int(entry["pid"]), entry)
+            return
         if entry.get("delete_group"):
             self.offsets.pop(group, None)
             return
@@ -113,9 +123,19 @@ class OffsetStore:
                 if not group_offsets:
                     del self.offsets[group]
             return
-        self.offsets.setdefault(group, {})[key] = CommittedOffset(
-            int(entry["o"]), int(entry.get("e", -1)), entry.get("m"), int(entry.get("ts", -1)), int(entry.get("x", -1))
-        )
+        self.offsets.setdefault(group, {})[key] = _committed(entry)
+
+    def _apply_transactional(self, group: str, producer_id: int, entry: dict[str, Any]) -> None:
+        end = entry.get("txn")
+        if end is None:
+            key = (entry["t"], int(entry["p"]))
+            self.pending.setdefault((group, producer_id), {})[key] = _committed(entry)
+            return
+        if end not in ("commit", "abort"):
+            raise ValueError(f"unknown transaction end {end!r}")
+        offsets = self.pending.pop((group, producer_id), {})
+        if end == "commit" and offsets:
+            self.offsets.setdefault(group, {}).update(offsets)
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
         """Journal ``entries`` (and fsync them if ``sync_commits``) before the caller applies them.
@@ -158,6 +178,11 @@ class OffsetStore:
             for group, offsets in self.offsets.items()
             for (topic, partition), c in offsets.items()
         ]
+        live += [
+            _encode({**self._entry(group, topic, partition, c), "pid": producer_id})
+            for (group, producer_id), offsets in self.pending.items()
+            for (topic, partition), c in offsets.items()
+        ]
         self._journal.rewrite(live)
         self._records = len(live)
 
@@ -182,6 +207,30 @@ class OffsetStore:
         if commits:
             self.offsets.setdefault(group, {}).update(commits)
             self._maybe_compact()
+
+    def commit_pending(self, group: str, producer_id: int, commits: dict[tuple[str, int], CommittedOffset]) -> None:
+        """TxnOffsetCommit: journal the commits as pending in the producer's transaction (invisible until it
+        commits); OffsetStoreError (nothing recorded) if they could not be written."""
+        self._write([{**self._entry(group, t, p, c), "pid": producer_id} for (t, p), c in commits.items()])
+        if commits:
+            self.pending.setdefault((group, producer_id), {}).update(commits)
+
+    def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended: apply (commit) or drop (abort) its pending offsets for ``group``.
+        Called by the transaction coordinator for each group of the transaction, again after a restart if it
+        did not complete: a second call finds nothing pending and writes nothing."""
+        if (group, producer_id) not in self.pending:
+            return
+        self._write([{"g": group, "pid": producer_id, "txn": "commit" if commit else "abort"}])
+        offsets = self.pending.pop((group, producer_id))
+        if commit:
+            self.offsets.setdefault(group, {}).update(offsets)
+            self._maybe_compact()
+
+    def has_pending(self, group: str, topic: str, partition: int) -> bool:
+        """Whether a transaction not yet ended holds an offset for the partition (OffsetFetch's require_stable
+        answers UNSTABLE_OFFSET_COMMIT then, KIP-447)."""
+        return any(g == group and (topic, partition) in offsets for (g, _), offsets in self.pending.items())
 
     def get(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
         return self.offsets.get(group, {})
@@ -251,6 +300,12 @@ class OffsetStore:
 
 def _describe(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _committed(entry: dict[str, Any]) -> CommittedOffset:
+    return CommittedOffset(
+        int(entry["o"]), int(entry.get("e", -1)), entry.get("m"), int(entry.get("ts", -1)), int(entry.get("x", -1))
+    )
 
 
 def _encode(entry: dict[str, Any]) -> bytes:

@@ -1,0 +1,777 @@
+"""The transaction coordinator: Kafka's TransactionCoordinator and TransactionStateManager for one node.
+
+Every transactional id has a TransactionMetadata: its producer id and epoch, the transaction timeout, the state of
+its current transaction, and the partitions and consumer groups that transaction touched. The states are Kafka's::
+
+    Empty ──AddPartitions──▶ Ongoing ──EndTxn(commit)──▶ PrepareCommit ──markers──▶ CompleteCommit
+                               │  └────EndTxn(abort) / timeout / fencing──▶ PrepareAbort ──markers──▶ CompleteAbort
+                               └─ InitProducerId of a new instance: PrepareEpochFence (the epoch bumped) ─▶ PrepareAbort
+
+and Complete* go back to Ongoing when the next transaction adds a partition. PrepareEpochFence is only ever a
+pending transition (Kafka never writes it either): it becomes PrepareAbort with the bumped epoch at once.
+
+InitProducerId with a transactional id (Kafka's handleInitProducerId): a new id gets a fresh producer id at
+epoch 0; a known one gets its epoch bumped, which fences the previous instance (its requests now answer
+PRODUCER_FENCED). If the previous instance left a transaction Ongoing, it is aborted first and the answer is
+CONCURRENT_TRANSACTIONS: the client retries and gets the epoch bumped once more, as Kafka does. KIP-360: a request
+carrying the producer id and epoch it had (recovering from an abortable error) is bumped only if that epoch is
+the current one, answered the current epoch if it is a retry of the last bump, else PRODUCER_FENCED. When the
+epoch is exhausted (32766) a new producer id is allocated.
+
+Transaction version 2 (KIP-890, EndTxn v5, which Java 4.x clients use when ApiVersions finalizes
+transaction.version=2): EndTxn bumps the epoch itself, the markers carry the bumped epoch and the answer names it,
+so each transaction has its own epoch; a retried EndTxn with the previous epoch is recognised. TV2 producers add
+partitions implicitly: a Produce v12+ (``verify_partition(..., produce_version=12)``) or TxnOffsetCommit v5 adds
+its partition or group to the transaction, instead of AddPartitionsToTxn / AddOffsetsToTxn.
+
+Markers, and when EndTxn is answered: Kafka answers EndTxn once PrepareCommit/PrepareAbort is written to its
+``__transaction_state`` log and sends the WriteTxnMarkers to the partition leaders afterwards; requests of the
+same transactional id meanwhile answer CONCURRENT_TRANSACTIONS. Here every partition is local, so the coordinator
+writes PrepareX to its journal, then appends the control batch to every partition of the transaction (the
+partitions' ``append_marker``), applies or drops the group offsets committed in the transaction, writes
+CompleteX, and only then answers: a read_committed consumer sees a committed transaction as soon as
+commitTransaction returns. If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
+is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
+written the id answers CONCURRENT_TRANSACTIONS.
+
+Timers (registered with kbroker.groups.runtime.CoordinatorRuntime): an Ongoing transaction older than its
+timeout is aborted with the epoch bumped (the producer is fenced, as Kafka's abortTimedOutTransactions); an id
+idle (Empty or Complete*) for transactional.id.expiration.ms is forgotten; markers that failed are retried.
+
+Persistence: ``<data dir>/__transaction_state/transactions.journal`` (kbroker/storage/journal.py) holds one
+record per transition, the whole metadata of the id as a compact JSON object (Kafka's ``__transaction_state``
+value); a tombstone ``{"id": ..., "state": "Dead"}`` when an id expires. A transition is journalled before it
+changes the state in memory, so a failed write changes nothing (the request answers NOT_COORDINATOR, as Kafka
+answers a failed append to its transaction log, and the client finds the coordinator again and retries). At
+start-up the journal is replayed: a transaction in PrepareCommit/PrepareAbort is completed (its markers written
+again: a marker for a transaction the partition already ended is harmless) and an Ongoing one keeps its deadline,
+measured from its start on the wall clock. The journal is rewritten with the live state when it grows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol
+
+from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.storage.files import StorageError
+from kbroker.storage.journal import Journal
+from protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("kbroker.transactions")
+
+DIRECTORY = "__transaction_state"
+JOURNAL = "transactions.journal"
+JOURNAL_KIND = "transactions"
+JOURNAL_VERSION = 1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+MAX_EPOCH = 32767  # Short.MaxValue
+# The coordinator epoch markers carry: Kafka's is the leader epoch of the __transaction_state partition, which a
+# single node that never changes leader keeps at 0.
+COORDINATOR_EPOCH = 0
+_COMPACT_MIN_RECORDS = 1000
+_COMPACT_FACTOR = 4
+# Markers that could not be written are tried again this often (seconds).
+MARKER_RETRY_SECONDS = 1.0
+
+
+class TxnState(Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    DEAD = "Dead"
+
+    @property
+    def is_prepare(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def is_idle(self) -> bool:
+        """No transaction in progress: the id may start one, or expire."""
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+class TransactionLogError(StorageError):
+    """A transition could not be journalled; the state in memory is as it was."""
+
+
+class MarkerTarget(Protocol):
+    """What the coordinator needs of a partition (kbroker/storage's PartitionStore): appending a marker."""
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None
+    ) -> Any: ...
+
+
+class TransactionalOffsets(Protocol):
+    """What the coordinator needs of the offset store: applying or dropping a transaction's pending offsets."""
+
+    def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMetadata:
+    """One transactional id, as Kafka's TransactionMetadata (and its __transaction_state record)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    previous_producer_id: int = NO_PRODUCER_ID
+    next_producer_id: int = NO_PRODUCER_ID  # TV2: the id the producer moves to when its epoch is exhausted
+    partitions: frozenset[tuple[str, int]] = frozenset()
+    groups: frozenset[str] = frozenset()  # consumer groups with offsets pending in this transaction
+    start_ms: int = -1
+    last_update_ms: int = -1
+    transaction_version: int = 1  # 2 once the client ended a transaction with EndTxn v5
+
+    @property
+    def epoch_exhausted(self) -> bool:
+        return self.producer_epoch >= MAX_EPOCH - 1
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "id": self.transactional_id,
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "last_epoch": self.last_producer_epoch,
+            "prev_pid": self.previous_producer_id,
+            "next_pid": self.next_producer_id,
+            "timeout": self.timeout_ms,
+            "state": self.state.value,
+            "partitions": sorted([t, p] for t, p in self.partitions),
+            "groups": sorted(self.groups),
+            "start": self.start_ms,
+            "update": self.last_update_ms,
+            "tv": self.transaction_version,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TransactionMetadata:
+        return cls(
+            transactional_id=str(record["id"]),
+            producer_id=int(record["pid"]),
+            producer_epoch=int(record["epoch"]),
+            timeout_ms=int(record["timeout"]),
+            state=TxnState(record["state"]),
+            last_producer_epoch=int(record["last_epoch"]),
+            previous_producer_id=int(record["prev_pid"]),
+            next_producer_id=int(record["next_pid"]),
+            partitions=frozenset((str(t), int(p)) for t, p in record["partitions"]),
+            groups=frozenset(str(g) for g in record["groups"]),
+            start_ms=int(record["start"]),
+            last_update_ms=int(record["update"]),
+            transaction_version=int(record.get("tv", 1)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(slots=True)
+class _PendingMarkers:
+    """Markers of a PrepareX transaction not yet written (a write failed): retried on the timer."""
+
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+
+
+class TransactionCoordinator:
+    """Transactional ids and their transactions; every method is synchronous and answers a Kafka error code."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        allocate_producer_id: Callable[[], int],
+        partition: Callable[[str, int], MarkerTarget | None],
+        offsets: TransactionalOffsets,
+        max_timeout_ms: int = 900_000,
+        id_expiration_ms: int = 604_800_000,
+        sync: bool = False,
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        runtime: CoordinatorRuntime | None = None,
+    ) -> None:
+        self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms
+        self.sync = sync
+        self._allocate_producer_id = allocate_producer_id
+        self._partition = partition
+        self._offsets = offsets
+        self._now_ms = wall_clock_ms
+        self._runtime = runtime
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self._pending_markers: dict[str, _PendingMarkers] = {}
+        self._marker_retry_ms = 0  # wall time of the next retry of markers that failed
+        self._backoff_until_ms = 0  # after a failed journal write, timers wait until then
+        self.directory = data_dir / DIRECTORY
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / JOURNAL
+        self._journal = Journal(self.path, JOURNAL_KIND, JOURNAL_VERSION)
+        self._records = 0
+        self._load()
+        if self._journal.damaged_regions:
+            self._try_compact()
+        self._journal.open()
+        if runtime is not None:
+            runtime.register(self)
+
+    # --- persistence -----------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        for number, payload in enumerate(self._journal.replay(), 1):
+            try:
+                record = json.loads(payload)
+                if record.get("state") == TxnState.DEAD.value:
+                    self.transactions.pop(str(record["id"]), None)
+                else:
+                    metadata = TransactionMetadata.from_record(record)
+                    self.transactions[metadata.transactional_id] = metadata
+            except (ValueError, KeyError, TypeError, AttributeError):
+                log.warning("%s: skipping record %d, whose content is not a transaction state", self.path, number)
+                continue
+            self._records += 1
+        if self.transactions:
+            log.info("%s: %d transactional id(s) loaded", self.path, len(self.transactions))
+
+    def recover(self) -> None:
+        """Complete the transactions a crash left in PrepareCommit/PrepareAbort (their markers written again)."""
+        for metadata in list(self.transactions.values()):
+            if metadata.state.is_prepare:
+                log.info(
+                    "completing transaction of %r (%s) left by the last run",
+                    metadata.transactional_id,
+                    metadata.state.value,
+                )
+                self._write_markers_and_complete(metadata, set(metadata.partitions), set(metadata.groups))
+
+    def _persist(self, metadata: TransactionMetadata | None, transactional_id: str) -> None:
+        """Journal ``metadata`` (None: the id is gone), then make it the id's state; TransactionLogError if the
+        write fails, and then nothing changed."""
+        record = metadata.to_record() if metadata is not None else {"id": transactional_id, "state": "Dead"}
+        try:
+            self._journal.append([json.dumps(record, separators=(",", ":")).encode()], sync=self.sync)
+        except (OSError, StorageError) as exc:
+            log.error("%s: writing the state of %r failed: %s", self.path, transactional_id, exc)
+            raise TransactionLogError(f"writing {self.path} failed: {exc}") from None
+        self._records += 1
+        if metadata is None:
+            self.transactions.pop(transactional_id, None)
+        else:
+            self.transactions[transactional_id] = metadata
+        if self._records > _COMPACT_MIN_RECORDS and self._records > _COMPACT_FACTOR * len(self.transactions):
+            self._try_compact()
+
+    def _try_compact(self) -> None:
+        live = [json.dumps(m.to_record(), separators=(",", ":")).encode() for m in self.transactions.values()]
+        try:
+            self._journal.rewrite(live)
+        except OSError as exc:  # the journal is as it was (rewritten atomically): try again later
+            log.warning("%s: compaction failed, the journal is kept as it is: %s", self.path, exc)
+            return
+        self._records = len(live)
+
+    def flush(self) -> None:
+        self._journal.sync()
+
+    def close(self) -> None:
+        try:
+            self._journal.close()
+        except OSError as exc:
+            log.error("%s: fsync at close failed: %s", self.path, exc)
+
+    # --- InitProducerId ----------------------------------------------------------------------------------
+
+    def valid_timeout(self, timeout_ms: int) -> bool:
+        return 0 < timeout_ms <= self.max_timeout_ms
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> ProducerIdAndEpoch:
+        """InitProducerId with a transactional id; ``expected`` is the (producer id, epoch) of KIP-360."""
+        if not transactional_id:
+            return ProducerIdAndEpoch(ErrorCode.INVALID_REQUEST)
+        if not self.valid_timeout(timeout_ms):
+            return ProducerIdAndEpoch(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        now = self._now_ms()
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None:
+            # A new id: epoch -1 until the bump below makes it 0 (Kafka creates it the same way).
+            metadata = TransactionMetadata(
+                transactional_id, self._allocate_producer_id(), NO_PRODUCER_EPOCH, timeout_ms, last_update_ms=now
+            )
+        if transactional_id in self._pending_markers:
+            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if expected is not None and not self._is_valid_producer_id(metadata, expected):
+            return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
+        try:
+            if metadata.state.is_prepare:
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if metadata.state is TxnState.ONGOING:
+                # Abort the previous instance's transaction, fencing it; the client retries and is bumped again.
+                self._fence_and_abort(metadata)
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
+                rotated = dataclasses.replace(
+                    metadata,
+                    producer_id=self._allocate_producer_id(),
+                    producer_epoch=0,
+                    last_producer_epoch=metadata.producer_epoch if expected is not None else NO_PRODUCER_EPOCH,
+                    previous_producer_id=metadata.producer_id,
+                    next_producer_id=NO_PRODUCER_ID,
+                    timeout_ms=timeout_ms,
+                    state=TxnState.EMPTY,
+                    partitions=frozenset(),
+                    groups=frozenset(),
+                    start_ms=-1,
+                    last_update_ms=now,
+                )
+                self._persist(rotated, transactional_id)
+                return ProducerIdAndEpoch(ErrorCode.NONE, rotated.producer_id, rotated.producer_epoch)
+            bumped = self._increment_epoch(metadata, expected)
+            if isinstance(bumped, ErrorCode):
+                return ProducerIdAndEpoch(bumped)
+            epoch, last_epoch = bumped
+            new = dataclasses.replace(
+                metadata,
+                producer_epoch=epoch,
+                last_producer_epoch=last_epoch,
+                next_producer_id=NO_PRODUCER_ID,
+                timeout_ms=timeout_ms,
+                state=TxnState.EMPTY,
+                partitions=frozenset(),
+                groups=frozenset(),
+                start_ms=-1,
+                last_update_ms=now,
+            )
+            self._persist(new, transactional_id)
+        except TransactionLogError:
+            return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
+        log.debug("transactional id %r: producer id %d epoch %d", transactional_id, new.producer_id, epoch)
+        return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    @staticmethod
+    def _is_valid_producer_id(metadata: TransactionMetadata, expected: tuple[int, int]) -> bool:
+        """Kafka's isValidProducerId: a new id, the current producer id, or a retry across a producer id rotation."""
+        producer_id, epoch = expected
+        return (
+            metadata.producer_epoch == NO_PRODUCER_EPOCH
+            or producer_id == metadata.producer_id
+            or (producer_id == metadata.previous_producer_id and epoch >= MAX_EPOCH - 1)
+        )
+
+    @staticmethod
+    def _increment_epoch(
+        metadata: TransactionMetadata, expected: tuple[int, int] | None
+    ) -> tuple[int, int] | ErrorCode:
+        """Kafka's prepareIncrementProducerEpoch: (new epoch, last epoch), or PRODUCER_FENCED."""
+        bumped = metadata.producer_epoch + 1
+        if expected is None:
+            return bumped, NO_PRODUCER_EPOCH  # a new instance: always bump
+        expected_epoch = expected[1]
+        if metadata.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == metadata.producer_epoch:
+            return bumped, metadata.producer_epoch  # the same instance continuing after an abortable error
+        if expected_epoch == metadata.last_producer_epoch:
+            return metadata.producer_epoch, metadata.last_producer_epoch  # a retry of a bump that succeeded
+        return ErrorCode.PRODUCER_FENCED
+
+    # --- the producer's checks -------------------------------------------------------------------------
+
+    def _check_producer(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TransactionMetadata | ErrorCode:
+        """The id's metadata if this producer is its current one and no transaction is completing."""
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None or metadata.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if metadata.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if metadata.state.is_prepare or transactional_id in self._pending_markers:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return metadata
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> ErrorCode:
+        """AddPartitionsToTxn: the partitions become part of the transaction (which starts if none is Ongoing)."""
+        return self._add(transactional_id, producer_id, producer_epoch, frozenset(partitions), frozenset())
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> ErrorCode:
+        """AddOffsetsToTxn: the group's offsets committed in the transaction are applied when it commits."""
+        return self._add(transactional_id, producer_id, producer_epoch, frozenset(), frozenset([group_id]))
+
+    def _add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: frozenset[tuple[str, int]],
+        groups: frozenset[str],
+    ) -> ErrorCode:
+        metadata = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if isinstance(metadata, ErrorCode):
+            return metadata
+        if metadata.state is TxnState.ONGOING and partitions <= metadata.partitions and groups <= metadata.groups:
+            return ErrorCode.NONE  # nothing new: nothing to write
+        now = self._now_ms()
+        if metadata.state is TxnState.ONGOING:
+            new = dataclasses.replace(
+                metadata,
+                partitions=metadata.partitions | partitions,
+                groups=metadata.groups | groups,
+                last_update_ms=now,
+            )
+        else:  # Empty or Complete*: a new transaction starts now
+            new = dataclasses.replace(
+                metadata, state=TxnState.ONGOING, partitions=partitions, groups=groups, start_ms=now, last_update_ms=now
+            )
+        try:
+            self._persist(new, transactional_id)
+        except TransactionLogError:
+            return ErrorCode.NOT_COORDINATOR
+        self._wake(new)
+        return ErrorCode.NONE
+
+    def verify_partition(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+        *,
+        produce_version: int | None = None,
+    ) -> ErrorCode:
+        """What Produce answers for a transactional batch (KIP-890 verification), as Kafka's
+        AddPartitionsToTxnManager maps the coordinator's answer: NONE if the partition is in the producer's ongoing
+        transaction. A TV2 producer (Produce v12+) adds the partition here instead of with AddPartitionsToTxn.
+        Otherwise INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce v11, which knows it), INVALID_PRODUCER_EPOCH
+        for a fenced epoch, INVALID_PRODUCER_ID_MAPPING for another producer id, NOT_ENOUGH_REPLICAS (retriable)
+        while a transaction completes."""
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE
+        if produce_version is not None and produce_version >= 12:
+            code = self.add_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])
+        else:
+            metadata = self._check_producer(transactional_id, producer_id, producer_epoch)
+            if isinstance(metadata, ErrorCode):
+                code = metadata
+            elif metadata.state is TxnState.ONGOING and (topic, partition) in metadata.partitions:
+                code = ErrorCode.NONE
+            else:
+                code = ErrorCode.TRANSACTION_ABORTABLE
+        if code == ErrorCode.PRODUCER_FENCED:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NOT_COORDINATOR):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        if code == ErrorCode.TRANSACTION_ABORTABLE and (produce_version is None or produce_version < 11):
+            return ErrorCode.INVALID_TXN_STATE  # what older clients understand
+        return code
+
+    def verify_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, *, add: bool
+    ) -> ErrorCode:
+        """TxnOffsetCommit: NONE if the group is part of the producer's ongoing transaction; ``add`` (TxnOffsetCommit
+        v5, a TV2 client) adds it as AddOffsetsToTxn would."""
+        if add:
+            code = self.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
+        else:
+            metadata = self._check_producer(transactional_id, producer_id, producer_epoch)
+            if isinstance(metadata, ErrorCode):
+                code = metadata
+            elif metadata.state is TxnState.ONGOING and group_id in metadata.groups:
+                code = ErrorCode.NONE
+            else:
+                code = ErrorCode.INVALID_TXN_STATE
+        if code == ErrorCode.PRODUCER_FENCED:
+            return ErrorCode.INVALID_PRODUCER_EPOCH  # as Kafka's verification answers the group coordinator
+        return code
+
+    # --- EndTxn ----------------------------------------------------------------------------------------
+
+    def end_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        transaction_version: int = 1,
+    ) -> ProducerIdAndEpoch:
+        """EndTxn: commit or abort (Kafka's endTransaction). With transaction version 2 (EndTxn v5) the epoch is
+        bumped and the answer names the producer id and epoch the next transaction uses."""
+        if not transactional_id:
+            return ProducerIdAndEpoch(ErrorCode.INVALID_REQUEST)
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None:
+            return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        tv2 = transaction_version >= 2
+        state = metadata.state
+        # TV2: a retry of an EndTxn that already bumped the epoch (or moved to a new producer id) carries the old one.
+        retry_on_bump = tv2 and producer_id == metadata.producer_id and producer_epoch == metadata.producer_epoch - 1
+        retry_on_overflow = (
+            tv2
+            and producer_id == metadata.previous_producer_id
+            and producer_epoch >= MAX_EPOCH - 1
+            and metadata.producer_epoch == 0
+        )
+        is_retry = (retry_on_bump or retry_on_overflow) and (state.is_prepare or state.is_idle)
+        if producer_id != metadata.producer_id and not retry_on_overflow:
+            return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if producer_epoch != metadata.producer_epoch and not is_retry:
+            return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
+        if transactional_id in self._pending_markers:
+            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+        wanted = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if state is TxnState.ONGOING:
+            return self._end(metadata, preparing, tv2)
+        if state is preparing:
+            return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state is wanted:
+            if not tv2 or is_retry:
+                return self._answer(ErrorCode.NONE, metadata, tv2)  # a retry of an EndTxn that succeeded
+            if commit:
+                return self._invalid(metadata, commit)
+            return self._end(metadata, preparing, tv2)  # TV2: an abort after an abort is a new, empty transaction
+        if tv2 and not commit and state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT) and not is_retry:
+            return self._end(metadata, preparing, tv2)  # TV2 aborts an empty transaction (bumping the epoch)
+        return self._invalid(metadata, commit)
+
+    @staticmethod
+    def _invalid(metadata: TransactionMetadata, commit: bool) -> ProducerIdAndEpoch:
+        log.debug(
+            "transactional id %r: EndTxn(%s) in state %s",
+            metadata.transactional_id,
+            "commit" if commit else "abort",
+            metadata.state.value,
+        )
+        return ProducerIdAndEpoch(ErrorCode.INVALID_TXN_STATE)
+
+    @staticmethod
+    def _answer(error: ErrorCode, metadata: TransactionMetadata, tv2: bool) -> ProducerIdAndEpoch:
+        if not tv2:
+            return ProducerIdAndEpoch(error)
+        if metadata.next_producer_id != NO_PRODUCER_ID:
+            return ProducerIdAndEpoch(error, metadata.next_producer_id, 0)
+        return ProducerIdAndEpoch(error, metadata.producer_id, metadata.producer_epoch)
+
+    def _end(self, metadata: TransactionMetadata, preparing: TxnState, tv2: bool) -> ProducerIdAndEpoch:
+        now = self._now_ms()
+        if tv2:
+            # KIP-890: every transaction ends with an epoch bump; the markers carry the bumped epoch.
+            next_producer_id = self._allocate_producer_id() if metadata.epoch_exhausted else NO_PRODUCER_ID
+            prepared = dataclasses.replace(
+                metadata,
+                state=preparing,
+                producer_epoch=metadata.producer_epoch + 1,
+                last_producer_epoch=metadata.producer_epoch,
+                next_producer_id=next_producer_id,
+                last_update_ms=now,
+                transaction_version=2,
+            )
+        else:
+            prepared = dataclasses.replace(metadata, state=preparing, last_update_ms=now, transaction_version=1)
+        try:
+            self._persist(prepared, metadata.transactional_id)
+        except TransactionLogError:
+            return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
+        completed = self._write_markers_and_complete(prepared, set(prepared.partitions), set(prepared.groups))
+        # The decision is persisted: the answer is NONE even if some markers wait for a retry (as Kafka).
+        return self._answer(ErrorCode.NONE, completed or prepared, tv2)
+
+    def _fence_and_abort(self, metadata: TransactionMetadata) -> None:
+        """Abort an Ongoing transaction with the epoch bumped (Kafka's PrepareEpochFence, then PrepareAbort), so
+        the producer that started it is fenced: a new instance took over, or the transaction timed out."""
+        fenced_epoch = metadata.producer_epoch + 1 if metadata.producer_epoch < MAX_EPOCH else metadata.producer_epoch
+        aborting = dataclasses.replace(
+            metadata,
+            state=TxnState.PREPARE_ABORT,
+            producer_epoch=fenced_epoch,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
+            last_update_ms=self._now_ms(),
+        )
+        self._persist(aborting, metadata.transactional_id)
+        self._write_markers_and_complete(aborting, set(aborting.partitions), set(aborting.groups))
+
+    def _write_markers_and_complete(
+        self, metadata: TransactionMetadata, partitions: set[tuple[str, int]], groups: set[str]
+    ) -> TransactionMetadata | None:
+        """Write the markers still owed, then CompleteCommit/CompleteAbort; None if some must be retried."""
+        commit = metadata.state is TxnState.PREPARE_COMMIT
+        now = self._now_ms()
+        for topic, index in sorted(partitions):
+            if self._write_marker(metadata, topic, index, commit, now):
+                partitions.discard((topic, index))
+        for group in sorted(groups):
+            try:
+                self._offsets.complete_transaction(group, metadata.producer_id, commit)
+            except StorageError as exc:
+                log.warning(
+                    "transactional id %r: offsets of group %r not completed yet: %s",
+                    metadata.transactional_id,
+                    group,
+                    exc,
+                )
+                continue
+            groups.discard(group)
+        if partitions or groups:
+            self._pending_markers[metadata.transactional_id] = _PendingMarkers(partitions, groups)
+            self._schedule_marker_retry(now)
+            return None
+        self._pending_markers.pop(metadata.transactional_id, None)
+        completed = dataclasses.replace(
+            metadata,
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=frozenset(),
+            groups=frozenset(),
+            last_update_ms=now,
+        )
+        if metadata.next_producer_id != NO_PRODUCER_ID:  # TV2 with the epoch exhausted: move to the new id
+            completed = dataclasses.replace(
+                completed,
+                producer_id=metadata.next_producer_id,
+                producer_epoch=0,
+                previous_producer_id=metadata.producer_id,
+                last_producer_epoch=NO_PRODUCER_EPOCH,
+                next_producer_id=NO_PRODUCER_ID,
+            )
+        try:
+            self._persist(completed, metadata.transactional_id)
+        except TransactionLogError:
+            # The markers are written; the completion is retried (writing them again is harmless).
+            self._pending_markers[metadata.transactional_id] = _PendingMarkers()
+            self._schedule_marker_retry(now)
+            return None
+        return completed
+
+    def _write_marker(self, metadata: TransactionMetadata, topic: str, index: int, commit: bool, now: int) -> bool:
+        """Append one marker; False if it must be retried."""
+        try:
+            target = self._partition(topic, index)
+            if target is None:
+                return True  # the topic was deleted: Kafka drops the markers of unknown partitions too
+            result = target.append_marker(metadata.producer_id, metadata.producer_epoch, commit, COORDINATOR_EPOCH, now)
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        except (OSError, StorageError) as exc:
+            code, message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+        else:
+            code = getattr(result, "error_code", ErrorCode.NONE)
+            message = getattr(result, "error_message", None)
+        if code == ErrorCode.NONE:
+            return True
+        if code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            # The partition knows a newer epoch of this producer (or is gone): as Kafka, the marker is dropped.
+            log.warning(
+                "transactional id %r: %s marker for %s-%d not written: %s",
+                metadata.transactional_id,
+                "commit" if commit else "abort",
+                topic,
+                index,
+                code.name,
+            )
+            return True
+        log.warning(
+            "transactional id %r: %s marker for %s-%d failed (%s: %s); retrying",
+            metadata.transactional_id,
+            "commit" if commit else "abort",
+            topic,
+            index,
+            code.name,
+            message,
+        )
+        return False
+
+    def _schedule_marker_retry(self, now: int) -> None:
+        self._marker_retry_ms = now + int(MARKER_RETRY_SECONDS * 1000)
+        if self._runtime is not None:
+            self._runtime.wake()
+
+    # --- timers ----------------------------------------------------------------------------------------
+
+    def _deadline_ms(self, metadata: TransactionMetadata) -> int | None:
+        if metadata.state is TxnState.ONGOING:
+            return metadata.start_ms + metadata.timeout_ms
+        if metadata.state.is_idle:
+            return metadata.last_update_ms + self.id_expiration_ms
+        return None
+
+    def next_deadline_ms(self) -> int | None:
+        """The wall-clock time of the earliest timer: a transaction timeout, an id expiry, a marker retry."""
+        deadlines = [d for d in map(self._deadline_ms, self.transactions.values()) if d is not None]
+        if self._pending_markers:
+            deadlines.append(self._marker_retry_ms)
+        if not deadlines:
+            return None
+        return max(min(deadlines), self._backoff_until_ms)  # after a failed write, not before the back-off
+
+    def next_deadline(self, now: float) -> float | None:
+        """The runtime's clock (seconds) at which the earliest timer is due."""
+        due_ms = self.next_deadline_ms()
+        if due_ms is None:
+            return None
+        return now + max(0, due_ms - self._now_ms()) / 1000
+
+    def tick(self, now: float | None = None) -> None:
+        """Fire the due timers: retry markers, abort timed-out transactions, forget expired ids."""
+        now_ms = self._now_ms()
+        if now_ms < self._backoff_until_ms:
+            return
+        if self._pending_markers and self._marker_retry_ms <= now_ms:
+            for transactional_id, pending in list(self._pending_markers.items()):
+                metadata = self.transactions.get(transactional_id)
+                if metadata is None or not metadata.state.is_prepare:
+                    self._pending_markers.pop(transactional_id, None)
+                    continue
+                self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
+        for metadata in list(self.transactions.values()):
+            deadline = self._deadline_ms(metadata)
+            if deadline is None or deadline > now_ms or metadata.transactional_id in self._pending_markers:
+                continue
+            try:
+                if metadata.state is TxnState.ONGOING:
+                    log.info(
+                        "transactional id %r: transaction timed out after %d ms; aborting it",
+                        metadata.transactional_id,
+                        metadata.timeout_ms,
+                    )
+                    self._fence_and_abort(metadata)
+                else:
+                    log.info("transactional id %r expired", metadata.transactional_id)
+                    self._persist(None, metadata.transactional_id)
+            except TransactionLogError:  # logged; the timers wait a moment before trying again
+                self._backoff_until_ms = now_ms + int(MARKER_RETRY_SECONDS * 1000)
+                return
+
+    def _wake(self, metadata: TransactionMetadata) -> None:
+        """A new transaction's timeout may be earlier than what the runtime waits for."""
+        if self._runtime is not None:
+            deadline = self._deadline_ms(metadata)
+            if deadline is not None:
+                self._runtime.wake()
+
+    # --- views -----------------------------------------------------------------------------------------
+
+    def get(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.transactions.get(transactional_id)
