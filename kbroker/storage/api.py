@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 if TYPE_CHECKING:
     from kbroker.storage.manager import TopicInfo
     from kbroker.storage.partition import AppendResult, LogConfig
+    from kbroker.storage.producer_state import ProducerView
     from kbroker.storage.segment import FileRegion
     from protocol.records import BatchHeader
 
@@ -99,6 +100,14 @@ class PartitionStore(Protocol):
         """(producer id, first offset) of aborted transactions overlapping the offsets, for read_committed fetches."""
         ...
 
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction in this partition."""
+        ...
+
+    def producers_view(self) -> list[ProducerView]:
+        """Every producer the partition knows (DescribeProducers)."""
+        ...
+
     # --- leader epochs ---
 
     @property
@@ -123,6 +132,24 @@ class PartitionStore(Protocol):
         timestamp_type_log_append: bool = False,
     ) -> AppendResult:
         """Append one validated batch, assigning its offsets in place; errors are in the result."""
+        ...
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int | None = None,
+        *,
+        transaction_version: int = 1,
+    ) -> AppendResult:
+        """Write a transaction's commit or abort marker (WriteTxnMarkers); errors are in the result.
+
+        INVALID_PRODUCER_EPOCH for an older producer epoch (with ``transaction_version`` 2, not newer),
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch. The last stable offset moves
+        (PartitionEvent.STABLE_OFFSET) and an abort joins the aborted transaction index.
+        """
         ...
 
     def truncate_to(self, offset: int) -> None:

@@ -28,11 +28,12 @@ from kbroker.storage.partition import (
     OffsetOutOfRange,
     wall_clock_ms,
 )
-from kbroker.storage.producer_state import ProducerStateTable
+from kbroker.storage.producer_state import ProducerStateTable, ProducerView
+from kbroker.storage.txn_index import AbortedTransactions, AbortedTxn, read_marker
 from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
-from protocol.records import BatchHeader, assign_offsets, decode_records
+from protocol.records import BatchHeader, assign_offsets, build_control_batch, decode_records
 
 log = logging.getLogger("kbroker.storage")
 
@@ -118,6 +119,7 @@ class MemoryPartitionLog:
         self.segments: list[MemorySegment] = [MemorySegment(0, wall_clock_ms() if now_ms is None else now_ms)]
         self._bases: list[int] = [0]
         self.producers = ProducerStateTable()
+        self.aborted = AbortedTransactions()  # as the disk engine's .txnindex entries, without the files
         self.log_start_offset = 0
         self._high_watermark = 0
         self._last_stable_offset = 0
@@ -151,7 +153,22 @@ class MemoryPartitionLog:
         return sum(s.size for s in self.segments)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
-        return []  # transactions are not written yet (UNSUPPORTED.md), as in the disk engine
+        """(producer id, first offset) of the aborted transactions overlapping [start, end), as the disk engine."""
+        segment_base = self._bases[max(bisect_right(self._bases, start_offset) - 1, 0)]
+        return self.aborted.collect(segment_base, start_offset, end_offset)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        return dict(self.producers.ongoing)
+
+    def producers_view(self) -> list[ProducerView]:
+        return self.producers.views()
+
+    def _stable_offset_for(self, high_watermark: int) -> int:
+        first_open = self.producers.first_ongoing_offset()
+        if first_open is None:
+            return high_watermark
+        # As Kafka: an open transaction whose first records retention deleted holds it at the log start.
+        return min(high_watermark, max(first_open, self.log_start_offset))
 
     def update_high_watermark(self, offset: int) -> bool:
         """Move the high watermark towards ``offset`` (clamped to the log, never backwards)."""
@@ -162,13 +179,14 @@ class MemoryPartitionLog:
         return True
 
     def _move_high_watermark(self, offset: int) -> PartitionEvent:
-        """Set the high watermark (and the stable offset, which follows it with no transactions); the flags."""
+        """Set the high watermark (and the stable offset: below it and the first open transaction); the flags."""
         changed = PartitionEvent(0)
         if offset != self._high_watermark:
             self._high_watermark = offset
             changed |= PartitionEvent.HIGH_WATERMARK
-        if offset != self._last_stable_offset:
-            self._last_stable_offset = offset
+        stable = self._stable_offset_for(offset)
+        if stable != self._last_stable_offset:
+            self._last_stable_offset = stable
             changed |= PartitionEvent.STABLE_OFFSET
         return changed
 
@@ -268,6 +286,50 @@ class MemoryPartitionLog:
             log_start_offset=self.log_start_offset,
         )
 
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int | None = None,
+        *,
+        transaction_version: int = 1,
+    ) -> AppendResult:
+        """Write a commit or abort marker ending the producer's transaction, as PartitionLog.append_marker."""
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        check = self.producers.check_marker(
+            producer_id, producer_epoch, coordinator_epoch, transaction_version=transaction_version
+        )
+        if check.error_code != ErrorCode.NONE:
+            return AppendResult(check.error_code, check.error_message)
+        batch = bytearray(build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, 0, now_ms))
+        self._maybe_roll(len(batch), now_ms)
+        base_offset = self.log_end_offset
+        if not self._epochs or self._epochs[-1][0] != self._leader_epoch:
+            self._record_epoch(self._leader_epoch, base_offset)
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        assign_offsets(
+            batch,
+            base_offset,
+            partition_leader_epoch=self._leader_epoch,
+            log_append_time_ms=now_ms if log_append else None,
+        )
+        stored = bytes(batch)
+        header = BatchHeader.parse(stored)
+        self.active.append(stored, header)
+        stable_after = self.producers.stable_offset_after_marker(producer_id, base_offset)
+        first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, header.max_timestamp)
+        if first is not None and not commit:
+            self.aborted.add(AbortedTxn(producer_id, first, base_offset, stable_after))
+        target = self.log_end_offset if self.high_watermark_follows_appends else self._high_watermark
+        self._fire(PartitionEvent.APPENDED | self._move_high_watermark(target))
+        return AppendResult(
+            base_offset=base_offset,
+            log_append_time_ms=now_ms if log_append else -1,
+            log_start_offset=self.log_start_offset,
+        )
+
     def _maybe_roll(self, incoming: int, now: int) -> None:
         active = self.active
         if active.size == 0:
@@ -308,13 +370,24 @@ class MemoryPartitionLog:
         del self._bases[i + 1 :]
         self.log_start_offset = min(self.log_start_offset, new_end)
         self._high_watermark = min(self._high_watermark, new_end)
-        self._last_stable_offset = min(self._last_stable_offset, new_end)
         self._epochs = [(e, s) for e, s in self._epochs if s < new_end]
+        self.aborted.drop_from(new_end)
         self.producers = ProducerStateTable()
         for segment in self.segments:
-            for header in segment.headers:
-                if header.producer_id >= 0 and not header.is_control:
+            for header, stored in zip(segment.headers, segment.batches, strict=True):
+                if header.producer_id < 0:
+                    continue
+                if not header.is_control:
                     self.producers.record(header)
+                    continue
+                try:
+                    _, coordinator_epoch = read_marker(stored)
+                except DecodeError:
+                    continue
+                self.producers.complete_txn(
+                    header.producer_id, header.producer_epoch, coordinator_epoch, header.max_timestamp
+                )
+        self._last_stable_offset = self._stable_offset_for(self._high_watermark)
 
     # --- flushing (nothing to make durable) ---
 
@@ -432,8 +505,8 @@ class MemoryPartitionLog:
             self._epochs = [(before[-1][0], offset), *((e, s) for e, s in self._epochs if s > offset)]
         else:
             self._epochs = [(e, s) for e, s in self._epochs if s >= offset]
-        if self._high_watermark < offset:  # as Kafka: the high watermark is never below the log start
-            self._move_high_watermark(offset)
+        # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
+        self._move_high_watermark(max(self._high_watermark, offset))
 
     def _delete_segments_before(self, offset: int) -> list[MemorySegment]:
         doomed = []
@@ -442,6 +515,8 @@ class MemoryPartitionLog:
                 self.roll()
             doomed.append(self.segments.pop(0))
             self._bases.pop(0)
+        if doomed:
+            self.aborted.drop_before(self.segments[0].base_offset)  # the deleted segments' index entries go
         return doomed
 
     def apply_retention(self, now: int) -> list[MemorySegment]:

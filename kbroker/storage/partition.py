@@ -50,12 +50,33 @@ from kbroker.storage.files import (
     write_log_start_offset,
 )
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
-from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, snapshot_offsets
-from kbroker.storage.segment import NO_TIMESTAMP, SEGMENT_FILE_SUFFIXES, FileRegion, Segment, SegmentTailDamaged
+from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, ProducerView, snapshot_offsets
+from kbroker.storage.segment import (
+    NO_TIMESTAMP,
+    SEGMENT_FILE_SUFFIXES,
+    FileRegion,
+    ScannedBatch,
+    Segment,
+    SegmentTailDamaged,
+)
+from kbroker.storage.txn_index import (
+    AbortedTransactions,
+    AbortedTxn,
+    read_marker,
+    read_segment_file,
+    txn_index_path,
+    write_segment_file,
+)
 from kbroker.storage.validation import RecordValidationError, TimestampWindow, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
-from protocol.records import HEADER_SIZE, BatchHeader, assign_offsets, decode_records
+from protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    assign_offsets,
+    build_control_batch,
+    decode_records,
+)
 
 log = logging.getLogger("kbroker.storage")
 
@@ -241,6 +262,7 @@ class PartitionLog:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.producers = ProducerStateTable()
+        self.aborted = AbortedTransactions()  # the .txnindex entries of every segment (txn_index.py)
         # Message counts for flush.messages: appends bump one on the loop, flush (any thread) the other.
         self._appended_messages = 0
         self._flushed_messages = 0
@@ -299,7 +321,29 @@ class PartitionLog:
         self._report_gaps(stored_start if start_file.exists() else None)
         self.log_start_offset = max(stored_start, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-        self._rebuild_producer_state()
+        rebuild_from = self._load_txn_indexes(first_unsynced)
+        self._rebuild_producer_state(rebuild_txn_index_from=rebuild_from)
+        for segment in self.segments[:-1]:
+            if segment.next_offset > rebuild_from:  # sealed and recovered: its file says what was rebuilt
+                write_segment_file(self.directory, segment.base_offset, self._txn_entries_of(segment))
+
+    def _load_txn_indexes(self, first_unsynced: int) -> int:
+        """Read the .txnindex files of the segments below the recovery point (fsynced when they were rolled);
+        the offset from which the index must be rebuilt from control batches (the others, or a damaged file's)."""
+        for i, segment in enumerate(self.segments[:first_unsynced]):
+            try:
+                entries = read_segment_file(self.directory, segment.base_offset, segment.next_offset)
+            except (OSError, DamagedFileError) as exc:
+                log.warning("%s-%d: rebuilding the aborted transaction index: %s", self.topic, self.partition, exc)
+                return segment.base_offset
+            for entry in entries:
+                self.aborted.add(entry)
+            if i == len(self.segments) - 1:
+                return self.log_end_offset  # a clean stop: every segment's file was written
+        return self.segments[min(first_unsynced, len(self.segments) - 1)].base_offset
+
+    def _txn_entries_of(self, segment: Segment) -> list[AbortedTxn]:
+        return self.aborted.in_range(segment.base_offset, segment.next_offset)
 
     def _report_gaps(self, stored_start: int | None) -> None:
         """Log offsets missing between segments (a segment file deleted or cut by recovery), with the paths.
@@ -385,9 +429,15 @@ class PartitionLog:
         fsync_directory(self.directory)
         log.warning("%s: completed an interrupted segment swap of offsets %d..", self.directory, covered_from)
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, *, rebuild_txn_index_from: int | None = None) -> None:
+        """Producer state from the newest usable snapshot plus the batches after it (markers end transactions).
+
+        ``rebuild_txn_index_from``: the aborted transaction index is rebuilt from the markers at and after it
+        (recovery), so the snapshot used is one at or before it, or none (the whole log is read).
+        """
         end = self.log_end_offset
-        usable = [o for o in snapshot_offsets(self.directory) if o <= end]
+        floor = end if rebuild_txn_index_from is None else min(rebuild_txn_index_from, end)
+        usable = [o for o in snapshot_offsets(self.directory) if o <= floor]
         start = 0
         if usable:
             try:
@@ -396,12 +446,44 @@ class PartitionLog:
             except (OSError, DamagedFileError) as exc:
                 log.warning("unreadable producer snapshot, rebuilding it from the log: %s", exc)
                 self.producers = ProducerStateTable()
+        rebuilt: list[AbortedTxn] = []
         for segment in self.segments:
             if segment.next_offset <= start:
                 continue
             for scanned in segment.scan(segment.position_of(start)):
-                if scanned.header.producer_id >= 0 and not scanned.header.is_control:
-                    self.producers.record(scanned.header)
+                header = scanned.header
+                if header.producer_id < 0:
+                    continue
+                if not header.is_control:
+                    self.producers.record(header)
+                    continue
+                marker = self._marker_of(segment, scanned)
+                if marker is None:
+                    continue
+                commit, coordinator_epoch = marker
+                stable = self.producers.stable_offset_after_marker(header.producer_id, header.base_offset)
+                first = self.producers.complete_txn(
+                    header.producer_id, header.producer_epoch, coordinator_epoch, header.max_timestamp
+                )
+                if rebuild_txn_index_from is not None and header.base_offset >= rebuild_txn_index_from:
+                    if first is not None and not commit:
+                        rebuilt.append(AbortedTxn(header.producer_id, first, header.base_offset, stable))
+        if rebuild_txn_index_from is not None:
+            self.aborted.replace_range(rebuild_txn_index_from, end + 1, rebuilt)
+
+    def _marker_of(self, segment: Segment, scanned: ScannedBatch) -> tuple[bool, int] | None:
+        """(commit, coordinator epoch) of a control batch; None (logged) if it cannot be read as a marker."""
+        try:
+            return read_marker(segment.read(scanned.position, scanned.header.size))
+        except DecodeError as exc:
+            log.warning(
+                "%s-%d: control batch at offset %d is not a transaction marker: %s",
+                self.topic,
+                self.partition,
+                scanned.header.base_offset,
+                exc,
+            )
+            return None
 
     # --- offsets -------------------------------------------------------------------------------------
 
@@ -422,12 +504,14 @@ class PartitionLog:
         return self._last_stable_offset
 
     def _first_open_transaction_offset(self) -> int | None:
-        # Transactions are not written yet (see UNSUPPORTED.md), so none is ever open.
-        return None
+        return self.producers.first_ongoing_offset()
 
     def _stable_offset_for(self, high_watermark: int) -> int:
         first_open = self._first_open_transaction_offset()
-        return high_watermark if first_open is None else min(high_watermark, first_open)
+        if first_open is None:
+            return high_watermark
+        # As Kafka: an open transaction whose first records retention deleted holds it at the log start.
+        return min(high_watermark, max(first_open, self.log_start_offset))
 
     def update_high_watermark(self, offset: int) -> bool:
         """Move the high watermark up to ``offset`` (clamped to the log); returns whether it moved."""
@@ -491,7 +575,18 @@ class PartitionLog:
                 log.exception("%s-%d: a partition event listener failed", self.topic, self.partition)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
-        return []
+        """(producer id, first offset) of the aborted transactions overlapping [start, end), as Kafka's
+        collectAbortedTransactions: from the entries of the segment holding ``start_offset`` on."""
+        segment_base = self._bases[self._segment_index_for(start_offset)]
+        return self.aborted.collect(segment_base, start_offset, end_offset)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction in this partition."""
+        return dict(self.producers.ongoing)
+
+    def producers_view(self) -> list[ProducerView]:
+        """Every producer this partition knows, as DescribeProducers reports them."""
+        return self.producers.views()
 
     @property
     def size_bytes(self) -> int:
@@ -592,6 +687,8 @@ class PartitionLog:
             self.health.take_offline(f"fsync of {old.log_path} failed")
             raise StorageError(f"cannot roll {self.topic}-{self.partition}: fsync of {old.log_path} failed")
         old.write_indexes()  # on failure the old segment stays active and its index files are rebuilt if needed
+        # Durable before the next segment exists: a segment below the recovery point is trusted with its file.
+        write_segment_file(self.directory, old.base_offset, self._txn_entries_of(old))
         segment = Segment(
             self.directory,
             old.next_offset,
@@ -608,6 +705,59 @@ class PartitionLog:
             log.warning("%s-%d: producer snapshot not written: %s", self.topic, self.partition, _describe(exc))
         log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, segment.base_offset)
         return segment
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int | None = None,
+        *,
+        transaction_version: int = 1,
+    ) -> AppendResult:
+        """Write a commit or abort marker (a control batch as Kafka's) ending the producer's transaction here.
+
+        An abort is added to the aborted transaction index; the last stable offset moves past the transaction.
+        A marker for a producer with no open transaction is written all the same, as Kafka does.
+        """
+        if now_ms is None:
+            now_ms = wall_clock_ms()
+        if self.health.offline:
+            return self.health.storage_error(self.topic, self.partition)
+        check = self.producers.check_marker(
+            producer_id, producer_epoch, coordinator_epoch, transaction_version=transaction_version
+        )
+        if check.error_code != ErrorCode.NONE:
+            return AppendResult(check.error_code, check.error_message)
+        base_offset = self.log_end_offset
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        batch = bytearray(build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, 0, now_ms))
+        assign_offsets(
+            batch,
+            base_offset,
+            partition_leader_epoch=self.leader_epoch,
+            log_append_time_ms=now_ms if log_append else None,
+        )
+        header = BatchHeader.parse(batch)
+        failure = self._write_batch(batch, header, now_ms)
+        if failure is not None:
+            return failure
+        stable_after = self.producers.stable_offset_after_marker(producer_id, base_offset)
+        first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, header.max_timestamp)
+        if first is not None and not commit:
+            self.aborted.add(AbortedTxn(producer_id, first, base_offset, stable_after))
+        self._appended_messages += 1
+        if self.high_watermark_follows_appends:
+            moved = self._advance_high_watermark(self.log_end_offset)
+        else:
+            moved = self._advance_high_watermark(self._high_watermark)  # the stable offset may move alone
+        self._emit(PartitionEvent.APPENDED | moved)
+        return AppendResult(
+            base_offset=base_offset,
+            log_append_time_ms=now_ms if log_append else -1,
+            log_start_offset=self.log_start_offset,
+        )
 
     # --- flushing ------------------------------------------------------------------------------------
 
@@ -793,8 +943,8 @@ class PartitionLog:
         write_log_start_offset(self.directory / LOG_START_OFFSET_FILE, offset)
         self.log_start_offset = offset
         self.leader_epochs.truncate_from_start(offset)
-        if self._high_watermark < offset:  # as Kafka: the high watermark is never below the log start
-            self._emit(self._advance_high_watermark(offset))
+        # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
+        self._emit(self._advance_high_watermark(max(self._high_watermark, offset)))
 
     def _delete_segments_before(self, offset: int) -> list[Segment]:
         doomed = []
@@ -805,7 +955,10 @@ class PartitionLog:
             self._bases.pop(0)
         for segment in doomed:
             segment.delete()
+            fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))  # the aborted index goes too
             log.info("%s-%d: deleted %s", self.topic, self.partition, segment)
+        if doomed:
+            self.aborted.drop_before(self.segments[0].base_offset)
         return doomed
 
     def truncate_to(self, offset: int) -> None:
@@ -825,6 +978,7 @@ class PartitionLog:
         # Newest first, so a crash part-way leaves a shorter prefix of the log, never a gap.
         for segment in reversed(self.segments[keep + 1 :]):
             segment.delete()
+            fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))
         del self.segments[keep + 1 :]
         del self._bases[keep + 1 :]
         cut = self.segments[keep]
@@ -840,13 +994,15 @@ class PartitionLog:
         if end < self.log_start_offset:  # the cut removed a batch that held the log start offset
             self._set_log_start_offset(end)
         self._high_watermark = min(self._high_watermark, end)
-        self._last_stable_offset = self._stable_offset_for(self._high_watermark)
         self.leader_epochs.truncate_from_end(end)
         for snapshot in snapshot_offsets(self.directory):
             if snapshot >= end:
                 (self.directory / f"{snapshot:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        self.aborted.drop_from(end)
+        write_segment_file(self.directory, cut.base_offset, self._txn_entries_of(cut))
         self.producers = ProducerStateTable()
         self._rebuild_producer_state()
+        self._last_stable_offset = self._stable_offset_for(self._high_watermark)  # open transactions rebuilt
 
     # --- segment swaps (log cleaner, recompression) --------------------------------------------------
 
@@ -894,6 +1050,7 @@ class PartitionLog:
         first = self.segments.index(replaced[0])
         self.segments[first : first + len(replaced)] = replacements
         self._bases = [s.base_offset for s in self.segments]
+        self._rewrite_txn_index_files(replaced, replacements)
         log.info(
             "%s-%d: swapped %d segment(s) at offset %d for %d",
             self.topic,
@@ -902,6 +1059,17 @@ class PartitionLog:
             replaced[0].base_offset,
             len(replacements),
         )
+
+    def _rewrite_txn_index_files(self, replaced: list[Segment], replacements: list[Segment]) -> None:
+        """The aborted index entries stay (the offsets are the same); their files follow the new segments."""
+        kept = {s.base_offset for s in replacements}
+        for segment in replaced:
+            if segment.base_offset not in kept:
+                fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))
+        for i, segment in enumerate(replacements):
+            # A replacement covers offsets up to the next one's base (compaction may leave gaps).
+            end = replacements[i + 1].base_offset if i + 1 < len(replacements) else replaced[-1].next_offset
+            write_segment_file(self.directory, segment.base_offset, self.aborted.in_range(segment.base_offset, end))
 
     def _check_swap(self, replaced: list[Segment], replacements: list[Segment]) -> None:
         def refuse(problem: str) -> ValueError:
@@ -977,6 +1145,7 @@ class PartitionLog:
                 if not self.sync():
                     raise StorageError(f"fsync of {self.topic}-{self.partition} failed")
                 self.active.write_indexes()
+                write_segment_file(self.directory, self.active.base_offset, self._txn_entries_of(self.active))
                 self.producers.write_snapshot(self.directory, self.log_end_offset)
         except (OSError, StorageError) as exc:
             self.health.take_offline(f"closing {self.topic}-{self.partition} failed: {_describe(exc)}")
