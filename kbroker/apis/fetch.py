@@ -5,6 +5,10 @@ move: it subscribes to the partitions' events (kbroker/storage), so nothing poll
 remember to wake it. Record data is not read
 here: each partition's answer is a region of a segment file that the connection sends with sendfile.
 Fetch sessions (KIP-227, v7+) are in fetch_sessions.py.
+
+isolation_level=1 (read_committed) reads up to the last stable offset instead of the high watermark, waits
+for that to move, and lists the aborted transactions the returned records overlap (from the partition's
+aborted transaction index); read_uncommitted answers a null list, as Kafka.
 """
 
 from __future__ import annotations
@@ -296,8 +300,10 @@ def _read_all(
             answers.append((part, _partition_error(part.partition, exc.code)))
             continue
         data.records = chunk.region()  # sent from the segment file as it is (sendfile)
-        if read_committed and chunk.size:
-            aborted = plog.aborted_transactions(part.fetch_offset, chunk.last_offset + 1)
+        if read_committed:
+            # As Kafka: a read_committed answer lists the aborted transactions its records overlap, so the
+            # client drops them; an empty list (never null) when there are none or no records.
+            aborted = plog.aborted_transactions(part.fetch_offset, chunk.last_offset + 1) if chunk.size else []
             data.aborted_transactions = [
                 FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted
             ]

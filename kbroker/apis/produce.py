@@ -2,6 +2,10 @@
 
 Batches stay opaque bytes: the header and CRC are checked (kbroker/storage/validation.py), offsets are
 assigned in place by the log, and the bytes go to disk as received. Records are only decoded where a feature needs them.
+
+Transactional batches (KIP-890 verification): before anything else, the transaction coordinator is asked
+whether the partition is part of the producer's ongoing transaction; if not, the partition is answered with
+the coordinator's error (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, ...) and nothing is written.
 """
 
 from __future__ import annotations
@@ -17,12 +21,17 @@ from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
-from protocol.records import HEADER_SIZE, TRANSACTIONAL_BIT
+from protocol.records import HEADER_SIZE, TRANSACTIONAL_BIT, BatchHeader
 
 log = logging.getLogger("kbroker.produce")
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 _ATTRIBUTES_LOW = 22  # the low byte of a batch's int16 attributes, where the transactional bit is
+# Kafka's messages for the verification errors it words itself (ReplicaManager); the others carry none.
+_VERIFICATION_MESSAGES = {
+    ErrorCode.INVALID_TXN_STATE: "Partition was not added to the transaction",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "Unable to verify the partition has been added to the transaction.",
+}
 
 
 def _error(
@@ -47,6 +56,29 @@ def _has_transactional_batch(request: ProduceRequest) -> bool:
             if records is not None and len(records) >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
                 return True
     return False
+
+
+def _transaction_error(
+    ctx: RequestContext, transactional_id: str | None, topic: str, partition: int, records: bytearray | memoryview
+) -> ErrorCode:
+    """The coordinator's answer for a transactional batch (NONE for any other batch, left to validation)."""
+    if transactional_id is None or len(records) < HEADER_SIZE or not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+        return ErrorCode.NONE
+    header = BatchHeader.parse(records)
+    if header.producer_id < 0:
+        return ErrorCode.NONE  # validation refuses it
+    transactions = getattr(ctx, "transactions", None)  # the coordinator (kbroker/transactions), when present
+    if transactions is None:
+        return ErrorCode.NONE
+    code: ErrorCode = transactions.verify_partition(
+        transactional_id,
+        header.producer_id,
+        header.producer_epoch,
+        topic,
+        partition,
+        produce_version=ctx.api_version,
+    )
+    return code
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
@@ -80,6 +112,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             records = part.records
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
+            txn_error = _transaction_error(ctx, request.transactional_id, info.name, part.index, records)
+            if txn_error != ErrorCode.NONE:
+                results.append(_error(part.index, txn_error, _VERIFICATION_MESSAGES.get(txn_error)))
+                continue
             try:
                 header = validate_batch(
                     records, plog.config.max_message_bytes, timestamps=plog.config.timestamp_window(now_ms)
