@@ -118,12 +118,16 @@ class AbortedTransactions:
     def collect(self, segment_base: int, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping [fetch_offset, upper_bound).
 
-        ``segment_base``: the base offset of the segment holding ``fetch_offset``; as Kafka, the search starts
-        with that segment's entries (a transaction overlapping the range has its marker at or after it).
+        ``segment_base``: the base offset of the segment holding ``fetch_offset``; Kafka searches from that
+        segment's first entry. Its entries with markers before ``fetch_offset`` are skipped here: none can be
+        returned, and none can end the search (a last stable offset recorded before the fetch offset, with no
+        transaction open from the upper bound on, is below the upper bound), so the answer is the same.
         """
         found = []
-        for entry in self.entries[bisect_left(self._last_offsets, segment_base) :]:
-            if entry.last_offset >= fetch_offset and entry.first_offset < upper_bound:
+        entries = self.entries
+        for i in range(bisect_left(self._last_offsets, max(segment_base, fetch_offset)), len(entries)):
+            entry = entries[i]
+            if entry.first_offset < upper_bound:
                 found.append((entry.producer_id, entry.first_offset))
             if entry.last_stable_offset >= upper_bound:
                 break

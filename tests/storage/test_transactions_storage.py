@@ -4,6 +4,7 @@ the aborted transaction index, in both engines (the contract cases) and across r
 
 from __future__ import annotations
 
+import random
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -439,3 +440,40 @@ def txn_batch_at(producer_id: int, offset: int, *, epoch: int, txn: bool = True)
     data = txn_batch([b"v"], producer_id, 0, epoch=epoch, txn=txn)
     struct.pack_into(">q", data, 0, offset)
     return data
+
+
+def kafka_collect(entries: list[AbortedTxn], segment_base: int, start: int, upper: int) -> list[tuple[int, int]]:
+    """TransactionIndex.collectAbortedTxns over the segments from ``segment_base``, literally."""
+    found = []
+    for entry in entries:
+        if entry.last_offset < segment_base:
+            continue
+        if entry.last_offset >= start and entry.first_offset < upper:
+            found.append((entry.producer_id, entry.first_offset))
+        if entry.last_stable_offset >= upper:
+            break
+    return found
+
+
+def test_aborted_lookup_answers_as_kafkas_scan_on_random_workloads(tmp_path: Path) -> None:
+    rng = random.Random(16)
+    plog = open_disk(tmp_path, clean=True, segment_bytes=1000)
+    sequences = {pid: 0 for pid in (P1, P2, P3)}
+    for _ in range(400):
+        pid = rng.choice([P1, P2, P3])
+        if pid in plog.ongoing_transactions() and rng.random() < 0.3:
+            marker(plog, pid, commit=rng.random() < 0.5)
+        elif rng.random() < 0.2:
+            append(plog, plain([b"p"]))
+        else:
+            count = rng.randint(1, 3)
+            append(plog, txn_batch([b"t"] * count, pid, sequences[pid]))
+            sequences[pid] += count
+    entries = plog.aborted.entries
+    assert len(entries) > 20 and len(plog.segments) > 5
+    end = plog.log_end_offset
+    for _ in range(2000):
+        start = rng.randrange(end)
+        upper = rng.randrange(start + 1, end + 1)
+        base = max(s.base_offset for s in plog.segments if s.base_offset <= start)
+        assert plog.aborted_transactions(start, upper) == kafka_collect(entries, base, start, upper), (start, upper)
