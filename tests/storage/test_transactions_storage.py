@@ -477,3 +477,11 @@ def test_aborted_lookup_answers_as_kafkas_scan_on_random_workloads(tmp_path: Pat
         upper = rng.randrange(start + 1, end + 1)
         base = max(s.base_offset for s in plog.segments if s.base_offset <= start)
         assert plog.aborted_transactions(start, upper) == kafka_collect(entries, base, start, upper), (start, upper)
+
+
+def test_markers_on_a_log_append_time_topic_carry_the_append_time(make_log: LogFactory) -> None:
+    plog = make_log(message_timestamp_type="LogAppendTime")
+    result = plog.append_marker(P1, 0, True, COORDINATOR_EPOCH, T0 + 5)
+    assert (result.error_code, result.base_offset, result.log_append_time_ms) == (ErrorCode.NONE, 0, T0 + 5)
+    ((header, _),) = list(iter_batches(plog.read(0, EVERYTHING).read_bytes()))
+    assert (header.is_log_append_time, header.is_control, header.max_timestamp) == (True, True, T0 + 5)
