@@ -49,7 +49,6 @@ GAP_REASONS = {
     "TxnOffsetCommit": TRANSACTIONS,
     "DescribeTransactions": TRANSACTIONS,
     "ListTransactions": TRANSACTIONS,
-    "DescribeProducers": TRANSACTIONS,
     "AlterReplicaLogDirs": ADMIN,
     "DescribeLogDirs": ADMIN,
     "ElectLeaders": ADMIN,

@@ -88,6 +88,7 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (44, 0, 1, "configs.handle_incremental_alter_configs"),
     (47, 0, 0, "group_offsets.handle_offset_delete"),
     (60, 0, 2, "cluster.handle_describe_cluster"),
+    (61, 0, 0, "producers.handle_describe_producers"),
     (68, 0, 1, "consumer_groups.handle_consumer_group_heartbeat"),
     (69, 0, 1, "consumer_groups.handle_consumer_group_describe"),
     (75, 0, 0, "cluster.handle_describe_topic_partitions"),
