@@ -10,6 +10,7 @@ Kafka is shared by the session: every test uses topic names of its own.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -71,7 +72,6 @@ EXPECTED_GAPS: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {
     "AlterUserScramCredentials": ((0, 0), None),
     "DescribeQuorum": ((0, 2), None),
     "UpdateFeatures": ((0, 2), None),
-    "DescribeProducers": ((0, 0), None),
     "UnregisterBroker": ((0, 0), None),
     "DescribeTransactions": ((0, 0), None),
     "ListTransactions": ((0, 2), None),
@@ -728,3 +728,69 @@ def test_record_timestamps_out_of_the_window(ask: Callable[[Any, int], tuple[Any
         assert ours == kafka, label
     kafka_code, _, kafka_errors = kafka
     assert (kafka_code, kafka_errors) == (0, [])
+
+
+# --- DescribeProducers ------------------------------------------------------------------------------------
+
+
+def test_describe_producers(
+    ask: Callable[[Any, int], tuple[Any, Any]], kbroker: RunningBroker, apache_kafka: ApacheKafka
+) -> None:
+    from protocol.messages.describe_producers_request import DescribeProducersRequest
+    from protocol.messages.init_producer_id_request import InitProducerIdRequest
+
+    name = unique("producers")
+    create(ask, name, partitions=2)
+    now = int(time.time() * 1000)
+    producer_ids = []
+    for bootstrap in (apache_kafka.bootstrap, kbroker.bootstrap):  # each broker's own idempotent producer
+        with WireClient(bootstrap) as client:
+            init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000)
+            deadline = time.monotonic() + 15
+            while (answer := client.request(init, 4)).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                assert time.monotonic() < deadline, "Kafka's producer ids never became available"
+                time.sleep(0.2)  # Kafka hands out producer ids a moment after it starts
+            producer_id = answer.producer_id
+            assert (answer.error_code, producer_id >= 0) == (ErrorCode.NONE, True)
+            producer_ids.append(producer_id)
+            for sequence in (0, 3):  # two batches of three records
+                records = [Record(offset_delta=i, value=b"p") for i in range(3)]
+                batch = build_batch(
+                    records, base_timestamp=now, producer_id=producer_id, producer_epoch=0, base_sequence=sequence
+                )
+                answer = client.request(produce_request(name, {0: batch}), 9)
+                assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    request = DescribeProducersRequest(
+        topics=[
+            DescribeProducersRequest.TopicRequest(name=name, partition_indexes=[0, 1, 7]),
+            DescribeProducersRequest.TopicRequest(name=unique("nowhere"), partition_indexes=[0]),
+        ]
+    )
+    normalised = []
+    for answer, producer_id in zip(ask(request, 0), producer_ids, strict=True):
+        data = plain(answer)
+        data["topics"].sort(key=lambda t: t["name"] != name)
+        for topic in data["topics"]:
+            topic["partitions"].sort(key=lambda p: p["partition_index"])
+            for partition in topic["partitions"]:
+                for state in partition["active_producers"]:
+                    assert state["producer_id"] == producer_id
+                    assert now <= state["last_timestamp"] <= now + 60_000
+                    state["producer_id"] = state["last_timestamp"] = "normalised"
+        normalised.append(data)
+    kafka, ours = normalised
+    assert json.dumps(ours, indent=1) == json.dumps(kafka, indent=1)
+    first = kafka["topics"][0]["partitions"]
+    assert [(p["partition_index"], p["error_code"], len(p["active_producers"])) for p in first] == [
+        (0, 0, 1),
+        (1, 0, 0),
+        (7, 3, 0),
+    ]
+    assert first[0]["active_producers"][0] == {
+        "producer_id": "normalised",
+        "producer_epoch": 0,
+        "last_sequence": 5,
+        "last_timestamp": "normalised",
+        "coordinator_epoch": -1,
+        "current_txn_start_offset": -1,
+    }
