@@ -42,7 +42,9 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         error_code=ErrorCode.NONE,
         api_keys=advertised_versions(),
         throttle_time_ms=0,
-        supported_features=SUPPORTED_FEATURES,
+        # As Kafka (KAFKA-17011): v3 leaves out supported features whose range starts at 0, which older clients
+        # could not parse.
+        supported_features=SUPPORTED_FEATURES if ctx.api_version >= 4 else [],
         finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
         finalized_features=FINALIZED_FEATURES,
     )

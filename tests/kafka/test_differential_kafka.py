@@ -48,11 +48,7 @@ EXPECTED_GAPS: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {
     "OffsetCommit": ((2, 10), (2, 9)),
     "OffsetFetch": ((1, 10), (1, 9)),
     "SaslHandshake": ((0, 1), None),
-    "AddPartitionsToTxn": ((0, 5), None),
-    "AddOffsetsToTxn": ((0, 4), None),
-    "EndTxn": ((0, 5), None),
     "WriteTxnMarkers": ((1, 2), None),
-    "TxnOffsetCommit": ((0, 5), None),
     "DescribeAcls": ((1, 3), None),
     "CreateAcls": ((1, 3), None),
     "DeleteAcls": ((1, 3), None),
@@ -218,9 +214,16 @@ def test_api_versions_answers_and_features(ask: Callable[[Any, int], tuple[Any, 
         kafka, ours = ask(ApiVersionsRequest(client_software_name="x", client_software_version="1"), version)
         assert (kafka.error_code, ours.error_code) == (0, 0)
         assert (kafka.throttle_time_ms, ours.throttle_time_ms) == (0, 0)
-    # KIP-584 features: Kafka names its finalized feature levels; kbroker names none (UNSUPPORTED.md).
+    # KIP-584 features: Kafka names its finalized feature levels; kbroker names only transaction.version, the
+    # same as Kafka's, so Java 4.x clients use transaction version 2 with both (UNSUPPORTED.md).
     assert {f.name for f in kafka.finalized_features} >= {"metadata.version", "group.version", "transaction.version"}
-    assert (ours.supported_features, ours.finalized_features, ours.finalized_features_epoch) == ([], [], -1)
+    assert [plain(f) for f in ours.supported_features] == [
+        plain(f) for f in kafka.supported_features if f.name == "transaction.version"
+    ]
+    assert [plain(f) for f in ours.finalized_features] == [
+        plain(f) for f in kafka.finalized_features if f.name == "transaction.version"
+    ]
+    assert ours.finalized_features_epoch == 0 and kafka.finalized_features_epoch > 0
     # KIP-511: a client software name that is not Kafka's pattern is an invalid request, from v3.
     kafka, ours = ask(ApiVersionsRequest(client_software_name="-bad name", client_software_version="1"), 3)
     assert kafka.error_code == ours.error_code == ErrorCode.INVALID_REQUEST

@@ -69,16 +69,25 @@ def log_end(client: WireClient, partition: int) -> int:
     return offset
 
 
-def committed(client: WireClient, group: str) -> int:
+def committed(client: WireClient, group: str, topic: str = TOPIC) -> int:
     request = OffsetFetchRequest(
-        group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])]
+        group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])]
     )
     offset: int = client.request(request, 5).topics[0].partitions[0].committed_offset
     return offset
 
 
 def txn_offset_commit(
-    client: WireClient, tid: str, pid: int, epoch: int, group: str, offset: int, version: int = 3
+    client: WireClient,
+    tid: str,
+    pid: int,
+    epoch: int,
+    group: str,
+    offset: int,
+    version: int = 3,
+    topic: str = TOPIC,
+    generation: int = -1,
+    member: str = "",
 ) -> int:
     partition = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
         partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata=""
@@ -88,9 +97,9 @@ def txn_offset_commit(
         group_id=group,
         producer_id=pid,
         producer_epoch=epoch,
-        generation_id=-1,
-        member_id="",
-        topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=TOPIC, partitions=[partition])],
+        generation_id=generation,
+        member_id=member,
+        topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic, partitions=[partition])],
     )
     code: int = client.request(request, version).topics[0].partitions[0].error_code
     return code
@@ -208,10 +217,13 @@ def test_txn_offset_commit_is_visible_only_after_the_commit(broker: RunningBroke
 
 def test_api_versions_finalizes_transaction_version_2(broker: RunningBroker) -> None:
     with WireClient(broker.bootstrap) as client:
-        answer = client.request(ApiVersionsRequest(client_software_name="x", client_software_version="1"), 3)
+        answer = client.request(ApiVersionsRequest(client_software_name="x", client_software_version="1"), 4)
+        v3 = client.request(ApiVersionsRequest(client_software_name="x", client_software_version="1"), 3)
     assert [(f.name, f.min_version, f.max_version) for f in answer.supported_features] == [
         ("transaction.version", 0, 2)
     ]
+    # v3 leaves out a supported range starting at 0, as Kafka does (KAFKA-17011); the finalized level stays.
+    assert v3.supported_features == [] and v3.finalized_features == answer.finalized_features
     assert [(f.name, f.min_version_level, f.max_version_level) for f in answer.finalized_features] == [
         ("transaction.version", 2, 2)
     ]
