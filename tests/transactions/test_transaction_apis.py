@@ -5,6 +5,7 @@ transactional id and an invalid timeout, per version where Kafka maps PRODUCER_F
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kbroker.testing import RunningBroker
@@ -230,3 +231,44 @@ def test_api_versions_finalizes_transaction_version_2(broker: RunningBroker) -> 
     assert answer.finalized_features_epoch == 0
     versions = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
     assert [versions[key] for key in (22, 24, 25, 26, 28)] == [(0, 5), (0, 5), (0, 4), (0, 5), (0, 5)]
+
+
+def test_a_timed_out_transaction_is_aborted_by_the_coordinator_timer(broker: RunningBroker) -> None:
+    with WireClient(broker.bootstrap) as client:
+        create(client)
+        pid = init(client, "tid-timeout", timeout=200).producer_id
+        before = log_end(client, 0)
+        assert add_partitions(client, "tid-timeout", pid, 0, {TOPIC: [0]}) == {(TOPIC, 0): ErrorCode.NONE}
+        deadline = time.monotonic() + 30
+        # Nobody ends it: the coordinator's timer aborts it with the epoch bumped, fencing the producer.
+        while (codes := add_partitions(client, "tid-timeout", pid, 0, {TOPIC: [0]})) == {(TOPIC, 0): ErrorCode.NONE}:
+            assert time.monotonic() < deadline, "the transaction was not aborted after its timeout"
+            time.sleep(0.05)
+        assert codes == {(TOPIC, 0): ErrorCode.PRODUCER_FENCED}
+        assert end(client, "tid-timeout", pid, 0, True).error_code == ErrorCode.PRODUCER_FENCED
+        assert log_end(client, 0) == before + 1  # the abort marker
+        assert init(client, "tid-timeout").producer_epoch == 2  # the fence took epoch 1
+
+
+def test_transactions_survive_a_restart(broker: RunningBroker) -> None:
+    with WireClient(broker.bootstrap) as client:
+        create(client)
+        pid = init(client, "tid-restart").producer_id
+        add_partitions(client, "tid-restart", pid, 0, {TOPIC: [1]})
+        client.request(
+            AddOffsetsToTxnRequest(transactional_id="tid-restart", producer_id=pid, producer_epoch=0, group_id="gr"), 3
+        )
+        assert txn_offset_commit(client, "tid-restart", pid, 0, "gr", 11) == ErrorCode.NONE
+        before = log_end(client, 1)
+    broker.restart()
+    with WireClient(broker.bootstrap) as client:
+        # The transaction is still open with its partition and group: the same producer commits it.
+        assert committed(client, "gr") == -1
+        assert add_partitions(client, "tid-restart", pid, 0, {TOPIC: [1]}) == {(TOPIC, 1): ErrorCode.NONE}
+        assert end(client, "tid-restart", pid, 0, True).error_code == ErrorCode.NONE
+        assert committed(client, "gr") == 11
+        assert log_end(client, 1) == before + 1
+    broker.restart()
+    with WireClient(broker.bootstrap) as client:
+        assert committed(client, "gr") == 11
+        assert init(client, "tid-restart").producer_epoch == 1  # the id and its epoch were kept
