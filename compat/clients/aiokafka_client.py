@@ -15,10 +15,12 @@ import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from compat.clients.api import (
+    FENCED,
     Adapter,
+    ClientError,
     Json,
     consumed_record,
     errno_error,
@@ -38,6 +40,8 @@ class AiokafkaAdapter(Adapter):
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
         try:
             return asyncio.run_coroutine_threadsafe(work, self.loop).result()
+        except ProducerFenced as exc:
+            raise ClientError(FENCED, str(exc)) from None
         except KafkaError as exc:
             raise errno_error(exc) from None
 
@@ -137,6 +141,35 @@ class AiokafkaAdapter(Adapter):
     def producer_close(self, handle: int) -> None:
         self.run(self._drop(handle).stop())
 
+    # --- transactions --------------------------------------------------------------------------------------
+    def txn_producer_open(self, transactional_id: str, settings: dict[str, Json]) -> int:
+        options: dict[str, Any] = {"transactional_id": transactional_id}
+        if settings.get("transaction_timeout_ms"):
+            options["transaction_timeout_ms"] = settings["transaction_timeout_ms"]
+
+        async def work() -> AIOKafkaProducer:
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, **options)
+            await producer.start()  # InitProducerId with the transactional id
+            return producer
+
+        return self._keep("producer", self.run(work()))
+
+    def txn_begin(self, handle: int) -> None:
+        self.run(self._get(handle).begin_transaction())
+
+    def txn_send(self, handle: int, topic: str, records: list[dict[str, Json]]) -> list[list[int]]:
+        return self.producer_send(handle, topic, records)
+
+    def txn_send_offsets(self, handle: int, group: str, topic: str, offsets: dict[str, int]) -> None:
+        positions = {TopicPartition(topic, int(p)): offset for p, offset in offsets.items()}
+        self.run(self._get(handle).send_offsets_to_transaction(positions, group))
+
+    def txn_commit(self, handle: int) -> None:
+        self.run(self._get(handle).commit_transaction())
+
+    def txn_abort(self, handle: int) -> None:
+        self.run(self._get(handle).abort_transaction())
+
     # --- reading by position -------------------------------------------------------------------------------
     def _consumer(self, *topics: str, **options: Any) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(*topics, bootstrap_servers=self.bootstrap, enable_auto_commit=False, **options)
@@ -147,6 +180,8 @@ class AiokafkaAdapter(Adapter):
         options = {}
         if settings.get("max_partition_fetch_bytes"):
             options["max_partition_fetch_bytes"] = settings["max_partition_fetch_bytes"]
+        if settings.get("isolation_level"):
+            options["isolation_level"] = settings["isolation_level"]
 
         async def work() -> list[dict[str, Json]]:
             consumer = self._consumer(**options)

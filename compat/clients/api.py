@@ -27,6 +27,9 @@ class Unsupported(Exception):
     """This client has no way to do this operation."""
 
 
+FENCED = "PRODUCER_FENCED"  # every client's "a newer producer with this transactional id exists", one name
+
+
 class ClientError(Exception):
     """The client reported an error; ``error`` is Kafka's error code name when the client exposes it."""
 
@@ -167,12 +170,37 @@ class Adapter:
     def producer_close(self, handle: int) -> None:
         raise Unsupported("produce")
 
+    # --- transactions (KIP-98) -----------------------------------------------------------------------------
+    def txn_producer_open(self, transactional_id: str, settings: dict[str, Json]) -> int:
+        """A transactional producer with its transactions initialised (InitProducerId). Settings:
+        {"transaction_timeout_ms": int|null}. A producer fenced by a newer instance with the same
+        transactional id raises ClientError("PRODUCER_FENCED") from whichever call notices it."""
+        raise Unsupported("transactions")
+
+    def txn_begin(self, handle: int) -> None:
+        raise Unsupported("transactions")
+
+    def txn_send(self, handle: int, topic: str, records: list[dict[str, Json]]) -> list[list[int]]:
+        """Send inside the open transaction and wait for every acknowledgement, as ``producer_send``."""
+        raise Unsupported("transactions")
+
+    def txn_send_offsets(self, handle: int, group: str, topic: str, offsets: dict[str, int]) -> None:
+        """sendOffsetsToTransaction: the group's offsets, committed with the transaction."""
+        raise Unsupported("transactions")
+
+    def txn_commit(self, handle: int) -> None:
+        raise Unsupported("transactions")
+
+    def txn_abort(self, handle: int) -> None:
+        raise Unsupported("transactions")
+
     # --- reading by position -------------------------------------------------------------------------------
     def read(
         self, topic: str, partition: int, offset: int, count: int, settings: dict[str, Json]
     ) -> list[dict[str, Json]]:
         """Up to ``count`` records of one partition from ``offset`` (no group). Settings:
-        {"max_partition_fetch_bytes": int|null, "timeout_ms": int}."""
+        {"max_partition_fetch_bytes": int|null, "timeout_ms": int, "isolation_level":
+        "read_committed"|"read_uncommitted"|null (null: the client's default)}."""
         raise Unsupported("read by position")
 
     def offsets_for_times(self, topic: str, timestamps: dict[str, int]) -> dict[str, int | None]:

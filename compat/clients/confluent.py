@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat.clients.api import Adapter, ClientError, Json, error_name, text
+from compat.clients.api import FENCED, Adapter, ClientError, Json, error_name, text
 
 OFFSET_END = -1  # what offsets_for_times answers for "no such offset"
 
@@ -28,6 +28,12 @@ def client_error(error: KafkaError) -> ClientError:
     """Kafka error codes are positive; librdkafka's own (timeouts, local size checks) are negative."""
     code = error.code()
     return ClientError(error_name(code) if code > 0 else error.name(), error.str())
+
+
+def txn_error(exc: KafkaException) -> ClientError:
+    """librdkafka reports a fenced transactional producer as its own fatal _FENCED error."""
+    error = client_error(exc.args[0])
+    return ClientError(FENCED, error.message) if error.error == "_FENCED" else error
 
 
 def wait(futures: dict[Any, Any]) -> dict[Any, Any]:
@@ -133,6 +139,55 @@ class ConfluentAdapter(Adapter):
     def producer_close(self, handle: int) -> None:
         self._drop(handle).flush(30)
 
+    # --- transactions --------------------------------------------------------------------------------------
+    def txn_producer_open(self, transactional_id: str, settings: dict[str, Json]) -> int:
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "transactional.id": transactional_id}
+        if settings.get("transaction_timeout_ms"):
+            config["transaction.timeout.ms"] = settings["transaction_timeout_ms"]
+        producer = Producer(config)
+        try:
+            producer.init_transactions(60)
+        except KafkaException as exc:
+            raise txn_error(exc) from None
+        return self._keep("producer", producer)
+
+    def txn_begin(self, handle: int) -> None:
+        try:
+            self._get(handle).begin_transaction()
+        except KafkaException as exc:
+            raise txn_error(exc) from None
+
+    def txn_send(self, handle: int, topic: str, records: list[dict[str, Json]]) -> list[list[int]]:
+        try:
+            return self.producer_send(handle, topic, records)
+        except KafkaException as exc:  # flush raises a fatal error (fenced) itself
+            raise txn_error(exc) from None
+        except ClientError as error:
+            raise ClientError(FENCED, error.message) if error.error == "_FENCED" else error from None
+
+    def txn_send_offsets(self, handle: int, group: str, topic: str, offsets: dict[str, int]) -> None:
+        # The group's metadata comes from a consumer of that group; one that never joined sends generation -1.
+        member = self._consumer(**{"group.id": group})
+        try:
+            positions = [TopicPartition(topic, int(p), offset) for p, offset in offsets.items()]
+            self._get(handle).send_offsets_to_transaction(positions, member.consumer_group_metadata(), 60)
+        except KafkaException as exc:
+            raise txn_error(exc) from None
+        finally:
+            member.close()
+
+    def txn_commit(self, handle: int) -> None:
+        try:
+            self._get(handle).commit_transaction(60)
+        except KafkaException as exc:
+            raise txn_error(exc) from None
+
+    def txn_abort(self, handle: int) -> None:
+        try:
+            self._get(handle).abort_transaction(60)
+        except KafkaException as exc:
+            raise txn_error(exc) from None
+
     # --- reading by position -------------------------------------------------------------------------------
     def _consumer(self, **config: Any) -> Consumer:
         # librdkafka wants a group id even for assign(); nothing is committed with auto commit off.
@@ -145,6 +200,8 @@ class ConfluentAdapter(Adapter):
         config = {}
         if settings.get("max_partition_fetch_bytes"):
             config["max.partition.fetch.bytes"] = settings["max_partition_fetch_bytes"]
+        if settings.get("isolation_level"):
+            config["isolation.level"] = settings["isolation_level"]
         consumer = self._consumer(**config)
         try:
             consumer.assign([TopicPartition(topic, partition, offset)])

@@ -13,10 +13,13 @@ from typing import Any
 import kafka
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, ProducerFencedError
+from kafka.structs import OffsetAndMetadata
 
 from compat.clients.api import (
+    FENCED,
     Adapter,
+    ClientError,
     Json,
     Unsupported,
     consumed_record,
@@ -136,6 +139,46 @@ class KafkaPythonAdapter(Adapter):
     def producer_close(self, handle: int) -> None:
         self._drop(handle).close(10)
 
+    # --- transactions (kafka-python 2.1 and later have a transactional producer) ---------------------------
+    def _txn(self, call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except ProducerFencedError as exc:
+            raise ClientError(FENCED, str(exc)) from None
+        except KafkaError as exc:
+            raise errno_error(exc) from None
+
+    def txn_producer_open(self, transactional_id: str, settings: dict[str, Json]) -> int:
+        options: dict[str, Any] = {"transactional_id": transactional_id}
+        if settings.get("transaction_timeout_ms"):
+            options["transaction_timeout_ms"] = settings["transaction_timeout_ms"]
+        producer = self._txn(lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **options))
+        self._txn(producer.init_transactions)
+        return self._keep("producer", producer)
+
+    def txn_begin(self, handle: int) -> None:
+        self._txn(self._get(handle).begin_transaction)
+
+    def txn_send(self, handle: int, topic: str, records: list[dict[str, Json]]) -> list[list[int]]:
+        producer: KafkaProducer = self._get(handle)
+
+        def send() -> list[list[int]]:
+            futures = [producer.send(topic, **send_arguments(r)) for r in records]
+            producer.flush(60)
+            return [[m.partition, m.offset] for m in (f.get(60) for f in futures)]
+
+        return self._txn(send)
+
+    def txn_send_offsets(self, handle: int, group: str, topic: str, offsets: dict[str, int]) -> None:
+        positions = {TopicPartition(topic, int(p)): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
+        self._txn(self._get(handle).send_offsets_to_transaction, positions, group)
+
+    def txn_commit(self, handle: int) -> None:
+        self._txn(self._get(handle).commit_transaction)
+
+    def txn_abort(self, handle: int) -> None:
+        self._txn(self._get(handle).abort_transaction)
+
     # --- reading by position -------------------------------------------------------------------------------
     def _consumer(self, **options: Any) -> KafkaConsumer:
         return KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **options)
@@ -146,6 +189,8 @@ class KafkaPythonAdapter(Adapter):
         options = {}
         if settings.get("max_partition_fetch_bytes"):
             options["max_partition_fetch_bytes"] = settings["max_partition_fetch_bytes"]
+        if settings.get("isolation_level"):
+            options["isolation_level"] = settings["isolation_level"]
         consumer = self._consumer(**options)
         try:
             tp = TopicPartition(topic, partition)

@@ -1,0 +1,35 @@
+"""Transactions (KIP-98) through each client's transactional producer: commit, abort, the group's offsets sent to
+the transaction, read_committed against read_uncommitted, fencing of a zombie instance, and the timeout of a
+transaction whose producer died. The steps are compat/transactions.py's; everything asserted is Kafka's
+documented behaviour, so it holds against Apache Kafka (the same error name from each client on both)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from compat.clients import ClientSpec
+from compat.clients.api import FENCED
+from compat.clients.remote import RemoteClient
+from compat.reference import Reference
+from compat.transactions import abandoned_transaction_times_out, commit_abort_commit, zombie_fenced
+
+
+def test_commit_abort_commit(client: RemoteClient, reference: Reference, names) -> None:
+    commit_abort_commit(client, reference, names("txn"), names("group"), names("tid"))
+
+
+# What each client reports when the fenced zombie sends again: the broker answers its Produce with the old epoch
+# INVALID_PRODUCER_EPOCH, which kafka-python raises as is; librdkafka, aiokafka and Java call it fenced.
+ZOMBIE_ERROR = {"kafka-python-3": "INVALID_PRODUCER_EPOCH", "kafka-python-2": "INVALID_PRODUCER_EPOCH"}
+
+
+def test_zombie_producer_fenced(client: RemoteClient, client_spec: ClientSpec, reference: Reference, names) -> None:
+    error = zombie_fenced(client, reference, names("zombie"), names("tid"))
+    assert error == ZOMBIE_ERROR.get(client_spec.name, FENCED)
+
+
+def test_abandoned_transaction_aborted_after_its_timeout(
+    client: RemoteClient, new_member: Callable[[], RemoteClient], reference: Reference, names
+) -> None:
+    doomed = new_member()
+    abandoned_transaction_times_out(doomed, client, reference, names("abandoned"), names("tid"), doomed.crash)
