@@ -103,17 +103,23 @@ class Broker:
             runtime=self.coordinator_runtime,
         )
         self.group_router = GroupRouter(self.groups, self.consumer_groups, self.offsets)  # a group id's kind
-        self.transactions = TransactionCoordinator(
-            data_dir,
-            allocate_producer_id=self.allocate_producer_id,
-            partition=self.topics.partition,
-            offsets=self.offsets,
-            max_timeout_ms=config["transaction.max.timeout.ms"],
-            id_expiration_ms=config["transactional.id.expiration.ms"],
-            sync=config["log.flush.interval.messages"] == 1,
-            runtime=self.coordinator_runtime,
-        )
-        self.transactions.recover()  # transactions a crash left half-ended get their markers
+        try:
+            self.transactions = TransactionCoordinator(
+                data_dir,
+                allocate_producer_id=self.allocate_producer_id,
+                partition=self.topics.partition,
+                offsets=self.offsets,
+                max_timeout_ms=config["transaction.max.timeout.ms"],
+                id_expiration_ms=config["transactional.id.expiration.ms"],
+                sync=config["log.flush.interval.messages"] == 1,
+                runtime=self.coordinator_runtime,
+            )
+            self.transactions.recover()  # transactions a crash left half-ended get their markers
+        except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked
+            self.logs.close()
+            self.offsets.close()
+            self._data_dir_lock.release()
+            raise
         self.draining = False
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection

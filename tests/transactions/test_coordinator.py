@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.groups.offsets import CommittedOffset, OffsetStore
+from kbroker.storage.files import DamagedFileError
 from kbroker.transactions.coordinator import (
     MAX_EPOCH,
     ProducerIdAndEpoch,
@@ -312,3 +313,16 @@ def test_a_failed_journal_write_changes_nothing(world: World, monkeypatch: pytes
     assert c.add_partitions(TID, 101, 0, [("a", 0)]) == ErrorCode.NOT_COORDINATOR
     assert init(world).error == ErrorCode.NOT_COORDINATOR
     assert world.state() == before
+
+
+def test_a_torn_last_record_is_skipped_and_a_damaged_header_stops_start_up(world: World) -> None:
+    init(world)
+    world.coordinator.add_partitions(TID, 101, 0, [("a", 0)])
+    world.coordinator.close()
+    path = world.data_dir / "__transaction_state" / "transactions.journal"
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])  # the Ongoing record torn by a crash
+    assert world.start().get(TID) == TransactionMetadata(TID, 101, 0, TIMEOUT, last_update_ms=world.now)
+    path.write_bytes(b"garbage" + data)
+    with pytest.raises(DamagedFileError, match="transactions.journal"):
+        world.start()
