@@ -51,6 +51,7 @@ measured from its start on the wall clock. The journal is rewritten with the liv
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import logging
 import time
@@ -59,6 +60,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
+
+import trio
 
 from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.storage.files import StorageError
@@ -221,6 +224,9 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
         self._marker_retry_ms = 0  # wall time of the next retry of markers that failed
+        # Each id's timer (a timeout or an expiry) by wall time: a heap whose superseded entries are skipped.
+        self._timers: list[tuple[int, str]] = []
+        self._timer_at: dict[str, int] = {}
         self._backoff_until_ms = 0  # after a failed journal write, timers wait until then
         self.directory = data_dir / DIRECTORY
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -251,6 +257,8 @@ class TransactionCoordinator:
             self._records += 1
         if self.transactions:
             log.info("%s: %d transactional id(s) loaded", self.path, len(self.transactions))
+        for transactional_id, metadata in self.transactions.items():
+            self._set_timer(transactional_id, metadata)
 
     def recover(self) -> None:
         """Complete the transactions a crash left in PrepareCommit/PrepareAbort (their markers written again)."""
@@ -277,6 +285,7 @@ class TransactionCoordinator:
             self.transactions.pop(transactional_id, None)
         else:
             self.transactions[transactional_id] = metadata
+        self._set_timer(transactional_id, metadata)
         if self._records > _COMPACT_MIN_RECORDS and self._records > _COMPACT_FACTOR * len(self.transactions):
             self._try_compact()
 
@@ -717,9 +726,34 @@ class TransactionCoordinator:
             return metadata.last_update_ms + self.id_expiration_ms
         return None
 
+    def _set_timer(self, transactional_id: str, metadata: TransactionMetadata | None) -> None:
+        """Keep the id's timer in step with its state (a heap with stale entries skipped, not a scan of every id)."""
+        deadline = None if metadata is None else self._deadline_ms(metadata)
+        if deadline is None:
+            self._timer_at.pop(transactional_id, None)
+            return
+        if self._timer_at.get(transactional_id) == deadline:
+            return
+        self._timer_at[transactional_id] = deadline
+        heapq.heappush(self._timers, (deadline, transactional_id))
+        if len(self._timers) > 2 * len(self._timer_at) + 1000:  # mostly stale entries: rebuild
+            self._timers = [(at, tid) for tid, at in self._timer_at.items()]
+            heapq.heapify(self._timers)
+
+    def _earliest_timer(self) -> tuple[int, str] | None:
+        while self._timers:
+            deadline, transactional_id = self._timers[0]
+            if self._timer_at.get(transactional_id) == deadline:
+                return deadline, transactional_id
+            heapq.heappop(self._timers)  # superseded by a later transition
+        return None
+
     def next_deadline_ms(self) -> int | None:
         """The wall-clock time of the earliest timer: a transaction timeout, an id expiry, a marker retry."""
-        deadlines = [d for d in map(self._deadline_ms, self.transactions.values()) if d is not None]
+        deadlines = []
+        earliest = self._earliest_timer()
+        if earliest is not None:
+            deadlines.append(earliest[0])
         if self._pending_markers:
             deadlines.append(self._marker_retry_ms)
         if not deadlines:
@@ -745,31 +779,41 @@ class TransactionCoordinator:
                     self._pending_markers.pop(transactional_id, None)
                     continue
                 self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
-        for metadata in list(self.transactions.values()):
-            deadline = self._deadline_ms(metadata)
-            if deadline is None or deadline > now_ms or metadata.transactional_id in self._pending_markers:
+        while (earliest := self._earliest_timer()) is not None and earliest[0] <= now_ms:
+            transactional_id = earliest[1]
+            heapq.heappop(self._timers)
+            del self._timer_at[transactional_id]
+            metadata = self.transactions.get(transactional_id)
+            if metadata is None or transactional_id in self._pending_markers:
                 continue
             try:
                 if metadata.state is TxnState.ONGOING:
                     log.info(
                         "transactional id %r: transaction timed out after %d ms; aborting it",
-                        metadata.transactional_id,
+                        transactional_id,
                         metadata.timeout_ms,
                     )
                     self._fence_and_abort(metadata)
-                else:
-                    log.info("transactional id %r expired", metadata.transactional_id)
-                    self._persist(None, metadata.transactional_id)
+                elif metadata.state.is_idle:
+                    log.info("transactional id %r expired", transactional_id)
+                    self._persist(None, transactional_id)
             except TransactionLogError:  # logged; the timers wait a moment before trying again
+                self._set_timer(transactional_id, metadata)
                 self._backoff_until_ms = now_ms + int(MARKER_RETRY_SECONDS * 1000)
                 return
 
     def _wake(self, metadata: TransactionMetadata) -> None:
-        """A new transaction's timeout may be earlier than what the runtime waits for."""
-        if self._runtime is not None:
-            deadline = self._deadline_ms(metadata)
-            if deadline is not None:
-                self._runtime.wake()
+        """A new transaction's timeout may be earlier than what the runtime waits for: tell it (a comparison when
+        it plans to wake earlier anyway)."""
+        deadline = self._deadline_ms(metadata)
+        if self._runtime is None or deadline is None:
+            return
+        try:
+            runtime_now = trio.current_time()
+        except RuntimeError:  # not in trio (a test driving the coordinator by hand): look now
+            self._runtime.wake()
+            return
+        self._runtime.wake(at=runtime_now + max(0, deadline - self._now_ms()) / 1000)
 
     # --- views -----------------------------------------------------------------------------------------
 
