@@ -18,9 +18,15 @@ def test_commit_abort_commit(client: RemoteClient, reference: Reference, names) 
     commit_abort_commit(client, reference, names("txn"), names("group"), names("tid"))
 
 
-# What each client reports when the fenced zombie sends again: the broker answers its Produce with the old epoch
-# INVALID_PRODUCER_EPOCH, which kafka-python raises as is; librdkafka, aiokafka and Java call it fenced.
-ZOMBIE_ERROR = {"kafka-python-3": "INVALID_PRODUCER_EPOCH", "kafka-python-2": "INVALID_PRODUCER_EPOCH"}
+# What each client reports when the fenced zombie sends again. The broker answers its Produce with the old epoch
+# INVALID_PRODUCER_EPOCH: Java (an abortable InvalidProducerEpochException) and kafka-python raise that name;
+# librdkafka and aiokafka turn it into their fatal "fenced" error. Apache Kafka and kbroker give the same.
+ZOMBIE_ERROR = {
+    "kafka-python-3": "INVALID_PRODUCER_EPOCH",
+    "kafka-python-2": "INVALID_PRODUCER_EPOCH",
+    "java-3.9": "INVALID_PRODUCER_EPOCH",
+    "java-4.3": "INVALID_PRODUCER_EPOCH",
+}
 
 
 def test_zombie_producer_fenced(client: RemoteClient, client_spec: ClientSpec, reference: Reference, names) -> None:

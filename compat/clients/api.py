@@ -194,6 +194,15 @@ class Adapter:
     def txn_abort(self, handle: int) -> None:
         raise Unsupported("transactions")
 
+    def describe_producers(self, topic: str, partition: int) -> list[list[int]]:
+        """Admin describeProducers: [producer id, epoch, last sequence, ongoing transaction's first offset or
+        -1] per active producer of the partition, by producer id."""
+        raise Unsupported("describe producers")
+
+    def list_transactions(self) -> list[list[str]]:
+        """Admin listTransactions: [transactional id, state name] per transaction, by id."""
+        raise Unsupported("list transactions")
+
     # --- reading by position -------------------------------------------------------------------------------
     def read(
         self, topic: str, partition: int, offset: int, count: int, settings: dict[str, Json]

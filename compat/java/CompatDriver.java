@@ -34,8 +34,11 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.ProducerState;
+import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -134,6 +137,15 @@ public class CompatDriver {
                 case "producer_open": return producerOpen(Json.object(a.get("settings")));
                 case "producer_send": return producerSend(num(a, "handle").intValue(), str(a, "topic"), Json.list(a.get("records")));
                 case "producer_close": return producerClose(num(a, "handle").intValue());
+                case "txn_producer_open": return txnProducerOpen(str(a, "transactional_id"), Json.object(a.get("settings")));
+                case "txn_begin": return txn(a, p -> p.beginTransaction());
+                case "txn_send": return txnSend(num(a, "handle").intValue(), str(a, "topic"), Json.list(a.get("records")));
+                case "txn_send_offsets": return txnSendOffsets(num(a, "handle").intValue(), str(a, "group"), str(a, "topic"),
+                        Json.object(a.get("offsets")));
+                case "txn_commit": return txn(a, p -> p.commitTransaction());
+                case "txn_abort": return txn(a, p -> p.abortTransaction());
+                case "describe_producers": return describeProducers(str(a, "topic"), num(a, "partition").intValue());
+                case "list_transactions": return listTransactions();
                 case "read": return read(str(a, "topic"), num(a, "partition").intValue(), num(a, "offset").longValue(),
                         num(a, "count").intValue(), Json.object(a.get("settings")));
                 case "offsets_for_times": return offsetsForTimes(str(a, "topic"), Json.object(a.get("timestamps")));
@@ -251,6 +263,102 @@ public class CompatDriver {
         return null;
     }
 
+    // ------------------------------------------------------------------------------------ transactions
+
+    Object txnProducerOpen(String transactionalId, Map<String, Object> settings) throws ClientError {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        props.put("transactional.id", transactionalId);
+        if (settings.get("transaction_timeout_ms") != null) {
+            props.put("transaction.timeout.ms", settings.get("transaction_timeout_ms").toString());
+        }
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props);
+        try {
+            producer.initTransactions();
+        } catch (org.apache.kafka.common.KafkaException e) {
+            producer.close(Duration.ZERO);
+            throw txnError(e);
+        }
+        return keep(producer);
+    }
+
+    interface ProducerCall {
+        void run(KafkaProducer<byte[], byte[]> producer);
+    }
+
+    /** The error a transactional call failed with: the fencing or epoch error under a KafkaException wrapper. */
+    static ClientError txnError(Throwable e) {
+        Throwable cause = e;
+        while ((cause instanceof ExecutionException || Errors.forException(cause) == Errors.UNKNOWN_SERVER_ERROR)
+                && cause.getCause() != null && cause.getCause() != cause) {
+            cause = cause.getCause();
+        }
+        return clientError(cause);
+    }
+
+    @SuppressWarnings("unchecked")
+    KafkaProducer<byte[], byte[]> txnProducer(int handle) {
+        return (KafkaProducer<byte[], byte[]>) handles.get(handle);
+    }
+
+    Object txn(Map<String, Object> a, ProducerCall call) throws ClientError {
+        try {
+            call.run(txnProducer(num(a, "handle").intValue()));
+        } catch (org.apache.kafka.common.KafkaException e) {
+            throw txnError(e);
+        }
+        return null;
+    }
+
+    Object txnSend(int handle, String topic, List<Object> records) throws ClientError {
+        try {
+            return producerSend(handle, topic, records);
+        } catch (Exception e) {
+            throw txnError(e);
+        }
+    }
+
+    Object txnSendOffsets(int handle, String group, String topic, Map<String, Object> offsets) throws ClientError {
+        Map<TopicPartition, OffsetAndMetadata> positions = new HashMap<>();
+        for (Map.Entry<String, Object> e : offsets.entrySet()) {
+            positions.put(new TopicPartition(topic, Integer.parseInt(e.getKey())),
+                    new OffsetAndMetadata(((Number) e.getValue()).longValue()));
+        }
+        // The group's metadata as an application has it: from a consumer of the group (one that never joined
+        // sends generation -1 and no member id).
+        try (KafkaConsumer<byte[], byte[]> member = consumer(Map.of("group.id", group))) {
+            txnProducer(handle).sendOffsetsToTransaction(positions, member.groupMetadata());
+        } catch (org.apache.kafka.common.KafkaException e) {
+            throw txnError(e);
+        }
+        return null;
+    }
+
+    /** Admin describeProducers: the partition's producers as [producer id, epoch, last sequence, txn start]. */
+    Object describeProducers(String topic, int partition) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        List<Object> out = new ArrayList<>();
+        for (ProducerState state : admin().describeProducers(List.of(tp)).partitionResult(tp)
+                .get(TIMEOUT_S, TimeUnit.SECONDS).activeProducers()) {
+            out.add(List.of(state.producerId(), state.producerEpoch(), state.lastSequence(),
+                    state.currentTransactionStartOffset().isPresent() ? state.currentTransactionStartOffset().getAsLong() : -1));
+        }
+        out.sort((x, y) -> Long.compare((Long) ((List<?>) x).get(0), (Long) ((List<?>) y).get(0)));
+        return out;
+    }
+
+    /** Admin listTransactions: [transactional id, state] of every transaction the cluster knows, sorted. */
+    Object listTransactions() throws Exception {
+        List<Object> out = new ArrayList<>();
+        for (TransactionListing listing : admin().listTransactions().all().get(TIMEOUT_S, TimeUnit.SECONDS)) {
+            out.add(List.of(listing.transactionalId(), listing.state().toString()));
+        }
+        out.sort((x, y) -> ((String) ((List<?>) x).get(0)).compareTo((String) ((List<?>) y).get(0)));
+        return out;
+    }
+
     // ------------------------------------------------------------------------------ reading by position
 
     KafkaConsumer<byte[], byte[]> consumer(Map<String, Object> extra) {
@@ -271,6 +379,7 @@ public class CompatDriver {
         if (settings.get("max_partition_fetch_bytes") != null) {
             extra.put("max.partition.fetch.bytes", settings.get("max_partition_fetch_bytes"));
         }
+        if (settings.get("isolation_level") != null) extra.put("isolation.level", settings.get("isolation_level"));
         long timeoutMs = settings.get("timeout_ms") == null ? 15000 : ((Number) settings.get("timeout_ms")).longValue();
         try (KafkaConsumer<byte[], byte[]> consumer = consumer(extra)) {
             TopicPartition tp = new TopicPartition(topic, partition);
