@@ -89,6 +89,8 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (47, 0, 0, "group_offsets.handle_offset_delete"),
     (60, 0, 2, "cluster.handle_describe_cluster"),
     (61, 0, 0, "producers.handle_describe_producers"),
+    (65, 0, 0, "transaction_admin.handle_describe_transactions"),
+    (66, 0, 2, "transaction_admin.handle_list_transactions"),
     (68, 0, 1, "consumer_groups.handle_consumer_group_heartbeat"),
     (69, 0, 1, "consumer_groups.handle_consumer_group_describe"),
     (75, 0, 0, "cluster.handle_describe_topic_partitions"),

@@ -75,9 +75,12 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False
 ) -> list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]:
-    committed = ctx.groups.offsets.get(group_id)
+    """Each wanted partition's committed offset; with ``require_stable`` (KIP-447) a partition that an open
+    transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT and no offset, so the client retries."""
+    offsets = ctx.groups.offsets
+    committed = offsets.get(group_id)
     if wanted is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
@@ -87,7 +90,10 @@ def _fetch_group(
     for topic, partitions in wanted:
         rows = []
         for partition in partitions:
-            rows.append((partition, committed.get((topic, partition)), ErrorCode.NONE))
+            if require_stable and offsets.has_pending(group_id, topic, partition):
+                rows.append((partition, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            else:
+                rows.append((partition, committed.get((topic, partition)), ErrorCode.NONE))
         result.append((topic, rows))
     return result
 
@@ -121,7 +127,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
                         for p, c, code in rows
                     ],
                 )
-                for topic, rows in _fetch_group(ctx, group.group_id, wanted)
+                for topic, rows in _fetch_group(ctx, group.group_id, wanted, request.require_stable)
             ]
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
@@ -144,7 +150,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
                 for p, c, code in rows
             ],
         )
-        for topic, rows in _fetch_group(ctx, request.group_id, wanted)
+        for topic, rows in _fetch_group(ctx, request.group_id, wanted, version >= 7 and request.require_stable)
     ]
     return OffsetFetchResponse(throttle_time_ms=0, topics=legacy_topics, error_code=ErrorCode.NONE)
 

@@ -69,8 +69,6 @@ EXPECTED_GAPS: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {
     "DescribeQuorum": ((0, 2), None),
     "UpdateFeatures": ((0, 2), None),
     "UnregisterBroker": ((0, 0), None),
-    "DescribeTransactions": ((0, 0), None),
-    "ListTransactions": ((0, 2), None),
     "ListConfigResources": ((0, 1), None),
     "ShareGroupHeartbeat": ((1, 1), None),
     "ShareGroupDescribe": ((1, 1), None),
