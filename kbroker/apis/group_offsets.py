@@ -88,7 +88,7 @@ def _fetch_group(
         wanted = list(by_topic.items())
     result = []
     for topic, partitions in wanted:
-        rows = []
+        rows: list[tuple[int, CommittedOffset | None, ErrorCode]] = []
         for partition in partitions:
             if require_stable and offsets.has_pending(group_id, topic, partition):
                 rows.append((partition, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
