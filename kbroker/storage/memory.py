@@ -26,11 +26,12 @@ from kbroker.storage.partition import (
     AppendResult,
     LogConfig,
     OffsetOutOfRange,
+    admit_batch,
+    producer_answer,
     wall_clock_ms,
 )
 from kbroker.storage.producer_state import ProducerStateTable, ProducerView
 from kbroker.storage.txn_index import AbortedTransactions, AbortedTxn, read_marker
-from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import BatchHeader, assign_offsets, build_control_batch, decode_records
@@ -245,26 +246,13 @@ class MemoryPartitionLog:
         """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
-        if header is None:
-            try:
-                window = None if timestamp_type_log_append else self.config.timestamp_window(now_ms)
-                header = validate_batch(batch, self.config.max_message_bytes, timestamps=window)
-            except RecordValidationError as exc:
-                return AppendResult(exc.code, exc.message, record_errors=tuple(exc.record_errors))
-            except KafkaError as exc:
-                return AppendResult(exc.code, exc.message)
-        if header.size != len(batch):
-            return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
-        if header.producer_id >= 0:
-            check = self.producers.check(header)
-            if check.error_code != ErrorCode.NONE:
-                return AppendResult(check.error_code, check.error_message)
-            if check.duplicate_of is not None:
-                return AppendResult(
-                    base_offset=check.duplicate_of.first_offset,
-                    log_append_time_ms=-1,
-                    log_start_offset=self.log_start_offset,
-                )
+        admitted = admit_batch(batch, header, self.config, now_ms, timestamp_type_log_append)
+        if isinstance(admitted, AppendResult):
+            return admitted
+        header = admitted
+        answer = producer_answer(self.producers, header, self.log_start_offset)
+        if answer is not None:
+            return answer
         self._maybe_roll(len(batch), now_ms)
         base_offset = self.log_end_offset
         if not self._epochs or self._epochs[-1][0] != self._leader_epoch:  # first batch of this epoch

@@ -230,6 +230,44 @@ def _read_log_start_offset(path: Path) -> int:
     return read_log_start_offset(path)  # a checked file; the legacy decimal text is read and rewritten
 
 
+def admit_batch(
+    batch: bytearray | memoryview,
+    header: BatchHeader | None,
+    config: LogConfig,
+    now_ms: int,
+    log_append_time: bool,
+) -> BatchHeader | AppendResult:
+    """The header of a batch either engine may append, or its refusal: a batch given without a header goes
+    through the validator (kbroker/storage/validation.py) with the topic's limits; one with a header was
+    validated by the caller, and only the framing is checked."""
+    if header is None:
+        try:
+            window = None if log_append_time else config.timestamp_window(now_ms)
+            header = validate_batch(batch, config.max_message_bytes, timestamps=window)
+        except RecordValidationError as exc:
+            return AppendResult(exc.code, exc.message, record_errors=tuple(exc.record_errors))
+        except KafkaError as exc:
+            return AppendResult(exc.code, exc.message)
+    if header.size != len(batch):
+        return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+    return header
+
+
+def producer_answer(producers: ProducerStateTable, header: BatchHeader, log_start_offset: int) -> AppendResult | None:
+    """The idempotent producer checks (kbroker/storage/producer_state.py) for a batch: None to append it, else the
+    answer without appending: an error, or a retried batch's first offsets."""
+    if header.producer_id < 0:
+        return None
+    check = producers.check(header)
+    if check.error_code != ErrorCode.NONE:
+        return AppendResult(check.error_code, check.error_message)
+    if check.duplicate_of is not None:
+        return AppendResult(
+            base_offset=check.duplicate_of.first_offset, log_append_time_ms=-1, log_start_offset=log_start_offset
+        )
+    return None
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -605,28 +643,15 @@ class PartitionLog:
         """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
-        if header is None:
-            try:
-                window = None if timestamp_type_log_append else self.config.timestamp_window(now_ms)
-                header = validate_batch(batch, self.config.max_message_bytes, timestamps=window)
-            except RecordValidationError as exc:
-                return AppendResult(exc.code, exc.message, record_errors=tuple(exc.record_errors))
-            except KafkaError as exc:
-                return AppendResult(exc.code, exc.message)
-        if header.size != len(batch):
-            return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+        admitted = admit_batch(batch, header, self.config, now_ms, timestamp_type_log_append)
+        if isinstance(admitted, AppendResult):
+            return admitted
+        header = admitted
         if self.health.offline:
             return self.health.storage_error(self.topic, self.partition)
-        if header.producer_id >= 0:
-            check = self.producers.check(header)
-            if check.error_code != ErrorCode.NONE:
-                return AppendResult(check.error_code, check.error_message)
-            if check.duplicate_of is not None:
-                return AppendResult(
-                    base_offset=check.duplicate_of.first_offset,
-                    log_append_time_ms=-1,
-                    log_start_offset=self.log_start_offset,
-                )
+        answer = producer_answer(self.producers, header, self.log_start_offset)
+        if answer is not None:
+            return answer
         base_offset = self.log_end_offset
         append_time = now_ms if timestamp_type_log_append else None
         epoch = self.leader_epoch
