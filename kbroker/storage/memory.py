@@ -27,6 +27,7 @@ from kbroker.storage.partition import (
     LogConfig,
     OffsetOutOfRange,
     admit_batch,
+    first_matching_record,
     producer_answer,
     wall_clock_ms,
 )
@@ -34,7 +35,7 @@ from kbroker.storage.producer_state import ProducerStateTable, ProducerView
 from kbroker.storage.txn_index import AbortedTransactions, AbortedTxn, read_marker
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
-from protocol.records import BatchHeader, assign_offsets, build_control_batch, decode_records
+from protocol.records import BatchHeader, assign_offsets, build_control_batch
 
 log = logging.getLogger("kbroker.storage")
 
@@ -462,19 +463,8 @@ class MemoryPartitionLog:
         self, segment: MemorySegment, index: int, match: Callable[[int], bool]
     ) -> tuple[int, int] | None:
         header = segment.headers[index]
-        if header.is_log_append_time:
-            return max(header.base_offset, self.log_start_offset), header.max_timestamp
-        try:
-            records = decode_records(segment.batches[index])
-        except DecodeError as exc:
-            log.warning("%s-%d: cannot decode batch at %d: %s", self.topic, self.partition, header.base_offset, exc)
-            return header.base_offset, header.max_timestamp
-        for record in records:
-            ts = header.base_timestamp + record.timestamp_delta
-            offset = header.base_offset + record.offset_delta
-            if match(ts) and offset >= self.log_start_offset:
-                return offset, ts
-        return None
+        where = f"{self.topic}-{self.partition}"
+        return first_matching_record(header, segment.batches[index], self.log_start_offset, match, where)
 
     # --- deleting ---
 

@@ -268,6 +268,31 @@ def producer_answer(producers: ProducerStateTable, header: BatchHeader, log_star
     return None
 
 
+def first_matching_record(
+    header: BatchHeader, batch: bytes | None, log_start_offset: int, match: Callable[[int], bool], where: str
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of ``batch`` at or above the log start whose timestamp ``match``es.
+
+    A LogAppendTime batch has one timestamp for all its records, so its records need not be read (``batch`` may
+    be None); a batch that cannot be decoded answers its own first offset and max timestamp, as a best effort.
+    """
+    if header.is_log_append_time:
+        return max(header.base_offset, log_start_offset), header.max_timestamp
+    if batch is None:
+        return None
+    try:
+        records = decode_records(batch)
+    except DecodeError as exc:
+        log.warning("%s: cannot decode batch at %d: %s", where, header.base_offset, exc)
+        return header.base_offset, header.max_timestamp
+    for record in records:
+        timestamp = header.base_timestamp + record.timestamp_delta
+        offset = header.base_offset + record.offset_delta
+        if match(timestamp) and offset >= log_start_offset:
+            return offset, timestamp
+    return None
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -912,23 +937,11 @@ class PartitionLog:
             return None
         return self._record_at_timestamp(best, header, lambda ts: ts == target)
 
-    def _record_at_timestamp(self, segment: Segment, header: BatchHeader, match) -> tuple[int, int] | None:  # noqa: ANN001
-        if header.is_log_append_time:
-            return max(header.base_offset, self.log_start_offset), header.max_timestamp
-        batch = segment.batch_at(header.base_offset)
-        if batch is None:
-            return None
-        try:
-            records = decode_records(batch)
-        except DecodeError as exc:
-            log.warning("%s-%d: cannot decode batch at %d: %s", self.topic, self.partition, header.base_offset, exc)
-            return header.base_offset, header.max_timestamp
-        for record in records:
-            ts = header.base_timestamp + record.timestamp_delta
-            offset = header.base_offset + record.offset_delta
-            if match(ts) and offset >= self.log_start_offset:
-                return offset, ts
-        return None
+    def _record_at_timestamp(
+        self, segment: Segment, header: BatchHeader, match: Callable[[int], bool]
+    ) -> tuple[int, int] | None:
+        batch = None if header.is_log_append_time else segment.batch_at(header.base_offset)
+        return first_matching_record(header, batch, self.log_start_offset, match, f"{self.topic}-{self.partition}")
 
     # --- deleting ------------------------------------------------------------------------------------
 
