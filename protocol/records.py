@@ -368,8 +368,8 @@ def walk_records(body: bytes | memoryview, count: int, *, check_offsets: bool = 
 
 def _fast_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> RecordsWalk | None:
     """The walk for records whose length and timestamp delta are one- or two-byte varints (a delta of 0 to
-    8191 ms) and, with ``check_offsets``, whose offset delta is its index up to 8191; None where the careful
-    walk must decide (and for a batch whose offset deltas are out of order, which the careful walk confirms)."""
+    8191 ms) and, with ``check_offsets``, whose offset delta is its index (up to 1,048,575); None where the
+    careful walk must decide (and for a batch whose offset deltas are out of order, which it confirms)."""
     pos = 0
     max_timestamp_zigzag = 0
     min_timestamp_zigzag = 0x4000  # above any two-byte varint: the first record sets it
@@ -408,10 +408,14 @@ def _fast_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> Rec
             if expected < 0x80:
                 if body[offset_at] != expected:
                     return None
-            elif (
-                expected >= 0x4000
+            elif expected < 0x4000:
+                if body[offset_at] != (expected & 0x7F) | 0x80 or body[offset_at + 1] != expected >> 7:
+                    return None
+            elif (  # three bytes: a batch of up to 1,048,575 records (a 1 MB batch of small records has ~10,000)
+                expected >= 0x200000
                 or body[offset_at] != (expected & 0x7F) | 0x80
-                or body[offset_at + 1] != expected >> 7
+                or body[offset_at + 1] != ((expected >> 7) & 0x7F) | 0x80
+                or body[offset_at + 2] != expected >> 14
             ):
                 return None
         pos = record_end

@@ -160,3 +160,12 @@ def test_recovery_is_not_stricter_than_storage_needs() -> None:
         ErrorCode.INVALID_RECORD,
         "Inconsistent batch offset range [0, 2] and count of records 1",
     )
+
+
+def test_three_byte_offset_deltas_stay_on_the_fast_walk_and_out_of_order_ones_are_seen() -> None:
+    records = [Record(offset_delta=i, value=b"v") for i in range(20_000)]
+    body = b"".join(encode_record(r) for r in records)
+    assert walk_records(body, 20_000) == RecordsWalk(0, True, 0)
+    records[17_000].offset_delta = 17_001  # a three-byte delta that is not its index
+    body = b"".join(encode_record(r) for r in records)
+    assert walk_records(body, 20_000) == RecordsWalk(0, False, 0)
