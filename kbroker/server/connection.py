@@ -428,13 +428,19 @@ def _is_disconnect(exc: BaseException) -> bool:
     return isinstance(exc, _DISCONNECTS)
 
 
+HANDLER_LOAD_DELAY_S = 1.0
+
+
 async def load_handlers() -> None:
     """Import every handler and its message classes soon after start-up, one API at a time between requests.
 
     They are imported on first use so that the broker is ready sooner (kbroker/apis/__init__.py), but a
     broker that has run out of descriptors could not open their source files: the first Metadata request
     after the limit was reached would fail, and a request whose codec is not loaded could not be decoded.
+    It waits a moment first, so that the clients' first requests (which load their own handlers) are not
+    kept waiting behind it: the broker answers its first Metadata as soon as before.
     """
+    await trio.sleep(HANDLER_LOAD_DELAY_S)
     for api_key, handler in HANDLERS.items():
         handler.handle  # noqa: B018 - the property imports the handler's module
         APIS[api_key].request_type()

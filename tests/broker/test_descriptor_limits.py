@@ -23,7 +23,7 @@ import trio
 import trio.testing
 
 from kbroker.server import connection as connection_module
-from kbroker.server.connection import ListenerInfo, accept_loop
+from kbroker.server.connection import HANDLER_LOAD_DELAY_S, ListenerInfo, accept_loop
 from kbroker.server.limits import accept_failure_message, open_file_limit
 from kbroker.wire_client import WireClient
 from protocol.messages.create_topics_request import CreateTopicsRequest
@@ -164,6 +164,9 @@ def test_out_of_descriptors_existing_connections_keep_working_and_accepting_resu
     process, address, stderr = _start(tmp_path, soft=48, hard=48)
     host, port = address.split(":")
     extra: list[socket.socket] = []
+    # The broker loads every handler a moment after start-up (kbroker.server.connection.load_handlers): one that
+    # runs out of descriptors later in its life has them all. Exhaust them only after that.
+    time.sleep(HANDLER_LOAD_DELAY_S + 0.5)
     try:
         with WireClient(address) as client:
             topic = CreateTopicsRequest.CreatableTopic(name="kept", num_partitions=1, replication_factor=1)
