@@ -4,7 +4,9 @@
   check the CRC (what the broker does per produce);
 - encode a Fetch response carrying 1 MiB of record batches;
 - the header-only path (split batches, read headers, assign offsets) for the same total size in batches
-  of 10 and of 10,000 records: its cost must not depend on the record count.
+  of 10 and of 10,000 records: its cost must not depend on the record count;
+- the validator every produced batch passes (kbroker/storage/validation.py: Kafka's LogValidator checks,
+  which walk every record): its cost grows with the record count, and a compressed batch is decompressed.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from protocol.records import Record, assign_offsets, build_batch, iter_batches, 
 MIB = 1024 * 1024
 
 
-def make_batch(records: int, total_bytes: int) -> bytes:
+LZ4 = 3
+
+
+def make_batch(records: int, total_bytes: int, codec: int = 0) -> bytes:
     value = b"v" * max(total_bytes // records - 20, 1)
     return build_batch(
-        [Record(offset_delta=i, timestamp_delta=0, key=None, value=value, headers=[]) for i in range(records)]
+        [Record(offset_delta=i, timestamp_delta=0, key=None, value=value, headers=[]) for i in range(records)],
+        compression_type=codec,
     )
 
 
@@ -90,6 +96,20 @@ def main() -> None:
                 offset += header.records_count
 
         rows.append((f"header-only path, 1 MiB in batches of {count:,} records", header_path, len(blob)))
+
+    # What a produce costs on top of that: Kafka's LogValidator checks, which walk every record (issue #15).
+    from kbroker.storage.validation import validate_batch
+
+    for count, codec in ((10, 0), (10_000, 0), (10_000, LZ4)):
+        batches = [make_batch(count, 64 * 1024, codec) for _ in range(16)]
+        size = sum(len(b) for b in batches) if not codec else 16 * 64 * 1024  # uncompressed payload for lz4
+
+        def validate(batches: list[bytes] = batches) -> None:
+            for batch in batches:
+                validate_batch(bytearray(batch), 1 << 30)
+
+        label = f"validate_batch, 1 MiB in batches of {count:,} records" + (" (lz4)" if codec else "")
+        rows.append((label, validate, size))
 
     print(f"{'operation':<58} {'median µs':>10} {'min µs':>10} {'MB/s':>8}")
     for name, fn, size in rows:
