@@ -311,3 +311,84 @@ def _consumer_group_describe(request: Any, version: int, code: ErrorCode, messag
 def _describe_topic_partitions(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
     r = _response(75)
     return r(topics=[r.DescribeTopicPartitionsResponseTopic(error_code=code, name=t.name) for t in request.topics])
+
+
+@_builder(23)
+def _offset_for_leader_epoch(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(23)
+    return r(
+        topics=[
+            r.OffsetForLeaderTopicResult(
+                topic=topic.topic,
+                partitions=[
+                    r.EpochEndOffset(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+@_builder(24)
+def _add_partitions_to_txn(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(24)
+    if version >= 4:  # batched transactions (KIP-890): the top-level code says it
+        return r(error_code=code, results_by_transaction=[])
+    return r(
+        results_by_topic_v3_and_below=[
+            r.AddPartitionsToTxnTopicResult(
+                name=topic.name,
+                results_by_partition=[
+                    r.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=code)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.v3_and_below_topics
+        ]
+    )
+
+
+@_builder(28)
+def _txn_offset_commit(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(28)
+    return r(
+        topics=[
+            r.TxnOffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    r.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+@_builder(61)
+def _describe_producers(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(61)
+    return r(
+        topics=[
+            r.TopicResponse(
+                name=topic.name,
+                partitions=[
+                    r.PartitionResponse(partition_index=p, error_code=code, error_message=message, active_producers=[])
+                    for p in topic.partition_indexes
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+@_builder(65)
+def _describe_transactions(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(65)
+    return r(
+        transaction_states=[
+            r.TransactionState(error_code=code, transactional_id=tid, transaction_state="", topics=[])
+            for tid in request.transactional_ids
+        ]
+    )
