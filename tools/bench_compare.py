@@ -52,6 +52,13 @@ Scenarios (--only takes a comma-separated list of these names):
   own connections), spread over 2 processes, blocks of 100 records going round-robin over the clients.
 - volume: produce --volume-mb of 1 KB records (2 processes, acks=1), the broker's RSS after it, then consume
   it all back; broker CPU seconds per GB moved in each direction.
+- transactions: transactional producers (KIP-98: a transactional.id each, so acks=all and idempotent) of 1 KB
+  records in transactions of 1,000 records (begin, 1,000 produce() calls, commit_transaction, which flushes),
+  1 and 2 producer processes, to a 2-partition topic (blocks of 100 records round-robin, so every transaction
+  writes to both); records/s, MB/s and committed transactions/s from the first begin_transaction() to the last
+  commit. Then a read_committed consumer (isolation.level, the librdkafka
+  default, set explicitly) reads the 1-producer topic back, commit markers and all, timed as in consume. A broker
+  without transactions (Tansu) records the failure as the scenario's result.
 For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads) per GB of
 payload moved are recorded too, with user and sys separately. The peak RSS (VmHWM) is read before each stop.
 Produce and consume runs also record the client processes' CPU seconds per GB (client_cpu_s_per_gb, every
@@ -66,6 +73,7 @@ targets of issues #6 and #13. Not a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -101,7 +109,19 @@ from protocol.messages.metadata_request import MetadataRequest  # noqa: E402
 CLIENT = "client (no broker)"  # the column of the client's ceiling, measured without a broker
 NULL_BROKER = "null broker"  # the column of the same client against tools/null_broker.py
 BROKERS = ("kbroker", "tansu", "kafka")  # the brokers the benchmark spawns itself
-SCENARIOS = ("startup", "ceiling", "produce", "consume", "latency", "group", "partitions", "connections", "volume")
+SCENARIOS = (
+    "startup",
+    "ceiling",
+    "produce",
+    "consume",
+    "latency",
+    "group",
+    "partitions",
+    "connections",
+    "volume",
+    "transactions",
+)
+TRANSACTION_RECORDS = 1_000  # records per transaction in the transactions scenario
 TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
 MB = 1_000_000
 GB = 1_000_000_000
@@ -150,6 +170,7 @@ class Plan:
     connection_counts: tuple[int, ...] = (10, 200)
     connection_records: int = 200_000
     volume_mb: int = 1_000
+    transaction_records: int = 200_000
     scenario_timeout_s: float = 240.0
 
     @classmethod
@@ -168,6 +189,7 @@ class Plan:
             partition_records=30_000,
             connection_records=30_000,
             volume_mb=100,
+            transaction_records=20_000,
             scenario_timeout_s=120.0,
         )
 
@@ -674,6 +696,39 @@ def produce_all(producers: list[Any], topic: str, payloads: list[bytes], count: 
             producers[(i // 10_000) % clients].poll(0)
 
 
+def transactional_produce_worker(
+    bootstrap: str, topic: str, count: int, size: int, transactional_id: str, barrier: Any, out: Any
+) -> None:
+    """Produce `count` records in transactions of TRANSACTION_RECORDS through one transactional producer; report
+    as produce_worker does, (start, end, undelivered, failed, first error, cpu), with start at the first
+    begin_transaction() and end when the last commit_transaction() (which flushes) returned."""
+
+    def run() -> tuple[float, float, int, int, str, float]:
+        from confluent_kafka import Producer
+
+        failed: list[str] = []
+
+        def on_failure(error: Any, message: Any) -> None:
+            failed.append(str(error))
+
+        settings = {**PRODUCER_CONFIG, "bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+        producer = Producer({**settings, "on_delivery": on_failure})
+        producer.init_transactions(60)  # before the clock: finding the coordinator, InitProducerId
+        payloads = make_payloads(size)
+        barrier.wait(120)
+        start = time.monotonic()
+        cpu_before = sum(os.times()[:2])
+        for first in range(0, count, TRANSACTION_RECORDS):
+            producer.begin_transaction()
+            # Blocks of RECORDS_PER_BLOCK round-robin over both partitions: each transaction writes to both.
+            produce_all([producer], topic, payloads, min(TRANSACTION_RECORDS, count - first), 2)
+            producer.commit_transaction(120)
+        end = time.monotonic()
+        return start, end, len(producer), len(failed), failed[0] if failed else "", sum(os.times()[:2]) - cpu_before
+
+    _report(out, run, barrier)
+
+
 def take_batch(consumer: Any, timeout: float, limit: int = 10_000) -> tuple[int, int]:
     """One consume() call: (records, payload bytes), counted with C-level map(): a Python loop over each
     message would make 100 B rates measure the interpreter (about 1M messages/s) rather than the broker.
@@ -686,8 +741,11 @@ def take_batch(consumer: Any, timeout: float, limit: int = 10_000) -> tuple[int,
     return len(batch), sum(map(len, map(Message.value, batch)))
 
 
-def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, barrier: Any, out: Any) -> None:
-    """Read every partition from the beginning until `expected` records arrived.
+def consume_worker(
+    bootstrap: str, topic: str, partitions: int, expected: int, barrier: Any, out: Any, isolation: str | None = None
+) -> None:
+    """Read every partition from the beginning until `expected` records arrived (with `isolation`, that
+    isolation.level; otherwise librdkafka's default, read_committed).
 
     Reports (start, first, end, records, bytes, cpu): the consumer's first answer takes about 0.6 s of client
     start-up whatever the broker (metadata, offsets, the first fetch), so the rate is taken from the first batch
@@ -696,7 +754,9 @@ def consume_worker(bootstrap: str, topic: str, partitions: int, expected: int, b
     def run() -> tuple[float, float, float, int, int, float]:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG})
+        isolation_level = {"isolation.level": isolation} if isolation else {}
+        config = {"group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG, **isolation_level}
+        consumer = Consumer({"bootstrap.servers": bootstrap, **config})
         barrier.wait(120)
         start = time.monotonic()
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -1094,11 +1154,19 @@ class Session:
         ]
         producers_elapsed(run_clients(targets, self.plan.scenario_timeout_s))
 
-    def consume(self, prefix: str, topic: str, partitions: int, records: int, size: int) -> None:
+    def consume(
+        self,
+        prefix: str,
+        topic: str,
+        partitions: int,
+        records: int,
+        size: int,
+        worker: Callable[..., None] = consume_worker,
+    ) -> None:
         moved = [records * size]
         with self.measured(prefix, lambda: moved[0]):
             [(start, first, end, timed_records, timed_bytes, client_cpu)] = run_clients(
-                [(consume_worker, (self.broker.bootstrap, topic, partitions, records))], self.plan.scenario_timeout_s
+                [(worker, (self.broker.bootstrap, topic, partitions, records))], self.plan.scenario_timeout_s
             )
         self.record(f"{prefix}.first_record_s", first - start)
         self.record(f"{prefix}.client_cpu_s_per_gb", client_cpu / (timed_bytes / GB))
@@ -1327,6 +1395,51 @@ def scenario_volume(s: Session) -> None:
     s.subcase("volume", "volume", one)
 
 
+def scenario_transactions(s: Session) -> None:
+    size, records = 1000, s.plan.transaction_records
+    committed_topic: list[str] = []  # the 1-producer topic, read back by the read_committed consumer
+    for processes in (1, 2):
+        prefix = f"transactions.{size_label(size)}.txn={TRANSACTION_RECORDS}.{processes}p"
+
+        def one(prefix: str = prefix, processes: int = processes) -> None:
+            topic = s.topic("transactions")
+            s.create_topic(topic, 2)
+            share = records // processes
+            targets = [
+                (transactional_produce_worker, (s.broker.bootstrap, topic, share, size, f"bench-{uuid.uuid4()}"))
+                for _ in range(processes)
+            ]
+            try:
+                with s.measured(prefix, lambda: share * processes * size):
+                    results = run_clients(targets, s.plan.scenario_timeout_s)
+                    elapsed = producers_elapsed(results)
+                total = share * processes
+                s.record(f"{prefix}.rec_s", total / elapsed)
+                s.record(f"{prefix}.mb_s", total * size / MB / elapsed)
+                s.record(f"{prefix}.txn_s", total / TRANSACTION_RECORDS / elapsed)
+                s.record(f"{prefix}.client_cpu_s_per_gb", sum(r[5] for r in results) / (total * size / GB))
+                # Every record, and a commit marker per transaction in each of the 2 partitions.
+                s.check_stored(topic, 2, total + 2 * (total // TRANSACTION_RECORDS), prefix)
+            except BaseException:
+                s.delete_topic(topic)
+                raise
+            if processes == 1:
+                committed_topic.append(topic)
+            else:
+                s.delete_topic(topic)
+
+        s.subcase("transactions", prefix, one)
+    if not committed_topic:
+        return
+    topic = committed_topic[0]
+    prefix = f"transactions.read_committed.{size_label(size)}"
+    reader = functools.partial(consume_worker, isolation="read_committed")
+    try:
+        s.subcase("transactions", prefix, lambda: s.consume(prefix, topic, 2, records, size, reader))
+    finally:
+        s.delete_topic(topic)
+
+
 SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "produce": scenario_produce,
     "consume": scenario_consume,
@@ -1335,6 +1448,7 @@ SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "partitions": scenario_partitions,
     "connections": scenario_connections,
     "volume": scenario_volume,
+    "transactions": scenario_transactions,
 }
 
 
