@@ -39,3 +39,13 @@ def test_abandoned_transaction_aborted_after_its_timeout(
 ) -> None:
     doomed = new_member()
     abandoned_transaction_times_out(doomed, client, reference, names("abandoned"), names("tid"), doomed.crash)
+
+
+def test_describe_producers_after_transactions(client: RemoteClient, reference: Reference, names) -> None:
+    """Admin describeProducers after commit, abort, commit: Java 3.9 (transaction version 1) keeps epoch 0 and
+    its sequence runs on (24); 4.3 (version 2) has its epoch bumped by each EndTxn and no batch at epoch 3."""
+    topic = names("txn")
+    commit_abort_commit(client, reference, topic, names("group"), names("tid"))
+    [[producer_id, *state]] = client.describe_producers(topic=topic, partition=0)
+    assert producer_id >= 0
+    assert state == ([0, 24, -1] if client.version.startswith("3.") else [3, -1, -1])
