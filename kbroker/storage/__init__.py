@@ -20,6 +20,7 @@ def __getattr__(name: str) -> object:
         return getattr(memory, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "AnyLogStore",
     "AppendResult",

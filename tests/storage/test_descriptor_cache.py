@@ -18,6 +18,7 @@ from kbroker.storage import LogConfig, PartitionLog
 from kbroker.storage.descriptors import MIN_CAPACITY, ClosedSegmentError, DescriptorCache, default_capacity
 from kbroker.storage.segment import FileRegion, Segment
 from protocol.records import BatchHeader, Record, assign_offsets, build_batch, decode_records, iter_batches
+from tests.storage.threads import run_in_thread
 
 T0 = 1_700_000_000_000
 
@@ -160,25 +161,11 @@ def blocked_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[BlockedFsync]:
     blocker.release.set()
 
 
-def in_thread(target: object) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def guarded() -> None:
-        try:
-            target()  # type: ignore[operator]
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=guarded)
-    thread.start()
-    return thread, errors
-
-
 def test_a_descriptor_an_fsync_is_using_is_not_evicted(tmp_path: Path, blocked_fsync: BlockedFsync) -> None:
     cache = DescriptorCache(1)
     busy, _ = segment_with(cache, tmp_path / "busy", 0, b"b")
     busy_fd = busy._fd
-    thread, errors = in_thread(busy.fsync)
+    thread, errors = run_in_thread(busy.fsync)
     assert blocked_fsync.entered.wait(10)
     other, _ = segment_with(cache, tmp_path / "other", 0, b"o")  # the cache is full, and its only entry busy
     assert busy._fd == busy_fd and is_open(busy_fd)
@@ -199,7 +186,7 @@ def test_an_evicted_dirty_segment_still_owes_its_fsync(tmp_path: Path, blocked_f
     assert dirty.dirty
     other, _ = segment_with(cache, tmp_path / "other", 0, b"o")
     assert dirty._fd == -1 and dirty.dirty  # closed, the fsync still owed
-    thread, errors = in_thread(dirty.fsync)  # a flush in a worker: the file is opened for it
+    thread, errors = run_in_thread(dirty.fsync)  # a flush in a worker: the file is opened for it
     assert blocked_fsync.entered.wait(10)
     assert dirty._fd == -1 and cache.order() == [other]  # the flush's descriptor is its own, not the cache's
     blocked_fsync.release.set()
@@ -208,7 +195,7 @@ def test_an_evicted_dirty_segment_still_owes_its_fsync(tmp_path: Path, blocked_f
     assert not dirty.dirty
     assert dirty.log_path.read_bytes() == dirty_bytes
     blocked_fsync.synced.clear()
-    thread, errors = in_thread(dirty.fsync)  # clean and evicted: nothing to open, nothing to sync
+    thread, errors = run_in_thread(dirty.fsync)  # clean and evicted: nothing to open, nothing to sync
     thread.join(10)
     assert errors == [] and blocked_fsync.synced == []
     for segment in (dirty, other):
@@ -306,7 +293,7 @@ def test_segments_made_off_the_owner_thread_hold_no_descriptor(tmp_path: Path) -
         built.append(PartitionLog("t", 1, tmp_path / "t-1", LogConfig(), clean=True, descriptors=cache))
         read_in_worker.extend(values_of(built[0]))
 
-    thread, errors = in_thread(build)
+    thread, errors = run_in_thread(build)
     thread.join(30)
     assert errors == [] and read_in_worker == [(0, b"one"), (1, b"two")]
     existing, new = built[0], built[1]
@@ -345,7 +332,7 @@ def test_flushes_in_a_thread_racing_evictions_lose_nothing(tmp_path: Path, monke
             for plog in logs:
                 plog.flush()
 
-    thread, errors = in_thread(flush_forever)
+    thread, errors = run_in_thread(flush_forever)
     try:
         for i in range(300):
             plog = logs[(i * 7) % 5]

@@ -12,6 +12,7 @@ import pytest
 from kbroker.storage import LogConfig, PartitionLog
 from kbroker.storage.segment import Segment
 from protocol.records import BatchHeader, Record, assign_offsets, build_batch
+from tests.storage.threads import run_in_thread
 
 T0 = 1_700_000_000_000
 
@@ -56,20 +57,6 @@ def blocked_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[BlockedFsync]:
     monkeypatch.setattr(os, "fsync", blocker)
     yield blocker
     blocker.release.set()
-
-
-def run_in_thread(target: object) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def guarded() -> None:
-        try:
-            target()  # type: ignore[operator]
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=guarded)
-    thread.start()
-    return thread, errors
 
 
 def test_bytes_written_during_an_fsync_stay_dirty(tmp_path: Path, blocked_fsync: BlockedFsync) -> None:
