@@ -183,7 +183,7 @@ _TRANSACTION_TIMERS = (
 )
 _MIN_ISR = (
     "a single broker keeps one replica of each partition, so acks=all could never be acknowledged by more; "
-    "replication is issue #15"
+    "replication across brokers is not built"
 )
 
 CONFIG_DEFS: list[ConfigDef] = [
