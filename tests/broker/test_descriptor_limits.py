@@ -9,12 +9,11 @@ import errno
 import logging
 import re
 import resource
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
+from tests.broker.limited_broker import start, stop
 
 ACCEPT_FAILED = "listener PLAINTEXT cannot accept connections: Too many open files"
 
@@ -123,33 +123,6 @@ def test_the_other_resource_errors_name_what_ran_out() -> None:
 # --- a real broker under a low descriptor limit -------------------------------------------------------------
 
 
-def _start(tmp_path: Path, soft: int, hard: int) -> tuple[subprocess.Popen[str], str, Path]:
-    ready, stderr = tmp_path / "ready", tmp_path / "stderr"
-    command = [sys.executable, "-m", "kbroker", "serve", "--data-dir", str(tmp_path / "data")]
-    command += ["--ready-file", str(ready), "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
-
-    def limit() -> None:  # in the child, before kbroker starts
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-    process = subprocess.Popen(command, stderr=stderr.open("w"), text=True, preexec_fn=limit)
-    _until(lambda: ready.exists() and bool(ready.read_text().strip()), "the broker is ready", process)
-    return process, ready.read_text().strip(), stderr
-
-
-def _until(condition: Callable[[], bool], what: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert process.poll() is None, f"the broker exited while waiting for: {what}"
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.02)
-
-
-def _stop(process: subprocess.Popen[str], stderr: Path) -> str:
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=30)
-    return stderr.read_text()
-
-
 def _produce(client: WireClient, value: bytes) -> tuple[int, int]:
     batch = build_batch([Record(offset_delta=0, key=None, value=value)])
     data = [ProduceRequest.PartitionProduceData(index=0, records=batch)]
@@ -161,7 +134,7 @@ def _produce(client: WireClient, value: bytes) -> tuple[int, int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts descriptors in /proc (Linux only)")
 def test_out_of_descriptors_existing_connections_keep_working_and_accepting_resumes(tmp_path: Path) -> None:
-    process, address, stderr = _start(tmp_path, soft=48, hard=48)
+    process, address, stderr = start(tmp_path, soft=48, hard=48)
     host, port = address.split(":")
     extra: list[socket.socket] = []
     # The broker loads every handler a moment after start-up (kbroker.server.connection.load_handlers): one that
@@ -192,7 +165,7 @@ def test_out_of_descriptors_existing_connections_keep_working_and_accepting_resu
     finally:
         for sock in extra:
             sock.close()
-        log = _stop(process, stderr)
+        log = stop(process, stderr)
     assert process.returncode == 0, log
     assert log.count(ACCEPT_FAILED) == 1, log
     attempts = re.search(r"listener PLAINTEXT accepts connections again \(after (\d+) failed attempts\)", log)
@@ -204,12 +177,12 @@ def test_out_of_descriptors_existing_connections_keep_working_and_accepting_resu
 def test_kbroker_serve_runs_with_the_hard_open_file_limit(tmp_path: Path) -> None:
     _, hard_now = resource.getrlimit(resource.RLIMIT_NOFILE)
     hard = 4096 if hard_now == resource.RLIM_INFINITY else min(hard_now, 4096)
-    process, _, stderr = _start(tmp_path, soft=256, hard=hard)
+    process, _, stderr = start(tmp_path, soft=256, hard=hard)
     try:
         limits = Path(f"/proc/{process.pid}/limits").read_text()
         assert re.search(rf"^Max open files\s+{hard}\s+{hard}\s+files", limits, re.MULTILINE), limits
     finally:
-        log = _stop(process, stderr)
+        log = stop(process, stderr)
     assert process.returncode == 0, log
 
 

@@ -6,12 +6,7 @@ the limit); and after a clean restart under the same limit every record is read 
 
 from __future__ import annotations
 
-import resource
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +18,7 @@ from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch, decode_records, iter_batches
+from tests.broker.limited_broker import start, stop
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="counts the broker's open files in /proc (Linux only)"
@@ -31,34 +27,6 @@ pytestmark = pytest.mark.skipif(
 LIMIT = 256
 PARTITIONS = 1000
 TOPIC = "many"
-
-
-def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], str, Path]:
-    ready, stderr = tmp_path / "ready", tmp_path / "stderr"
-    ready.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "kbroker", "serve", "--data-dir", str(tmp_path / "data")]
-    command += ["--ready-file", str(ready), "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
-
-    def limit() -> None:  # in the child, before kbroker starts: the hard limit too, so it cannot be raised
-        resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
-
-    process = subprocess.Popen(command, stderr=stderr.open("a"), text=True, preexec_fn=limit)
-    _until(lambda: ready.exists() and bool(ready.read_text().strip()), "the broker is ready", process)
-    return process, ready.read_text().strip(), stderr
-
-
-def _until(condition: Callable[[], bool], what: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert process.poll() is None, f"the broker exited while waiting for: {what}"
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.02)
-
-
-def _stop(process: subprocess.Popen[str], stderr: Path) -> str:
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=60)
-    return stderr.read_text()
 
 
 def _value(partition: int, round_: int) -> bytes:
@@ -113,7 +81,7 @@ def _open_segment_files(pid: int) -> int:
 
 
 def test_a_thousand_partitions_under_a_limit_of_256_open_files(tmp_path: Path) -> None:
-    process, address, stderr = _start(tmp_path)
+    process, address, stderr = start(tmp_path, LIMIT, LIMIT)
     expected = {p: [(0, _value(p, 0)), (1, _value(p, 1))] for p in range(PARTITIONS)}
     try:
         with WireClient(address) as client:
@@ -150,16 +118,18 @@ def test_a_thousand_partitions_under_a_limit_of_256_open_files(tmp_path: Path) -
                     other.close()
             assert _fetch_all(client) == expected
     finally:
-        log = _stop(process, stderr)
+        log = stop(process, stderr)
     assert process.returncode == 0, log
     assert "Traceback" not in log and "Too many open files" not in log, log
 
-    process, address, stderr = _start(tmp_path)  # the same limit; every partition opened again on first read
+    process, address, stderr = start(
+        tmp_path, LIMIT, LIMIT
+    )  # the same limit; every partition opened again on first read
     try:
         with WireClient(address) as client:
             assert _fetch_all(client) == expected
             assert _open_segment_files(process.pid) <= LIMIT // 2
     finally:
-        log = _stop(process, stderr)
+        log = stop(process, stderr)
     assert process.returncode == 0, log
     assert "Traceback" not in log and "Too many open files" not in log, log
