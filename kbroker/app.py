@@ -4,7 +4,7 @@ broker through ``run``.
 
 Start-up: the listeners are bound, the Broker (storage, offsets, group coordinators) is built on the data
 directory, then the services are started one by one with ``nursery.start`` in a fixed order (retention, flush,
-the coordinators' timers, offset expiry, then the server accepting connections);
+the coordinators' timers, offset expiry, the log cleaner, then the server accepting connections);
 each reports ``started`` once it runs. Shutdown is in one place: ``App.drain`` stops accepting, lets every open
 connection answer what it already received and close, waits for that up to a deadline, then ``App.stop``
 cancels every service at once.

@@ -106,6 +106,16 @@ def list_of(*options: str, empty: bool = True) -> Callable[[str], str]:
     return parse
 
 
+def parse_positive_double(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise ConfigError(f"{text!r} must be above 0")
+    return value
+
+
 def parse_cleanup_policy(text: str) -> str:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -166,11 +176,6 @@ _SINGLE_NODE = "no meaning on a single node"
 _NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection, there are no thread pools to size"
 _NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
 _KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
-_COMPACTION = "log compaction is not implemented yet (issue #17): the setting is kept and reported but not applied"
-_COMPACT_POLICY = (
-    "log compaction is not implemented yet (issue #17): a compacted topic keeps every record "
-    "(compact,delete: retention still deletes old segments)"
-)
 _RECOMPRESSION = "kbroker stores batches as the producer sent them (re-compression is not implemented)"
 _TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
 _TRANSACTION_JOURNAL = (
@@ -274,6 +279,59 @@ CONFIG_DEFS: list[ConfigDef] = [
         dynamic=True,
     ),
     ConfigDef("log.retention.check.interval.ms", "LONG", "300000", Int(1, LONG_MAX), "How often retention runs.", B),
+    ConfigDef("log.cleaner.enable", "BOOLEAN", "true", parse_bool, "Run the log cleaner (compaction).", B),
+    ConfigDef(
+        "log.cleaner.backoff.ms", "LONG", "15000", Int(0, LONG_MAX), "Sleep of the cleaner when nothing is dirty.", B
+    ),
+    ConfigDef(
+        "log.cleaner.dedupe.buffer.size",
+        "LONG",
+        "134217728",
+        Int(1 << 20, LONG_MAX),
+        "Memory for the cleaner's key map (kbroker keeps 1 key per 128 bytes of it, Kafka 1 per 24).",
+        B,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.cleaner.io.buffer.load.factor",
+        "DOUBLE",
+        "0.9",
+        parse_ratio,
+        "Share of the dedupe buffer the key map may fill.",
+        B,
+    ),
+    ConfigDef(
+        "log.cleaner.io.max.bytes.per.second",
+        "DOUBLE",
+        "1.7976931348623157E308",
+        parse_positive_double,
+        "Cleaner I/O (read plus written) per second.",
+        B,
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.cleaner.io.buffer.size",
+        "INT",
+        "524288",
+        Int(0, INT_MAX),
+        "Cleaner read and write buffers.",
+        B,
+        WARNED,
+        "kbroker's cleaner reads segments 1 MiB at a time whatever this says",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "log.cleaner.threads",
+        "INT",
+        "1",
+        Int(0, INT_MAX),
+        "Cleaner threads.",
+        B,
+        WARNED,
+        "kbroker cleans one partition at a time, in one worker thread",
+        when=lambda value: value != 1,
+        dynamic=True,
+    ),
     ConfigDef(
         "log.flush.offset.checkpoint.interval.ms",
         "INT",
@@ -351,9 +409,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         parse_cleanup_policy,
         "Retention policy of topics.",
         B,
-        WARNED,
-        _COMPACT_POLICY,
-        when=lambda value: "compact" in value,
         synonym="cleanup.policy",
         dynamic=True,
     ),
@@ -788,7 +843,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         null_default=True,
         described=False,
     ),
-    # --- broker-level synonyms of topic keys kbroker does not apply (not described on the broker) ---
+    # --- the log cleaner's topic defaults ---
     ConfigDef(
         "log.cleaner.delete.retention.ms",
         "LONG",
@@ -796,11 +851,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(0, LONG_MAX),
         "Default of delete.retention.ms.",
         B,
-        WARNED,
-        _COMPACTION,
         synonym="delete.retention.ms",
         dynamic=True,
-        described=False,
     ),
     ConfigDef(
         "log.cleaner.max.compaction.lag.ms",
@@ -809,11 +861,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(1, LONG_MAX),
         "Default of max.compaction.lag.ms.",
         B,
-        WARNED,
-        _COMPACTION,
         synonym="max.compaction.lag.ms",
         dynamic=True,
-        described=False,
     ),
     ConfigDef(
         "log.cleaner.min.compaction.lag.ms",
@@ -822,11 +871,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(0, LONG_MAX),
         "Default of min.compaction.lag.ms.",
         B,
-        WARNED,
-        _COMPACTION,
         synonym="min.compaction.lag.ms",
         dynamic=True,
-        described=False,
     ),
     ConfigDef(
         "log.cleaner.min.cleanable.ratio",
@@ -835,12 +881,10 @@ CONFIG_DEFS: list[ConfigDef] = [
         parse_ratio,
         "Default of min.cleanable.dirty.ratio.",
         B,
-        WARNED,
-        _COMPACTION,
         synonym="min.cleanable.dirty.ratio",
         dynamic=True,
-        described=False,
     ),
+    # --- broker-level synonyms of topic keys kbroker does not apply (not described on the broker) ---
     ConfigDef(
         "log.segment.delete.delay.ms",
         "LONG",
@@ -962,9 +1006,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         parse_cleanup_policy,
         "delete (drop old segments), compact (keep the last record per key), or both.",
         T,
-        WARNED,
-        _COMPACT_POLICY,
-        when=lambda value: "compact" in value,
         synonym="log.cleanup.policy",
         dynamic=True,
     ),
@@ -975,8 +1016,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(0, LONG_MAX),
         "How long delete markers stay in a compacted topic.",
         T,
-        WARNED,
-        _COMPACTION,
         synonym="log.cleaner.delete.retention.ms",
         dynamic=True,
     ),
@@ -1075,8 +1114,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(1, LONG_MAX),
         "Longest time a record stays uncompacted.",
         T,
-        WARNED,
-        _COMPACTION,
         synonym="log.cleaner.max.compaction.lag.ms",
         dynamic=True,
     ),
@@ -1127,8 +1164,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         parse_ratio,
         "Share of uncompacted log that triggers compaction.",
         T,
-        WARNED,
-        _COMPACTION,
         synonym="log.cleaner.min.cleanable.ratio",
         dynamic=True,
     ),
@@ -1139,8 +1174,6 @@ CONFIG_DEFS: list[ConfigDef] = [
         Int(0, LONG_MAX),
         "Shortest time a record stays uncompacted.",
         T,
-        WARNED,
-        _COMPACTION,
         synonym="log.cleaner.min.compaction.lag.ms",
         dynamic=True,
     ),

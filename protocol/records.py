@@ -487,6 +487,89 @@ def _careful_walk(body: bytes | memoryview, count: int, check_offsets: bool) -> 
     return RecordsWalk(max_timestamp_delta, in_order, min_timestamp_delta if count else 0)
 
 
+class RawRecord(NamedTuple):
+    """One record of a batch as the log cleaner sees it: where its bytes are and what decides whether it stays."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    has_value: bool
+    start: int  # the record's first byte (its length varint) in the batch's records
+    body_start: int  # its attributes byte, just after the length
+    delta_end: int  # just after its offset delta: key, value and headers follow
+    end: int
+
+
+def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord]:
+    """The ``count`` records of ``body`` (decompressed records of one batch) with their keys, reading no further
+    into each record than its value's length. DecodeError if the records do not fit their lengths."""
+    end = len(body)
+    pos = 0
+    for _ in range(count):
+        start = pos
+        length, pos = _read_varint(body, pos, end)
+        if length < 3 or pos + length > end:
+            raise DecodeError(f"record length {length} is invalid here")
+        body_start = pos
+        record_end = pos + length
+        timestamp_delta, at = _read_varint(body, pos + 1, record_end)
+        offset_delta, at = _read_varint(body, at, record_end)
+        delta_end = at
+        key, at = _read_sized(body, at, record_end)
+        value_length, at = _read_varint(body, at, record_end)
+        yield RawRecord(offset_delta, timestamp_delta, key, value_length >= 0, start, body_start, delta_end, record_end)
+        pos = record_end
+    if pos != end:
+        raise DecodeError(f"{end - pos} bytes after the last record")
+
+
+def record_with_timestamp_delta(body: bytes | memoryview, record: RawRecord, timestamp_delta: int) -> bytes:
+    """The record's bytes with another timestamp delta (its base timestamp changed), the rest as it was."""
+    inner = bytearray()
+    inner.append(body[record.body_start])  # attributes
+    _write_varint(inner, timestamp_delta)
+    _write_varint(inner, record.offset_delta)
+    inner += body[record.delta_end : record.end]
+    out = bytearray()
+    _write_varint(out, len(inner))
+    return bytes(out + inner)
+
+
+def rebuild_batch(
+    like: BatchHeader,
+    records: bytes,
+    records_count: int,
+    *,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+) -> bytes:
+    """A batch with ``like``'s offsets, producer fields and leader epoch holding other (encoded, compressed as
+    ``attributes`` say) records: the log cleaner's rewrite, which keeps a batch's offset range and sequence
+    numbers whatever records it drops."""
+    batch = bytearray(HEADER_SIZE)
+    HEADER.pack_into(
+        batch,
+        0,
+        like.base_offset,
+        HEADER_SIZE - LOG_OVERHEAD + len(records),
+        like.partition_leader_epoch,
+        2,
+        0,
+        attributes,
+        like.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        like.producer_id,
+        like.producer_epoch,
+        like.base_sequence,
+        records_count,
+    )
+    batch += records
+    _UINT32.pack_into(batch, 17, compute_crc(batch))
+    return bytes(batch)
+
+
 def set_max_timestamp(batch: bytearray | memoryview, max_timestamp: int, *, log_append_time: bool) -> None:
     """Rewrite a batch's max timestamp and timestamp type in place and recompute its CRC (Kafka's setMaxTimestamp)."""
     (attributes,) = _INT16.unpack_from(batch, _ATTRIBUTES_AT)

@@ -442,6 +442,21 @@ class LogManager:
                     result.append(plog)
         return result
 
+    def compacted_partitions(self) -> list[PartitionLog]:
+        """Every partition of the topics whose cleanup.policy includes compact (opened if need be)."""
+        result = []
+        for info in list(self._topics.values()):
+            if not self.log_config(info).compacted:
+                continue
+            for index in range(info.partitions):
+                try:
+                    plog = self.get_partition(info.name, index)
+                except KafkaError:  # damaged: logged by get_partition, left alone by maintenance
+                    continue
+                if plog is not None:
+                    result.append(plog)
+        return result
+
     def apply_retention(self, now_ms: int) -> list[Segment]:
         deleted: list[Segment] = []
         for plog in self.all_partitions():

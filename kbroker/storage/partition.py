@@ -160,6 +160,14 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     index_interval_bytes: int = 4096
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
 
     @classmethod
     def from_topic_configs(cls, configs: dict[str, str]) -> LogConfig:
@@ -180,6 +188,10 @@ class LogConfig:
             flush_ms=number("flush.ms", base.flush_ms),
             index_interval_bytes=number("index.interval.bytes", base.index_interval_bytes),
             cleanup_policy=configs.get("cleanup.policy", base.cleanup_policy),
+            delete_retention_ms=number("delete.retention.ms", base.delete_retention_ms),
+            min_compaction_lag_ms=number("min.compaction.lag.ms", base.min_compaction_lag_ms),
+            max_compaction_lag_ms=number("max.compaction.lag.ms", base.max_compaction_lag_ms),
+            min_cleanable_dirty_ratio=float(configs.get("min.cleanable.dirty.ratio", base.min_cleanable_dirty_ratio)),
         )
 
     def timestamp_window(self, now_ms: int) -> TimestampWindow | None:
@@ -723,7 +735,10 @@ class PartitionLog:
         if active.size == 0:
             return
         too_big = active.size + incoming > self.config.segment_bytes
-        too_old = now - active.created_ms >= self.config.segment_ms
+        segment_ms = self.config.segment_ms
+        if self.config.compacted:  # as Kafka: a record must leave the active segment within max.compaction.lag.ms
+            segment_ms = min(segment_ms, self.config.max_compaction_lag_ms)
+        too_old = now - active.created_ms >= segment_ms
         if too_big or too_old:
             self.roll(now)
 
@@ -1057,7 +1072,14 @@ class PartitionLog:
             self.descriptors,
         )
 
-    def swap_segments(self, replaced: list[Segment], replacements: list[Segment]) -> None:
+    def swap_segments(
+        self,
+        replaced: list[Segment],
+        replacements: list[Segment],
+        *,
+        prepared: bool = False,
+        aborted: list[AbortedTxn] | None = None,
+    ) -> None:
         """Put ``replacements`` (from new_cleaned_segment) in place of the contiguous sealed ``replaced``.
 
         The replacements hold the same offsets (or a subset: compaction drops records) and the first starts
@@ -1069,12 +1091,23 @@ class PartitionLog:
         A crash before the commit leaves the old segments (open deletes ``.cleaned`` and ``.swap``), after
         it the new ones (open completes 3 and 4). Regions already taken from a replaced segment keep
         reading its old bytes: they hold their own descriptors.
+
+        Recovery after the commit deletes the replaced segments whose base offsets lie within the replacements'
+        offsets; a replaced segment wholly after them (the cleaner removed every record it held) may survive a
+        crash there, which leaves a valid log, only less compacted, until the next cleaning.
+
+        ``prepared``: step 1 was done by the caller (the log cleaner, in its worker thread), the replacements
+        made with a descriptor cache of their own, which they leave for the log's here. ``aborted``: the
+        aborted transaction index entries with markers in the replaced offsets once swapped (the cleaner drops
+        those whose markers it removed); their ``.txnindex.cleaned`` files, if any, were written by the caller
+        and are renamed with the segments. Without it the entries stay as they were.
         """
         self._check_swap(replaced, replacements)
-        for segment in replacements:
-            if not segment.fsync():
-                raise StorageError(f"cannot fsync {segment.log_path} before swapping it in")
-            segment.write_indexes()
+        if not prepared:
+            for segment in replacements:
+                if not segment.fsync():
+                    raise StorageError(f"cannot fsync {segment.log_path} before swapping it in")
+                segment.write_indexes()
         fsync_directory(self.directory)
         for segment in replacements:
             segment.rename_suffix(SWAP_SUFFIX)
@@ -1088,6 +1121,11 @@ class PartitionLog:
         first = self.segments.index(replaced[0])
         self.segments[first : first + len(replaced)] = replacements
         self._bases = [s.base_offset for s in self.segments]
+        if prepared:
+            for segment in replacements:
+                segment.adopt(self.descriptors)
+        if aborted is not None:
+            self.aborted.replace_range(replaced[0].base_offset, replaced[-1].next_offset, aborted)
         self._rewrite_txn_index_files(replaced, replacements)
         log.info(
             "%s-%d: swapped %d segment(s) at offset %d for %d",
@@ -1138,9 +1176,6 @@ class PartitionLog:
             previous_end = segment.next_offset
         if previous_end > replaced[-1].next_offset:
             raise refuse("the replacements hold offsets beyond the replaced segments")
-        if replaced[-1].base_offset >= previous_end:
-            # Recovery finds the replaced segments by base offset within the replacements' offsets.
-            raise refuse("the last replaced segment must share offsets with the replacements")
 
     def apply_retention(self, now: int) -> list[Segment]:
         """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""

@@ -27,6 +27,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ _TIME_ENTRY = struct.Struct(">qi")
 _SCAN_CHUNK = 1 << 20  # recovery and index rebuilds read everything
 _LOOKUP_CHUNK = 16 << 10  # lookups near an index entry read a few headers
 NO_TIMESTAMP = -1
-SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex")
+SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _MISSING = "missing"  # _load_index_files: no index files (a segment never sealed, or files removed)
 
 
@@ -159,6 +160,8 @@ class Segment:
         self.log_path = self.directory / (name + ".log" + suffix)
         self.index_path = self.directory / (name + ".index" + suffix)
         self.time_index_path = self.directory / (name + ".timeindex" + suffix)
+        # Written by the partition (txn_index.py), not here; listed so that swaps rename it with the segment.
+        self.txn_index_path = self.directory / (name + ".txnindex" + suffix)
 
     @property
     def dirty(self) -> bool:
@@ -528,6 +531,11 @@ class Segment:
         self._bytes_since_index += header.size
         self.next_offset = header.next_offset
 
+    @property
+    def first_batch_timestamp(self) -> int:
+        """The max timestamp of the segment's first batch (its first time index entry), or NO_TIMESTAMP."""
+        return int(self._time_timestamps[0]) if self._time_timestamps else NO_TIMESTAMP
+
     # --- reading ----------------------------------------------------------------------------------------
 
     def position_of(self, offset: int) -> int:
@@ -714,17 +722,41 @@ class Segment:
         is only an index to rebuild.
         """
         with self._fd_lock:  # an fsync opening an evicted segment's file sees the paths as they are on disk
-            old = (self.log_path, self.index_path, self.time_index_path)
+            old = self._paths()
             self._set_paths(suffix)
-            for source, target in zip(old, (self.log_path, self.index_path, self.time_index_path), strict=True):
+            for source, target in zip(old, self._paths(), strict=True):
                 if source.exists():
                     fs.replace(source, target)
             self.suffix = suffix
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        for path in self._paths():
             fs.unlink_if_exists(path)
+
+    def _paths(self) -> tuple[Path, Path, Path, Path]:
+        return (self.log_path, self.index_path, self.time_index_path, self.txn_index_path)
+
+    @contextmanager
+    def reader(self) -> Iterator[int]:
+        """A descriptor of the caller's own for reading the log file from any thread, closed on exit (the log
+        cleaner reads sealed segments in a worker thread); ClosedSegmentError if the segment is closed."""
+        fd = self._open_transient()
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def adopt(self, descriptors: DescriptorCache) -> None:
+        """Move a segment made with a descriptor cache of its own (the log cleaner writes replacements in a
+        worker thread) to ``descriptors``, the broker's, on that cache's thread: its descriptor is closed now
+        and reopened through the broker's cache on first use."""
+        self._descriptors.forget(self)
+        with self._fd_lock:
+            if self._fsyncs_running == 0:
+                self._close_descriptor()
+        self._descriptors = descriptors
+        self._touch = descriptors.touch
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path.name}, offsets {self.base_offset}..{self.next_offset - 1}, {self.size} B)"
