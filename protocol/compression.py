@@ -4,6 +4,11 @@ Decompression is bounded: output goes into a buffer that grows geometrically up 
 cramjam stops with an error the moment a buffer is full, so a small hostile batch cannot make us allocate
 more than the limit. Snappy comes in two shapes: the xerial framing the Java client writes (a magic
 header then length-prefixed raw blocks) and plain raw snappy; both are read, xerial is written.
+
+LZ4 is written as a frame of independent 64 KB blocks: Kafka's Java reader (Lz4BlockInputStream) refuses a
+frame whose blocks are linked ("Dependent block stream is unsupported"), which is cramjam's one-shot default.
+Levels are the libraries' own (zlib 1-9, LZ4F where below 2 is the fast compressor and 2-12 LZ4HC, zstd's);
+kbroker/storage/recompress.py maps Kafka's compression.*.level onto them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ _MIN_BUFFER = 64 * 1024
 class _StreamCodec(Protocol):
     """What is used here of a cramjam codec module (gzip, lz4 and zstd have the same functions)."""
 
-    def compress(self, data: bytes) -> cramjam.Buffer: ...
+    def compress(self, data: bytes, level: int | None = None) -> cramjam.Buffer: ...
 
     def decompress_into(self, input: bytes, output: bytearray) -> int: ...
 
@@ -45,15 +50,25 @@ class _StreamCodec(Protocol):
 _STREAM_CODECS: dict[int, _StreamCodec] = {Codec.GZIP: cramjam.gzip, Codec.LZ4: cramjam.lz4, Codec.ZSTD: cramjam.zstd}
 
 
-def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """``data`` compressed with ``codec``; ``level`` is the library's (None: its default; snappy has none)."""
     if codec == Codec.NONE:
         return bytes(data)
     if codec == Codec.SNAPPY:
         return _xerial_compress(data)
+    if codec == Codec.LZ4:
+        return _lz4_frame(data, level)
     module = _STREAM_CODECS.get(codec)
     if module is None:
         raise ValueError(f"unknown compression codec {codec}")
-    return bytes(module.compress(bytes(data)))
+    return bytes(module.compress(bytes(data), level=level))
+
+
+def _lz4_frame(data: bytes | bytearray | memoryview, level: int | None) -> bytes:
+    """An LZ4 frame every Kafka client reads: independent blocks (block checksums, which Kafka's reader checks)."""
+    compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+    compressor.compress(bytes(data))
+    return bytes(compressor.finish())
 
 
 def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int) -> bytes:
