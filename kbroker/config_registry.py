@@ -176,7 +176,6 @@ _SINGLE_NODE = "no meaning on a single node"
 _NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection, there are no thread pools to size"
 _NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
 _KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
-_RECOMPRESSION = "kbroker stores batches as the producer sent them (re-compression is not implemented)"
 _TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
 _TRANSACTION_JOURNAL = (
     "no meaning for kbroker: transaction state is kept in kbroker's own journal "
@@ -429,11 +428,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "STRING",
         "producer",
         choice(*CODECS),
-        "Codec of stored batches; producer keeps what the producer sent.",
+        "Codec of stored batches; producer keeps what the producer sent, another codec is applied on append.",
         BOTH,
-        WARNED,
-        _RECOMPRESSION,
-        when=lambda value: value != "producer",
         dynamic=True,
     ),
     ConfigDef("socket.request.max.bytes", "INT", "104857600", Int(1, INT_MAX), "Largest request frame accepted.", B),
@@ -967,10 +963,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "-1",
         Int(1, 9, -1),
-        "gzip level when the broker compresses (kbroker stores batches as sent).",
+        "gzip level when the broker compresses (compression.type=gzip); -1 is zlib's default, 6.",
         BOTH,
-        WARNED,
-        _RECOMPRESSION,
         dynamic=True,
         described=False,
     ),
@@ -979,10 +973,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "9",
         Int(1, 17),
-        "lz4 level when the broker compresses (kbroker stores batches as sent).",
+        "lz4 level when the broker compresses (compression.type=lz4): 9 the fast compressor, others LZ4HC.",
         BOTH,
-        WARNED,
-        _RECOMPRESSION,
         dynamic=True,
         described=False,
     ),
@@ -991,10 +983,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "3",
         Int(-131072, 22),
-        "zstd level when the broker compresses (kbroker stores batches as sent).",
+        "zstd level when the broker compresses (compression.type=zstd).",
         BOTH,
-        WARNED,
-        _RECOMPRESSION,
         dynamic=True,
         described=False,
     ),

@@ -118,7 +118,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 continue
             try:
                 header = validate_batch(
-                    records, plog.config.max_message_bytes, timestamps=plog.config.timestamp_window(now_ms)
+                    records,
+                    plog.config.max_message_bytes,
+                    timestamps=plog.config.timestamp_window(now_ms),
+                    target_codec=plog.config.compression.codec,
                 )
             except RecordValidationError as exc:
                 results.append(_error(part.index, exc.code, exc.message, exc.record_errors))

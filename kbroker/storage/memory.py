@@ -29,6 +29,7 @@ from kbroker.storage.partition import (
     admit_batch,
     first_matching_record,
     producer_answer,
+    stored_form,
     wall_clock_ms,
 )
 from kbroker.storage.producer_state import ProducerStateTable, ProducerView
@@ -254,6 +255,11 @@ class MemoryPartitionLog:
         answer = producer_answer(self.producers, header, self.log_start_offset)
         if answer is not None:
             return answer
+        if self.config.compression.codec is not None:  # compression.type=producer (the default) skips this
+            form = stored_form(batch, header, self.config)
+            if isinstance(form, AppendResult):
+                return form
+            batch, header = form
         self._maybe_roll(len(batch), now_ms)
         base_offset = self.log_end_offset
         if not self._epochs or self._epochs[-1][0] != self._leader_epoch:  # first batch of this epoch

@@ -51,6 +51,7 @@ from kbroker.storage.files import (
 )
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, ProducerView, snapshot_offsets
+from kbroker.storage.recompress import TopicCompression, rebuild_batch
 from kbroker.storage.segment import (
     NO_TIMESTAMP,
     SEGMENT_FILE_SUFFIXES,
@@ -160,6 +161,7 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     index_interval_bytes: int = 4096
     cleanup_policy: str = "delete"
+    compression: TopicCompression = TopicCompression()  # compression.type and its levels
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
@@ -188,6 +190,7 @@ class LogConfig:
             flush_ms=number("flush.ms", base.flush_ms),
             index_interval_bytes=number("index.interval.bytes", base.index_interval_bytes),
             cleanup_policy=configs.get("cleanup.policy", base.cleanup_policy),
+            compression=TopicCompression.from_topic_configs(configs),
             delete_retention_ms=number("delete.retention.ms", base.delete_retention_ms),
             min_compaction_lag_ms=number("min.compaction.lag.ms", base.min_compaction_lag_ms),
             max_compaction_lag_ms=number("max.compaction.lag.ms", base.max_compaction_lag_ms),
@@ -255,7 +258,9 @@ def admit_batch(
     if header is None:
         try:
             window = None if log_append_time else config.timestamp_window(now_ms)
-            header = validate_batch(batch, config.max_message_bytes, timestamps=window)
+            header = validate_batch(
+                batch, config.max_message_bytes, timestamps=window, target_codec=config.compression.codec
+            )
         except RecordValidationError as exc:
             return AppendResult(exc.code, exc.message, record_errors=tuple(exc.record_errors))
         except KafkaError as exc:
@@ -263,6 +268,19 @@ def admit_batch(
     if header.size != len(batch):
         return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
     return header
+
+
+def stored_form(
+    batch: bytearray | memoryview, header: BatchHeader, config: LogConfig
+) -> tuple[bytearray | memoryview, BatchHeader] | AppendResult:
+    """The batch as the log keeps it: rebuilt in the topic's codec when compression.type asks for another one
+    (kbroker/storage/recompress.py), else the batch itself; or the refusal of a rebuilt batch."""
+    if not config.compression.rebuilds(header):
+        return batch, header
+    try:
+        return rebuild_batch(batch, header, config.compression, config.max_message_bytes)
+    except KafkaError as exc:
+        return AppendResult(exc.code, exc.message)
 
 
 def producer_answer(producers: ProducerStateTable, header: BatchHeader, log_start_offset: int) -> AppendResult | None:
@@ -689,6 +707,11 @@ class PartitionLog:
         answer = producer_answer(self.producers, header, self.log_start_offset)
         if answer is not None:
             return answer
+        if self.config.compression.codec is not None:  # compression.type=producer (the default) skips this
+            form = stored_form(batch, header, self.config)
+            if isinstance(form, AppendResult):
+                return form
+            batch, header = form
         base_offset = self.log_end_offset
         append_time = now_ms if timestamp_type_log_append else None
         epoch = self.leader_epoch

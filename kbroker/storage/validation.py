@@ -16,6 +16,10 @@ the text in its log, not in the Produce response; kbroker sends it as the partit
    smallest and largest timestamps, and only a batch that falls outside is decoded to name its records;
 5. the max timestamp, which Kafka does not trust but recomputes from the records (and a client's
    LogAppendTime bit, which it clears): the batch is corrected in place and its CRC recomputed.
+
+A batch the topic's compression.type will rebuild in another codec (``target_codec``, see
+kbroker/storage/recompress.py) gets the same checks but for two: Kafka rebuilds it whatever its inner offset
+deltas, and the rebuild sets the max timestamp, so it is not corrected here.
 """
 
 from __future__ import annotations
@@ -70,13 +74,16 @@ def validate_batch(
     *,
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
     timestamps: TimestampWindow | None = None,
+    target_codec: int | None = None,
 ) -> BatchHeader:
     """The header of ``records`` if it is exactly one well-formed batch a client may write; KafkaError otherwise.
 
     A produce request carries exactly one batch (magic 2) per partition, as Kafka requires. A batch whose max
     timestamp (or timestamp type) disagrees with its records is corrected in place, so ``records`` must be
     writable for such a batch (a read-only one is refused); the header returned describes the corrected batch.
-    With ``timestamps`` (a CreateTime topic) every record's timestamp must be in the window.
+    With ``timestamps`` (a CreateTime topic) every record's timestamp must be in the window. ``target_codec``
+    is the codec the topic stores (None: compression.type=producer); a batch in another codec is left for the
+    log to rebuild, unchanged here.
     """
     size = len(records)
     if size < HEADER_SIZE:
@@ -103,7 +110,8 @@ def validate_batch(
         # Kafka fails on CompressionType.forId with an IllegalArgumentException: UNKNOWN_SERVER_ERROR.
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unknown compression type id: {header.compression}")
     _check_header(header)
-    walk = _walk(records, header, max_decompressed)
+    rebuilt = target_codec is not None and target_codec != header.compression
+    walk = _walk(records, header, max_decompressed, rebuilt)
     if timestamps is not None and not header.is_log_append_time:
         earliest, latest = (
             header.base_timestamp + walk.min_timestamp_delta,
@@ -111,6 +119,8 @@ def validate_batch(
         )
         if earliest < timestamps.earliest or latest > timestamps.latest:
             _check_each_timestamp(records, header, timestamps, max_decompressed)
+    if rebuilt:
+        return header
     return _settle_max_timestamp(records, header, walk.max_timestamp_delta)
 
 
@@ -158,7 +168,9 @@ def _check_header(header: BatchHeader) -> None:
         )
 
 
-def _walk(records: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed: int) -> RecordsWalk:
+def _walk(
+    records: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed: int, rebuilt: bool
+) -> RecordsWalk:
     body: bytes | memoryview = memoryview(records)[HEADER_SIZE : header.size]
     if header.compression:
         try:
@@ -169,9 +181,10 @@ def _walk(records: bytes | bytearray | memoryview, header: BatchHeader, max_deco
         walk = walk_records(body, header.records_count, check_offsets=bool(header.compression))
     except DecodeError as exc:
         raise KafkaError(ErrorCode.INVALID_RECORD, str(exc)) from None
-    if header.compression and not walk.offset_deltas_in_order:
-        # Kafka must rebuild such a batch with fresh inner offsets; 4.3 fails doing it (the records it read
-        # for validation skipped their keys), so it answers UNKNOWN_SERVER_ERROR. kbroker refuses it the same.
+    if header.compression and not walk.offset_deltas_in_order and not rebuilt:
+        # Kafka must rebuild such a batch with fresh inner offsets; 4.3 fails doing it when the codec stays (the
+        # records it read for validation skipped their keys), so it answers UNKNOWN_SERVER_ERROR. kbroker refuses
+        # it the same. A batch recompressed anyway is read whole and rebuilt: Kafka accepts it, and so does kbroker.
         raise KafkaError(
             ErrorCode.UNKNOWN_SERVER_ERROR,
             "the records of a compressed batch must have offset deltas 0 to count - 1 in order",
