@@ -59,6 +59,11 @@ Scenarios (--only takes a comma-separated list of these names):
   commit. Then a read_committed consumer (isolation.level, the librdkafka
   default, set explicitly) reads the 1-producer topic back, commit markers and all, timed as in consume. A broker
   without transactions (Tansu) records the failure as the scenario's result.
+- recompression: broker-side compression (issue #17): 1 KB records produced lz4 (1 process, acks=1, as in
+  produce) to a 2-partition topic with compression.type=zstd, so the broker decompresses every batch and
+  compresses it again with zstd at Kafka's default level 3; and the same to a topic with compression.type=producer
+  (the batches stored as sent), run right before as the baseline. records/s, MB/s and broker CPU seconds per GB
+  of uncompressed payload; the difference of the two CPU figures is what recompression costs per GB.
 For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads) per GB of
 payload moved are recorded too, with user and sys separately. The peak RSS (VmHWM) is read before each stop.
 Produce and consume runs also record the client processes' CPU seconds per GB (client_cpu_s_per_gb, every
@@ -120,6 +125,7 @@ SCENARIOS = (
     "connections",
     "volume",
     "transactions",
+    "recompression",
 )
 TRANSACTION_RECORDS = 1_000  # records per transaction in the transactions scenario
 TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
@@ -171,6 +177,7 @@ class Plan:
     connection_records: int = 200_000
     volume_mb: int = 1_000
     transaction_records: int = 200_000
+    recompression_records: int = 400_000
     scenario_timeout_s: float = 240.0
 
     @classmethod
@@ -190,6 +197,7 @@ class Plan:
             connection_records=30_000,
             volume_mb=100,
             transaction_records=20_000,
+            recompression_records=50_000,
             scenario_timeout_s=120.0,
         )
 
@@ -1036,10 +1044,11 @@ class Session:
     def topic(self, label: str) -> str:
         return f"bench-{label}-{uuid.uuid4().hex[:8]}"
 
-    def create_topic(self, name: str, partitions: int) -> None:
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import NewTopic
 
-        for future in self.admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=60).values():
+        topic = NewTopic(name, partitions, 1, config=configs or {})
+        for future in self.admin.create_topics([topic], request_timeout=60).values():
             future.result(90)
         deadline = time.monotonic() + 30
         while True:  # until the metadata shows every partition with a leader
@@ -1440,6 +1449,24 @@ def scenario_transactions(s: Session) -> None:
         s.delete_topic(topic)
 
 
+def scenario_recompression(s: Session) -> None:
+    size, records = 1000, s.plan.recompression_records
+    producer = {"acks": "1", "compression.type": "lz4"}
+    for stored_as in ("producer", "zstd"):
+        prefix = f"recompression.{size_label(size)}.lz4-to-{stored_as}"
+
+        def one(prefix: str = prefix, stored_as: str = stored_as) -> None:
+            topic = s.topic("recompression")
+            s.create_topic(topic, 2, {"compression.type": stored_as})
+            try:
+                s.produce(prefix, topic, records, size, producer)
+                s.check_stored(topic, 2, records, prefix)
+            finally:
+                s.delete_topic(topic)
+
+        s.subcase("recompression", prefix, one)
+
+
 SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "produce": scenario_produce,
     "consume": scenario_consume,
@@ -1449,6 +1476,7 @@ SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "connections": scenario_connections,
     "volume": scenario_volume,
     "transactions": scenario_transactions,
+    "recompression": scenario_recompression,
 }
 
 
