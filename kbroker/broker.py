@@ -25,6 +25,7 @@ from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
 from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.quotas import ClientQuotas
 from kbroker.storage import LogManager, TopicInfo
 from kbroker.storage.api import AnyLogStore, PartitionStore
 from kbroker.storage.files import (
@@ -79,6 +80,9 @@ class Broker:
             # With log.flush.interval.messages=1 a commit is fsynced before it is acknowledged, as a produce is.
             self.offsets = OffsetStore(data_dir, sync_commits=config["log.flush.interval.messages"] == 1)
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
+            self.quotas = ClientQuotas(
+                data_dir, window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
+            )
         except BaseException:
             self._data_dir_lock.release()
             raise

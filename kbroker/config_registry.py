@@ -450,6 +450,10 @@ CONFIG_DEFS: list[ConfigDef] = [
         "(not positive: unbounded; else at least socket.request.max.bytes).",
         B,
     ),
+    ConfigDef(
+        "quota.window.num", "INT", "11", Int(1, INT_MAX), "Samples of each client-quota rate (kbroker/quotas.py).", B
+    ),
+    ConfigDef("quota.window.size.seconds", "INT", "1", Int(1, INT_MAX), "Time span of each client-quota sample.", B),
     ConfigDef("offsets.retention.minutes", "INT", "10080", Int(1, INT_MAX), "How long empty groups keep offsets.", B),
     ConfigDef(
         "offsets.topic.num.partitions",

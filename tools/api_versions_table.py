@@ -49,8 +49,6 @@ GAP_REASONS = {
     "AlterPartitionReassignments": ADMIN,
     "ListPartitionReassignments": ADMIN,
     "ListConfigResources": ADMIN,
-    "DescribeClientQuotas": "not planned: quotas",
-    "AlterClientQuotas": "not planned: quotas",
     "DescribeQuorum": NOT_PLANNED_KRAFT,
     "UpdateFeatures": NOT_PLANNED_KRAFT,
     "UnregisterBroker": NOT_PLANNED_KRAFT,

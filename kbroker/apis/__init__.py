@@ -87,6 +87,8 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (42, 0, 2, "groups.handle_delete_groups"),
     (44, 0, 1, "configs.handle_incremental_alter_configs"),
     (47, 0, 0, "group_offsets.handle_offset_delete"),
+    (48, 0, 1, "client_quotas.handle_describe_client_quotas"),
+    (49, 0, 1, "client_quotas.handle_alter_client_quotas"),
     (60, 0, 2, "cluster.handle_describe_cluster"),
     (61, 0, 0, "producers.handle_describe_producers"),
     (65, 0, 0, "transaction_admin.handle_describe_transactions"),

@@ -3,7 +3,8 @@
 Handlers see typed services, each a narrow view of one concern, not the whole broker: ``topics`` (look-ups
 and changes, kbroker/topics.py), ``groups`` (the group router and through it both group coordinators and
 the committed offsets, kbroker/groups), ``transactions`` (the transaction coordinator, kbroker/transactions),
-``fetch_sessions``, ``producer_ids``, ``cluster`` (this node's identity and listeners) and ``config``.
+``fetch_sessions``, ``producer_ids``, ``quotas`` (client quotas, kbroker/quotas.py), ``cluster`` (this node's
+identity and listeners) and ``config``.
 kbroker/app.py builds them once (``HandlerServices``) and each connection puts them in every request's context.
 """
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
     from kbroker.fetch_sessions import FetchSessionCache
     from kbroker.groups.router import GroupRouter
+    from kbroker.quotas import ClientQuotas
     from kbroker.topics import TopicService
     from kbroker.transactions.coordinator import TransactionCoordinator
 
@@ -61,6 +63,7 @@ class HandlerServices:
     fetch_sessions: FetchSessionCache
     producer_ids: ProducerIds
     transactions: TransactionCoordinator
+    quotas: ClientQuotas
 
     @classmethod
     def of(cls, broker: Broker) -> HandlerServices:
@@ -72,6 +75,7 @@ class HandlerServices:
             fetch_sessions=broker.fetch_sessions,
             producer_ids=broker,
             transactions=broker.transactions,
+            quotas=broker.quotas,
         )
 
 
@@ -114,6 +118,10 @@ class RequestContext:
     @property
     def transactions(self) -> TransactionCoordinator:
         return self.services.transactions
+
+    @property
+    def quotas(self) -> ClientQuotas:
+        return self.services.quotas
 
     @property
     def advertised(self) -> Endpoint:

@@ -392,3 +392,23 @@ def _describe_transactions(request: Any, version: int, code: ErrorCode, message:
             for tid in request.transactional_ids
         ]
     )
+
+
+@_builder(48)
+def _describe_client_quotas(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    return _response(48)(error_code=code, error_message=message, entries=None)  # Kafka: no entries at all
+
+
+@_builder(49)
+def _alter_client_quotas(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(49)
+    return r(
+        entries=[
+            r.EntryData(
+                error_code=code,
+                error_message=message,
+                entity=[r.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity],
+            )
+            for entry in request.entries
+        ]
+    )

@@ -33,6 +33,11 @@ time of its last activity; one task for the whole server closes the idle ones (k
 Request memory (``queued.max.request.bytes``): every connection reserves each request's size from one pool
 before reading its body and gives it back once the request is answered; while the pool is exhausted the
 connection reads nothing more (kbroker/server/memory.py).
+
+Client quotas (kbroker/quotas.py, kbroker/server/throttling.py): while any is set, each request is measured
+against its client's quotas; a client over one gets throttle_time_ms in its answer and the connection reads
+nothing from it for that long (muted, as Kafka mutes the channel). An IP over its connection_creation_rate has
+its new connection held for the throttle time, then closed unserved.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from kbroker.server.idle import IdleReaper
 from kbroker.server.limits import accept_failure_message
 from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
 from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
+from kbroker.server.throttling import answer_under_quotas, client_throttles
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, decode_request, encode_response
@@ -139,6 +145,9 @@ class Connection:
         self._frame_sizes = FrameSizes() if self.memory.bounded else None
         self._reserved: deque[int] = deque()  # per frame received and not yet answered: bytes reserved
         self._to_reserve = 0  # a frame still arriving whose size is known but not yet reserved
+        self._request_size = 0  # the frame being handled, size prefix included (the produce byte quota's measure)
+        self._throttle_ms = 0  # what the request just handled earned its client under its quotas
+        self._mute_scope: trio.CancelScope | None = None
 
     @property
     def listener_name(self) -> str:
@@ -185,6 +194,8 @@ class Connection:
                 pass
         elif self._read_scope is not None:
             self._read_scope.cancel()  # only ever around a read, never around a handler
+        if self._mute_scope is not None:
+            self._mute_scope.cancel()  # draining: no point holding a throttled client any longer
 
     def expire(self) -> None:
         """The reaper's verdict: no bytes moved for connections.max.idle.ms (never called while handling)."""
@@ -242,14 +253,29 @@ class Connection:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False
         self.idle_since = None  # handling: never idle, however long it takes
+        self._request_size = SIZE_PREFIX + len(frame)
         try:
             response = await self.handle(request)
         except _Close:
             return False
         self.idle_since = trio.current_time()
+        throttle_ms, self._throttle_ms = self._throttle_ms, 0
+        if throttle_ms and not client_throttles(request.api_key, request.api_version):
+            await self._mute(throttle_ms)  # a client from before KIP-219: the broker holds the answer instead
+            throttle_ms = 0
         if response is not None:
             await self._send(response)
+        if throttle_ms:
+            await self._mute(throttle_ms)
         return True
+
+    async def _mute(self, throttle_ms: int) -> None:
+        """Read nothing from this client for ``throttle_ms`` (it is over a quota); not idle meanwhile."""
+        self.idle_since = None
+        with trio.move_on_after(throttle_ms / 1000) as self._mute_scope:
+            await trio.sleep_forever()
+        self._mute_scope = None
+        self.idle_since = trio.current_time()
 
     # --- the request pipeline -----------------------------------------------------------------------------
 
@@ -286,6 +312,15 @@ class Connection:
         try:
             # 2. authentication gate, 3. handler
             self.authenticate(key)
+            if self.services.quotas.enforcing:  # the only cost of quotas while none is set
+                encoded, self._throttle_ms = await answer_under_quotas(
+                    handler,
+                    context,
+                    body,
+                    self._request_size,
+                    lambda answer: encode_response(answer, key, version, request.correlation_id),
+                )
+                return encoded
             response = await handler.handle(context, body)
             if response is None:  # acks=0 produce: Kafka sends nothing back
                 return None
@@ -412,6 +447,19 @@ def _peer_name(sock: trio.socket.SocketType | None) -> str:
         return "?"
 
 
+def _peer_ip(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except (OSError, IndexError, TypeError):
+        return "?"
+
+
+async def _close_after(stream: trio.SocketStream, hold_ms: int) -> None:
+    with trio.move_on_after(hold_ms / 1000):
+        await trio.sleep_forever()
+    await stream.aclose()
+
+
 _DISCONNECTS = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
 # OSErrors that mean the peer or its socket is gone; any other (EMFILE from a lazy import, say) is logged.
 _DISCONNECT_ERRNOS = frozenset(
@@ -497,6 +545,11 @@ async def accept_loop(
             if failures:
                 log.warning("listener %s accepts connections again (after %d failed attempts)", info.name, failures)
                 failures = 0
+            if broker.quotas.limits_connections:
+                hold_ms = broker.quotas.record_connection(_peer_ip(stream))
+                if hold_ms:  # over the IP's connection_creation_rate: held, then closed unserved (as Kafka)
+                    connections.start_soon(_close_after, stream, hold_ms)
+                    continue
             connections.start_soon(serve_connection, broker, stream, next_id(), info, memory, reaper)
 
 

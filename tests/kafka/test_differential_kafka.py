@@ -62,8 +62,6 @@ EXPECTED_GAPS: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {
     "ElectLeaders": ((0, 2), None),
     "AlterPartitionReassignments": ((0, 1), None),
     "ListPartitionReassignments": ((0, 0), None),
-    "DescribeClientQuotas": ((0, 1), None),
-    "AlterClientQuotas": ((0, 1), None),
     "DescribeUserScramCredentials": ((0, 0), None),
     "AlterUserScramCredentials": ((0, 0), None),
     "DescribeQuorum": ((0, 2), None),
