@@ -143,9 +143,10 @@ class Reference:
     # --- records -------------------------------------------------------------------------------------------
 
     def produce(
-        self, topic: str, partition: int, records: list[tuple[str | None, str, int]], compression: int = 0
+        self, topic: str, partition: int, records: list[tuple[str | None, str | None, int]], compression: int = 0
     ) -> int:
-        """Append (key, value, timestamp) records as one batch; returns the base offset."""
+        """Append (key, value, timestamp) records as one batch (a None value: a tombstone); returns the base
+        offset."""
         base = min(ts for _, _, ts in records)
         batch = build_batch(
             [
@@ -153,7 +154,7 @@ class Reference:
                     offset_delta=i,
                     timestamp_delta=ts - base,
                     key=None if key is None else key.encode(),
-                    value=value.encode(),
+                    value=None if value is None else value.encode(),
                 )
                 for i, (key, value, ts) in enumerate(records)
             ],

@@ -28,7 +28,10 @@ FAILED = re.compile(r"% Delivery failed for message: (.*)")
 REBALANCED = re.compile(r"% Group \S+ rebalanced \(memberid [^)]*\): (assigned|revoked): ?(.*)")
 ASSIGNED_PARTITION = re.compile(r"(\S+) \[(\d+)\]")
 # librdkafka's messages for the broker errors scenarios expect, by Kafka's name.
-BROKER_ERRORS = {"Broker: Message size too large": "MESSAGE_TOO_LARGE"}
+BROKER_ERRORS = {
+    "Broker: Message size too large": "MESSAGE_TOO_LARGE",
+    "Broker: Broker failed to validate record": "INVALID_RECORD",
+}
 
 
 def consumed(line: dict[str, Any]) -> dict[str, Json]:

@@ -248,7 +248,9 @@ class MemoryPartitionLog:
         """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
-        admitted = admit_batch(batch, header, self.config, now_ms, timestamp_type_log_append)
+        admitted = admit_batch(
+            batch, header, self.config, now_ms, timestamp_type_log_append, f"{self.topic}-{self.partition}"
+        )
         if isinstance(admitted, AppendResult):
             return admitted
         header = admitted

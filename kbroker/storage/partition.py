@@ -68,7 +68,13 @@ from kbroker.storage.txn_index import (
     txn_index_path,
     write_segment_file,
 )
-from kbroker.storage.validation import RecordValidationError, TimestampWindow, validate_batch
+from kbroker.storage.validation import (
+    RecordValidationError,
+    TimestampWindow,
+    keyless_records,
+    rejected_records_message,
+    validate_batch,
+)
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import (
@@ -251,10 +257,12 @@ def admit_batch(
     config: LogConfig,
     now_ms: int,
     log_append_time: bool,
+    partition_name: str = "",
 ) -> BatchHeader | AppendResult:
     """The header of a batch either engine may append, or its refusal: a batch given without a header goes
     through the validator (kbroker/storage/validation.py) with the topic's limits; one with a header was
-    validated by the caller, and only the framing is checked."""
+    validated by the caller, and only the framing is checked. A compacted topic refuses records without a key
+    (``partition_name`` names the partition in the refusal, as Kafka's does)."""
     if header is None:
         try:
             window = None if log_append_time else config.timestamp_window(now_ms)
@@ -267,6 +275,18 @@ def admit_batch(
             return AppendResult(exc.code, exc.message)
     if header.size != len(batch):
         return AppendResult(ErrorCode.INVALID_RECORD, "a produce request must hold exactly one batch per partition")
+    if config.compacted and not header.is_control:
+        try:
+            keyless = keyless_records(batch, header)
+        except DecodeError as exc:
+            return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        if keyless:
+            problem = f"Compacted topic cannot accept message without key in topic partition {partition_name}."
+            return AppendResult(
+                ErrorCode.INVALID_RECORD,
+                rejected_records_message([problem] * len(keyless), keyless),
+                record_errors=tuple((index, problem) for index in keyless),
+            )
     return header
 
 
@@ -698,7 +718,9 @@ class PartitionLog:
         """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
-        admitted = admit_batch(batch, header, self.config, now_ms, timestamp_type_log_append)
+        admitted = admit_batch(
+            batch, header, self.config, now_ms, timestamp_type_log_append, f"{self.topic}-{self.partition}"
+        )
         if isinstance(admitted, AppendResult):
             return admitted
         header = admitted

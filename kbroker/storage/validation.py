@@ -36,6 +36,7 @@ from protocol.records import (
     BatchHeader,
     RecordsWalk,
     decode_records,
+    iter_raw_records,
     set_max_timestamp,
     validate_crc,
     walk_records,
@@ -210,3 +211,21 @@ def _settle_max_timestamp(
         )
     set_max_timestamp(records, wanted, log_append_time=False)
     return BatchHeader.parse(records)
+
+
+def keyless_records(batch: bytes | bytearray | memoryview, header: BatchHeader) -> list[int]:
+    """The indexes of the records without a key (which a compacted topic refuses), decompressing if need be."""
+    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
+    if header.compression:
+        body = compression.decompress(header.compression, body, DEFAULT_MAX_DECOMPRESSED)
+    return [index for index, record in enumerate(iter_raw_records(body, header.records_count)) if record.key is None]
+
+
+def rejected_records_message(problems: list[str], indexes: list[int]) -> str:
+    """Kafka's message for a batch refused for some of its records (LogValidator.processRecordErrors)."""
+    pairs = list(zip(indexes, problems, strict=True))[:3]
+    shown = ", ".join(f"RecordError(batchIndex={index}, message='{problem}')" for index, problem in pairs)
+    return (
+        f"One or more records have been rejected due to {len(indexes)} record errors in total, and only showing "
+        f"the first three errors at most: [{shown}]"
+    )
