@@ -22,7 +22,6 @@ from protocol.messages.api_versions_request import ApiVersionsRequest  # noqa: E
 
 TRANSACTIONS = "transactions: #16"
 SECURITY = "security: #18"
-ADMIN = "remaining admin: #17"
 NOT_PLANNED_KRAFT = "not planned: KRaft controller and cluster internals"
 NOT_PLANNED_SHARE = "not planned: share groups (KIP-932)"
 NOT_PLANNED_STREAMS = "not planned: streams groups (KIP-1071)"
@@ -43,14 +42,6 @@ GAP_REASONS = {
     "DescribeUserScramCredentials": SECURITY,
     "AlterUserScramCredentials": SECURITY,
     "WriteTxnMarkers": "inter-broker markers; Admin abortTransaction is refused (UNSUPPORTED.md)",
-    "AlterReplicaLogDirs": ADMIN,
-    "DescribeLogDirs": ADMIN,
-    "ElectLeaders": ADMIN,
-    "AlterPartitionReassignments": ADMIN,
-    "ListPartitionReassignments": ADMIN,
-    "ListConfigResources": ADMIN,
-    "DescribeQuorum": NOT_PLANNED_KRAFT,
-    "UpdateFeatures": NOT_PLANNED_KRAFT,
     "UnregisterBroker": NOT_PLANNED_KRAFT,
     "AddRaftVoter": NOT_PLANNED_KRAFT,
     "RemoveRaftVoter": NOT_PLANNED_KRAFT,

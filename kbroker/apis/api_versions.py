@@ -3,13 +3,16 @@
 The only feature named is transaction.version (KIP-890), supported 0-2 and finalized at 2 as in a Kafka 4.3
 cluster: Java 4.x clients then use transaction version 2 (EndTxn v5 with the epoch bumped by the coordinator,
 partitions added by Produce v12+ and TxnOffsetCommit v5); clients that do not look at features (Java 3.9,
-librdkafka, kafka-python) keep using version 1, which the coordinator serves too. kbroker has no KRaft metadata
-log, so the other features Kafka lists (metadata.version, group.version, ...) are not named (UNSUPPORTED.md).
+librdkafka, kafka-python) keep using version 1, which the coordinator serves too. UpdateFeatures changes the
+finalized level and its epoch (kbroker/apis/features.py); a client sees the change on its next connection, as
+with Kafka. kbroker has no KRaft metadata log, so the other features Kafka lists (metadata.version,
+group.version, ...) are not named (UNSUPPORTED.md).
 """
 
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.features import SUPPORTED_LEVELS, finalized_features
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
@@ -17,14 +20,10 @@ from protocol.messages.api_versions_response import ApiVersionsResponse
 # Kafka's regular expression for client software names and versions (KIP-511).
 _SOFTWARE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 
-TRANSACTION_VERSION = "transaction.version"
-SUPPORTED_FEATURES = [ApiVersionsResponse.SupportedFeatureKey(name=TRANSACTION_VERSION, min_version=0, max_version=2)]
-FINALIZED_FEATURES = [
-    ApiVersionsResponse.FinalizedFeatureKey(name=TRANSACTION_VERSION, min_version_level=2, max_version_level=2)
+SUPPORTED_FEATURES = [
+    ApiVersionsResponse.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+    for name, (low, high) in SUPPORTED_LEVELS.items()
 ]
-# Kafka's epoch is the offset of the last feature change in its metadata log; the features here never change.
-# Clients take finalized features only with an epoch above -1 (what they start from).
-FINALIZED_FEATURES_EPOCH = 0
 
 
 def _valid_software_field(value: str) -> bool:
@@ -38,6 +37,7 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         _valid_software_field(request.client_software_name) and _valid_software_field(request.client_software_version)
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
+    features = finalized_features(ctx.cluster)
     return ApiVersionsResponse(
         error_code=ErrorCode.NONE,
         api_keys=advertised_versions(),
@@ -45,6 +45,12 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         # As Kafka (KAFKA-17011): v3 leaves out supported features whose range starts at 0, which older clients
         # could not parse.
         supported_features=SUPPORTED_FEATURES if ctx.api_version >= 4 else [],
-        finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
-        finalized_features=FINALIZED_FEATURES,
+        # Kafka's epoch is the offset of the last feature change in its metadata log, kbroker's the number of
+        # changes (0 for a new broker); clients take finalized features only with an epoch above -1.
+        finalized_features_epoch=features.epoch,
+        # As Kafka 4: the finalized range of each feature is its one level.
+        finalized_features=[
+            ApiVersionsResponse.FinalizedFeatureKey(name=name, min_version_level=level, max_version_level=level)
+            for name, level in features.levels.items()
+        ],
     )

@@ -394,6 +394,69 @@ def _describe_transactions(request: Any, version: int, code: ErrorCode, message:
     )
 
 
+@_builder(34)
+def _alter_replica_log_dirs(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(34)
+    partitions: dict[str, dict[int, None]] = {}  # topic -> its partitions, each once, in request order
+    for directory in request.dirs:
+        for topic in directory.topics:
+            partitions.setdefault(topic.name, {}).update(dict.fromkeys(topic.partitions))
+    return r(
+        results=[
+            r.AlterReplicaLogDirTopicResult(
+                topic_name=name,
+                partitions=[r.AlterReplicaLogDirPartitionResult(partition_index=p, error_code=code) for p in indexes],
+            )
+            for name, indexes in partitions.items()
+        ]
+    )
+
+
+@_builder(35)
+def _describe_log_dirs(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    # Kafka: the top-level code (v3+) and no directories; before v3 the answer can only be empty.
+    return _response(35)(error_code=code, results=[])
+
+
+@_builder(43)
+def _elect_leaders(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(43)
+    return r(
+        error_code=code,
+        replica_election_results=[
+            r.ReplicaElectionResult(
+                topic=topic.topic,
+                partition_result=[
+                    r.PartitionResult(partition_id=p, error_code=code, error_message=message) for p in topic.partitions
+                ],
+            )
+            for topic in request.topic_partitions or []
+        ],
+    )
+
+
+@_builder(45)
+def _alter_partition_reassignments(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(45)
+    return r(
+        allow_replication_factor_change=request.allow_replication_factor_change,
+        error_code=code,
+        error_message=message,
+        responses=[
+            r.ReassignableTopicResponse(
+                name=topic.name,
+                partitions=[
+                    r.ReassignablePartitionResponse(
+                        partition_index=p.partition_index, error_code=code, error_message=message
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ],
+    )
+
+
 @_builder(48)
 def _describe_client_quotas(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
     return _response(48)(error_code=code, error_message=message, entries=None)  # Kafka: no entries at all
