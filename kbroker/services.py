@@ -177,7 +177,6 @@ class LogCleanerService:
         plog, section = chosen
         key = (plog.topic, plog.partition)
         cleaner = PartitionCleaner(plog, section, self.settings, _now_ms())
-        before = plog.size_bytes
         try:
             result = await run_stoppable(cleaner.run)
         except CleanerAborted as exc:
@@ -208,7 +207,7 @@ class LogCleanerService:
             lambda: self.checkpoints.update(plog.topic, plog.partition, result.end_offset, live=live)  # type: ignore[union-attr]
         )
         self.passes += 1
-        log.info("%s", describe(plog, section, result, before, plog.size_bytes))
+        log.info("%s", describe(plog, section, result))
         return True
 
 

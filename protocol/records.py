@@ -502,25 +502,120 @@ class RawRecord(NamedTuple):
 
 def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord]:
     """The ``count`` records of ``body`` (decompressed records of one batch) with their keys, reading no further
-    into each record than its value's length. DecodeError if the records do not fit their lengths."""
+    into each record than its value's length. DecodeError if the records do not fit their lengths.
+
+    The log cleaner reads every record twice per pass, so one-byte varints (the usual lengths and deltas of
+    small records, and two-byte ones) are decoded inline and only longer ones go through ``_read_varint``.
+    """
     end = len(body)
     pos = 0
-    for _ in range(count):
-        start = pos
-        length, pos = _read_varint(body, pos, end)
-        if length < 3 or pos + length > end:
-            raise DecodeError(f"record length {length} is invalid here")
-        body_start = pos
-        record_end = pos + length
-        timestamp_delta, at = _read_varint(body, pos + 1, record_end)
-        offset_delta, at = _read_varint(body, at, record_end)
-        delta_end = at
-        key, at = _read_sized(body, at, record_end)
-        value_length, at = _read_varint(body, at, record_end)
-        yield RawRecord(offset_delta, timestamp_delta, key, value_length >= 0, start, body_start, delta_end, record_end)
-        pos = record_end
+    try:
+        for _ in range(count):
+            start = pos
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = _read_varint(body, pos, end)
+            record_end = pos + length
+            if length < 3 or record_end > end:
+                raise DecodeError(f"record length {length} is invalid here")
+            body_start = pos
+            at = pos + 1  # past the attributes
+            b = body[at]
+            if b < 0x80:
+                timestamp_delta = (b >> 1) ^ -(b & 1)
+                at += 1
+            elif body[at + 1] < 0x80:
+                raw = (b & 0x7F) | (body[at + 1] << 7)
+                timestamp_delta = (raw >> 1) ^ -(raw & 1)
+                at += 2
+            else:
+                timestamp_delta, at = _read_varint(body, at, record_end)
+            b = body[at]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                at += 1
+            elif body[at + 1] < 0x80:
+                raw = (b & 0x7F) | (body[at + 1] << 7)
+                offset_delta = (raw >> 1) ^ -(raw & 1)
+                at += 2
+            else:
+                offset_delta, at = _read_varint(body, at, record_end)
+            delta_end = at
+            b = body[at]
+            if b < 0x80:
+                key_length = (b >> 1) ^ -(b & 1)
+                at += 1
+            else:
+                key_length, at = _read_varint(body, at, record_end)
+            key = None
+            if key_length >= 0:
+                key = bytes(body[at : at + key_length])
+                at += key_length
+            elif key_length != -1:
+                raise DecodeError(f"invalid key length {key_length} in record")
+            b = body[at]
+            if b < 0x80:
+                has_value = not b & 1  # a negative (zigzag odd) length is a null value
+            else:
+                value_length, _ = _read_varint(body, at, record_end)
+                has_value = value_length >= 0
+            if at >= record_end:
+                raise DecodeError("record fields run past its length")
+            yield RawRecord(offset_delta, timestamp_delta, key, has_value, start, body_start, delta_end, record_end)
+            pos = record_end
+    except IndexError:
+        raise DecodeError("record runs past the end of the batch") from None
     if pos != end:
         raise DecodeError(f"{end - pos} bytes after the last record")
+
+
+def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
+    """The indexes of the records of ``body`` whose key is null (a compacted topic refuses them).
+
+    The produce path's check for compacted topics, so it reads only what it must: each record's length, the
+    two deltas it skips and the first byte of its key length; the rest is jumped over. DecodeError if the
+    records do not fit their lengths.
+    """
+    found: list[int] = []
+    end = len(body)
+    pos = 0
+    try:
+        for index in range(count):
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = _read_varint(body, pos, end)
+            record_end = pos + length
+            if length < 3 or record_end > end:
+                raise DecodeError(f"record length {length} is invalid here")
+            at = pos + 1  # past the attributes
+            for _ in range(2):  # the timestamp and offset deltas
+                while body[at] >= 0x80:
+                    at += 1
+                at += 1
+            if at >= record_end:
+                raise DecodeError("record fields run past its length")
+            if body[at] == 0x01:  # zigzag -1: a null key
+                found.append(index)
+            pos = record_end
+    except IndexError:
+        raise DecodeError("record runs past the end of the batch") from None
+    if pos != end:
+        raise DecodeError(f"{end - pos} bytes after the last record")
+    return found
 
 
 def record_with_timestamp_delta(body: bytes | memoryview, record: RawRecord, timestamp_delta: int) -> bytes:

@@ -24,7 +24,10 @@ from protocol.records import (
     build_batch,
     build_control_batch,
     decode_records,
+    encode_record,
     iter_batches,
+    iter_raw_records,
+    keyless_record_indexes,
     parse_control_record,
     validate_crc,
 )
@@ -200,3 +203,27 @@ def test_huge_record_count_and_lengths_are_refused_without_allocating() -> None:
     struct.pack_into(">i", data, 8, 2**31 - 1)  # batch length
     with pytest.raises(DecodeError):
         decode_records(data)
+
+
+def test_keyless_record_indexes_and_raw_records_read_keys_whatever_the_varint_widths() -> None:
+    records = [
+        Record(offset_delta=0, timestamp_delta=0, key=b"a", value=b"1"),
+        Record(offset_delta=1, timestamp_delta=70_000, key=None, value=b"2" * 300),  # 3-byte delta, long value
+        Record(offset_delta=200, timestamp_delta=-5, key=b"k" * 200, value=None),  # 2-byte offset delta and key
+        Record(offset_delta=3, timestamp_delta=1, key=None, value=None),
+    ]
+    body = b"".join(encode_record(r) for r in records)
+    assert keyless_record_indexes(body, 4) == [1, 3]
+    raw = list(iter_raw_records(body, 4))
+    assert [(r.offset_delta, r.timestamp_delta, r.key, r.has_value) for r in raw] == [
+        (0, 0, b"a", True),
+        (1, 70_000, None, True),
+        (200, -5, b"k" * 200, False),
+        (3, 1, None, False),
+    ]
+    assert b"".join(body[r.start : r.end] for r in raw) == body
+    for broken in (body[:-1], body + b"\x00"):
+        with pytest.raises(DecodeError):
+            keyless_record_indexes(broken, 4)
+        with pytest.raises(DecodeError):
+            list(iter_raw_records(broken, 4))

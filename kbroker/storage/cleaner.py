@@ -150,26 +150,22 @@ class OffsetMap:
 
     def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None:
         self.capacity = max(1, int(memory_bytes * load_factor) // self.BYTES_PER_ENTRY)
-        self._offsets: dict[bytes, int] = {}
+        self.slots: dict[bytes, int] = {}  # a key (or its digest, see slot) -> its latest offset
         self.latest_offset = -1  # the last offset whose record was mapped (or looked at: control, aborted)
 
     def __len__(self) -> int:
-        return len(self._offsets)
-
-    @property
-    def full(self) -> bool:
-        return len(self._offsets) >= self.capacity
+        return len(self.slots)
 
     @staticmethod
-    def _slot(key: bytes) -> bytes:
+    def slot(key: bytes) -> bytes:
         return key if len(key) <= MAX_SHORT_KEY else hashlib.md5(key, usedforsecurity=False).digest()
 
     def put(self, key: bytes, offset: int) -> None:
-        self._offsets[self._slot(key)] = offset
+        self.slots[self.slot(key)] = offset
         self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
-        return self._offsets.get(self._slot(key), -1)
+        return self.slots.get(self.slot(key), -1)
 
 
 # --- transactions seen while cleaning (Kafka's CleanedTransactionMetadata) ---------------------------------
@@ -345,13 +341,18 @@ def build_offset_map(
             if header.is_control:
                 tracker.marker(header, _marker_kind(batch))
             elif not tracker.data_batch(header):
+                # OffsetMap.put inlined: this loop runs for every record of the dirty section.
+                slots, capacity, base = offsets.slots, offsets.capacity, header.base_offset
                 for record in iter_raw_records(_records_body(header, batch), header.records_count):
-                    offset = header.base_offset + record.offset_delta
-                    if record.key is None or offset < start:
+                    key = record.key
+                    offset = base + record.offset_delta
+                    if key is None or offset < start:
                         continue
-                    if offsets.full:
+                    if len(key) > MAX_SHORT_KEY:
+                        key = hashlib.md5(key, usedforsecurity=False).digest()
+                    if len(slots) >= capacity and key not in slots:
                         return offset  # the map holds the keys before this record
-                    offsets.put(record.key, offset)
+                    slots[key] = offsets.latest_offset = offset
                     stats.keys_mapped += 1
             covered = max(covered, header.next_offset)
     return covered
@@ -509,12 +510,18 @@ class PartitionCleaner:
         total = 0
         tombstones = False
         retain_deletes = horizon is None or self.now_ms < horizon
+        slots, mapped_up_to, base = offsets.slots, offsets.latest_offset, header.base_offset
         for record in iter_raw_records(body, header.records_count):
             total += 1
-            offset = header.base_offset + record.offset_delta
-            if offset <= offsets.latest_offset:
-                if record.key is None or offsets.get(record.key) > offset:
-                    continue  # superseded (or keyless, which a compacted topic cannot hold)
+            offset = base + record.offset_delta
+            if offset <= mapped_up_to:
+                key = record.key
+                if key is None:
+                    continue  # keyless, which a compacted topic cannot hold
+                if len(key) > MAX_SHORT_KEY:
+                    key = hashlib.md5(key, usedforsecurity=False).digest()
+                if slots.get(key, -1) > offset:
+                    continue  # superseded
                 if not record.has_value and not retain_deletes:
                     continue  # a tombstone past its delete horizon
             if not record.has_value:
@@ -615,13 +622,17 @@ class CleanerCheckpoints:
         write_offset_checkpoint(self.path, self.offsets)
 
 
-def describe(plog: PartitionLog, section: CleanableSection, result: CleanResult, before: int, after: int) -> str:
+def describe(plog: PartitionLog, section: CleanableSection, result: CleanResult) -> str:
+    """The pass in one log line; sizes are the replaced segments' and their replacements' (appends during the
+    pass do not count)."""
+    before = sum(s.size for s in result.replaced)
+    after = sum(s.size for s in result.replacements)
     stats = result.stats
     mb = stats.bytes_read / 1e6
     return (
         f"cleaned {plog.topic}-{plog.partition} (dirty section {section.first_dirty}..{result.end_offset - 1}, "
         f"dirty ratio {section.dirty_ratio:.2f}): {mb:.1f} MB read in {stats.seconds:.2f} s "
         f"({mb / max(stats.seconds, 1e-6):.1f} MB/s), {stats.records_read} records read, {stats.records_kept} kept, "
-        f"{stats.keys_mapped} keys mapped; log {before} -> {after} bytes "
-        f"({100 * (before - after) / max(before, 1):.1f}% smaller)"
+        f"{stats.keys_mapped} keys mapped; cleaned segments {before} -> {after} bytes "
+        f"({100 * (before - after) / max(before, 1):.1f}% smaller), log now {plog.size_bytes} bytes"
     )

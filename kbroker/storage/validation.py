@@ -36,7 +36,7 @@ from protocol.records import (
     BatchHeader,
     RecordsWalk,
     decode_records,
-    iter_raw_records,
+    keyless_record_indexes,
     set_max_timestamp,
     validate_crc,
     walk_records,
@@ -218,7 +218,7 @@ def keyless_records(batch: bytes | bytearray | memoryview, header: BatchHeader) 
     body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
     if header.compression:
         body = compression.decompress(header.compression, body, DEFAULT_MAX_DECOMPRESSED)
-    return [index for index, record in enumerate(iter_raw_records(body, header.records_count)) if record.key is None]
+    return keyless_record_indexes(body, header.records_count)
 
 
 def rejected_records_message(problems: list[str], indexes: list[int]) -> str:
