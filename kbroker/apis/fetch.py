@@ -9,6 +9,10 @@ Fetch sessions (KIP-227, v7+) are in fetch_sessions.py.
 isolation_level=1 (read_committed) reads up to the last stable offset instead of the high watermark, waits
 for that to move, and lists the aborted transactions the returned records overlap (from the partition's
 aborted transaction index); read_uncommitted answers a null list, as Kafka.
+
+From v9 a partition may carry the fetcher's current_leader_epoch: one below the partition's epoch is
+FENCED_LEADER_EPOCH, one above it UNKNOWN_LEADER_EPOCH, -1 is not checked (partitions a session remembers
+without the request naming them are not checked either).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.list_offsets import leader_epoch_error
 from kbroker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -52,6 +57,7 @@ class Wanted:
     partition: int
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = -1  # v9+: the epoch the fetcher knows (-1: not checked)
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
@@ -162,6 +168,7 @@ def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool) -> li
                     part.partition,
                     part.fetch_offset,
                     part.partition_max_bytes,
+                    part.current_leader_epoch,
                 )
             )
     return out
@@ -272,6 +279,11 @@ def _read_all(
             continue
         if plog is None:
             unknown.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            continue
+        epoch_error = leader_epoch_error(part.current_leader_epoch, plog.leader_epoch)
+        if epoch_error != ErrorCode.NONE:  # checked before the offset, as Kafka's Partition.fetchRecords
+            has_error = True
+            answers.append((part, _partition_error(part.partition, epoch_error)))
             continue
         high_watermark = plog.high_watermark
         stable = plog.last_stable_offset

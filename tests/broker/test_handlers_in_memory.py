@@ -236,6 +236,24 @@ def test_fetch_errors(broker: Broker) -> None:
     assert (unknown.error_code, unknown.high_watermark) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
 
 
+def test_fetch_checks_the_fetchers_leader_epoch(broker: Broker) -> None:
+    create(broker, "t")
+    produce(broker, "t", batch([b"a"]))
+    plog = broker.logs.get_partition("t", 0)
+    assert plog is not None
+    plog.assign_leader_epoch(3)
+
+    def fetch_in_epoch(epoch: int) -> tuple[int, int]:
+        request = fetch_request("t", 0)
+        request.topics[0].partitions[0].current_leader_epoch = epoch
+        answer = run(lambda: handle_fetch(context(broker, 1, 12), request)).responses[0].partitions[0]
+        return answer.error_code, answer.high_watermark
+
+    assert fetch_in_epoch(2) == (ErrorCode.FENCED_LEADER_EPOCH, -1)  # an older leader's fetcher
+    assert fetch_in_epoch(4) == (ErrorCode.UNKNOWN_LEADER_EPOCH, -1)
+    assert fetch_in_epoch(3) == fetch_in_epoch(-1) == (ErrorCode.NONE, 1)
+
+
 def test_a_waiting_fetch_is_woken_by_a_produce(broker: Broker) -> None:
     create(broker, "t")
     woken_after: list[float] = []

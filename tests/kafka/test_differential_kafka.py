@@ -796,3 +796,41 @@ def test_describe_producers(
         "coordinator_epoch": -1,
         "current_txn_start_offset": -1,
     }
+
+
+def test_fetch_checks_the_current_leader_epoch(ask: Callable[[Any, int], tuple[Any, Any]]) -> None:
+    from protocol.messages.fetch_request import FetchRequest
+
+    name = unique("fetch-epoch")
+    create(ask, name, partitions=1)
+    batch = build_batch([Record(offset_delta=i, value=b"f") for i in range(3)], base_timestamp=int(time.time() * 1000))
+    assert produce_errors(ask, name, {0: batch}) == [{0: 0}, {0: 0}]
+    outcome = {}
+    for current in (-1, 0, 1, 9):
+        part = FetchRequest.FetchPartition(
+            partition=0, current_leader_epoch=current, fetch_offset=0, partition_max_bytes=1 << 20
+        )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=name, partitions=[part])],
+            forgotten_topics_data=[],
+        )
+        for version in (9, 12):
+            kafka, ours = ask(request, version)
+            answers = [a.responses[0].partitions[0] for a in (kafka, ours)]
+            seen = [(a.error_code, a.high_watermark, len(a.records or b"") > 0) for a in answers]
+            assert seen[0] == seen[1], (current, version)
+            outcome[current] = seen[0]
+    # A fetcher that knows a newer epoch than the broker's is told UNKNOWN_LEADER_EPOCH, without offsets.
+    assert outcome == {
+        -1: (ErrorCode.NONE, 3, True),
+        0: (ErrorCode.NONE, 3, True),
+        1: (ErrorCode.UNKNOWN_LEADER_EPOCH, -1, False),
+        9: (ErrorCode.UNKNOWN_LEADER_EPOCH, -1, False),
+    }
