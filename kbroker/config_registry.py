@@ -327,7 +327,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "Cleaner threads.",
         B,
         WARNED,
-        "kbroker cleans one partition at a time, in one worker thread",
+        "kbroker cleans one partition at a time, in one worker process",
         when=lambda value: value != 1,
         dynamic=True,
     ),

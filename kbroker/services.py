@@ -8,10 +8,11 @@ The group coordinators' timers are one service of the same shape: the Coordinato
 from __future__ import annotations
 
 import logging
-import threading
+import pickle
+import subprocess
+import sys
 import time
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import trio
 
@@ -22,15 +23,18 @@ from kbroker.storage.cleaner import (
     CleanerAborted,
     CleanerCheckpoints,
     CleanerSettings,
-    PartitionCleaner,
+    CleanJob,
+    CleanResult,
+    JobResult,
     cleanable_section,
     describe,
+    materialize,
+    remove_cleaned_files,
     wants_cleaning,
 )
+from kbroker.storage.cleaner_worker import FRAME_LENGTH, frame
 from kbroker.storage.files import StorageError
 from kbroker.storage.manager import LogManager
-
-T = TypeVar("T")
 
 log = logging.getLogger("kbroker")
 
@@ -105,29 +109,11 @@ class OffsetExpiryService:
             self.broker.expire_offsets(_now_ms(), retention_ms)
 
 
-async def run_stoppable(work: Callable[[threading.Event], T]) -> T:
-    """``work(stop)`` in a worker thread; if the caller is cancelled, ``stop`` is set and the thread waited for."""
-    stop = threading.Event()
-
-    async def stop_when_cancelled() -> None:
-        try:
-            await trio.sleep_forever()
-        finally:
-            stop.set()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(stop_when_cancelled)
-        try:
-            return await trio.to_thread.run_sync(work, stop)
-        finally:
-            nursery.cancel_scope.cancel()
-
-
 class LogCleanerService:
     """Compacts the partitions of compacted topics (kbroker/storage/cleaner.py), the dirtiest first, one at a
-    time: the pass runs in a worker thread, the swap on the event loop. With nothing to clean it sleeps
-    log.cleaner.backoff.ms. A partition whose pass fails on bad data is left alone until a restart, as Kafka
-    marks such a partition uncleanable."""
+    time: the pass runs in a worker process (kbroker/storage/cleaner_worker.py), the swap on the event loop.
+    With nothing to clean it sleeps log.cleaner.backoff.ms. A partition whose pass fails on bad data is left
+    alone until a restart, as Kafka marks such a partition uncleanable."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -142,6 +128,7 @@ class LogCleanerService:
         self.checkpoints: CleanerCheckpoints | None = None
         self.uncleanable: dict[tuple[str, int], str] = {}
         self.passes = 0  # completed passes, for tests and status
+        self.worker: trio.Process | None = None  # the cleaner's worker process, from the first pass on
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         logs = self.broker.logs
@@ -151,9 +138,12 @@ class LogCleanerService:
             await trio.sleep_forever()
         self.checkpoints = CleanerCheckpoints(logs.data_dir)
         task_status.started()
-        while True:
-            if not await self.clean_dirtiest(logs):
-                await trio.sleep(self.settings.backoff_ms / 1000)
+        try:
+            while True:
+                if not await self.clean_dirtiest(logs):
+                    await trio.sleep(self.settings.backoff_ms / 1000)
+        finally:
+            await self.stop_worker()
 
     def _dirtiest(self, logs: LogManager) -> tuple[PartitionLog, CleanableSection] | None:
         assert self.checkpoints is not None
@@ -176,39 +166,94 @@ class LogCleanerService:
             return False
         plog, section = chosen
         key = (plog.topic, plog.partition)
-        cleaner = PartitionCleaner(plog, section, self.settings, _now_ms())
+        job = CleanJob.for_log(plog, section, self.settings, _now_ms())
+        result: CleanResult | None = None
+        swapped = False
         try:
-            result = await run_stoppable(cleaner.run)
-        except CleanerAborted as exc:
-            log.info("cleaning %s-%d stopped: %s", plog.topic, plog.partition, exc)
-            return True
-        except (OSError, StorageError, ValueError) as exc:  # DecodeError is a ValueError: damaged data
-            self.uncleanable[key] = str(exc)
-            log.error("%s-%d cannot be cleaned (left alone until a restart): %s", plog.topic, plog.partition, exc)
-            return True
-        if logs.get_partition(plog.topic, plog.partition) is not plog:
-            cleaner.discard()  # the topic was deleted (or re-created) during the pass
-            return True
-        try:
-            if result.replacements:
-                plog.swap_segments(result.replaced, result.replacements, prepared=True, aborted=result.aborted)
-                cleaner.written.clear()  # part of the log now: not the pass's to discard
-        except ValueError as exc:  # the log changed meanwhile (retention, DeleteRecords): the next pass redoes it
-            log.info("cleaning %s-%d given up: %s", plog.topic, plog.partition, exc)
-            cleaner.discard()
-            return True
-        except (OSError, StorageError) as exc:
-            plog.health.write_failed(f"segment swap of {plog.topic}-{plog.partition}", exc)
-            cleaner.discard()
-            return True
+            try:
+                result = await trio.to_thread.run_sync(materialize, plog, await self._run_worker(job))
+            except CleanerAborted as exc:
+                log.info("cleaning %s stopped: %s", job.name, exc)
+                return True
+            except CleanerFailed as exc:
+                self.uncleanable[key] = str(exc)
+                log.error("%s cannot be cleaned (left alone until a restart): %s", job.name, exc)
+                return True
+            if logs.get_partition(plog.topic, plog.partition) is not plog:
+                return True  # the topic was deleted (or re-created) during the pass
+            try:
+                if result.replacements:
+                    plog.swap_segments(result.replaced, result.replacements, prepared=True, aborted=result.aborted)
+                swapped = True
+            except ValueError as exc:  # the log changed meanwhile (retention, DeleteRecords): the next pass redoes it
+                log.info("cleaning %s given up: %s", job.name, exc)
+                return True
+            except (OSError, StorageError) as exc:
+                plog.health.write_failed(f"segment swap of {job.name}", exc)
+                return True
+        finally:
+            if not swapped:
+                for segment in result.replacements if result is not None else []:
+                    segment.close()
+                remove_cleaned_files(plog.directory)
         live = {(p.topic, p.partition) for p in logs.open_partitions()}
-        assert self.checkpoints is not None
+        checkpoints = self.checkpoints
+        assert checkpoints is not None
         await trio.to_thread.run_sync(
-            lambda: self.checkpoints.update(plog.topic, plog.partition, result.end_offset, live=live)  # type: ignore[union-attr]
+            lambda: checkpoints.update(plog.topic, plog.partition, result.end_offset, live=live)
         )
         self.passes += 1
         log.info("%s", describe(plog, section, result))
         return True
+
+    async def _run_worker(self, job: CleanJob) -> JobResult:
+        """``run_job`` in the worker process (kbroker/storage/cleaner_worker.py): its own interpreter and core.
+        Started at the first pass and kept; cancelled (shutdown) or failing, it is killed and the caller removes
+        what it wrote."""
+        if self.worker is None:
+            self.worker = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "kbroker.storage.cleaner_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        worker = self.worker
+        assert worker.stdin is not None and worker.stdout is not None
+        try:
+            await worker.stdin.send_all(frame(pickle.dumps(job)))
+            head = await _receive_exactly(worker.stdout, FRAME_LENGTH.size)
+            (length,) = FRAME_LENGTH.unpack(head)
+            kind, value = pickle.loads(await _receive_exactly(worker.stdout, length))
+        except BaseException as exc:
+            await self.stop_worker()
+            if isinstance(exc, (OSError, EOFError, trio.BrokenResourceError)):
+                raise CleanerFailed(f"the cleaner worker stopped: {exc}") from None
+            raise
+        if kind == "done":
+            assert isinstance(value, JobResult)
+            return value
+        if kind == "aborted":
+            raise CleanerAborted(str(value))
+        raise CleanerFailed(str(value))
+
+    async def stop_worker(self) -> None:
+        """Kill the worker process (mid-pass its state is unknown) and reap it, even while being cancelled."""
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.kill()
+            with trio.CancelScope(shield=True):
+                await worker.wait()
+
+
+async def _receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = await stream.receive_some(size - len(data))
+        if not chunk:
+            raise EOFError(f"the stream ended after {len(data)} of {size} bytes")
+        data += chunk
+    return bytes(data)
+
+
+class CleanerFailed(Exception):
+    """A pass that cannot succeed until something changes (damaged data, an unexpected error)."""
 
 
 def background_services(broker: Broker) -> list[tuple[str, Service]]:

@@ -76,8 +76,9 @@ Scenarios (--only takes a comma-separated list of these names):
   Kafka's "... MB of log processed in ... seconds"). Both brokers run their cleaner with
   log.cleaner.backoff.ms=100 (not 15 s) so that it starts within the scenario; kbroker logs at INFO for its
   cleaner's lines (it logs nothing per request there).
-For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads) per GB of
-payload moved are recorded too, with user and sys separately. The peak RSS (VmHWM) is read before each stop.
+For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads, and its child
+processes': kbroker's log cleaner runs in one) per GB of payload moved are recorded too, with user and sys
+separately. The peak RSS (VmHWM) is read before each stop.
 Produce and consume runs also record the client processes' CPU seconds per GB (client_cpu_s_per_gb, every
 thread: the Python loop and librdkafka's) and how many cores the whole machine kept busy (machine_busy_cores,
 from /proc/stat): a run where the client used most of the CPU and the machine was near its core count was
@@ -255,10 +256,34 @@ def proc_status_mb(pid: int, field_name: str) -> float | None:
 
 
 def proc_cpu(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of the whole process (every thread)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User and system CPU seconds of the whole process (every thread) and of its child processes, running or
+    ended (kbroker's log cleaner works in a child process)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # utime, stime, then cutime, cstime: the ended children the process waited for.
+    user, system = (int(fields[11]) + int(fields[13])) / ticks, (int(fields[12]) + int(fields[14])) / ticks
+    for child in child_pids(pid):
+        try:
+            child_user, child_system = proc_cpu(child)
+        except OSError:  # ended meanwhile: counted in cutime/cstime once waited for
+            continue
+        user += child_user
+        system += child_system
+    return user, system
+
+
+def child_pids(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            after_name = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(after_name[1]) == pid:
+            children.append(int(entry))
+    return children
 
 
 def machine_busy_seconds() -> tuple[float, float]:

@@ -21,10 +21,15 @@ A pass over one partition, as Kafka's Cleaner does it:
    producer the log still tracks stays (emptied of its records if need be) so that idempotent sequence
    numbers survive. Batches keep their offsets, producer fields and codec; a batch losing records is
    rebuilt holding the rest. Offsets never change: the cleaned log has gaps, which readers skip.
-4. The replacement segments (``.cleaned``, written and fsynced in a worker thread) are swapped in by
+4. The replacement segments (``.cleaned``, written and fsynced by the pass) are swapped in by
    PartitionLog.swap_segments on the event loop (``.swap``, then the final names: a crash at any point leaves
    the old segments or the new ones), together with their aborted transaction index files. A fetch already
    sending from a replaced segment keeps reading its old bytes.
+
+Where: the broker runs passes in a worker process (kbroker/storage/cleaner_worker.py) from a ``CleanJob``, a
+picklable copy of what a pass needs, taken on the event loop; the pass reads the sealed segments' files and
+writes ``.cleaned`` ones, and the loop opens them (``materialize``) and swaps them in. ``PartitionCleaner`` runs
+the same pass in the calling thread (tests).
 
 Memory: the offset map keeps each key (or the MD5 digest of a key longer than 16 bytes) with its offset in a
 dict; ``OffsetMap.BYTES_PER_ENTRY`` is what CPython takes for one, so the number of keys per pass is the
@@ -46,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
-from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
+from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
 from kbroker.storage.partition import CLEANED_SUFFIX, wall_clock_ms
 from kbroker.storage.segment import SEGMENT_FILE_SUFFIXES, Segment
@@ -224,7 +229,7 @@ class TransactionTracker:
         return True
 
 
-# --- reading segments in a worker thread -------------------------------------------------------------------
+# --- reading segments outside the event loop -----------------------------------------------------------------
 
 
 class Throttler:
@@ -248,31 +253,48 @@ class Throttler:
                 raise CleanerAborted("the cleaner is stopping")
 
 
-def read_batches(segment: Segment, throttle: Throttler) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """Every batch of a sealed segment, read with a descriptor of the thread's own."""
+@dataclass(frozen=True, slots=True)
+class SourceSegment:
+    """A sealed segment a pass reads, by its file: a worker (thread or process) opens it itself."""
+
+    directory: Path
+    base_offset: int
+    next_offset: int
+    size: int
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"{self.base_offset:020d}.log"
+
+
+def read_batches(segment: SourceSegment, throttle: Throttler) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every batch of a sealed segment, read through a descriptor of the pass's own."""
     try:
-        with segment.reader() as fd:
-            position, end = 0, segment.size
-            while position < end:
-                chunk = os.pread(fd, min(READ_CHUNK, end - position), position)
-                throttle.account(len(chunk))
-                consumed = 0
-                for header, batch in iter_batches(chunk):
-                    yield header, batch
-                    consumed += header.size
-                if consumed == 0:  # one batch larger than a chunk
-                    if len(chunk) < HEADER_SIZE:
-                        raise DecodeError(f"{segment.log_path}: {len(chunk)} trailing bytes are not a batch")
-                    header = BatchHeader(*HEADER.unpack_from(chunk, 0))
-                    whole = os.pread(fd, header.size, position)
-                    if len(whole) != header.size:
-                        raise DecodeError(f"{segment.log_path}: batch at position {position} is cut short")
-                    throttle.account(len(whole))
-                    yield header, memoryview(whole)
-                    consumed = header.size
-                position += consumed
-    except ClosedSegmentError:
+        fd = os.open(segment.log_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
         raise CleanerAborted(f"{segment.log_path.name} was removed during the pass") from None
+    try:
+        position, end = 0, segment.size
+        while position < end:
+            chunk = os.pread(fd, min(READ_CHUNK, end - position), position)
+            throttle.account(len(chunk))
+            consumed = 0
+            for header, batch in iter_batches(chunk):
+                yield header, batch
+                consumed += header.size
+            if consumed == 0:  # one batch larger than a chunk
+                if len(chunk) < HEADER_SIZE:
+                    raise DecodeError(f"{segment.log_path}: {len(chunk)} bytes at {position} are not a batch")
+                header = BatchHeader(*HEADER.unpack_from(chunk, 0))
+                whole = os.pread(fd, header.size, position)
+                if len(whole) != header.size:
+                    raise DecodeError(f"{segment.log_path}: batch at position {position} is cut short")
+                throttle.account(len(whole))
+                yield header, memoryview(whole)
+                consumed = header.size
+            position += consumed
+    finally:
+        os.close(fd)
 
 
 def _records_body(header: BatchHeader, batch: memoryview) -> bytes | memoryview:
@@ -307,6 +329,58 @@ class CleanerStats:
         return time.monotonic() - self.started
 
 
+@dataclass(frozen=True, slots=True)
+class CleanJob:
+    """Everything a pass needs, taken from the log on the event loop: a worker thread or process runs it
+    (``run_job``) reading only the sealed segments' files and writing ``.cleaned`` ones beside them."""
+
+    directory: Path
+    name: str  # topic-partition, for messages
+    section: CleanableSection
+    settings: CleanerSettings
+    now_ms: int
+    sources: list[SourceSegment]  # the sealed segments below the first uncleanable offset
+    aborted: list[AbortedTxn]
+    last_batches: dict[int, int]  # producer id -> last offset of its last batch (kept for its sequence numbers)
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+
+    @classmethod
+    def for_log(cls, plog: PartitionLog, section: CleanableSection, settings: CleanerSettings, now_ms: int) -> CleanJob:
+        return cls(
+            directory=plog.directory,
+            name=f"{plog.topic}-{plog.partition}",
+            section=section,
+            settings=settings,
+            now_ms=now_ms,
+            sources=[
+                SourceSegment(plog.directory, s.base_offset, s.next_offset, s.size)
+                for s in plog.segments[:-1]
+                if s.base_offset < section.first_uncleanable
+            ],
+            aborted=list(plog.aborted.entries),
+            last_batches={
+                pid: entry.batches[-1].last_offset for pid, entry in plog.producers.producers.items() if entry.batches
+            },
+            delete_retention_ms=plog.config.delete_retention_ms,
+            segment_bytes=plog.config.segment_bytes,
+            index_interval_bytes=plog.config.index_interval_bytes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What a pass wrote: replacements (``<base>.log.cleaned`` and their index files, fsynced) for the sources
+    with the ``replaced`` base offsets."""
+
+    end_offset: int  # the next pass starts here (the new cleaner checkpoint)
+    replaced: list[int]
+    replacements: list[int]
+    aborted: list[AbortedTxn]
+    stats: CleanerStats
+
+
 @dataclass(slots=True)
 class CleanResult:
     """A pass's replacements for consecutive sealed segments, ready for PartitionLog.swap_segments."""
@@ -319,7 +393,7 @@ class CleanResult:
 
 
 def build_offset_map(
-    segments: list[Segment],
+    segments: list[SourceSegment],
     section: CleanableSection,
     aborted: list[AbortedTxn],
     offsets: OffsetMap,
@@ -358,10 +432,10 @@ def build_offset_map(
     return covered
 
 
-def group_segments(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
+def group_segments(segments: list[SourceSegment], max_bytes: int) -> list[list[SourceSegment]]:
     """Consecutive segments in groups of at most ``max_bytes`` (each group at least one segment), whose offsets
     fit a segment's 32-bit relative index entries, as Kafka's groupSegmentsBySize."""
-    groups: list[list[Segment]] = []
+    groups: list[list[SourceSegment]] = []
     for segment in segments:
         if groups:
             group = groups[-1]
@@ -373,51 +447,89 @@ def group_segments(segments: list[Segment], max_bytes: int) -> list[list[Segment
     return groups
 
 
-class PartitionCleaner:
-    """One pass over one partition, in a worker thread, up to the swap (which the event loop does)."""
+def run_job(job: CleanJob, stop: threading.Event | None = None) -> JobResult:
+    """The pass (any thread, or a worker process); ``stop`` set ends it with CleanerAborted. Whatever ends it
+    early leaves no ``.cleaned`` file behind."""
+    return _Pass(job, stop or threading.Event()).run()
 
-    def __init__(
-        self,
-        plog: PartitionLog,
-        section: CleanableSection,
-        settings: CleanerSettings,
-        now_ms: int,
-    ) -> None:
-        # Everything the pass needs from the log is taken now, on the event loop: the thread reads only sealed
-        # segments (through descriptors of its own) and these copies.
+
+def remove_cleaned_files(directory: Path) -> None:
+    """Remove what an unfinished pass left (only the cleaner writes ``.cleaned`` files, one pass at a time)."""
+    for path in directory.glob("*" + CLEANED_SUFFIX):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove %s: %s", path, exc)
+
+
+def materialize(plog: PartitionLog, result: JobResult) -> CleanResult:
+    """The log's segments a pass replaces and its replacements opened as segments (the log's descriptor cache;
+    any thread, as topic creation opens segments): what swap_segments takes. CleanerAborted if the log no longer
+    has the replaced segments (retention or DeleteRecords removed some meanwhile)."""
+    by_base = {s.base_offset: s for s in plog.segments[:-1]}
+    replaced = [by_base.get(base) for base in result.replaced]
+    if any(segment is None for segment in replaced):
+        raise CleanerAborted(f"{plog.topic}-{plog.partition} lost segments during the pass")
+    replacements = []
+    for base in result.replacements:
+        segment = Segment(
+            plog.directory, base, plog.config.index_interval_bytes, wall_clock_ms(), CLEANED_SUFFIX, plog.descriptors
+        )
+        segment.load(trust_indexes=True)
+        replacements.append(segment)
+    return CleanResult(
+        result.end_offset, [s for s in replaced if s is not None], replacements, result.aborted, result.stats
+    )
+
+
+class PartitionCleaner:
+    """One pass over one partition in the calling thread, up to the swap (which the event loop does)."""
+
+    def __init__(self, plog: PartitionLog, section: CleanableSection, settings: CleanerSettings, now_ms: int) -> None:
         self.plog = plog
-        self.section = section
-        self.settings = settings
-        self.now_ms = now_ms
-        self.segments = [s for s in plog.segments[:-1] if s.base_offset < section.first_uncleanable]
-        self.aborted = list(plog.aborted.entries)
-        self.last_batches = {
-            pid: entry.batches[-1].last_offset for pid, entry in plog.producers.producers.items() if entry.batches
-        }
-        self.delete_retention_ms = plog.config.delete_retention_ms
-        self.segment_bytes = plog.config.segment_bytes
-        self.index_interval_bytes = plog.config.index_interval_bytes
-        self.throttle = Throttler(settings.io_max_bytes_per_second, threading.Event())
+        self.job = CleanJob.for_log(plog, section, settings, now_ms)
+
+    def run(self, stop: threading.Event | None = None) -> CleanResult:
+        return materialize(self.plog, run_job(self.job, stop))
+
+
+class _Pass:
+    """The work of ``run_job``."""
+
+    def __init__(self, job: CleanJob, stop: threading.Event) -> None:
+        self.job = job
+        self.section = job.section
+        self.settings = job.settings
+        self.now_ms = job.now_ms
+        self.segments = job.sources
+        self.aborted = job.aborted
+        self.last_batches = job.last_batches
+        self.delete_retention_ms = job.delete_retention_ms
+        self.segment_bytes = job.segment_bytes
+        self.index_interval_bytes = job.index_interval_bytes
+        self.throttle = Throttler(job.settings.io_max_bytes_per_second, stop)
         self.stats = CleanerStats()
         self.written: list[Segment] = []
 
-    def run(self, stop: threading.Event | None = None) -> CleanResult:
-        """The pass (in a worker thread); setting ``stop`` ends it with CleanerAborted, leaving nothing behind."""
-        if stop is not None:
-            self.throttle.stop = stop
+    def run(self) -> JobResult:
         try:
             return self._run()
         except BaseException:
             self.discard()
             raise
+        finally:
+            for segment in self.written:
+                segment.close()
 
-    def _run(self) -> CleanResult:
+    def _run(self) -> JobResult:
         offsets = OffsetMap(self.settings.dedupe_buffer_bytes, self.settings.load_factor)
         end = build_offset_map(self.segments, self.section, self.aborted, offsets, self.throttle, self.stats)
         to_clean = [s for s in self.segments if s.base_offset < end]
         tracker = TransactionTracker(self.aborted)
         replacements: list[Segment] = []
-        previous: list[Segment] = []
+        previous: list[SourceSegment] = []
         for group in group_segments(to_clean, self.segment_bytes):
             current = replacements[-1] if replacements else None
             # A replacement left empty by its group takes the next group's records (it is never swapped in
@@ -446,10 +558,16 @@ class PartitionCleaner:
             upper = replacements[i + 1].base_offset if i + 1 < len(replacements) else end
             entries = [e for e in tracker.kept_aborted if replacement.base_offset <= e.last_offset < upper]
             self._seal(replacement, entries)
-        return CleanResult(end, to_clean, replacements, tracker.kept_aborted, self.stats)
+        return JobResult(
+            end,
+            [s.base_offset for s in to_clean],
+            [s.base_offset for s in replacements],
+            tracker.kept_aborted,
+            self.stats,
+        )
 
     def _new_segment(self, base_offset: int) -> Segment:
-        directory = self.plog.directory
+        directory = self.job.directory
         for suffix in SEGMENT_FILE_SUFFIXES:  # left over from a pass that was given up
             (directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
         # A descriptor cache of its own, on this thread; swap_segments hands the segment to the log's.
@@ -463,7 +581,7 @@ class PartitionCleaner:
         segment.delete()
         self.written.remove(segment)
 
-    def _keep_end_of(self, last: Segment, replacement: Segment) -> None:
+    def _keep_end_of(self, last: SourceSegment, replacement: Segment) -> None:
         final: tuple[BatchHeader, memoryview] | None = None
         for header, batch in read_batches(last, self.throttle):
             final = header, batch
@@ -481,13 +599,10 @@ class PartitionCleaner:
             write_atomically(segment.txn_index_path, encode_entries(aborted))
 
     def discard(self) -> None:
-        """Remove what the pass wrote (it was not swapped in)."""
+        """Remove what the pass wrote (it ends without a result)."""
         for segment in self.written:
-            try:
-                segment.delete()
-            except OSError as exc:
-                log.warning("could not remove %s: %s", segment.log_path, exc)
-        self.written.clear()
+            segment.close()
+        remove_cleaned_files(self.job.directory)
 
     def _clean_batch(
         self, header: BatchHeader, batch: memoryview, offsets: OffsetMap, tracker: TransactionTracker

@@ -3,7 +3,11 @@ during the swap never sees a broken log."""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -15,12 +19,15 @@ from kbroker.storage.cleaner import (
     CleanerAborted,
     CleanerCheckpoints,
     CleanerSettings,
+    CleanJob,
     CleanResult,
     OffsetMap,
     PartitionCleaner,
     cleanable_section,
+    materialize,
     wants_cleaning,
 )
+from kbroker.storage.cleaner_worker import frame, read_frame
 from kbroker.storage.segment import FileRegion
 from protocol.records import BatchHeader, Record, build_batch, decode_records, iter_batches
 from tests.storage.test_partition_swap import Crash, crash_after
@@ -349,3 +356,25 @@ def test_records_without_a_key_are_dropped_from_the_cleaned_section(tmp_path: Pa
     plog.update_config(CONFIG)
     clean(plog, T0)
     assert contents(plog) == [(1, b"a", b"1"), (2, b"b", b"1")]
+
+
+def test_the_worker_process_runs_jobs_one_after_another_and_names_what_it_cannot_do(tmp_path: Path) -> None:
+    plog = changelog(tmp_path)
+    job = CleanJob.for_log(plog, cleanable_section(plog, None, T0), SETTINGS, T0)
+    gone = replace(job, sources=[replace(job.sources[0], base_offset=1)])  # no such segment file
+    frames = b"".join(frame(pickle.dumps(item)) for item in (gone, "not a job", job))
+    done = subprocess.run(
+        [sys.executable, "-m", "kbroker.storage.cleaner_worker"], input=frames, capture_output=True, check=True
+    )
+    stream = io.BytesIO(done.stdout)
+    outcomes = []
+    while (payload := read_frame(stream)) is not None:
+        outcomes.append(pickle.loads(payload))
+    assert [kind for kind, _ in outcomes] == ["aborted", "failed", "done"]
+    assert "00000000000000000001.log was removed" in outcomes[0][1]
+    assert outcomes[1][1] == "expected a CleanJob, got str"
+    result = outcomes[2][1]
+    assert (result.end_offset, result.replaced, result.replacements) == (50, [0, 25], [0])
+    # What the worker wrote is swapped in as the in-process pass's would be.
+    swap(plog, materialize(plog, result))
+    assert [o for o, _, _ in contents(plog)] == list(range(45, 55))
