@@ -259,6 +259,18 @@ def _read_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]
     return (result >> 1) ^ -(result & 1), pos
 
 
+def _short_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """``_read_varint`` with the one- and two-byte forms (the usual record lengths and deltas) done here."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    second = buf[pos + 1]
+    if second < 0x80:
+        raw = (b & 0x7F) | (second << 7)
+        return (raw >> 1) ^ -(raw & 1), pos + 2
+    return _read_varint(buf, pos, end)
+
+
 def _write_varint(out: bytearray, value: int) -> None:
     zigzag = (value << 1) ^ (value >> 63)
     zigzag &= (1 << 64) - 1
@@ -504,49 +516,21 @@ def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord
     """The ``count`` records of ``body`` (decompressed records of one batch) with their keys, reading no further
     into each record than its value's length. DecodeError if the records do not fit their lengths.
 
-    The log cleaner reads every record twice per pass, so one-byte varints (the usual lengths and deltas of
-    small records, and two-byte ones) are decoded inline and only longer ones go through ``_read_varint``.
+    The log cleaner reads every record twice per pass: lengths and deltas go through ``_short_varint``.
     """
     end = len(body)
     pos = 0
     try:
         for _ in range(count):
             start = pos
-            b = body[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif body[pos + 1] < 0x80:
-                raw = (b & 0x7F) | (body[pos + 1] << 7)
-                length = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                length, pos = _read_varint(body, pos, end)
+            length, pos = _short_varint(body, pos, end)
             record_end = pos + length
             if length < 3 or record_end > end:
                 raise DecodeError(f"record length {length} is invalid here")
             body_start = pos
             at = pos + 1  # past the attributes
-            b = body[at]
-            if b < 0x80:
-                timestamp_delta = (b >> 1) ^ -(b & 1)
-                at += 1
-            elif body[at + 1] < 0x80:
-                raw = (b & 0x7F) | (body[at + 1] << 7)
-                timestamp_delta = (raw >> 1) ^ -(raw & 1)
-                at += 2
-            else:
-                timestamp_delta, at = _read_varint(body, at, record_end)
-            b = body[at]
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
-                at += 1
-            elif body[at + 1] < 0x80:
-                raw = (b & 0x7F) | (body[at + 1] << 7)
-                offset_delta = (raw >> 1) ^ -(raw & 1)
-                at += 2
-            else:
-                offset_delta, at = _read_varint(body, at, record_end)
+            timestamp_delta, at = _short_varint(body, at, record_end)
+            offset_delta, at = _short_varint(body, at, record_end)
             delta_end = at
             b = body[at]
             if b < 0x80:
@@ -588,16 +572,7 @@ def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     pos = 0
     try:
         for index in range(count):
-            b = body[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif body[pos + 1] < 0x80:
-                raw = (b & 0x7F) | (body[pos + 1] << 7)
-                length = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                length, pos = _read_varint(body, pos, end)
+            length, pos = _short_varint(body, pos, end)
             record_end = pos + length
             if length < 3 or record_end > end:
                 raise DecodeError(f"record length {length} is invalid here")

@@ -431,23 +431,15 @@ class LogManager:
 
     def all_partitions(self) -> list[PartitionLog]:
         """Every partition of every topic, opening those not yet open."""
-        result = []
-        for info in list(self._topics.values()):
-            for index in range(info.partitions):
-                try:
-                    plog = self.get_partition(info.name, index)
-                except KafkaError:  # damaged: logged by get_partition, left alone by maintenance
-                    continue
-                if plog is not None:
-                    result.append(plog)
-        return result
+        return self._partitions_of(list(self._topics.values()))
 
     def compacted_partitions(self) -> list[PartitionLog]:
         """Every partition of the topics whose cleanup.policy includes compact (opened if need be)."""
+        return self._partitions_of([info for info in self._topics.values() if self.log_config(info).compacted])
+
+    def _partitions_of(self, topics: list[TopicInfo]) -> list[PartitionLog]:
         result = []
-        for info in list(self._topics.values()):
-            if not self.log_config(info).compacted:
-                continue
+        for info in topics:
             for index in range(info.partitions):
                 try:
                     plog = self.get_partition(info.name, index)

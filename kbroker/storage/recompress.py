@@ -33,6 +33,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kbroker.storage.validation import decompressed_records
 from protocol import compression
 from protocol.compression import Codec
 from protocol.errors import ErrorCode, KafkaError
@@ -121,12 +122,7 @@ def rebuild_batch(
     """
     if target.codec is None:
         raise ValueError("compression.type=producer keeps batches as sent")
-    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
-    if header.compression:
-        try:
-            body = compression.decompress(header.compression, body, max_decompressed)
-        except DecodeError as exc:  # Kafka: a KafkaException from the decompressing stream
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to decompress record stream: {exc}") from None
+    body = decompressed_records(batch, header, max_decompressed)
     count = header.records_count
     deltas = None if header.is_log_append_time else _timestamp_deltas_if_kept(body, count)
     if deltas is not None:

@@ -169,15 +169,23 @@ def _check_header(header: BatchHeader) -> None:
         )
 
 
-def _walk(
-    records: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed: int, rebuilt: bool
-) -> RecordsWalk:
-    body: bytes | memoryview = memoryview(records)[HEADER_SIZE : header.size]
+def decompressed_records(
+    batch: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+) -> bytes | memoryview:
+    """A batch's records, decompressed if need be; one that cannot be is Kafka's UNKNOWN_SERVER_ERROR."""
+    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
     if header.compression:
         try:
             body = compression.decompress(header.compression, body, max_decompressed)
         except DecodeError as exc:  # Kafka: a KafkaException from the decompressing stream
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to decompress record stream: {exc}") from None
+    return body
+
+
+def _walk(
+    records: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed: int, rebuilt: bool
+) -> RecordsWalk:
+    body = decompressed_records(records, header, max_decompressed)
     try:
         walk = walk_records(body, header.records_count, check_offsets=bool(header.compression))
     except DecodeError as exc:
@@ -215,10 +223,7 @@ def _settle_max_timestamp(
 
 def keyless_records(batch: bytes | bytearray | memoryview, header: BatchHeader) -> list[int]:
     """The indexes of the records without a key (which a compacted topic refuses), decompressing if need be."""
-    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
-    if header.compression:
-        body = compression.decompress(header.compression, body, DEFAULT_MAX_DECOMPRESSED)
-    return keyless_record_indexes(body, header.records_count)
+    return keyless_record_indexes(decompressed_records(batch, header), header.records_count)
 
 
 def rejected_records_message(problems: list[str], indexes: list[int]) -> str:

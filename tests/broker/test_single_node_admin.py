@@ -336,8 +336,40 @@ def test_describe_quorum_names_this_node_the_single_voter_and_leader(node: Runni
         assert nodes == ([(NODE, [("PLAINTEXT", host, int(port))])] if version == 2 else [])
 
 
+def quorum_rows(answer: Any) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """A DescribeQuorum answer's partitions: (topic, [(partition, error, message, leader, leader epoch, high
+    watermark, voters, observers)])."""
+    return [
+        (
+            t.topic_name,
+            [
+                (
+                    p.partition_index,
+                    p.error_code,
+                    p.error_message,
+                    p.leader_id,
+                    p.leader_epoch,
+                    p.high_watermark,
+                    p.current_voters,
+                    p.observers,
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in answer.topics
+    ]
+
+
 def test_describe_quorum_answers_any_other_partition_as_not_hosted(node: RunningBroker) -> None:
-    not_hosted = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.", 0, 0, 0, [])
+    not_hosted = (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        "This server does not host this topic-partition.",
+        0,
+        0,
+        0,
+        [],
+        [],
+    )
     with WireClient(node.bootstrap) as client:
         for asked in (
             [("topic", [0])],
@@ -347,25 +379,7 @@ def test_describe_quorum_answers_any_other_partition_as_not_hosted(node: Running
         ):
             answer = client.request(_quorum(asked), 2)
             assert answer.error_code == ErrorCode.NONE
-            seen = [
-                (
-                    t.topic_name,
-                    [
-                        (
-                            p.partition_index,
-                            p.error_code,
-                            p.error_message,
-                            p.leader_id,
-                            p.leader_epoch,
-                            p.high_watermark,
-                            p.current_voters,
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in answer.topics
-            ]
-            assert seen == [(name, [(p, *not_hosted) for p in parts]) for name, parts in asked]
+            assert quorum_rows(answer) == [(name, [(p, *not_hosted) for p in parts]) for name, parts in asked]
             assert answer.nodes == []
         assert client.request(_quorum([]), 2).topics == []
 

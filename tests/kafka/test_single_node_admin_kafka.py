@@ -30,6 +30,7 @@ from protocol.messages.list_partition_reassignments_request import ListPartition
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.update_features_request import UpdateFeaturesRequest
 from protocol.records import Record, build_batch
+from tests.broker.test_single_node_admin import quorum_rows
 from tests.kafka.test_transactions_kafka import brokers, create_topic  # noqa: F401 (brokers is a fixture)
 
 NODE = 1  # both brokers' node.id
@@ -255,25 +256,7 @@ def _quorum_scenario(client: WireClient) -> dict[str, Any]:
         seen[label] = (
             answer.error_code,
             answer.error_message,
-            [
-                (
-                    t.topic_name,
-                    [
-                        (
-                            p.partition_index,
-                            p.error_code,
-                            p.error_message,
-                            p.leader_id,
-                            p.leader_epoch,
-                            p.high_watermark,
-                            p.current_voters,
-                            p.observers,
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in answer.topics
-            ],
+            quorum_rows(answer),
             answer.nodes,
         )
     return seen

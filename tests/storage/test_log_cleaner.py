@@ -30,6 +30,7 @@ from kbroker.storage.cleaner import (
 from kbroker.storage.cleaner_worker import frame, read_frame
 from kbroker.storage.segment import FileRegion
 from protocol.records import BatchHeader, Record, build_batch, decode_records, iter_batches
+from tests.storage.reading import stored_records
 from tests.storage.test_partition_swap import Crash, crash_after
 
 T0 = 1_700_000_000_000
@@ -66,18 +67,7 @@ def open_log(path: Path, config: LogConfig = CONFIG, *, clean: bool = True) -> P
 
 def contents(plog: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record from the log start, as a consumer reading everything sees them."""
-    out = []
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
-        chunk = plog.read(offset, 1 << 20)
-        if chunk.size == 0:
-            break
-        for header, view in iter_batches(chunk.read_bytes()):
-            if header.is_control:
-                continue
-            out.extend((header.base_offset + r.offset_delta, r.key, r.value) for r in decode_records(view))
-        offset = chunk.last_offset + 1
-    return out
+    return [(h.base_offset + r.offset_delta, r.key, r.value) for h, r in stored_records(plog) if not h.is_control]
 
 
 def headers(plog: PartitionLog) -> list[BatchHeader]:

@@ -12,7 +12,8 @@ from kbroker.storage.files import DamagedFileError
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, EpochEntry, LeaderEpochCache
 from kbroker.storage.segment import Segment
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchHeader, Record, assign_offsets, build_batch, decode_records, iter_batches
+from protocol.records import BatchHeader, Record, assign_offsets, build_batch, iter_batches
+from tests.storage.reading import stored_records
 
 T0 = 1_700_000_000_000
 
@@ -30,16 +31,7 @@ def batch(
 
 def offsets_in(plog: PartitionLog) -> list[int]:
     """Every record offset the log returns, reading from the log start to the end."""
-    out: list[int] = []
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
-        chunk = plog.read(offset, 1 << 20)
-        if chunk.size == 0:
-            break
-        for header, view in iter_batches(chunk.read_bytes()):
-            out.extend(header.base_offset + r.offset_delta for r in decode_records(view))
-        offset = chunk.last_offset + 1
-    return out
+    return [header.base_offset + record.offset_delta for header, record in stored_records(plog)]
 
 
 def open_log(path: Path, clean: bool = True, **config: int | str) -> PartitionLog:

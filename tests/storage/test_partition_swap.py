@@ -12,6 +12,7 @@ import pytest
 from kbroker.storage import LogConfig, PartitionLog
 from kbroker.storage.segment import FileRegion, Segment
 from protocol.records import BatchHeader, Record, build_batch, decode_records, iter_batches
+from tests.storage.reading import stored_records
 
 T0 = 1_700_000_000_000
 
@@ -30,16 +31,7 @@ def open_log(path: Path, clean: bool = True) -> PartitionLog:
 
 
 def records_of(plog: PartitionLog) -> list[tuple[int, bytes | None]]:
-    out: list[tuple[int, bytes | None]] = []
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
-        chunk = plog.read(offset, 1 << 20)
-        if chunk.size == 0:
-            break
-        for header, view in iter_batches(chunk.read_bytes()):
-            out.extend((header.base_offset + r.offset_delta, r.value) for r in decode_records(view))
-        offset = chunk.last_offset + 1
-    return out
+    return [(header.base_offset + record.offset_delta, record.value) for header, record in stored_records(plog)]
 
 
 def filled_log(path: Path) -> PartitionLog:
