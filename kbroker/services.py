@@ -33,8 +33,10 @@ from kbroker.storage.cleaner import (
     wants_cleaning,
 )
 from kbroker.storage.cleaner_worker import FRAME_LENGTH, frame
-from kbroker.storage.files import StorageError
+from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.manager import LogManager
+from kbroker.storage.partition import SegmentSwapInterrupted
+from protocol.errors import KafkaError
 
 log = logging.getLogger("kbroker")
 
@@ -160,50 +162,60 @@ class LogCleanerService:
         return best
 
     async def clean_dirtiest(self, logs: LogManager) -> bool:
-        """One pass over the dirtiest partition; whether there was one to clean."""
+        """One pass over the dirtiest partition; whether there was one to clean. Nothing a pass meets ends the
+        service: a failure is logged, and a partition whose data the pass cannot clean is left alone."""
         chosen = self._dirtiest(logs)
         if chosen is None:
             return False
         plog, section = chosen
-        key = (plog.topic, plog.partition)
         job = CleanJob.for_log(plog, section, self.settings, _now_ms())
         result: CleanResult | None = None
-        swapped = False
+        keep_files = False  # the pass's files are the log's (swapped in), or a restart's to recover
         try:
             try:
                 result = await trio.to_thread.run_sync(materialize, plog, await self._run_worker(job))
             except CleanerAborted as exc:
                 log.info("cleaning %s stopped: %s", job.name, exc)
                 return True
-            except CleanerFailed as exc:
-                self.uncleanable[key] = str(exc)
-                log.error("%s cannot be cleaned (left alone until a restart): %s", job.name, exc)
+            except (CleanerFailed, DamagedFileError, StorageError, OSError) as exc:
+                if _still_open(logs, plog) and not isinstance(exc, WorkerLost):
+                    self.uncleanable[(plog.topic, plog.partition)] = str(exc)
+                    log.error("%s cannot be cleaned (left alone until a restart): %s", job.name, exc)
+                else:  # the topic went away during the pass, or the worker did: not the partition's fault
+                    log.warning("cleaning %s stopped: %s", job.name, exc)
                 return True
-            if logs.get_partition(plog.topic, plog.partition) is not plog:
+            if not _still_open(logs, plog):
                 return True  # the topic was deleted (or re-created) during the pass
             try:
                 if result.replacements:
                     plog.swap_segments(result.replaced, result.replacements, prepared=True, aborted=result.aborted)
-                swapped = True
+                keep_files = True
             except ValueError as exc:  # the log changed meanwhile (retention, DeleteRecords): the next pass redoes it
                 log.info("cleaning %s given up: %s", job.name, exc)
                 return True
-            except (OSError, StorageError) as exc:
+            except SegmentSwapInterrupted as exc:  # the directory is offline now; a restart finishes the swap
+                keep_files = True
+                log.error("%s", exc)
+                return True
+            except (OSError, StorageError) as exc:  # before the swap began: nothing changed
                 plog.health.write_failed(f"segment swap of {job.name}", exc)
                 return True
         finally:
-            if not swapped:
+            if not keep_files:
                 for segment in result.replacements if result is not None else []:
                     segment.close()
                 remove_cleaned_files(plog.directory)
+        self.passes += 1
+        log.info("%s", describe(plog, section, result))
         live = {(p.topic, p.partition) for p in logs.open_partitions()}
         checkpoints = self.checkpoints
         assert checkpoints is not None
-        await trio.to_thread.run_sync(
-            lambda: checkpoints.update(plog.topic, plog.partition, result.end_offset, live=live)
-        )
-        self.passes += 1
-        log.info("%s", describe(plog, section, result))
+        try:
+            await trio.to_thread.run_sync(
+                lambda: checkpoints.update(plog.topic, plog.partition, result.end_offset, live=live)
+            )
+        except OSError as exc:  # the next pass starts from the previous checkpoint: more work, no harm
+            log.warning("cannot write %s: %s", checkpoints.path, exc)
         return True
 
     async def _run_worker(self, job: CleanJob) -> JobResult:
@@ -211,9 +223,14 @@ class LogCleanerService:
         Started at the first pass and kept; cancelled (shutdown) or failing, it is killed and the caller removes
         what it wrote."""
         if self.worker is None:
-            self.worker = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "kbroker.storage.cleaner_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-            )
+            try:
+                self.worker = await trio.lowlevel.open_process(
+                    [sys.executable, "-m", "kbroker.storage.cleaner_worker"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                )
+            except OSError as exc:  # no process to spare (EMFILE, EAGAIN): tried again at the next pass
+                raise WorkerLost(f"cannot start the cleaner worker: {exc}") from None
         worker = self.worker
         assert worker.stdin is not None and worker.stdout is not None
         try:
@@ -224,7 +241,7 @@ class LogCleanerService:
         except BaseException as exc:
             await self.stop_worker()
             if isinstance(exc, (OSError, EOFError, trio.BrokenResourceError)):
-                raise CleanerFailed(f"the cleaner worker stopped: {exc}") from None
+                raise WorkerLost(f"the cleaner worker stopped: {exc}") from None  # a new one at the next pass
             raise
         if kind == "done":
             assert isinstance(value, JobResult)
@@ -242,6 +259,14 @@ class LogCleanerService:
                 await worker.wait()
 
 
+def _still_open(logs: LogManager, plog: PartitionLog) -> bool:
+    """Whether ``plog`` is still the log of its partition (not deleted, re-created or damaged meanwhile)."""
+    try:
+        return logs.get_partition(plog.topic, plog.partition) is plog
+    except KafkaError:
+        return False
+
+
 async def _receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
@@ -254,6 +279,10 @@ async def _receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
 
 class CleanerFailed(Exception):
     """A pass that cannot succeed until something changes (damaged data, an unexpected error)."""
+
+
+class WorkerLost(CleanerFailed):
+    """The worker process could not be started or died: the partition is not to blame."""
 
 
 def background_services(broker: Broker) -> list[tuple[str, Service]]:

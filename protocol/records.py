@@ -539,11 +539,11 @@ def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord
             else:
                 key_length, at = _read_varint(body, at, record_end)
             key = None
-            if key_length >= 0:
+            if key_length >= 0:  # any negative length is a null key, as Kafka's DefaultRecord reads it
+                if at + key_length > record_end:
+                    raise DecodeError(INVALID_STRUCTURE)
                 key = bytes(body[at : at + key_length])
                 at += key_length
-            elif key_length != -1:
-                raise DecodeError(f"invalid key length {key_length} in record")
             b = body[at]
             if b < 0x80:
                 has_value = not b & 1  # a negative (zigzag odd) length is a null value
@@ -564,8 +564,8 @@ def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     """The indexes of the records of ``body`` whose key is null (a compacted topic refuses them).
 
     The produce path's check for compacted topics, so it reads only what it must: each record's length, the
-    two deltas it skips and the first byte of its key length; the rest is jumped over. DecodeError if the
-    records do not fit their lengths.
+    two deltas it skips and its key length; the rest is jumped over. DecodeError if the records or a key do not
+    fit their lengths.
     """
     found: list[int] = []
     end = len(body)
@@ -581,10 +581,11 @@ def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
                 while body[at] >= 0x80:
                     at += 1
                 at += 1
-            if at >= record_end:
-                raise DecodeError("record fields run past its length")
-            if body[at] == 0x01:  # zigzag -1: a null key
+            key_length, at = _short_varint(body, at, record_end)
+            if key_length < 0:  # null, as Kafka's DefaultRecord reads any negative length
                 found.append(index)
+            elif at + key_length > record_end:
+                raise DecodeError(INVALID_STRUCTURE)
             pos = record_end
     except IndexError:
         raise DecodeError("record runs past the end of the batch") from None

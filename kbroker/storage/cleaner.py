@@ -31,7 +31,7 @@ picklable copy of what a pass needs, taken on the event loop; the pass reads the
 writes ``.cleaned`` ones, and the loop opens them (``materialize``) and swaps them in. ``PartitionCleaner`` runs
 the same pass in the calling thread (tests).
 
-Memory: the offset map keeps each key (or the MD5 digest of a key longer than 16 bytes) with its offset in a
+Memory: the offset map keeps each key (or, for a key longer than 16 bytes, its MD5 digest) with its offset in a
 dict; ``OffsetMap.BYTES_PER_ENTRY`` is what CPython takes for one, so the number of keys per pass is the
 dedupe buffer divided by that (Kafka's map takes 24 bytes per key: it holds ~5x more keys in the same memory).
 I/O is throttled to ``log.cleaner.io.max.bytes.per.second`` (bytes read plus written).
@@ -78,7 +78,8 @@ log = logging.getLogger("kbroker.cleaner")
 
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 READ_CHUNK = 1 << 20  # bytes read from a segment at a time (Kafka's log.cleaner.io.buffer.size is 512 KiB)
-MAX_SHORT_KEY = 16  # keys up to this long are kept as they are; longer ones as their 16-byte MD5 digest
+MAX_SHORT_KEY = 16  # keys up to this long are kept as they are; longer ones as their MD5 digest and a mark,
+LONG_KEY_MARK = b"\x00"  # 17 bytes then, so that no short key (a digest written as a key) can stand for one
 
 
 class CleanerAborted(Exception):
@@ -163,7 +164,7 @@ class OffsetMap:
 
     @staticmethod
     def slot(key: bytes) -> bytes:
-        return key if len(key) <= MAX_SHORT_KEY else hashlib.md5(key, usedforsecurity=False).digest()
+        return key if len(key) <= MAX_SHORT_KEY else hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
 
     def put(self, key: bytes, offset: int) -> None:
         self.slots[self.slot(key)] = offset
@@ -423,7 +424,7 @@ def build_offset_map(
                     if key is None or offset < start:
                         continue
                     if len(key) > MAX_SHORT_KEY:
-                        key = hashlib.md5(key, usedforsecurity=False).digest()
+                        key = hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
                     if len(slots) >= capacity and key not in slots:
                         return offset  # the map holds the keys before this record
                     slots[key] = offsets.latest_offset = offset
@@ -555,7 +556,7 @@ class _Pass:
             # Nothing at all is left (every key deleted): one empty batch keeps the end of the offsets on disk.
             self._keep_end_of(to_clean[-1], replacements[-1])
         for i, replacement in enumerate(replacements):
-            upper = replacements[i + 1].base_offset if i + 1 < len(replacements) else end
+            upper = replacements[i + 1].base_offset if i + 1 < len(replacements) else to_clean[-1].next_offset
             entries = [e for e in tracker.kept_aborted if replacement.base_offset <= e.last_offset < upper]
             self._seal(replacement, entries)
         return JobResult(
@@ -634,7 +635,7 @@ class _Pass:
                 if key is None:
                     continue  # keyless, which a compacted topic cannot hold
                 if len(key) > MAX_SHORT_KEY:
-                    key = hashlib.md5(key, usedforsecurity=False).digest()
+                    key = hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
                 if slots.get(key, -1) > offset:
                     continue  # superseded
                 if not record.has_value and not retain_deletes:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +142,11 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
     return str(exc)
+
+
+class SegmentSwapInterrupted(StorageError):
+    """A segment swap failed after it began renaming files: the data directory was taken offline, and the next
+    start's recovery undoes or completes the swap. The caller must leave the files as they are."""
 
 
 class OffsetOutOfRange(KafkaError):
@@ -278,8 +283,10 @@ def admit_batch(
     if config.compacted and not header.is_control:
         try:
             keyless = keyless_records(batch, header)
-        except DecodeError as exc:
-            return AppendResult(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        except DecodeError as exc:  # a key longer than its record: Kafka's InvalidRecordException
+            return AppendResult(ErrorCode.INVALID_RECORD, str(exc))
+        except KafkaError as exc:
+            return AppendResult(exc.code, exc.message)
         if keyless:
             problem = f"Compacted topic cannot accept message without key in topic partition {partition_name}."
             return AppendResult(
@@ -405,10 +412,14 @@ class PartitionLog:
     def _open(self, clean: bool, recovery_point: int) -> None:
         for stray in self.directory.glob("*.tmp"):
             fs.unlink(stray)
-        self._recover_interrupted_swap()
+        swapped_from = self._recover_interrupted_swap()
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit())
         # Kafka recovers from the segment holding the recovery point: those before it were fsynced whole.
         first_unsynced = len(bases) if clean else max(bisect_right(bases, recovery_point) - 1, 0)
+        if swapped_from is not None:
+            # A swap completed here may have lost its replacements' index files, .txnindex included (renamed
+            # after their logs): those segments are checked and their aborted index rebuilt from the markers.
+            first_unsynced = min(first_unsynced, bisect_left(bases, swapped_from))
         created = wall_clock_ms()
         try:
             for i, base in enumerate(bases):
@@ -497,12 +508,13 @@ class PartitionLog:
                 return segment.base_offset
         return self.log_end_offset
 
-    def _recover_interrupted_swap(self) -> None:
+    def _recover_interrupted_swap(self) -> int | None:
         """Finish or undo a segment swap that a crash interrupted (see swap_segments for the steps).
 
         Any ``.log.cleaned`` left means the swap had not committed: the replacements are deleted and the old
         segments, untouched until then, stay. Only ``.log.swap`` files mean it had: the old segments they
-        cover are deleted and the replacements take their final names.
+        cover are deleted and the replacements take their final names. Returns the first offset of a swap it
+        completed, or None.
         """
         cleaned_logs = sorted(self.directory.glob("*.log" + CLEANED_SUFFIX))
         swap_logs = sorted(self.directory.glob("*.log" + SWAP_SUFFIX))
@@ -511,7 +523,7 @@ class PartitionLog:
                 path.unlink()
             log.warning("%s: removed a segment swap that had not completed", self.directory)
             fsync_directory(self.directory)
-            return
+            return None
         swap_bases = [int(p.name.split(".")[0]) for p in swap_logs]
         # Index files whose log was renamed ahead of them; the indexes are rebuilt below or on load.
         for stray in self.directory.glob("*" + CLEANED_SUFFIX):
@@ -520,7 +532,7 @@ class PartitionLog:
             if int(stray.name.split(".")[0]) not in swap_bases:
                 stray.unlink()
         if not swap_logs:
-            return
+            return None
         replacements = []
         for base in swap_bases:
             segment = Segment(
@@ -541,6 +553,7 @@ class PartitionLog:
             segment.close()
         fsync_directory(self.directory)
         log.warning("%s: completed an interrupted segment swap of offsets %d..", self.directory, covered_from)
+        return covered_from
 
     def _rebuild_producer_state(self, *, rebuild_txn_index_from: int | None = None) -> None:
         """Producer state from the newest usable snapshot plus the batches after it (markers end transactions).
@@ -1153,16 +1166,17 @@ class PartitionLog:
                 if not segment.fsync():
                     raise StorageError(f"cannot fsync {segment.log_path} before swapping it in")
                 segment.write_indexes()
-        fsync_directory(self.directory)
-        for segment in replacements:
-            segment.rename_suffix(SWAP_SUFFIX)
-        fsync_directory(self.directory)  # committed
-        for segment in replaced:
-            segment.delete()
-        fsync_directory(self.directory)
-        for segment in replacements:
-            segment.rename_suffix("")
-        fsync_directory(self.directory)
+        fsync_directory(self.directory)  # a failure up to here changed nothing: the caller removes the replacements
+        try:
+            for segment in replacements:
+                segment.rename_suffix(SWAP_SUFFIX)
+            fsync_directory(self.directory)  # committed
+        except (OSError, StorageError) as exc:
+            # Some files may carry .swap now: only a restart's recovery may decide (it undoes the swap while a
+            # .log.cleaned is left, else completes it), so nothing more is written here until then.
+            raise self._swap_interrupted(exc) from exc
+        # Committed: the replacements are the log from now on, in memory at once (reads use their descriptors,
+        # which the renames below do not disturb).
         first = self.segments.index(replaced[0])
         self.segments[first : first + len(replaced)] = replacements
         self._bases = [s.base_offset for s in self.segments]
@@ -1171,7 +1185,16 @@ class PartitionLog:
                 segment.adopt(self.descriptors)
         if aborted is not None:
             self.aborted.replace_range(replaced[0].base_offset, replaced[-1].next_offset, aborted)
-        self._rewrite_txn_index_files(replaced, replacements)
+        try:
+            for segment in replaced:
+                segment.delete()
+            fsync_directory(self.directory)
+            for segment in replacements:
+                segment.rename_suffix("")
+            fsync_directory(self.directory)
+            self._rewrite_txn_index_files(replaced, replacements)
+        except (OSError, StorageError) as exc:
+            raise self._swap_interrupted(exc) from exc  # a restart completes the swap from the .swap files
         log.info(
             "%s-%d: swapped %d segment(s) at offset %d for %d",
             self.topic,
@@ -1180,6 +1203,11 @@ class PartitionLog:
             replaced[0].base_offset,
             len(replacements),
         )
+
+    def _swap_interrupted(self, exc: BaseException) -> SegmentSwapInterrupted:
+        problem = f"segment swap of {self.topic}-{self.partition} failed part-way: {_describe(exc)}"
+        self.health.take_offline(problem)
+        return SegmentSwapInterrupted(problem)
 
     def _rewrite_txn_index_files(self, replaced: list[Segment], replacements: list[Segment]) -> None:
         """The aborted index entries stay (the offsets are the same); their files follow the new segments."""
