@@ -14,6 +14,7 @@ kbroker/storage/recompress.py maps Kafka's compression.*.level onto them.
 from __future__ import annotations
 
 import struct
+import threading
 from enum import IntEnum
 from typing import Protocol
 
@@ -89,21 +90,38 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int) 
 def _bounded(module: _StreamCodec, data: bytes, max_size: int) -> bytes:
     size = min(max_size + 1, max(_MIN_BUFFER, 4 * len(data)))
     while True:
-        out = bytearray(size)
+        out = _scratch(size)
         try:
             written = module.decompress_into(data, out)
         except cramjam.DecompressionError as exc:
             if "failed to write whole buffer" not in str(exc):
                 raise DecodeError(f"corrupt compressed data: {exc}") from exc
-            written = size
+            written = len(out)
         except Exception as exc:  # cramjam raises a few other types on garbage input
             raise DecodeError(f"corrupt compressed data: {exc}") from exc
-        if written < size:
-            del out[written:]
-            return bytes(out)
+        if written > max_size:
+            raise DecodeError(f"decompressed data exceeds the limit of {max_size} bytes")
+        if written < len(out):
+            return bytes(memoryview(out)[:written])
         if size > max_size:
             raise DecodeError(f"decompressed data exceeds the limit of {max_size} bytes")
-        size = min(max_size + 1, size * 4)
+        size = min(max_size + 1, max(size, len(out)) * 4)
+
+
+_SCRATCH_KEPT = 16 << 20  # a thread keeps its decompression buffer up to this size
+_scratch_buffers = threading.local()
+
+
+def _scratch(size: int) -> bytearray:
+    """A buffer of at least ``size`` bytes to decompress into, the thread's own and reused: a fresh one would
+    cost more to allocate (mapped, zeroed and faulted in) than the decompression itself."""
+    kept: bytearray | None = getattr(_scratch_buffers, "buffer", None)
+    if kept is not None and len(kept) >= size:
+        return kept
+    buffer = bytearray(size)
+    if size <= _SCRATCH_KEPT:
+        _scratch_buffers.buffer = buffer
+    return buffer
 
 
 def _snappy_length(data: bytes) -> int:
