@@ -95,6 +95,13 @@ class LeaderEpochCache:
         """The newest epoch in the cache, or -1 when it is empty."""
         return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
+    def assume_first(self, epoch: int, start_offset: int) -> None:
+        """An empty cache's first entry, kept in memory only: a log without a checkpoint file is in its first
+        epoch from its start, which the next open assumes again, so nothing needs writing (and fsyncing)."""
+        if self._entries:
+            raise ValueError("the cache already has entries")
+        self._entries.append(EpochEntry(epoch, start_offset))
+
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; returns whether the cache changed.
 

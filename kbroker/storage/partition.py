@@ -399,9 +399,12 @@ class PartitionLog:
         self._reported_damage: set[str] = set()  # problems of segments found while serving, each logged once
         self._open(clean, recovery_point)
         self.leader_epochs = LeaderEpochCache(directory / CHECKPOINT_FILE)
-        if not self.leader_epochs.entries and self.log_end_offset > self.log_start_offset:
-            # A log written before epochs were kept: all of it was written in epoch 0.
-            self.leader_epochs.assign(LEADER_EPOCH, self.log_start_offset)
+        if not self.leader_epochs.entries:
+            # Kafka writes the first entry when the replica becomes leader. Epoch 0 from the log start is what a
+            # log without the file has (one written before epochs were kept too), so it is only assumed, and the
+            # first append does not write and fsync a file on the event loop (a new 1,000-partition topic's first
+            # produce took a second and a half doing that); the file is written when another epoch begins.
+            self.leader_epochs.assume_first(LEADER_EPOCH, self.log_start_offset)
         self.leader_epoch = max(self.leader_epochs.latest_epoch, LEADER_EPOCH)
         # After a restart everything on disk counts as replicated (a single node is its whole ISR).
         self._high_watermark = self.log_end_offset

@@ -333,8 +333,10 @@ def batch_epochs(plog: PartitionLog) -> list[int]:
 
 def test_leader_epochs_are_assigned_recorded_and_written_into_batches(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
-    assert (plog.leader_epoch, epochs(plog)) == (0, [])
+    # Epoch 0 from the log start is assumed (what a log without the file has), not written.
+    assert (plog.leader_epoch, epochs(plog)) == (0, [(0, 0)])
     plog.append(batch([b"a", b"b"]), now_ms=T0)
+    assert not (tmp_path / CHECKPOINT_FILE).exists()
     assert epochs(plog) == [(0, 0)]
     with pytest.raises(KafkaError) as raised:
         plog.assign_leader_epoch(0)
