@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -308,19 +309,25 @@ def test_a_fetch_sending_from_a_replaced_segment_gets_its_old_bytes(tmp_path: Pa
         region.close()
 
 
-def test_a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_cleaned_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    reference = changelog(tmp_path / "reference")
-    before = contents(reference)
+def check_a_crash_at_each_step_of_the_swap(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    build: Callable[[Path], PartitionLog],
+    observe: Callable[[PartitionLog], object],
+) -> int:
+    """Build a log and clean it once without a crash, then again for each file operation of the swap with a
+    crash just before it: what ``observe`` sees of the log reopened after the crash is what it saw before the
+    pass or after it. Returns how many operations the swap took."""
+    reference = build(tmp_path / "reference")
+    before = observe(reference)
     clean(reference, T0)
-    after = contents(reference)
+    after = observe(reference)
+    assert after != before
     steps = 0
     while True:
         directory = tmp_path / f"crash-{steps}"
-        plog = changelog(directory)
-        section = cleanable_section(plog, None, T0)
-        result = PartitionCleaner(plog, section, SETTINGS, T0).run()
+        plog = build(directory)
+        result = PartitionCleaner(plog, cleanable_section(plog, None, T0), SETTINGS, T0).run()
         with monkeypatch.context() as patch:
             crash_after(patch, steps)
             try:
@@ -330,11 +337,16 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_cleaned_log(
                 finished = False
         for segment in plog.segments:
             segment.close()
-        recovered = contents(open_log(directory, clean=False))
-        assert recovered in (before, after), f"crash after {steps} file operations"
+        assert observe(open_log(directory, clean=False)) in (before, after), f"crash after {steps} operations"
         if finished:
-            break
+            return steps
         steps += 1
+
+
+def test_a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_cleaned_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = check_a_crash_at_each_step_of_the_swap(tmp_path, monkeypatch, changelog, contents)
     assert steps >= 4  # renames to .swap, deletes, renames to the final names
 
 
