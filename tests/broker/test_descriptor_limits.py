@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -84,7 +85,9 @@ def test_emfile_is_logged_once_with_the_fix_and_retried_with_a_growing_pause(
 
     async def main() -> None:
         async with trio.open_nursery() as connections:
-            broker: Any = None  # never reached: serve_connection is replaced
+            # Only the accept loop's connection-rate check reaches the broker (no ip quotas set): the connection
+            # itself is served by the replaced serve_connection.
+            broker: Any = SimpleNamespace(quotas=SimpleNamespace(limits_connections=False))
             connections.start_soon(accept_loop, broker, listener, ListenerInfo(), connections, lambda: 7)
             await trio.testing.wait_all_tasks_blocked()
             while len(listener.attempts) < 8:
