@@ -28,8 +28,8 @@ NOT_PLANNED_STREAMS = "not planned: streams groups (KIP-1071)"
 
 # Why kbroker's range differs from Kafka's, per API name.
 GAP_REASONS = {
-    "OffsetCommit": "v10 (topic ids): no client needs it yet; #17",
-    "OffsetFetch": "v10 (topic ids): no client needs it yet; #17",
+    "OffsetCommit": "v10 (topic ids): no client needs it yet (UNSUPPORTED.md)",
+    "OffsetFetch": "v10 (topic ids): no client needs it yet (UNSUPPORTED.md)",
     "SaslHandshake": SECURITY,
     "SaslAuthenticate": SECURITY,
     "DescribeAcls": SECURITY,
