@@ -66,8 +66,14 @@ def _failover_scenario(
     and nothing that was committed is read twice."""
     _create_and_fill(broker, "events", 6, 10)
     members.extend(spawn(f"member-{i}") for i in range(3))
+    # Members join one at a time and partitions move incrementally (revoked, then assigned), so a 3/2/1 split is
+    # disjoint and complete on the way to the uniform assignor's 2/2/2: wait for the balance itself.
     wait_for(
-        lambda: disjoint_and_complete(members, 6) and sum(len(m.records) for m in members) == 60,
+        lambda: (
+            disjoint_and_complete(members, 6)
+            and sorted(len(m.assigned or []) for m in members) == [2, 2, 2]
+            and sum(len(m.records) for m in members) == 60
+        ),
         members,
         "3-way split",
         timeout=WAIT_SECONDS,
