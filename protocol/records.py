@@ -614,10 +614,11 @@ def rebuild_batch(
     base_timestamp: int,
     max_timestamp: int,
     attributes: int,
-) -> bytes:
+) -> bytearray:
     """A batch with ``like``'s offsets, producer fields and leader epoch holding other (encoded, compressed as
     ``attributes`` say) records: the log cleaner's rewrite, which keeps a batch's offset range and sequence
-    numbers whatever records it drops."""
+    numbers whatever records it drops, and broker-side recompression's (``like`` renumbered from 0). Writable,
+    so that the log can assign its offsets in place."""
     batch = bytearray(HEADER_SIZE)
     HEADER.pack_into(
         batch,
@@ -638,7 +639,7 @@ def rebuild_batch(
     )
     batch += records
     _UINT32.pack_into(batch, 17, compute_crc(batch))
-    return bytes(batch)
+    return batch
 
 
 def set_max_timestamp(batch: bytearray | memoryview, max_timestamp: int, *, log_append_time: bool) -> None:

@@ -607,7 +607,7 @@ class _Pass:
 
     def _clean_batch(
         self, header: BatchHeader, batch: memoryview, offsets: OffsetMap, tracker: TransactionTracker
-    ) -> bytes | memoryview | None:
+    ) -> bytearray | memoryview | None:
         """The batch as it stays in the log (itself, rebuilt with fewer records, or emptied), or None."""
         self.stats.records_read += max(header.records_count, 0)
         horizon = header.base_timestamp if header.has_delete_horizon else None
@@ -651,7 +651,7 @@ class _Pass:
             return batch
         return self._with_records(header, batch, kept, set_horizon=needs_horizon, body=body)
 
-    def _emptied(self, header: BatchHeader) -> bytes | None:
+    def _emptied(self, header: BatchHeader) -> bytearray | None:
         """Nothing of the batch stays; its header does if it is its producer's last batch (sequence numbers)."""
         if header.producer_id >= 0 and self.last_batches.get(header.producer_id) == header.last_offset:
             return empty_batch(header)
@@ -665,7 +665,7 @@ class _Pass:
         *,
         set_horizon: bool,
         body: bytes | memoryview | None = None,
-    ) -> bytes:
+    ) -> bytearray:
         """The batch rebuilt with the ``chosen`` records (all of them when None), with a delete horizon if asked;
         ``body``: its records, decompressed, if the caller has them."""
         if body is None:
@@ -701,7 +701,7 @@ class _Pass:
         )
 
 
-def empty_batch(header: BatchHeader) -> bytes:
+def empty_batch(header: BatchHeader) -> bytearray:
     """A batch holding no record that keeps ``header``'s offsets and producer fields (Kafka's writeEmptyHeader)."""
     attributes = header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_BIT)
     return rebuild_batch(

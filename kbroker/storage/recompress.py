@@ -29,7 +29,6 @@ LZ4HC, which lz4-java wraps); LZ4HC level 1 is lz4's level 2, so Kafka's 1 is wr
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -40,16 +39,14 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.records import (
     DEFAULT_MAX_DECOMPRESSED,
-    HEADER,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
     BatchHeader,
     Record,
-    compute_crc,
     decode_records,
     encode_record,
 )
+from protocol.records import rebuild_batch as batch_like
 
 NO_TIMESTAMP = -1
 PRODUCER = "producer"
@@ -65,8 +62,6 @@ KAFKA_LZ4_FAST_LEVEL = 9  # Kafka's default lz4 level, written with lz4-java's f
 _LZ4F_FAST = 0  # an LZ4 frame level below LZ4HC's range: lz4's fast compressor, acceleration 1
 _LZ4HC_LOWEST = 2  # LZ4HC levels below 2 are level 2 in lz4
 _GZIP_DEFAULT = 6  # zlib's Z_DEFAULT_COMPRESSION, Kafka's -1
-_CRC = struct.Struct(">I")
-_CRC_AT = 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,26 +136,16 @@ def rebuild_batch(
             f"Message batch size is {size} bytes in append, which exceeds the maximum configured size of "
             f"{max_batch_bytes}.",
         )
-    rebuilt = bytearray(HEADER_SIZE)
-    HEADER.pack_into(
-        rebuilt,
-        0,
-        0,
-        size - LOG_OVERHEAD,
-        header.partition_leader_epoch,
-        2,
-        0,
-        target.codec | (TRANSACTIONAL_BIT if header.is_transactional else 0),
-        count - 1,
-        base_timestamp,
-        max(NO_TIMESTAMP, highest),
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
+    renumbered = header._replace(base_offset=0, last_offset_delta=count - 1)  # offsets 0..count-1, as rebuilt
+    attributes = target.codec | (TRANSACTIONAL_BIT if header.is_transactional else 0)
+    rebuilt = batch_like(
+        renumbered,
+        payload,
         count,
+        base_timestamp=base_timestamp,
+        max_timestamp=max(NO_TIMESTAMP, highest),
+        attributes=attributes,
     )
-    rebuilt += payload
-    _CRC.pack_into(rebuilt, _CRC_AT, compute_crc(rebuilt))
     return rebuilt, BatchHeader.parse(rebuilt)
 
 
