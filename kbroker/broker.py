@@ -26,6 +26,7 @@ from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
 from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.quotas import ClientQuotas
+from kbroker.security.acls import Authorizer
 from kbroker.storage import LogManager, TopicInfo
 from kbroker.storage.api import AnyLogStore, PartitionStore
 from kbroker.storage.files import (
@@ -86,6 +87,8 @@ class Broker:
         except BaseException:
             self._data_dir_lock.release()
             raise
+        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py); None: allow all.
+        self.authorizer: Authorizer | None = None
         self.topics = TopicService(self.logs, self.offsets, config)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
