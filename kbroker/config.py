@@ -66,6 +66,7 @@ IGNORED_KAFKA_KEYS = frozenset(
 # Kafka's listener keys besides listeners and advertised.listeners: accepted, kept as given and read by the
 # listener parser (kbroker/server/listeners.py); not (yet) in KEYS, so DescribeConfigs does not list them.
 LISTENER_KEYS = ("listener.security.protocol.map", "inter.broker.listener.name", "controller.listener.names")
+LISTENER_PREFIX = "listener.name."  # per-listener overrides of security keys (Kafka's ListenerName.configPrefix)
 
 
 def _scaled(value: int, unit_ms: int) -> int:
@@ -93,8 +94,15 @@ class BrokerConfig:
         self._raw: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         self.listener_settings: dict[str, str] = {}  # LISTENER_KEYS as given
+        # listener.name.<LISTENER>.[<mechanism>.]<key> overrides: {LISTENER: {"[mechanism.]key": typed value}}
+        self.listener_overrides: dict[str, dict[str, Any]] = {}
         errors: list[str] = []
         for name, text in (values or {}).items():
+            if name.startswith(LISTENER_PREFIX):
+                problem = self._add_listener_override(name, text)
+                if problem is not None:
+                    errors.append(problem)
+                continue
             key = registry.BROKER_DEFS.get(name)
             if key is None:
                 errors.append(f"unknown configuration key {name!r}")
@@ -137,6 +145,59 @@ class BrokerConfig:
             problems.append("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
         if problems:
             raise ConfigError("; ".join(problems))
+
+    def _add_listener_override(self, name: str, text: str) -> str | None:
+        """Record one ``listener.name.<listener>.[<mechanism>.]<key>`` setting; the problem with it, if any."""
+        listener, _, rest = name[len(LISTENER_PREFIX) :].partition(".")
+        mechanism, key = "", rest
+        if rest not in registry.LISTENER_SCOPED:
+            mechanism, _, key = rest.partition(".")
+            if mechanism.upper() not in registry.SASL_MECHANISMS or key not in registry.MECHANISM_SCOPED:
+                return (
+                    f"unknown configuration key {name!r} (per listener: listener.name.<listener>.<key> with an ssl.* "
+                    "or SASL key, or listener.name.<listener>.<mechanism>.sasl.jaas.config)"
+                )
+        if not listener:
+            return f"{name}: no listener name"
+        definition = registry.BROKER_DEFS[key]
+        try:
+            # A JAAS config is kept as text here and parsed with its listener (kbroker/server/security.py).
+            value = text.strip() if key == "sasl.jaas.config" else definition.parse(text)
+        except ConfigError as exc:
+            return f"{name}: {exc}"
+        if key != "sasl.jaas.config":
+            refused = registry.problem_with(definition, value)
+            if refused is not None:
+                return f"{name}={text.strip()} is not supported: {refused}"
+            warning = registry.warning_for(definition, value)
+            if warning is not None:
+                log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
+        scoped = f"{mechanism.upper()}.{key}" if mechanism else key
+        self.listener_overrides.setdefault(listener.upper(), {})[scoped] = value
+        self._raw[name] = text.strip()
+        return None
+
+    def for_listener(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """The value of ``key`` on ``listener`` (and ``mechanism``): the most specific override, else the broker's.
+
+        ``sasl.jaas.config`` has no broker-wide value: None unless set for the listener and mechanism.
+        """
+        overrides = self.listener_overrides.get(listener.upper(), {})
+        if mechanism is not None and f"{mechanism.upper()}.{key}" in overrides:
+            return overrides[f"{mechanism.upper()}.{key}"]
+        if key in overrides:
+            return overrides[key]
+        return None if key == "sasl.jaas.config" else self._values[key]
+
+    def ssl_settings(self, listener: str) -> dict[str, str]:
+        """The listener's effective ssl.* settings as text (unset ones left out), for kbroker.security.tls."""
+        result = {}
+        for key in sorted(registry.LISTENER_SCOPED):
+            if key.startswith("ssl.") and registry.BROKER_DEFS[key].status is registry.Status.IMPLEMENTED:
+                value = self.for_listener(listener, key)
+                if value is not None and value != "":
+                    result[key] = value if isinstance(value, str) else str(value)
+        return result
 
     @classmethod
     def load(cls, path: Path | None, overrides: Iterable[str] = ()) -> BrokerConfig:

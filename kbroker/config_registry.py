@@ -1283,6 +1283,272 @@ CONFIG_DEFS: list[ConfigDef] = [
     ),
 ]
 
+
+# --- security (issue #18): TLS, SASL and the authorizer -------------------------------------------------------
+# Kafka's broker-wide values; each can be overridden per listener as listener.name.<listener>.<key>, and the
+# SASL ones per listener and mechanism as listener.name.<listener>.<mechanism>.<key> (see LISTENER_SCOPED).
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+_JAVA_CLASS = "kbroker is not a JVM: it cannot load Java classes; only Kafka's default is accepted"
+_BROKER_AS_CLIENT = (
+    f"{_SINGLE_NODE}: the broker opens no connections of its own (no inter-broker or controller traffic)"
+)
+_JAVA_SSL = "a Java (JSSE) setting with no equivalent in Python's ssl module (OpenSSL)"
+
+
+def parse_authorizer(text: str) -> str:
+    name = text.strip()
+    if name in ("", STANDARD_AUTHORIZER):
+        return name
+    if name == "kafka.security.authorizer.AclAuthorizer":
+        raise ConfigError(f"{name} is Kafka's ZooKeeper authorizer; set {STANDARD_AUTHORIZER} (KRaft's)")
+    raise ConfigError(f"{name!r}: {_JAVA_CLASS} ({STANDARD_AUTHORIZER}), or empty for no authorizer")
+
+
+def parse_super_users(text: str) -> str:
+    """``User:alice;User:bob``: principals separated by semicolons, each ``Type:name``."""
+    users = [item.strip() for item in text.split(";") if item.strip()]
+    for user in users:
+        kind, sep, name = user.partition(":")
+        if not sep or not kind or not name:
+            raise ConfigError(f"{user!r} is not a principal (expected Type:name, such as User:alice)")
+    return ";".join(users)
+
+
+def java_class(default: str) -> Callable[[str], str]:
+    """A Java class name kbroker cannot load: only Kafka's default (or nothing) is accepted."""
+
+    def parse(text: str) -> str:
+        name = text.strip()
+        if name not in ("", default):
+            raise ConfigError(f"{name!r}: {_JAVA_CLASS}" + (f" ({default})" if default else ""))
+        return name
+
+    return parse
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+
+
+def _secret(name: str, doc: str) -> ConfigDef:
+    return ConfigDef(name, "PASSWORD", "", parse_string, doc, B, null_default=True, described=False)
+
+
+def _location(name: str, doc: str) -> ConfigDef:
+    return ConfigDef(name, "STRING", "", parse_string, doc, B, null_default=True, described=False)
+
+
+def _warned(name: str, type_name: str, default: str, doc: str, reason: str) -> ConfigDef:
+    return ConfigDef(name, type_name, default, parse_string, doc, B, WARNED, reason, described=False)
+
+
+def _refused_class(name: str, doc: str, default: str = "") -> ConfigDef:
+    return ConfigDef(name, "CLASS", default, java_class(default), doc, B, null_default=not default, described=False)
+
+
+SECURITY_DEFS: list[ConfigDef] = [
+    # TLS (kbroker/security/tls.py)
+    ConfigDef(
+        "ssl.protocol", "STRING", "TLSv1.3", parse_string, "Highest TLS version of the SSL context.", B, described=False
+    ),
+    ConfigDef(
+        "ssl.enabled.protocols", "LIST", "TLSv1.2,TLSv1.3", list_of(), "TLS versions accepted.", B, described=False
+    ),
+    ConfigDef(
+        "ssl.cipher.suites",
+        "LIST",
+        "",
+        list_of(),
+        "Cipher suites (IANA names); empty: the defaults.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "ssl.keystore.type",
+        "STRING",
+        "JKS",
+        parse_string,
+        "Key store format: PEM or PKCS12 (JKS cannot be read).",
+        B,
+        described=False,
+    ),
+    _location("ssl.keystore.location", "Key store file."),
+    _secret("ssl.keystore.password", "Key store password (PKCS12)."),
+    _secret("ssl.key.password", "Password of the private key."),
+    _secret("ssl.keystore.key", "PEM private key, inline (ssl.keystore.type=PEM)."),
+    _secret("ssl.keystore.certificate.chain", "PEM certificate chain, inline (ssl.keystore.type=PEM)."),
+    ConfigDef(
+        "ssl.truststore.type", "STRING", "JKS", parse_string, "Trust store format: PEM or PKCS12.", B, described=False
+    ),
+    _location("ssl.truststore.location", "Trust store file (client certificates' CAs)."),
+    _secret("ssl.truststore.password", "Trust store password (PKCS12)."),
+    _secret("ssl.truststore.certificates", "PEM trusted certificates, inline (ssl.truststore.type=PEM)."),
+    ConfigDef(
+        "ssl.client.auth",
+        "STRING",
+        "none",
+        choice("required", "requested", "none"),
+        "Client certificates: required (mutual TLS), requested, none.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "ssl.principal.mapping.rules",
+        "STRING",
+        "DEFAULT",
+        parse_string,
+        "Rules mapping a client certificate's distinguished name to a principal name.",
+        B,
+        described=False,
+    ),
+    _warned(
+        "ssl.endpoint.identification.algorithm",
+        "STRING",
+        "https",
+        "Server host name checks of TLS clients.",
+        _BROKER_AS_CLIENT,
+    ),
+    _warned("ssl.keymanager.algorithm", "STRING", "SunX509", "JSSE key manager.", _JAVA_SSL),
+    _warned("ssl.trustmanager.algorithm", "STRING", "PKIX", "JSSE trust manager.", _JAVA_SSL),
+    _warned("ssl.secure.random.implementation", "STRING", "", "JSSE random source.", _JAVA_SSL),
+    _warned("ssl.provider", "STRING", "", "JSSE security provider.", _JAVA_SSL),
+    _warned(
+        "ssl.allow.dn.changes",
+        "BOOLEAN",
+        "false",
+        "Key store updates changing the DN.",
+        "kbroker reads its key store at start-up; it is not reconfigured at run time",
+    ),
+    _warned(
+        "ssl.allow.san.changes",
+        "BOOLEAN",
+        "false",
+        "Key store updates changing SANs.",
+        "kbroker reads its key store at start-up; it is not reconfigured at run time",
+    ),
+    _refused_class("ssl.engine.factory.class", "Custom SSL engine factory."),
+    # SASL (kbroker/security/sasl, kbroker/server/authentication.py)
+    ConfigDef(
+        "sasl.enabled.mechanisms",
+        "LIST",
+        "GSSAPI",
+        list_of(*SASL_MECHANISMS),
+        "SASL mechanisms offered on SASL listeners (GSSAPI, Kafka's default, is refused by a SASL listener).",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "sasl.server.max.receive.size",
+        "INT",
+        "524288",
+        Int(1, INT_MAX),
+        "Largest SASL token accepted before authentication completes.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "connections.max.reauth.ms",
+        "LONG",
+        "0",
+        Int(0, LONG_MAX),
+        "Longest SASL session before the client must re-authenticate (0: no limit; KIP-368).",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "sasl.jaas.config",
+        "PASSWORD",
+        "",
+        parse_string,
+        "JAAS login configuration.",
+        B,
+        REFUSED,
+        "a broker reads JAAS configs per listener and mechanism: set "
+        "listener.name.<listener>.<mechanism>.sasl.jaas.config "
+        "(e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config)",
+        when=bool,
+        null_default=True,
+        described=False,
+    ),
+    _refused_class("sasl.server.callback.handler.class", "Custom SASL server callback handler."),
+    _refused_class("sasl.login.class", "Custom SASL login."),
+    _refused_class("sasl.login.callback.handler.class", "Custom SASL login callback handler."),
+    _warned(
+        "sasl.mechanism.inter.broker.protocol", "STRING", "GSSAPI", "SASL mechanism between brokers.", _BROKER_AS_CLIENT
+    ),
+    _warned("sasl.mechanism.controller.protocol", "STRING", "GSSAPI", "SASL mechanism towards controllers.", _KRAFT),
+    _warned(
+        "security.inter.broker.protocol", "STRING", "PLAINTEXT", "Security protocol between brokers.", _BROKER_AS_CLIENT
+    ),
+    _warned(
+        "sasl.kerberos.service.name", "STRING", "", "Kerberos service name.", "GSSAPI (Kerberos) is not implemented"
+    ),
+    _warned(
+        "sasl.kerberos.principal.to.local.rules",
+        "LIST",
+        "DEFAULT",
+        "Kerberos principal mapping.",
+        "GSSAPI (Kerberos) is not implemented",
+    ),
+    _refused_class(
+        "principal.builder.class",
+        "Builds principals from authenticated connections.",
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+    ),
+    # Authorization (kbroker/security/authorizer.py)
+    ConfigDef(
+        "authorizer.class.name",
+        "STRING",
+        "",
+        parse_authorizer,
+        f"The authorizer: empty (none: everything allowed) or {STANDARD_AUTHORIZER}.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "super.users",
+        "STRING",
+        "",
+        parse_super_users,
+        "Principals allowed everything, separated by semicolons (User:admin;User:ops).",
+        B,
+        null_default=True,
+        described=False,
+    ),
+    ConfigDef(
+        "allow.everyone.if.no.acl.found",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Allow a request on a resource that has no ACL.",
+        B,
+        described=False,
+    ),
+]
+CONFIG_DEFS.extend(SECURITY_DEFS)
+
+# Keys a listener overrides as listener.name.<listener>.<key>; the SASL ones also per mechanism as
+# listener.name.<listener>.<mechanism>.<key> (Kafka's ListenerName.saslMechanismConfigPrefix).
+LISTENER_SCOPED = frozenset(
+    {d.name for d in SECURITY_DEFS if d.name.startswith("ssl.")}
+    | {
+        "sasl.enabled.mechanisms",
+        "sasl.server.max.receive.size",
+        "connections.max.reauth.ms",
+        "principal.builder.class",
+    }
+)
+MECHANISM_SCOPED = frozenset(
+    {
+        "sasl.jaas.config",
+        "sasl.server.callback.handler.class",
+        "connections.max.reauth.ms",
+        "sasl.login.class",
+        "sasl.login.callback.handler.class",
+    }
+)
+
 REGISTRY: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 # Every server.properties key kbroker accepts (or refuses by name), and the ones DescribeConfigs lists.
 BROKER_DEFS: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS if d.broker}
