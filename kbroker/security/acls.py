@@ -6,8 +6,9 @@ as CreateAcls, DescribeAcls and DeleteAcls carry them and as ``authorized_operat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 class ResourceType(IntEnum):
@@ -110,3 +111,154 @@ class Authorizer(Protocol):
         """Kafka's authorizeByResourceType (KIP-679): whether some resource of the type could be allowed, e.g.
         WRITE on any topic lets an idempotent producer without IDEMPOTENT_WRITE on the cluster get an id."""
         ...
+
+
+E = TypeVar("E", bound=IntEnum)
+
+USER_WILDCARD = "User:*"  # an ACL principal that matches every principal
+
+# Kafka's StandardAuthorizerData: an ALLOW ACL for one of these operations also allows DESCRIBE (resp.
+# DESCRIBE_CONFIGS). DENY ACLs imply nothing: denying READ does not deny DESCRIBE.
+IMPLIES_DESCRIBE = frozenset(
+    {AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
+)
+IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
+
+
+def _enum_or_unknown(enum: type[E], code: int) -> E:
+    """Kafka's ``fromCode``: a code it does not know is UNKNOWN."""
+    try:
+        return enum(code)
+    except ValueError:
+        return enum(0)
+
+
+def resource_type_of(code: int) -> ResourceType:
+    return _enum_or_unknown(ResourceType, code)
+
+
+def pattern_type_of(code: int) -> PatternType:
+    return _enum_or_unknown(PatternType, code)
+
+
+def operation_of(code: int) -> AclOperation:
+    return _enum_or_unknown(AclOperation, code)
+
+
+def permission_of(code: int) -> AclPermissionType:
+    return _enum_or_unknown(AclPermissionType, code)
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL: a resource pattern (type, name, LITERAL or PREFIXED) and an entry (principal, host, operation,
+    ALLOW or DENY). Kafka's AclBinding / StandardAcl."""
+
+    resource_type: ResourceType
+    name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermissionType
+
+    def describe(self) -> str:
+        return (
+            f"(pattern=ResourcePattern(resourceType={self.resource_type.name}, name={self.name}, "
+            f"patternType={self.pattern_type.name}), entry=(principal={self.principal}, host={self.host}, "
+            f"operation={self.operation.name}, permissionType={self.permission.name}))"
+        )
+
+
+def validate_new_binding(binding: AclBinding) -> str | None:
+    """Why Kafka refuses to create ``binding`` (an INVALID_REQUEST message), or None if it is acceptable.
+
+    The checks and messages of Kafka's AclApis.handleCreateAcls (the cluster's name, an empty name) and then
+    AclControlManager.validateNewAcl, in their order.
+    """
+    if binding.resource_type == ResourceType.CLUSTER and binding.name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if binding.name == "":
+        return "Invalid empty resource name"
+    if binding.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        return f"Invalid resourceType {binding.resource_type.name}"
+    if binding.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        return f"Invalid patternType {binding.pattern_type.name}"
+    if binding.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
+        return f"Invalid operation {binding.operation.name}"
+    if binding.permission not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+        return f"Invalid permissionType {binding.permission.name}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """What DescribeAcls and DeleteAcls select: None for a name, principal or host matches any; ANY resource type,
+    operation or permission matches any; pattern type ANY matches every binding with exactly this name (any
+    pattern type), MATCH every binding that would apply to a resource of this name (itself, the wildcard, its
+    prefixes). Kafka's AclBindingFilter."""
+
+    resource_type: ResourceType = ResourceType.ANY
+    name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission: AclPermissionType = AclPermissionType.ANY
+
+    def unknown_problem(self) -> str | None:
+        """Kafka's AclControlManager.validateFilter: a filter with an UNKNOWN element is refused."""
+        if self.resource_type == ResourceType.UNKNOWN or self.pattern_type == PatternType.UNKNOWN:
+            return "Unknown patternFilter."
+        if self.operation == AclOperation.UNKNOWN or self.permission == AclPermissionType.UNKNOWN:
+            return "Unknown entryFilter."
+        return None
+
+    def matches(self, acl: AclBinding) -> bool:
+        return self.matches_pattern(acl) and self.matches_entry(acl)
+
+    def matches_pattern(self, acl: AclBinding) -> bool:
+        """Kafka's ResourcePatternFilter.matches."""
+        if self.resource_type != ResourceType.ANY and self.resource_type != acl.resource_type:
+            return False
+        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type != acl.pattern_type:
+            return False
+        if self.name is None:
+            return True
+        if self.pattern_type in (PatternType.ANY, acl.pattern_type):
+            return self.name == acl.name
+        # MATCH: the binding applies to a resource called ``name``.
+        if acl.pattern_type == PatternType.LITERAL:
+            return self.name == acl.name or acl.name == WILDCARD
+        return self.name.startswith(acl.name)
+
+    def matches_entry(self, acl: AclBinding) -> bool:
+        """Kafka's AccessControlEntryFilter.matches."""
+        return (
+            (self.principal is None or self.principal == acl.principal)
+            and (self.host is None or self.host == acl.host)
+            and (self.operation == AclOperation.ANY or self.operation == acl.operation)
+            and (self.permission == AclPermissionType.ANY or self.permission == acl.permission)
+        )
+
+
+def entry_applies(acl: AclBinding, principal: str, host: str, operation: AclOperation) -> bool:
+    """Whether ``acl`` (whose resource pattern is known to match) speaks about ``principal`` from ``host`` doing
+    ``operation``: Kafka's StandardAuthorizerData.findResult without the verdict.
+
+    The principal is the ACL's or ``User:*``; the host the ACL's or ``*``; the operation the ACL's, or any if the
+    ACL is for ALL, or DESCRIBE (DESCRIBE_CONFIGS) when an ALLOW ACL is for an operation that implies it.
+    """
+    if acl.principal != principal and acl.principal != USER_WILDCARD:
+        return False
+    if acl.host != WILDCARD and acl.host != host:
+        return False
+    if acl.operation == AclOperation.ALL or acl.operation == operation:
+        return True
+    if acl.permission != AclPermissionType.ALLOW:
+        return False
+    if operation == AclOperation.DESCRIBE:
+        return acl.operation in IMPLIES_DESCRIBE
+    if operation == AclOperation.DESCRIBE_CONFIGS:
+        return acl.operation in IMPLIES_DESCRIBE_CONFIGS
+    return False

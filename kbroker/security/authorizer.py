@@ -1,0 +1,336 @@
+"""Kafka's StandardAuthorizer over the ACLs that CreateAcls and DeleteAcls manage, persisted in the data directory.
+
+Decisions (``authorize``), as Kafka's StandardAuthorizerData makes them:
+
+- a principal named in ``super.users`` is allowed everything;
+- the ACLs that apply to a resource are those of its type whose pattern is the LITERAL name itself, the LITERAL
+  wildcard ``*``, or a PREFIXED prefix of the name; among them, those for the principal (or ``User:*``), the host
+  (or ``*``) and the operation (ALL matches every operation; an ALLOW for READ, WRITE, DELETE or ALTER also
+  allows DESCRIBE, an ALLOW for ALTER_CONFIGS also allows DESCRIBE_CONFIGS) decide: any DENY denies, else any
+  ALLOW allows;
+- if none decides, the answer is ``allow.everyone.if.no.acl.found`` when no ACL at all applies to the resource
+  (whoever and whatever it is for), and a denial otherwise.
+
+``authorize_any`` is Kafka's default Authorizer.authorizeByResourceType (KIP-679).
+
+The ACLs are indexed by resource type and then by literal name and by prefix (with the set of prefix lengths in
+use), so a decision costs a few dictionary look-ups whatever the number of ACLs; nothing derived from them is
+cached, so a create or a delete is seen by the next decision.
+
+They are kept in ``acls`` in the data directory, a checked file (kbroker/storage/files.py) rewritten whole on
+every change before the change is answered, so a restart keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.security.acls import (
+    WILDCARD,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    entry_applies,
+    validate_new_binding,
+)
+from kbroker.storage.files import read_checked, write_checked
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("kbroker.security.authorizer")
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ACLS_FILE = "acls"
+ACLS_KIND = "acls"
+ACLS_FORMAT_VERSION = 1
+
+AUTHORIZE_ANY_PROBE = "hardcode"  # the name Kafka's authorizeByResourceType first asks about (super users, defaults)
+
+
+def parse_super_users(value: str) -> frozenset[str]:
+    """``super.users``: principals separated by semicolons (blanks around them and empty items ignored)."""
+    return frozenset(item.strip() for item in value.split(";") if item.strip())
+
+
+def principal_problem(principal: str) -> str | None:
+    """Kafka 4.3's refusal of an ACL principal that is not ``Type:name`` (its message, INVALID_REQUEST)."""
+    if ":" in principal:
+        return None
+    return (
+        f"Could not parse principal from `{principal}` "
+        "(no colon is present separating the principal type from the principal name)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    code: ErrorCode
+    message: str | None = None
+
+
+class AclStoreError(Exception):
+    """The ACL file could not be written: the change was not made."""
+
+
+class _TypeIndex:
+    """The ACLs of one resource type: by literal name (the wildcard included) and by prefix."""
+
+    __slots__ = ("literal", "prefixed", "prefix_lengths")
+
+    def __init__(self) -> None:
+        self.literal: dict[str, list[AclBinding]] = {}
+        self.prefixed: dict[str, list[AclBinding]] = {}
+        self.prefix_lengths: list[int] = []  # sorted, distinct: the lengths of the prefixes in ``prefixed``
+
+    def add(self, acl: AclBinding) -> None:
+        table = self.literal if acl.pattern_type == PatternType.LITERAL else self.prefixed
+        table.setdefault(acl.name, []).append(acl)
+        if acl.pattern_type == PatternType.PREFIXED:
+            self._refresh_lengths()
+
+    def remove(self, acl: AclBinding) -> None:
+        table = self.literal if acl.pattern_type == PatternType.LITERAL else self.prefixed
+        entries = table[acl.name]
+        entries.remove(acl)
+        if not entries:
+            del table[acl.name]
+        if acl.pattern_type == PatternType.PREFIXED:
+            self._refresh_lengths()
+
+    def _refresh_lengths(self) -> None:
+        self.prefix_lengths = sorted({len(prefix) for prefix in self.prefixed})
+
+    def applying_to(self, name: str) -> Iterable[list[AclBinding]]:
+        """The lists of ACLs whose pattern matches the resource ``name``."""
+        exact = self.literal.get(name)
+        if exact:
+            yield exact
+        if name != WILDCARD:
+            wildcard = self.literal.get(WILDCARD)
+            if wildcard:
+                yield wildcard
+        for length in self.prefix_lengths:
+            if length > len(name):
+                break
+            found = self.prefixed.get(name[:length])
+            if found:
+                yield found
+
+    def __iter__(self) -> Iterable[AclBinding]:
+        for entries in self.literal.values():
+            yield from entries
+        for entries in self.prefixed.values():
+            yield from entries
+
+
+class StandardAuthorizer:
+    """Kafka's StandardAuthorizer: ACL decisions, and the ACL store CreateAcls/DescribeAcls/DeleteAcls manage."""
+
+    def __init__(
+        self,
+        super_users: Iterable[str] = (),
+        allow_if_no_acl: bool = False,
+        data_dir: Path | None = None,
+    ) -> None:
+        self.super_users = frozenset(super_users)
+        self.allow_if_no_acl = allow_if_no_acl
+        self._path = data_dir / ACLS_FILE if data_dir is not None else None
+        self._acls: set[AclBinding] = set()
+        self._by_type: dict[ResourceType, _TypeIndex] = {}
+        for acl in self._load():
+            self._add(acl)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object], data_dir: Path | None) -> StandardAuthorizer | None:
+        """The authorizer ``authorizer.class.name`` names (None for the empty name: no authorizer)."""
+        if not str(config["authorizer.class.name"]).strip():
+            return None
+        allow = config["allow.everyone.if.no.acl.found"]
+        allow_if_no_acl = allow if isinstance(allow, bool) else str(allow).strip().lower() == "true"
+        return cls(parse_super_users(str(config["super.users"] or "")), allow_if_no_acl, data_dir)
+
+    # --- decisions ----------------------------------------------------------------------------------------------
+
+    def authorize(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
+        if principal in self.super_users:
+            return True
+        index = self._by_type.get(resource_type)
+        if index is None:
+            return self.allow_if_no_acl
+        found_any = allowed = False
+        for entries in index.applying_to(name):
+            found_any = True
+            for acl in entries:
+                if entry_applies(acl, principal, host, operation):
+                    if acl.permission == AclPermissionType.DENY:
+                        return False
+                    allowed = True
+        if allowed:
+            return True
+        return self.allow_if_no_acl and not found_any
+
+    def authorize_any(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's Authorizer.authorizeByResourceType: allowed if a made-up resource is (super users, the default,
+        wildcard or ``h`` prefixes), else if the principal's ALLOW ACLs for ``operation`` (or ALL, no implied
+        operations) name some resource that none of its DENY ACLs covers: a DENY on the wildcard denies all, a
+        LITERAL DENY covers that literal name, a PREFIXED DENY covers every name it prefixes."""
+        if operation in (AclOperation.ANY, AclOperation.UNKNOWN):
+            raise ValueError(f"authorize_any does not take operation {operation.name}")
+        if resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
+            raise ValueError(f"authorize_any does not take resource type {resource_type.name}")
+        if self.authorize(principal, host, operation, resource_type, AUTHORIZE_ANY_PROBE):
+            return True
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allow_literal: set[str] = set()
+        allow_prefixed: set[str] = set()
+        wildcard_allowed = False
+        for acl in self._by_type.get(resource_type, ()):
+            if acl.host != host and acl.host != WILDCARD:
+                continue
+            if acl.principal != principal and acl.principal != "User:*":
+                continue
+            if acl.operation != operation and acl.operation != AclOperation.ALL:
+                continue
+            literal = acl.pattern_type == PatternType.LITERAL
+            if acl.permission == AclPermissionType.DENY:
+                if literal and acl.name == WILDCARD:
+                    return False
+                (deny_literal if literal else deny_prefixed).add(acl.name)
+            elif literal and acl.name == WILDCARD:
+                wildcard_allowed = True
+            else:
+                (allow_literal if literal else allow_prefixed).add(acl.name)
+        if wildcard_allowed:
+            return True
+        for name in allow_literal:
+            if name not in deny_literal and not _has_prefix_in(name, deny_prefixed):
+                return True
+        return any(not _has_prefix_in(name, deny_prefixed) for name in allow_prefixed)
+
+    # --- the store ----------------------------------------------------------------------------------------------
+
+    def acls(self, binding_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The stored ACLs ``binding_filter`` selects (all without one), in a stable order."""
+        selected = (acl for acl in self._acls if binding_filter is None or binding_filter.matches(acl))
+        return sorted(selected, key=_order)
+
+    def create(self, bindings: Sequence[AclBinding]) -> list[CreateResult]:
+        """Add ``bindings`` (one result each, in order); an ACL already stored is a success that changes nothing.
+
+        Validation is Kafka's (AclApis, then its controller's AclControlManager); raises AclStoreError if the
+        file cannot be written, leaving the store as it was.
+        """
+        results: list[CreateResult] = []
+        added: list[AclBinding] = []
+        for binding in bindings:
+            problem = validate_new_binding(binding) or principal_problem(binding.principal)
+            if problem is not None:
+                results.append(CreateResult(ErrorCode.INVALID_REQUEST, problem))
+                continue
+            if binding not in self._acls:
+                self._add(binding)
+                added.append(binding)
+            results.append(CreateResult(ErrorCode.NONE))
+        if added:
+            self._save_or_undo(added=added, removed=())
+        return results
+
+    def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | CreateResult]:
+        """Remove every ACL each filter selects; per filter, the ACLs it selected (each filter sees the ACLs as
+        they were before this call, as Kafka's controller applies them atomically) or the error refusing it."""
+        answers: list[list[AclBinding] | CreateResult] = []
+        doomed: set[AclBinding] = set()
+        stored = self.acls()
+        for binding_filter in filters:
+            problem = binding_filter.unknown_problem()
+            if problem is not None:
+                answers.append(CreateResult(ErrorCode.INVALID_REQUEST, problem))
+                continue
+            matched = [acl for acl in stored if binding_filter.matches(acl)]
+            doomed.update(matched)
+            answers.append(matched)
+        if doomed:
+            for acl in doomed:
+                self._remove(acl)
+            self._save_or_undo(added=(), removed=doomed)
+        return answers
+
+    def _add(self, acl: AclBinding) -> None:
+        self._acls.add(acl)
+        self._by_type.setdefault(acl.resource_type, _TypeIndex()).add(acl)
+
+    def _remove(self, acl: AclBinding) -> None:
+        self._acls.discard(acl)
+        self._by_type[acl.resource_type].remove(acl)
+
+    def _save_or_undo(self, *, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> None:
+        try:
+            self._save()
+        except OSError as exc:
+            for acl in added:
+                self._remove(acl)
+            for acl in removed:
+                self._add(acl)
+            log.error("could not write the ACL file %s: %s", self._path, exc)
+            raise AclStoreError(f"could not write the ACL file: {exc}") from exc
+
+    def _load(self) -> list[AclBinding]:
+        if self._path is None or not self._path.exists():
+            return []
+        _, payload = read_checked(self._path, ACLS_KIND, (ACLS_FORMAT_VERSION,))
+        return [
+            AclBinding(
+                ResourceType(item[0]),
+                item[1],
+                PatternType(item[2]),
+                item[3],
+                item[4],
+                AclOperation(item[5]),
+                AclPermissionType(item[6]),
+            )
+            for item in json.loads(payload)["acls"]
+        ]
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        document = {
+            "acls": [
+                [
+                    int(acl.resource_type),
+                    acl.name,
+                    int(acl.pattern_type),
+                    acl.principal,
+                    acl.host,
+                    int(acl.operation),
+                    int(acl.permission),
+                ]
+                for acl in self.acls()
+            ]
+        }
+        write_checked(self._path, ACLS_KIND, ACLS_FORMAT_VERSION, json.dumps(document).encode())
+
+
+def _has_prefix_in(name: str, prefixes: set[str]) -> bool:
+    return any(name[:length] in prefixes for length in range(1, len(name) + 1))
+
+
+def _order(acl: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    return (
+        acl.resource_type,
+        acl.name,
+        acl.pattern_type,
+        acl.principal,
+        acl.host,
+        acl.operation,
+        acl.permission,
+    )
