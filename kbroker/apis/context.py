@@ -38,36 +38,6 @@ class Cluster(Protocol):
     @property
     def listen(self) -> Endpoint: ...
     @property
-    def client_address(self) -> str:
-        """The client's IP address, without its port (what ACL hosts are matched against)."""
-        host, sep, _port = self.client_host.rpartition(":")
-        return host.strip("[]") if sep else self.client_host
-
-    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
-        """Whether this request's principal may do ``operation`` on a resource (always, without an authorizer)."""
-        authorizer = self.services.authorizer
-        return authorizer is None or authorizer.authorize(
-            self.principal, self.client_address, operation, resource_type, name
-        )
-
-    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
-        """Whether some resource of ``resource_type`` may be allowed ``operation`` (Kafka's authorizeByResourceType)."""
-        authorizer = self.services.authorizer
-        return authorizer is None or authorizer.authorize_any(
-            self.principal, self.client_address, operation, resource_type
-        )
-
-    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
-        """Kafka's ``authorized_operations`` bit field for one resource: bit ``op`` set for each allowed operation."""
-        from kbroker.security.acls import SUPPORTED_OPERATIONS
-
-        bits = 0
-        for operation in SUPPORTED_OPERATIONS[resource_type]:
-            if self.authorize(operation, resource_type, name):
-                bits |= 1 << operation
-        return bits
-
-    @property
     def advertised(self) -> Endpoint: ...
     @property
     def listeners(self) -> list[tuple[str, Endpoint]]: ...
