@@ -49,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of the broker (default %(default)s)")
     health.add_argument("--timeout", type=float, default=5.0, help="seconds for one check (default %(default)s)")
     health.add_argument("--wait", type=float, default=0.0, help="retry for up to this many seconds (default: once)")
+    certs = sub.add_parser("certs", help="write a throwaway CA, broker and client certificates for local TLS (PEM)")
+    certs.add_argument("--dir", type=Path, default=Path("kbroker-certs"), help="where to write (default %(default)s)")
+    certs.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="broker host name or IP (repeatable; default localhost and 127.0.0.1)",
+    )
+    certs.add_argument("--client", action="append", default=[], metavar="NAME", help="a client certificate, CN=NAME")
+    certs.add_argument("--days", type=int, default=365, help="validity in days (default %(default)s)")
     return parser
 
 
@@ -82,6 +93,23 @@ def health_command(args: argparse.Namespace) -> int:
         print(f"kbroker health: not ready: {exc}", file=sys.stderr)
         return 1
     print(health.summary())
+    return 0
+
+
+def certs_command(args: argparse.Namespace) -> int:
+    """``kbroker certs``: write the certificates, print server.properties lines and client settings."""
+    from kbroker.security import certs
+
+    try:
+        written = certs.generate(args.dir, args.host or None, args.client, args.days)
+    except certs.CertsError as exc:
+        print(f"kbroker: {exc}", file=sys.stderr)
+        return 1
+    host = (args.host or certs.DEFAULT_HOSTS)[0]
+    print(f"# Certificates in {written.directory.resolve()} (a throwaway CA: for development only)")
+    print("# server.properties (kbroker serve --config server.properties, or Apache Kafka)")
+    print(certs.server_properties(written, host))
+    print(certs.client_settings(written))
     return 0
 
 
@@ -144,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "health":
         return health_command(args)
+    if args.command == "certs":
+        return certs_command(args)
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
