@@ -20,6 +20,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import trio
@@ -28,6 +29,7 @@ from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.server.connection import ListenerInfo, ServedListener, serve
 from kbroker.server.limits import raise_open_file_limit
+from kbroker.server.listener_security import ListenerSecurity, listener_security
 from kbroker.server.listeners import ListenerPlan
 from kbroker.services import Service, background_services
 
@@ -49,6 +51,11 @@ class Settings:
     data_dir: Path
     listeners: ListenerPlan
     advertised: Endpoint | None = None
+
+    @cached_property
+    def security(self) -> dict[str, ListenerSecurity]:
+        """Each listener's TLS context and SASL settings; ConfigError for a mistake (checked before start-up)."""
+        return {spec.name: listener_security(spec, self.config) for spec in self.listeners.listeners}
 
 
 class Server:
@@ -98,16 +105,18 @@ class App:
         self.stop()
 
 
-async def open_listeners(plan: ListenerPlan) -> list[ServedListener]:
-    """Bind every listener of ``plan`` (one accept socket set each); ListenError names the one that failed."""
+async def open_listeners(settings: Settings) -> list[ServedListener]:
+    """Bind every listener (one accept socket set each); ListenError names the one that failed."""
     served: list[ServedListener] = []
+    security = settings.security
     try:
-        for spec in plan.listeners:
+        for spec in settings.listeners.listeners:
             try:
                 sockets = await trio.open_tcp_listeners(spec.port, host=spec.host)
             except OSError as exc:
                 raise ListenError(f"cannot listen on {spec.host}:{spec.port}: {exc.strerror or exc}") from exc
-            served.append(ServedListener(ListenerInfo(spec.name, spec.security_protocol), sockets))
+            info = ListenerInfo(spec.name, spec.security_protocol, security[spec.name])
+            served.append(ServedListener(info, sockets))
     except BaseException:
         close_listeners(served)
         raise
@@ -161,7 +170,7 @@ async def run(
     raised = raise_open_file_limit()
     if raised is not None:
         log.info("raised the open-file limit from %s to %s (as the JVM does for Kafka)", *raised)
-    served = await open_listeners(settings.listeners)
+    served = await open_listeners(settings)
     try:
         app = build(settings, served)
     except BaseException:

@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         settings = resolve_settings(args)
+        settings.security  # noqa: B018 - TLS and SASL settings are checked before anything is opened
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -1439,6 +1439,15 @@ SECURITY_DEFS: list[ConfigDef] = [
         described=False,
     ),
     ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        "INT",
+        "100",
+        Int(0, INT_MAX),
+        "Wait before answering a failed authentication and closing the connection.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
         "sasl.server.max.receive.size",
         "INT",
         "524288",

@@ -25,6 +25,7 @@ from kbroker.config import BrokerConfig
 
 if TYPE_CHECKING:  # kbroker.app (and the network layer) is imported when a broker is first started
     from kbroker.app import App
+    from kbroker.server.listeners import ListenerPlan
 
 
 class _StartedBroker:
@@ -67,6 +68,7 @@ class RunningBroker(_StartedBroker):
         self._app: App | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._bound_ports: dict[str, int] = {}  # each listener's port once bound (restarts keep them)
 
     @property
     def bootstrap(self) -> str:
@@ -87,12 +89,34 @@ class RunningBroker(_StartedBroker):
             raise RuntimeError("broker did not start within 30 s")
         return self
 
+    def bootstrap_for(self, listener: str) -> str:
+        """The advertised address of one listener (``listeners`` given in the overrides)."""
+        assert self.broker is not None, "broker not started"
+        address = self.broker.advertised_by_listener[listener.upper()]
+        return f"{address.host}:{address.port}"
+
+    def _listener_plan(self) -> ListenerPlan:
+        """``listeners`` from the overrides (ports once bound are kept for restarts), else one PLAINTEXT listener."""
+        from kbroker.server.listeners import ListenerSpec, parse_listeners, plaintext_listener
+
+        if not self.config["listeners"]:
+            advertised = Endpoint(self.host, self.port) if self.port else None
+            return plaintext_listener(self.host, self.port, advertised)
+        plan = parse_listeners(
+            self.config["listeners"], self.config["advertised.listeners"], self.config.listener_settings
+        )
+        if self._bound_ports:
+            specs = tuple(
+                ListenerSpec(s.name, s.security_protocol, s.host, self._bound_ports.get(s.name, s.port), s.advertised)
+                for s in plan.listeners
+            )
+            plan = type(plan)(specs, plan.primary)
+        return plan
+
     def _run(self) -> None:
         from kbroker import app
-        from kbroker.server.listeners import plaintext_listener
 
-        advertised = Endpoint(self.host, self.port) if self.port else None
-        settings = app.Settings(self.config, self.data_dir, plaintext_listener(self.host, self.port, advertised))
+        settings = app.Settings(self.config, self.data_dir, self._listener_plan())
 
         async def main() -> None:
             self._token = trio.lowlevel.current_trio_token()
@@ -101,6 +125,7 @@ class RunningBroker(_StartedBroker):
                 self.broker = self._app.broker
                 if self.port == 0:
                     self.port = self.broker.advertised.port
+                self._bound_ports = {name: address.port for name, address in self.broker.listeners}
                 self._ready.set()
 
         try:

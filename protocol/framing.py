@@ -156,6 +156,15 @@ class FrameBuffer:
         self._filled = 0
         self._ready: deque[bytearray] = deque()  # frames completed inside feed()
 
+    @property
+    def max_frame_size(self) -> int:
+        return self._max
+
+    @max_frame_size.setter
+    def max_frame_size(self, size: int) -> None:
+        """A new limit for the frames whose size prefix is yet to be read (SASL: raised once authenticated)."""
+        self._max = size
+
     def read_buffer(self) -> memoryview:
         """Where the next bytes from the stream go (never empty); release it before asking again."""
         if self._frame is not None and self._filled == self._frame_size:

@@ -47,7 +47,6 @@ import logging
 import socket
 from collections import deque
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -55,8 +54,10 @@ import trio
 from kbroker.apis import HANDLERS, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
+from kbroker.security.authenticator import SaslAuthenticator, Step
 from kbroker.server.idle import IdleReaper
 from kbroker.server.limits import accept_failure_message
+from kbroker.server.listener_security import PLAINTEXT_SECURITY, ListenerSecurity, new_authenticator
 from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
 from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
 from kbroker.server.throttling import answer_under_quotas, client_throttles
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.server")
 
 PRODUCE = 0
+SASL_HANDSHAKE = 17
 API_VERSIONS = 18
 ANONYMOUS = "User:ANONYMOUS"
 DEFAULT_LISTENER = "PLAINTEXT"
@@ -86,21 +88,13 @@ class ConnectionClosed(Exception):
     pass
 
 
-class SaslStage(Enum):
-    """Where a connection is in SASL authentication (issue #18); PLAINTEXT listeners never leave NONE."""
-
-    NONE = "none"  # the listener needs no authentication
-    HANDSHAKE = "handshake"  # waiting for SaslHandshake
-    AUTHENTICATE = "authenticate"  # waiting for SaslAuthenticate
-    DONE = "done"
-
-
 @dataclass(frozen=True, slots=True)
 class ListenerInfo:
     """What a connection knows of the listener that accepted it."""
 
     name: str = DEFAULT_LISTENER
     security_protocol: str = "PLAINTEXT"
+    security: ListenerSecurity = PLAINTEXT_SECURITY  # its TLS context and SASL settings
 
 
 class _Close(Exception):
@@ -125,13 +119,18 @@ class Connection:
         self.id = connection_id
         self.listener = listener if listener is not None else ListenerInfo()
         self.principal = ANONYMOUS
-        self.sasl_stage = SaslStage.NONE
+        # SASL listeners: the authentication every request waits for (kbroker/security/authenticator.py).
+        self.sasl: SaslAuthenticator | None = None
+        if self.listener.security.sasl is not None:
+            self.sasl = new_authenticator(self.listener.security.sasl, broker)
+        self._close_after_answer = False  # a failed authentication: answered, then the connection ends
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
-        # The zero-copy paths need the socket itself; any other stream goes through its own methods.
-        self._socket: trio.socket.SocketType | None = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self.peer = _peer_name(self._socket)
+        # The zero-copy paths need the socket itself; any other stream goes through its own methods (TLS too).
+        raw_socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._socket: trio.socket.SocketType | None = raw_socket if self.listener.security.ssl_context is None else None
+        self.peer = _peer_name(raw_socket)
         self._stopping = False
         self._read_scope: trio.CancelScope | None = None
         # The server's reaper closes idle connections; a connection run on its own brings its own.
@@ -232,7 +231,12 @@ class Connection:
             log.debug("closing connection from %s: idle for connections.max.idle.ms=%d", self.peer, idle_ms)
 
     async def _serve(self) -> None:
-        buffer = self._buffer = FrameBuffer(self.broker.config["socket.request.max.bytes"])
+        if self.listener.security.ssl_context is not None and not await self._tls_handshake():
+            return
+        limit = self.broker.config["socket.request.max.bytes"]
+        if self.sasl is not None:  # until authenticated, frames are held to sasl.server.max.receive.size
+            limit = self.sasl.listener.max_receive_size
+        buffer = self._buffer = FrameBuffer(limit)
         while await self._serve_one(buffer):
             # The request and its frame are gone with _serve_one's frame: their memory goes back to the pool.
             if self._reserved:
@@ -247,6 +251,8 @@ class Connection:
             return False
         if frame is None:
             return False
+        if self.sasl is not None and self.sasl.raw_tokens:  # after SaslHandshake v0: a bare SASL token
+            return await self._raw_sasl_token(bytes(frame))
         try:
             request = decode_request(frame)
         except DecodeError as exc:
@@ -265,6 +271,8 @@ class Connection:
             throttle_ms = 0
         if response is not None:
             await self._send(response)
+        if self._close_after_answer:
+            return False
         if throttle_ms:
             await self._mute(throttle_ms)
         return True
@@ -298,6 +306,17 @@ class Connection:
         if key == API_VERSIONS and version >= 3:
             self.client_software_name = body.client_software_name
             self.client_software_version = body.client_software_version
+        # 2. authentication gate
+        sasl = self.sasl
+        if sasl is not None:
+            if not sasl.complete or (key == SASL_HANDSHAKE and sasl.begin_reauthentication()):
+                step = sasl.on_request(key, version, body)
+                if not step.pass_through:
+                    return await self._authentication_answer(request, body, step)
+            elif sasl.session_expired():
+                # Kafka's check: a session past its lifetime that did not re-authenticate ends here.
+                log.info("closing connection from %s (%s): its SASL session expired", self.peer, self.principal)
+                raise _Close
         context = RequestContext(
             services=self.services,
             api_key=key,
@@ -310,8 +329,7 @@ class Connection:
             principal=self.principal,
         )
         try:
-            # 2. authentication gate, 3. handler
-            self.authenticate(key)
+            # 3. handler
             if self.services.quotas.enforcing:  # the only cost of quotas while none is set
                 encoded, self._throttle_ms = await answer_under_quotas(
                     handler,
@@ -333,11 +351,59 @@ class Connection:
             log.exception("handler for %s v%d failed (client %s)", handler.name, version, self.peer)
             return self._error_answer(request, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
 
-    def authenticate(self, api_key: int) -> None:
-        """The authentication gate: raise to refuse ``api_key`` in this connection's SASL stage.
+    async def _authentication_answer(self, request: Request, body: Any, step: Step) -> SplicedOutput | None:
+        """The answer to a request of the SASL exchange (handshake or token), and what follows it."""
+        if step.failed:
+            await trio.sleep(self.sasl.listener.failed_delay_ms / 1000 if self.sasl is not None else 0)
+        if step.close:
+            self._close_after_answer = True
+        self._authentication_done()
+        if step.response is None:
+            raise _Close
+        if isinstance(step.response, tuple):  # a request out of turn: its own API's error answer
+            code, message = step.response
+            return self._error_answer(request, body, code, message)
+        return encode_response(step.response, request.api_key, request.api_version, request.correlation_id)
 
-        Every listener is PLAINTEXT today (SASL is issue #18), so every request passes.
-        """
+    async def _raw_sasl_token(self, token: bytes) -> bool:
+        """One token of a SaslHandshake v0 exchange: answered with a bare size-prefixed token; False: close."""
+        assert self.sasl is not None
+        step = self.sasl.on_raw_token(token)
+        if step.failed:
+            await trio.sleep(self.sasl.listener.failed_delay_ms / 1000)
+        if step.close:
+            return False
+        self._authentication_done()
+        challenge = step.response or b""
+        await self._send(len(challenge).to_bytes(4, "big") + challenge)
+        return True
+
+    def _authentication_done(self) -> None:
+        """Once SASL completes: the principal is known and frames may be as large as any request."""
+        if self.sasl is not None and self.sasl.complete:
+            assert self.sasl.principal is not None
+            self.principal = self.sasl.principal
+            if self._buffer is not None:
+                self._buffer.max_frame_size = self.broker.config["socket.request.max.bytes"]
+
+    async def _tls_handshake(self) -> bool:
+        """Wrap the stream in TLS and shake hands; on SSL listeners the principal is the client certificate's."""
+        security = self.listener.security
+        assert security.ssl_context is not None
+        tls = trio.SSLStream(self.stream, security.ssl_context, server_side=True)
+        try:
+            await tls.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            log.info("closing connection from %s: TLS handshake failed: %s", self.peer, cause)
+            return False
+        self.stream = tls
+        if self.listener.security_protocol == "SSL":
+            from kbroker.security.principal import principal_of_certificate
+
+            self.principal = principal_of_certificate(tls.getpeercert(binary_form=True), security.principal_rules)
+        self.idle_since = trio.current_time()
+        return True
 
     def _error_answer(self, request: Request, body: Any, code: ErrorCode, message: str | None) -> SplicedOutput:
         key, version = request.api_key, request.api_version

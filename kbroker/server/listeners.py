@@ -6,9 +6,8 @@ comes from the map (by default each protocol's own name maps to itself, as in Ka
 gives the address clients of a listener are told (by default the listener's own, ``localhost`` for a wildcard
 host); the inter-broker listener is the broker's main address (the ready line, the test fixtures' bootstrap).
 Listeners named in ``controller.listener.names`` belong to a KRaft controller, which kbroker does not run:
-they are not served. Only PLAINTEXT is implemented: a listener with SSL, SASL_PLAINTEXT or SASL_SSL (issue
-#18) is refused at start-up, never served as plaintext. As before, ``host:port`` without a name is a
-PLAINTEXT listener.
+they are not served. Each listener's TLS and SASL settings are read by kbroker/server/listener_security.py. As
+before, ``host:port`` without a name is a PLAINTEXT listener.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from kbroker.config import LISTENER_KEYS, ConfigError
 log = logging.getLogger("kbroker.server")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT"})
 DEFAULT_LISTENER_NAME = "PLAINTEXT"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
@@ -120,13 +118,10 @@ def parse_listeners(
     listeners: str,
     advertised: str = "",
     settings: Mapping[str, str] | None = None,
-    *,
-    refuse_unimplemented: bool = True,
 ) -> ListenerPlan:
     """The listener plan of ``listeners`` and ``advertised.listeners`` with the other keys in ``settings``.
 
-    Raises ConfigError, in one line naming the listener, for anything Kafka would refuse and for a security
-    protocol kbroker does not implement yet.
+    Raises ConfigError, in one line naming the listener, for anything Kafka would refuse.
     """
     settings = settings or {}
     entries = _entries(listeners, "listeners", DEFAULT_LISTENER_NAME)
@@ -166,13 +161,6 @@ def parse_listeners(
             raise ConfigError(f"inter.broker.listener.name: {primary} is not a listener this broker serves")
     else:
         primary = DEFAULT_LISTENER_NAME if any(s.name == DEFAULT_LISTENER_NAME for s in served) else served[0].name
-    if refuse_unimplemented:
-        for spec in served:
-            if spec.security_protocol not in IMPLEMENTED_PROTOCOLS:
-                raise ConfigError(
-                    f"listener {spec.name} ({spec.host}:{spec.port}) uses security protocol {spec.security_protocol}, "
-                    "which kbroker does not implement yet (issue #18); only PLAINTEXT listeners can be served"
-                )
     return ListenerPlan(tuple(served), primary)
 
 
