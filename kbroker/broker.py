@@ -27,6 +27,7 @@ from kbroker.groups.router import GroupRouter
 from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
+from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.storage import LogManager, TopicInfo
 from kbroker.storage.api import AnyLogStore, PartitionStore
 from kbroker.storage.files import (
@@ -88,7 +89,11 @@ class Broker:
             self._data_dir_lock.release()
             raise
         # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py); None: allow all.
-        self.authorizer: Authorizer | None = None
+        try:
+            self.authorizer: Authorizer | None = StandardAuthorizer.from_config(config, data_dir)
+        except BaseException:  # a damaged ACL file: nothing was started, the data directory is released
+            self._data_dir_lock.release()
+            raise
         self.topics = TopicService(self.logs, self.offsets, config)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.

@@ -457,6 +457,28 @@ def _alter_partition_reassignments(request: Any, version: int, code: ErrorCode, 
     )
 
 
+@_builder(29)
+def _describe_acls(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    return _response(29)(error_code=code, error_message=message, resources=[])
+
+
+@_builder(30)
+def _create_acls(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(30)
+    return r(results=[r.AclCreationResult(error_code=code, error_message=message) for _ in request.creations])
+
+
+@_builder(31)
+def _delete_acls(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(31)
+    return r(
+        filter_results=[
+            r.DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[])
+            for _ in request.filters
+        ]
+    )
+
+
 @_builder(48)
 def _describe_client_quotas(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
     return _response(48)(error_code=code, error_message=message, entries=None)  # Kafka: no entries at all

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kbroker.security.acls import (
     WILDCARD,
@@ -42,6 +43,9 @@ from kbroker.security.acls import (
 )
 from kbroker.storage.files import read_checked, write_checked
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
 
 log = logging.getLogger("kbroker.security.authorizer")
 
@@ -69,7 +73,7 @@ def principal_problem(principal: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class CreateResult:
+class AclResult:
     code: ErrorCode
     message: str | None = None
 
@@ -147,7 +151,7 @@ class StandardAuthorizer:
             self._add(acl)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, object], data_dir: Path | None) -> StandardAuthorizer | None:
+    def from_config(cls, config: BrokerConfig, data_dir: Path | None) -> StandardAuthorizer | None:
         """The authorizer ``authorizer.class.name`` names (None for the empty name: no authorizer)."""
         if not str(config["authorizer.class.name"]).strip():
             return None
@@ -223,37 +227,37 @@ class StandardAuthorizer:
         selected = (acl for acl in self._acls if binding_filter is None or binding_filter.matches(acl))
         return sorted(selected, key=_order)
 
-    def create(self, bindings: Sequence[AclBinding]) -> list[CreateResult]:
+    def create(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
         """Add ``bindings`` (one result each, in order); an ACL already stored is a success that changes nothing.
 
         Validation is Kafka's (AclApis, then its controller's AclControlManager); raises AclStoreError if the
         file cannot be written, leaving the store as it was.
         """
-        results: list[CreateResult] = []
+        results: list[AclResult] = []
         added: list[AclBinding] = []
         for binding in bindings:
             problem = validate_new_binding(binding) or principal_problem(binding.principal)
             if problem is not None:
-                results.append(CreateResult(ErrorCode.INVALID_REQUEST, problem))
+                results.append(AclResult(ErrorCode.INVALID_REQUEST, problem))
                 continue
             if binding not in self._acls:
                 self._add(binding)
                 added.append(binding)
-            results.append(CreateResult(ErrorCode.NONE))
+            results.append(AclResult(ErrorCode.NONE))
         if added:
             self._save_or_undo(added=added, removed=())
         return results
 
-    def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | CreateResult]:
+    def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
         """Remove every ACL each filter selects; per filter, the ACLs it selected (each filter sees the ACLs as
         they were before this call, as Kafka's controller applies them atomically) or the error refusing it."""
-        answers: list[list[AclBinding] | CreateResult] = []
+        answers: list[list[AclBinding] | AclResult] = []
         doomed: set[AclBinding] = set()
         stored = self.acls()
         for binding_filter in filters:
             problem = binding_filter.unknown_problem()
             if problem is not None:
-                answers.append(CreateResult(ErrorCode.INVALID_REQUEST, problem))
+                answers.append(AclResult(ErrorCode.INVALID_REQUEST, problem))
                 continue
             matched = [acl for acl in stored if binding_filter.matches(acl)]
             doomed.update(matched)

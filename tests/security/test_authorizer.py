@@ -1,0 +1,292 @@
+"""StandardAuthorizer (kbroker/security/authorizer.py): decisions over stored ACLs as Kafka's StandardAuthorizer
+makes them (literal, wildcard and prefixed patterns, deny over allow, hosts, User:*, super users,
+allow.everyone.if.no.acl.found), authorize_any as Kafka's authorizeByResourceType, the store (create, delete
+per filter, describe) and its persistence across a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbroker.security.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from kbroker.security.authorizer import ACLS_FILE, AclResult, StandardAuthorizer, parse_super_users
+from kbroker.storage.files import DamagedFileError
+from protocol.errors import ErrorCode
+
+ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
+READ, WRITE, DESCRIBE = AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
+ALICE, BOB = "User:alice", "User:bob"
+HOST = "10.0.0.1"
+
+
+def acl(
+    name: str,
+    operation: AclOperation = READ,
+    permission: AclPermissionType = ALLOW,
+    *,
+    pattern: PatternType = LITERAL,
+    principal: str = ALICE,
+    host: str = "*",
+    resource_type: ResourceType = TOPIC,
+) -> AclBinding:
+    return AclBinding(resource_type, name, pattern, principal, host, operation, permission)
+
+
+def authorizer(
+    *acls: AclBinding, allow_if_no_acl: bool = False, super_users: tuple[str, ...] = ()
+) -> StandardAuthorizer:
+    built = StandardAuthorizer(super_users, allow_if_no_acl)
+    assert built.create(acls) == [AclResult(ErrorCode.NONE)] * len(acls)
+    return built
+
+
+def test_literal_wildcard_and_prefixed_patterns() -> None:
+    auth = authorizer(acl("orders"), acl("*", AclOperation.CREATE), acl("pay", DESCRIBE, pattern=PREFIXED))
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders2")  # a literal name is not a prefix
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "order")
+    assert auth.authorize(ALICE, HOST, AclOperation.CREATE, TOPIC, "anything")  # the literal wildcard
+    assert auth.authorize(ALICE, HOST, DESCRIBE, TOPIC, "payments")
+    assert auth.authorize(ALICE, HOST, DESCRIBE, TOPIC, "pay")  # a prefix matches the name itself
+    assert not auth.authorize(ALICE, HOST, DESCRIBE, TOPIC, "pa")
+    assert not auth.authorize(ALICE, HOST, READ, GROUP, "orders")  # another resource type
+    assert not auth.authorize(BOB, HOST, READ, TOPIC, "orders")
+
+
+def test_prefixed_star_is_a_prefix_not_the_wildcard() -> None:
+    auth = authorizer(acl("*", pattern=PREFIXED))
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, "*orders")
+
+
+@pytest.mark.parametrize(
+    ("deny", "name", "allowed"),
+    [
+        (acl("orders", READ, DENY), "orders", False),
+        (acl("*", READ, DENY), "orders", False),
+        (acl("ord", READ, DENY, pattern=PREFIXED), "orders", False),
+        (acl("orders", AclOperation.ALL, DENY), "orders", False),
+        (acl("orders", READ, DENY, principal="User:*"), "orders", False),
+        (acl("orders", READ, DENY, host=HOST), "orders", False),
+        (acl("orders", READ, DENY, host="10.0.0.2"), "orders", True),  # another host: does not apply
+        (acl("orders", WRITE, DENY), "orders", True),  # another operation
+        (acl("orders", READ, DENY, principal=BOB), "orders", True),  # another principal
+        (acl("other", READ, DENY), "orders", True),
+    ],
+)
+def test_deny_beats_allow(deny: AclBinding, name: str, allowed: bool) -> None:
+    auth = authorizer(acl("orders", AclOperation.ALL), acl("*"), deny)
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, name) is allowed
+
+
+def test_deny_read_does_not_deny_describe() -> None:
+    auth = authorizer(acl("orders", READ), acl("orders", READ, DENY))
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
+    assert auth.authorize(ALICE, HOST, DESCRIBE, TOPIC, "orders")  # the ALLOW READ implies it, the DENY does not
+    auth = authorizer(acl("orders", READ, DENY), allow_if_no_acl=True)
+    assert not auth.authorize(ALICE, HOST, DESCRIBE, TOPIC, "orders")  # an ACL exists: not the default
+
+
+@pytest.mark.parametrize(
+    ("granted", "asked", "allowed"),
+    [
+        (READ, DESCRIBE, True),
+        (WRITE, DESCRIBE, True),
+        (AclOperation.DELETE, DESCRIBE, True),
+        (AclOperation.ALTER, DESCRIBE, True),
+        (AclOperation.CREATE, DESCRIBE, False),
+        (AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS, True),
+        (AclOperation.ALTER_CONFIGS, DESCRIBE, False),
+        (AclOperation.DESCRIBE_CONFIGS, DESCRIBE, False),
+        (DESCRIBE, READ, False),
+        (AclOperation.ALL, AclOperation.IDEMPOTENT_WRITE, True),
+    ],
+)
+def test_implication_through_the_authorizer(granted: AclOperation, asked: AclOperation, allowed: bool) -> None:
+    auth = authorizer(acl("t", granted))
+    assert auth.authorize(ALICE, HOST, asked, TOPIC, "t") is allowed
+
+
+def test_hosts_and_user_wildcard() -> None:
+    auth = authorizer(acl("t", principal="User:*", host=HOST))
+    assert auth.authorize(BOB, HOST, READ, TOPIC, "t")
+    assert auth.authorize("Group:x", HOST, READ, TOPIC, "t")  # User:* matches any principal, as in Kafka
+    assert not auth.authorize(BOB, "10.0.0.2", READ, TOPIC, "t")
+
+
+def test_super_users_are_allowed_everything_even_over_deny() -> None:
+    auth = authorizer(acl("*", AclOperation.ALL, DENY, principal="User:*"), super_users=("User:admin",))
+    assert auth.authorize("User:admin", HOST, AclOperation.ALTER, CLUSTER, "kafka-cluster")
+    assert auth.authorize("User:admin", HOST, READ, TOPIC, "t")
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "t")
+    assert auth.authorize_any("User:admin", HOST, WRITE, TOPIC)
+
+
+def test_super_users_setting() -> None:
+    assert parse_super_users(" User:a ; User:b;;") == {"User:a", "User:b"}
+    assert parse_super_users("") == frozenset()
+
+
+def test_allow_everyone_if_no_acl_found_is_about_the_resource_not_the_principal() -> None:
+    auth = authorizer(acl("orders", principal=BOB), acl("logs", WRITE), allow_if_no_acl=True)
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, "nothing-about-it")  # no ACL on the resource at all
+    assert auth.authorize(ALICE, HOST, READ, GROUP, "g")  # no ACL of that type
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")  # an ACL for someone else exists
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "logs")  # an ACL for another operation exists
+    strict = authorizer(acl("orders", principal=BOB))
+    assert not strict.authorize(ALICE, HOST, READ, TOPIC, "nothing-about-it")
+    assert not strict.authorize(ALICE, HOST, READ, GROUP, "g")
+
+
+def test_allow_everyone_counts_wildcard_and_prefix_acls_as_found() -> None:
+    auth = authorizer(acl("*", principal=BOB), allow_if_no_acl=True)
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "x")
+    auth = authorizer(acl("x", principal=BOB, pattern=PREFIXED), allow_if_no_acl=True)
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "xyz")
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, "yz")
+
+
+def test_changes_are_seen_by_the_next_decision() -> None:
+    auth = authorizer()
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "t")
+    auth.create([acl("t", pattern=PREFIXED)])
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, "topic")
+    auth.create([acl("to", READ, DENY, pattern=PREFIXED)])
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "topic")
+    auth.delete([AclBindingFilter(permission=DENY)])
+    assert auth.authorize(ALICE, HOST, READ, TOPIC, "topic")
+    auth.delete([AclBindingFilter()])
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "topic")
+
+
+# --- authorize_any (Kafka's authorizeByResourceType) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("acls", "allowed"),
+    [
+        ((), False),
+        ((acl("t", WRITE),), True),
+        ((acl("t", WRITE, host="10.9.9.9"),), False),
+        ((acl("t", WRITE, principal=BOB),), False),
+        ((acl("t", WRITE, principal="User:*"),), True),
+        ((acl("t", AclOperation.ALL),), True),
+        ((acl("t", READ),), False),  # no implication here
+        ((acl("t", WRITE), acl("t", WRITE, DENY)), False),
+        ((acl("t", WRITE), acl("t", WRITE, DENY, pattern=PREFIXED)), False),
+        ((acl("topic", WRITE), acl("to", WRITE, DENY, pattern=PREFIXED)), False),
+        ((acl("topic", WRITE), acl("topics", WRITE, DENY, pattern=PREFIXED)), True),  # does not cover "topic"
+        ((acl("t", WRITE, pattern=PREFIXED), acl("t", WRITE, DENY)), True),  # a literal deny leaves "tx"
+        ((acl("ab", WRITE, pattern=PREFIXED), acl("a", WRITE, DENY, pattern=PREFIXED)), False),
+        ((acl("a", WRITE), acl("*", WRITE, DENY)), False),  # a wildcard deny denies all
+        ((acl("*", WRITE), acl("a", WRITE, DENY)), True),  # a wildcard allow wins over a literal deny
+        ((acl("*", WRITE), acl("h", WRITE, DENY, pattern=PREFIXED)), True),  # ...and over a prefixed deny
+        ((acl("t", WRITE, resource_type=GROUP),), False),
+    ],
+)
+def test_authorize_any(acls: tuple[AclBinding, ...], allowed: bool) -> None:
+    assert authorizer(*acls).authorize_any(ALICE, HOST, WRITE, TOPIC) is allowed
+
+
+def test_authorize_any_default_and_implication_through_the_probe() -> None:
+    assert authorizer(allow_if_no_acl=True).authorize_any(ALICE, HOST, WRITE, TOPIC)
+    # "hardcode" has no ACL, so the default allows, whatever ACLs other topics have.
+    assert authorizer(acl("x", principal=BOB), allow_if_no_acl=True).authorize_any(ALICE, HOST, WRITE, TOPIC)
+    assert not authorizer(acl("h", principal=BOB, pattern=PREFIXED), allow_if_no_acl=True).authorize_any(
+        ALICE, HOST, WRITE, TOPIC
+    )
+    # The probe is an ordinary decision, so a wildcard ALLOW WRITE answers DESCRIBE through implication.
+    assert authorizer(acl("*", WRITE)).authorize_any(ALICE, HOST, DESCRIBE, TOPIC)
+    with pytest.raises(ValueError, match="operation ANY"):
+        authorizer().authorize_any(ALICE, HOST, AclOperation.ANY, TOPIC)
+
+
+# --- the store ----------------------------------------------------------------------------------------------
+
+
+def test_create_is_idempotent_and_validates_each_binding() -> None:
+    auth = authorizer()
+    results = auth.create(
+        [
+            acl("t"),
+            acl("t"),
+            acl("x", principal="alice"),
+            acl("x", resource_type=CLUSTER),
+            acl(""),
+        ]
+    )
+    assert results == [
+        AclResult(ErrorCode.NONE),
+        AclResult(ErrorCode.NONE),
+        AclResult(
+            ErrorCode.INVALID_REQUEST,
+            "Could not parse principal from `alice` (no colon is present separating the principal type from the "
+            "principal name)",
+        ),
+        AclResult(ErrorCode.INVALID_REQUEST, "The only valid name for the CLUSTER resource is kafka-cluster"),
+        AclResult(ErrorCode.INVALID_REQUEST, "Invalid empty resource name"),
+    ]
+    assert auth.acls() == [acl("t")]
+
+
+def test_delete_answers_per_filter_against_the_acls_before_the_call() -> None:
+    auth = authorizer(acl("a"), acl("b", WRITE), acl("g", resource_type=GROUP))
+    answers = auth.delete(
+        [
+            AclBindingFilter(TOPIC),
+            AclBindingFilter(TOPIC, "a", LITERAL),  # also selected by the first: both report it
+            AclBindingFilter(ResourceType.UNKNOWN),
+            AclBindingFilter(operation=AclOperation.UNKNOWN),
+            AclBindingFilter(TOPIC, "zzz", LITERAL),
+        ]
+    )
+    assert answers == [
+        [acl("a"), acl("b", WRITE)],
+        [acl("a")],
+        AclResult(ErrorCode.INVALID_REQUEST, "Unknown patternFilter."),
+        AclResult(ErrorCode.INVALID_REQUEST, "Unknown entryFilter."),
+        [],
+    ]
+    assert auth.acls() == [acl("g", resource_type=GROUP)]
+
+
+def test_acls_survive_a_restart(tmp_path: Path) -> None:
+    first = StandardAuthorizer((), False, tmp_path)
+    assert not (tmp_path / ACLS_FILE).exists()  # nothing written until there is something to keep
+    kept = [acl("orders", pattern=PREFIXED, host=HOST), acl("*", WRITE, DENY, principal="User:*")]
+    first.create([*kept, acl("gone")])
+    first.delete([AclBindingFilter(TOPIC, "gone", LITERAL)])
+    second = StandardAuthorizer((), False, tmp_path)
+    assert second.acls() == sorted(first.acls(), key=lambda a: a.name) == first.acls()
+    assert set(second.acls()) == set(kept)
+    assert second.authorize(ALICE, HOST, READ, TOPIC, "orders-eu")
+    assert not second.authorize(ALICE, HOST, WRITE, TOPIC, "orders-eu")
+
+
+def test_a_damaged_acl_file_is_refused_not_ignored(tmp_path: Path) -> None:
+    StandardAuthorizer((), False, tmp_path).create([acl("orders")])
+    data = bytearray((tmp_path / ACLS_FILE).read_bytes())
+    data[-3] ^= 0x20
+    (tmp_path / ACLS_FILE).write_bytes(bytes(data))
+    with pytest.raises(DamagedFileError, match="checksum mismatch"):
+        StandardAuthorizer((), False, tmp_path)
+
+
+def test_a_failed_write_leaves_the_acls_as_they_were(tmp_path: Path) -> None:
+    from kbroker.security.authorizer import AclStoreError
+
+    auth = StandardAuthorizer((), False, tmp_path / "missing-directory")
+    with pytest.raises(AclStoreError):
+        auth.create([acl("orders")])
+    assert auth.acls() == []
+    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
