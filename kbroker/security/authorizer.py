@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,7 +110,7 @@ class _TypeIndex:
     def _refresh_lengths(self) -> None:
         self.prefix_lengths = sorted({len(prefix) for prefix in self.prefixed})
 
-    def applying_to(self, name: str) -> Iterable[list[AclBinding]]:
+    def applying_to(self, name: str) -> Iterator[list[AclBinding]]:
         """The lists of ACLs whose pattern matches the resource ``name``."""
         exact = self.literal.get(name)
         if exact:
@@ -126,7 +126,7 @@ class _TypeIndex:
             if found:
                 yield found
 
-    def __iter__(self) -> Iterable[AclBinding]:
+    def __iter__(self) -> Iterator[AclBinding]:
         for entries in self.literal.values():
             yield from entries
         for entries in self.prefixed.values():
