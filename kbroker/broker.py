@@ -28,6 +28,7 @@ from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
 from kbroker.security.authorizer import StandardAuthorizer
+from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, TopicInfo
 from kbroker.storage.api import AnyLogStore, PartitionStore
 from kbroker.storage.files import (
@@ -85,6 +86,8 @@ class Broker:
             self.quotas = ClientQuotas(
                 data_dir, window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
             )
+            # SCRAM users (AlterUserScramCredentials, --sasl-user); a damaged file stops the start here.
+            self.scram_credentials = ScramCredentialStore(data_dir)
         except BaseException:
             self._data_dir_lock.release()
             raise

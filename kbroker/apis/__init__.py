@@ -99,6 +99,8 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (47, 0, 0, "group_offsets.handle_offset_delete"),
     (48, 0, 1, "client_quotas.handle_describe_client_quotas"),
     (49, 0, 1, "client_quotas.handle_alter_client_quotas"),
+    (50, 0, 0, "scram_credentials.handle_describe_user_scram_credentials"),
+    (51, 0, 0, "scram_credentials.handle_alter_user_scram_credentials"),
     (55, 0, 2, "quorum.handle_describe_quorum"),
     (57, 0, 2, "features.handle_update_features"),
     (60, 0, 2, "cluster.handle_describe_cluster"),

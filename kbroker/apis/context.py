@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kbroker.groups.router import GroupRouter
     from kbroker.quotas import ClientQuotas
     from kbroker.security.acls import AclOperation, Authorizer, ResourceType
+    from kbroker.security.scram_credentials import ScramCredentialStore
     from kbroker.topics import TopicService
     from kbroker.transactions.coordinator import TransactionCoordinator
 
@@ -65,6 +66,7 @@ class HandlerServices:
     producer_ids: ProducerIds
     transactions: TransactionCoordinator
     quotas: ClientQuotas
+    scram_credentials: ScramCredentialStore
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, every request is allowed (as Kafka)
 
     @classmethod
@@ -78,6 +80,7 @@ class HandlerServices:
             producer_ids=broker,
             transactions=broker.transactions,
             quotas=broker.quotas,
+            scram_credentials=broker.scram_credentials,
             authorizer=broker.authorizer,
         )
 
@@ -125,6 +128,10 @@ class RequestContext:
     @property
     def quotas(self) -> ClientQuotas:
         return self.services.quotas
+
+    @property
+    def scram_credentials(self) -> ScramCredentialStore:
+        return self.services.scram_credentials
 
     @property
     def client_address(self) -> str:

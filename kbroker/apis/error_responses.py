@@ -497,3 +497,18 @@ def _alter_client_quotas(request: Any, version: int, code: ErrorCode, message: s
             for entry in request.entries
         ]
     )
+
+
+@_builder(50)
+def _describe_user_scram_credentials(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(50)  # Kafka: the error on top and once per user named, without the user's name
+    named = request.users or []
+    results = [r.DescribeUserScramCredentialsResult(error_code=code, error_message=message) for _ in named]
+    return r(error_code=code, error_message=message, results=results)
+
+
+@_builder(51)
+def _alter_user_scram_credentials(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    r = _response(51)  # Kafka: the error for each distinct user named, sorted
+    users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
+    return r(results=[r.AlterUserScramCredentialsResult(user=u, error_code=code, error_message=message) for u in users])

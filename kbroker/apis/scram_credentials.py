@@ -1,0 +1,60 @@
+"""DescribeUserScramCredentials (50) and AlterUserScramCredentials (51): the wire side of
+kbroker/security/scram_credentials.py.
+
+Both need the CLUSTER resource: DESCRIBE to describe, ALTER to alter, as Kafka's KafkaApis and ControllerApis
+check; refused, every user named gets CLUSTER_AUTHORIZATION_FAILED without a message (Kafka's getErrorResponse of
+each request, kbroker/apis/error_responses.py).
+The validation, the order of the results and the messages are the store's, which follows Kafka's controller.
+"""
+
+from __future__ import annotations
+
+from kbroker.apis.context import RequestContext
+from kbroker.apis.error_responses import error_response
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from kbroker.security.scram_credentials import Upsertion
+from protocol.errors import ErrorCode
+from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
+from protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
+from protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
+from protocol.messages.describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
+
+
+async def handle_describe_user_scram_credentials(
+    ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return error_response(50, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    users = None if request.users is None else [user.name for user in request.users]
+    r = DescribeUserScramCredentialsResponse
+    return r(
+        error_code=ErrorCode.NONE,
+        error_message="",
+        results=[
+            r.DescribeUserScramCredentialsResult(
+                user=result.user,
+                error_code=result.error,
+                error_message="" if result.message is None else result.message,
+                credential_infos=[r.CredentialInfo(mechanism=m, iterations=i) for m, i in result.credentials],
+            )
+            for result in ctx.scram_credentials.describe(users)
+        ],
+    )
+
+
+async def handle_alter_user_scram_credentials(
+    ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return error_response(51, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    results = ctx.scram_credentials.alter(
+        [(d.name, d.mechanism) for d in request.deletions],
+        [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions],
+    )
+    r = AlterUserScramCredentialsResponse
+    return r(
+        results=[
+            r.AlterUserScramCredentialsResult(user=result.user, error_code=result.error, error_message=result.message)
+            for result in results
+        ]
+    )

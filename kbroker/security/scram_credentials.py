@@ -1,0 +1,252 @@
+"""The SCRAM credentials: stored salted and hashed, managed with AlterUserScramCredentials and
+DescribeUserScramCredentials, looked up by the SCRAM mechanisms (kbroker/security/sasl/scram.py).
+
+What is stored per user and mechanism is RFC 5802's server-side credential: the salt, StoredKey, ServerKey and
+iteration count, never the password nor the salted password (an upsertion carries the salted password; the keys
+are derived from it and it is dropped). Kafka keeps them in its metadata log; kbroker keeps them in
+``scram-credentials`` in the data directory, a checked file (kbroker/storage/files.py: kind, version, crc32c)
+rewritten atomically on every change, so a damaged file is refused with a one-line error instead of being misread.
+
+``alter`` validates and answers as Kafka 4.3's controller does (ScramControlManager): an empty user, an unknown
+mechanism, iterations outside 4096..16384, a user named twice in one request (in deletions, upsertions or both),
+deleting a credential that does not exist, each with Kafka's code and message, results listed in Kafka's order.
+``describe`` answers as its metadata image does (ScramImage.describe).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.quotas import java_hashmap_order, java_string_hash
+from kbroker.security.sasl.scram import (
+    SCRAM_MECHANISMS,
+    SCRAM_MECHANISMS_BY_TYPE,
+    ScramCredential,
+    credential_from_password,
+    credential_from_salted_password,
+)
+from kbroker.storage.files import DamagedFileError, read_checked, write_checked
+from protocol.errors import ErrorCode
+
+CREDENTIALS_FILE = "scram-credentials"
+CREDENTIALS_KIND = "scram-credentials"
+CREDENTIALS_FORMAT_VERSION = 1
+MAX_ITERATIONS = 16384  # Kafka's controller caps iterations whatever the mechanism
+
+DUPLICATE_ALTERATION = "A user credential cannot be altered twice in the same request"
+DELETE_MISSING = "Attempt to delete a user credential that does not exist"
+DESCRIBE_DUPLICATE = "Cannot describe SCRAM credentials for the same user twice in a single request: "
+DESCRIBE_MISSING = "Attempt to describe a user credential that does not exist: "
+
+
+@dataclass(frozen=True, slots=True)
+class Upsertion:
+    user: str
+    mechanism: int  # the API's type code: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AlterResult:
+    user: str
+    error: ErrorCode
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeResult:
+    user: str
+    error: ErrorCode
+    message: str | None
+    credentials: list[tuple[int, int]]  # (mechanism type, iterations)
+
+
+def _validate_user_and_mechanism(user: str, mechanism: int) -> tuple[ErrorCode, str] | None:
+    if not user:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    if mechanism not in SCRAM_MECHANISMS_BY_TYPE:
+        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    return None
+
+
+def _validate_iterations(mechanism: int, iterations: int) -> tuple[ErrorCode, str] | None:
+    if iterations < SCRAM_MECHANISMS_BY_TYPE[mechanism].min_iterations:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
+    if iterations > MAX_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
+    return None
+
+
+def _hashmap_order(keys: list[str], peak_size: int) -> list[str]:
+    """``keys`` (in insertion order) as a Java HashMap<String, ...> that once held ``peak_size`` entries lists them
+    (its table never shrinks)."""
+    capacity = 16
+    while peak_size > capacity * 3 // 4:
+        capacity *= 2
+    return java_hashmap_order(keys, java_string_hash, capacity)
+
+
+class ScramCredentialStore:
+    """Credentials by (user, mechanism name); ``data_dir`` None keeps them in memory only."""
+
+    def __init__(self, data_dir: Path | None) -> None:
+        self._path = data_dir / CREDENTIALS_FILE if data_dir is not None else None
+        self._credentials: dict[tuple[str, str], ScramCredential] = self._load()
+
+    # --- persistence -------------------------------------------------------------------------------------------
+
+    def _load(self) -> dict[tuple[str, str], ScramCredential]:
+        if self._path is None or not self._path.exists():
+            return {}
+        _, payload = read_checked(self._path, CREDENTIALS_KIND, (CREDENTIALS_FORMAT_VERSION,))
+        try:
+            document = json.loads(payload)
+            credentials = {}
+            for item in document["credentials"]:
+                mechanism = item["mechanism"]
+                if mechanism not in SCRAM_MECHANISMS:
+                    raise ValueError(f"unknown mechanism {mechanism!r}")
+                credentials[(str(item["user"]), mechanism)] = ScramCredential(
+                    salt=base64.b64decode(item["salt"], validate=True),
+                    stored_key=base64.b64decode(item["stored_key"], validate=True),
+                    server_key=base64.b64decode(item["server_key"], validate=True),
+                    iterations=int(item["iterations"]),
+                )
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise DamagedFileError(self._path, f"unreadable credentials ({exc})") from None
+        return credentials
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        document = {
+            "credentials": [
+                {
+                    "user": user,
+                    "mechanism": mechanism,
+                    "salt": base64.b64encode(credential.salt).decode(),
+                    "stored_key": base64.b64encode(credential.stored_key).decode(),
+                    "server_key": base64.b64encode(credential.server_key).decode(),
+                    "iterations": credential.iterations,
+                }
+                for (user, mechanism), credential in sorted(self._credentials.items())
+            ]
+        }
+        write_checked(self._path, CREDENTIALS_KIND, CREDENTIALS_FORMAT_VERSION, json.dumps(document).encode())
+
+    # --- what the mechanisms and the CLI use -------------------------------------------------------------------
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._credentials.get((user, mechanism))
+
+    def set_password(self, user: str, mechanism: str, password: str, iterations: int = 4096) -> None:
+        """Store ``user``'s credential for ``mechanism`` (a name, SCRAM-SHA-256 or SCRAM-SHA-512) from a password,
+        as ``kbroker serve --sasl-user`` does; ValueError, with Kafka's reason, for what the admin API refuses."""
+        scram = SCRAM_MECHANISMS.get(mechanism)
+        problem = _validate_user_and_mechanism(user, scram.type if scram else 0)
+        if problem is None and scram is not None:
+            problem = _validate_iterations(scram.type, iterations)
+        if problem is not None or scram is None:
+            raise ValueError(problem[1] if problem else "Unknown SCRAM mechanism")
+        self._credentials[(user, mechanism)] = credential_from_password(scram, password, iterations)
+        self._save()
+
+    def users(self) -> list[str]:
+        return sorted({user for user, _ in self._credentials})
+
+    # --- the admin APIs ----------------------------------------------------------------------------------------
+
+    def alter(self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]) -> list[AlterResult]:
+        """Apply an AlterUserScramCredentials request all at once; its results in Kafka's order (the deletions
+        done, the upsertions done, then the refusals, each group in a Java HashMap's order of user names)."""
+        to_delete: dict[str, int] = {}
+        to_upsert: dict[str, Upsertion] = {}
+        errors: dict[str, tuple[ErrorCode, str]] = {}
+        peak = {"delete": 0, "upsert": 0}
+        for user, mechanism in deletions:
+            if user in errors:
+                continue
+            if to_delete.pop(user, None) is not None:
+                errors[user] = (ErrorCode.DUPLICATE_RESOURCE, DUPLICATE_ALTERATION)
+                continue
+            problem = _validate_user_and_mechanism(user, mechanism)
+            if problem is None and (user, SCRAM_MECHANISMS_BY_TYPE[mechanism].name) not in self._credentials:
+                problem = ErrorCode.RESOURCE_NOT_FOUND, DELETE_MISSING
+            if problem is not None:
+                errors[user] = problem
+            else:
+                to_delete[user] = mechanism
+                peak["delete"] = max(peak["delete"], len(to_delete))
+        for upsertion in upsertions:
+            user = upsertion.user
+            if user in errors:
+                continue
+            if to_delete.pop(user, None) is not None or to_upsert.pop(user, None) is not None:
+                errors[user] = (ErrorCode.DUPLICATE_RESOURCE, DUPLICATE_ALTERATION)
+                continue
+            problem = _validate_user_and_mechanism(user, upsertion.mechanism) or _validate_iterations(
+                upsertion.mechanism, upsertion.iterations
+            )
+            if problem is not None:
+                errors[user] = problem
+            else:
+                to_upsert[user] = upsertion
+                peak["upsert"] = max(peak["upsert"], len(to_upsert))
+
+        results: list[AlterResult] = []
+        changed = False
+        for user in _hashmap_order(list(to_delete), peak["delete"]):
+            del self._credentials[(user, SCRAM_MECHANISMS_BY_TYPE[to_delete[user]].name)]
+            results.append(AlterResult(user, ErrorCode.NONE, None))
+            changed = True
+        for user in _hashmap_order(list(to_upsert), peak["upsert"]):
+            upsertion = to_upsert[user]
+            if not upsertion.salted_password:
+                # Kafka's HMAC refuses an empty key ("Empty key"): an unexpected error, reported without a message.
+                errors[user] = (ErrorCode.UNKNOWN_SERVER_ERROR, "")
+                continue
+            scram = SCRAM_MECHANISMS_BY_TYPE[upsertion.mechanism]
+            self._credentials[(user, scram.name)] = credential_from_salted_password(
+                scram, upsertion.salt, upsertion.salted_password, upsertion.iterations
+            )
+            results.append(AlterResult(user, ErrorCode.NONE, None))
+            changed = True
+        for user in _hashmap_order(list(errors), len(errors)):
+            code, message = errors[user]
+            results.append(AlterResult(user, code, message or None))
+        if changed:
+            self._save()
+        return results
+
+    def describe(self, users: Sequence[str] | None) -> list[DescribeResult]:
+        """A DescribeUserScramCredentials answer: every user with a credential when ``users`` is None or empty."""
+        requested: dict[str, bool] = {}  # user -> named more than once
+        if not users:
+            for mechanism in SCRAM_MECHANISMS:
+                for user in sorted(u for u, m in self._credentials if m == mechanism):
+                    requested.setdefault(user, False)
+        else:
+            for user in users:
+                requested[user] = user in requested
+        results = []
+        for user in _hashmap_order(list(requested), len(requested)):
+            if requested[user]:
+                results.append(DescribeResult(user, ErrorCode.DUPLICATE_RESOURCE, DESCRIBE_DUPLICATE + user, []))
+                continue
+            found = [
+                (scram.type, credential.iterations)
+                for scram in SCRAM_MECHANISMS.values()
+                if (credential := self._credentials.get((user, scram.name))) is not None
+            ]
+            if found:
+                results.append(DescribeResult(user, ErrorCode.NONE, None, found))
+            else:
+                results.append(DescribeResult(user, ErrorCode.RESOURCE_NOT_FOUND, DESCRIBE_MISSING + user, []))
+        return results

@@ -1,0 +1,206 @@
+"""The SCRAM credential store (kbroker/security/scram_credentials.py) and its admin APIs on kbroker
+(kbroker/apis/scram_credentials.py): what is stored (never the password), the file surviving a restart and a
+damaged one refused with a one-line error, and every validation of AlterUserScramCredentials and
+DescribeUserScramCredentials with Kafka 4.3's codes and messages (tests/kafka/test_scram_admin_kafka.py sends
+the same requests to Kafka and compares); a credential made through the API then logs in over SCRAM."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kbroker.security.sasl import SaslSettings, create_server
+from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, salted_password
+from kbroker.security.scram_credentials import CREDENTIALS_FILE, ScramCredentialStore, Upsertion
+from kbroker.storage.files import DamagedFileError
+from kbroker.testing import RunningBroker
+from kbroker.wire_client import WireClient
+from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest as Alter
+from protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest as Describe
+from tests.security.test_sasl_scram import Client
+
+SHA256, SHA512 = 1, 2
+NONE, NOT_FOUND, DUPLICATE, UNACCEPTABLE, UNSUPPORTED = 0, 91, 92, 93, 33
+DUPLICATE_ALTER = "A user credential cannot be altered twice in the same request"
+
+
+def upsertion(user: str, mechanism: int = SHA256, iterations: int = 4096, password: str = "secret") -> Upsertion:
+    salt = b"salt-" + user.encode()
+    scram = SCRAM_SHA_512 if mechanism == SHA512 else SCRAM_SHA_256
+    salted = salted_password(scram, password, salt, max(iterations, 1)) if mechanism in (1, 2) else b"x" * 32
+    return Upsertion(user, mechanism, iterations, salt, salted)
+
+
+def test_store_keeps_keys_not_passwords_and_survives_a_restart(tmp_path: Path) -> None:
+    store = ScramCredentialStore(tmp_path)
+    store.set_password("alice", "SCRAM-SHA-256", "a-unique-password", iterations=5000)
+    store.alter([], [upsertion("bob", SHA512, 4096, "another-password")])
+    data = (tmp_path / CREDENTIALS_FILE).read_bytes()
+    assert b"a-unique-password" not in data and b"another-password" not in data
+    salted = salted_password(SCRAM_SHA_512, "another-password", b"salt-bob", 4096)
+    assert base64.b64encode(salted) not in data  # the salted password is not kept either
+
+    reopened = ScramCredentialStore(tmp_path)
+    alice = reopened.lookup("alice", "SCRAM-SHA-256")
+    assert alice is not None and alice.iterations == 5000
+    assert reopened.lookup("alice", "SCRAM-SHA-512") is None
+    bob = reopened.lookup("bob", "SCRAM-SHA-512")
+    assert bob is not None and bob.salt == b"salt-bob"
+    assert bob.stored_key == hashlib.sha512(hmac_key(salted, b"Client Key")).digest()
+    # A password set before the restart still logs in after it.
+    server = create_server("SCRAM-SHA-256", SaslSettings(plain_users={}, scram_credentials=reopened))
+    client = Client(SCRAM_SHA_256, "alice", "a-unique-password")
+    final, signature = client.final(server.evaluate_response(client.first()))
+    assert server.evaluate_response(final) == signature
+
+
+def hmac_key(key: bytes, message: bytes) -> bytes:
+    import hmac
+
+    return hmac.new(key, message, "sha512").digest()
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda data: data[:-3], "short file"),
+        (lambda data: data[:-1] + bytes([data[-1] ^ 1]), "crc32c"),
+        (lambda data: b"{}", "no header"),
+    ],
+)
+def test_a_damaged_file_is_refused_with_a_clear_error(
+    tmp_path: Path, damage: Callable[[bytes], bytes], problem: str
+) -> None:
+    ScramCredentialStore(tmp_path).set_password("alice", "SCRAM-SHA-256", "pw")
+    path = tmp_path / CREDENTIALS_FILE
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(DamagedFileError) as caught:
+        ScramCredentialStore(tmp_path)
+    assert str(caught.value).startswith(f"damaged file {path}: ")
+    assert problem in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_checksummed_file_with_bad_content_is_refused(tmp_path: Path) -> None:
+    from kbroker.storage.files import write_checked
+
+    write_checked(tmp_path / CREDENTIALS_FILE, "scram-credentials", 1, b'{"credentials": [{"user": "x"}]}')
+    with pytest.raises(DamagedFileError, match="unreadable credentials"):
+        ScramCredentialStore(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "user, mechanism, iterations, problem",
+    [
+        ("", "SCRAM-SHA-256", 4096, "Username must not be empty"),
+        ("alice", "SCRAM-SHA-1", 4096, "Unknown SCRAM mechanism"),
+        ("alice", "SCRAM-SHA-256", 4095, "Too few iterations"),
+        ("alice", "SCRAM-SHA-512", 16385, "Too many iterations"),
+    ],
+)
+def test_set_password_refuses_what_the_api_refuses(user: str, mechanism: str, iterations: int, problem: str) -> None:
+    with pytest.raises(ValueError, match=f"^{problem}$"):
+        ScramCredentialStore(None).set_password(user, mechanism, "pw", iterations)
+
+
+# --- the APIs on a running kbroker -----------------------------------------------------------------------------
+
+
+def alter(client: WireClient, deletions: list[tuple[str, int]], upsertions: list[Upsertion]) -> list[tuple]:
+    request = Alter(
+        deletions=[Alter.ScramCredentialDeletion(name=n, mechanism=m) for n, m in deletions],
+        upsertions=[
+            Alter.ScramCredentialUpsertion(
+                name=u.user,
+                mechanism=u.mechanism,
+                iterations=u.iterations,
+                salt=u.salt,
+                salted_password=u.salted_password,
+            )
+            for u in upsertions
+        ],
+    )
+    answer = client.request(request, 0)
+    return [(r.user, r.error_code, r.error_message) for r in answer.results]
+
+
+def describe(client: WireClient, users: list[str] | None) -> tuple:
+    request = Describe(users=None if users is None else [Describe.UserName(name=u) for u in users])
+    answer = client.request(request, 0)
+    return (
+        answer.error_code,
+        answer.error_message,
+        [
+            (r.user, r.error_code, r.error_message, sorted((c.mechanism, c.iterations) for c in r.credential_infos))
+            for r in answer.results
+        ],
+    )
+
+
+def test_alter_and_describe_on_kbroker(broker_factory: Callable[..., RunningBroker]) -> None:
+    running = broker_factory({})
+    with WireClient(running.bootstrap) as client:
+        assert alter(client, [], [upsertion("alice"), upsertion("bob", SHA512, 8192)]) == [
+            ("bob", NONE, None),
+            ("alice", NONE, None),
+        ]
+        assert alter(client, [], [upsertion("alice", SHA512, 16384)]) == [("alice", NONE, None)]
+        assert describe(client, ["alice", "carol", "bob", "bob"]) == (
+            NONE,
+            "",
+            [  # in the order of Kafka's HashMap of the names
+                ("carol", NOT_FOUND, "Attempt to describe a user credential that does not exist: carol", []),
+                (
+                    "bob",
+                    DUPLICATE,
+                    "Cannot describe SCRAM credentials for the same user twice in a single request: bob",
+                    [],
+                ),
+                ("alice", NONE, "", [(SHA256, 4096), (SHA512, 16384)]),
+            ],
+        )
+        assert (
+            describe(client, None)
+            == describe(client, [])
+            == (
+                NONE,
+                "",
+                [("bob", NONE, "", [(SHA512, 8192)]), ("alice", NONE, "", [(SHA256, 4096), (SHA512, 16384)])],
+            )
+        )
+        refused = alter(
+            client,
+            [("alice", SHA256), ("dave", SHA256), ("", SHA256), ("erin", 0), ("frank", SHA256), ("frank", SHA512)],
+            [
+                upsertion("alice"),
+                upsertion("gina", SHA256, 4095),
+                upsertion("hank", SHA512, 16385),
+                upsertion("ivan", 3),
+                upsertion("bob", SHA512, 4096),
+                upsertion("", SHA512),
+            ],
+        )
+        assert sorted(refused) == sorted(
+            [
+                ("alice", DUPLICATE, DUPLICATE_ALTER),
+                ("dave", NOT_FOUND, "Attempt to delete a user credential that does not exist"),
+                ("", UNACCEPTABLE, "Username must not be empty"),
+                ("erin", UNSUPPORTED, "Unknown SCRAM mechanism"),
+                ("frank", NOT_FOUND, "Attempt to delete a user credential that does not exist"),  # first error wins
+                ("gina", UNACCEPTABLE, "Too few iterations"),
+                ("hank", UNACCEPTABLE, "Too many iterations"),
+                ("ivan", UNSUPPORTED, "Unknown SCRAM mechanism"),
+                ("bob", NONE, None),
+            ]
+        )
+        assert refused[0] == ("bob", NONE, None)  # what was done comes first
+        assert alter(client, [("alice", SHA512), ("bob", SHA512)], []) == [("bob", NONE, None), ("alice", NONE, None)]
+        assert describe(client, None) == (NONE, "", [("alice", NONE, "", [(SHA256, 4096)])])
+    # The credentials are kept across a restart.
+    running.stop()
+    running.start()
+    with WireClient(running.bootstrap) as client:
+        assert describe(client, None) == (NONE, "", [("alice", NONE, "", [(SHA256, 4096)])])
