@@ -2,6 +2,10 @@
 
 The quotas themselves, their validation, persistence and enforcement are in kbroker/quotas.py; this module turns
 requests into its calls and its answers into responses, in the order Kafka lists them.
+
+Authorization as Kafka's: describing needs DESCRIBE_CONFIGS on the cluster, altering ALTER_CONFIGS (checked by
+Kafka's controller, whose message names the request object, so none is given here); else the request fails
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from kbroker.quotas import (
     java_hashmap_order,
     values_in_kafka_order,
 )
-from protocol.errors import ErrorCode
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
 from protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
 from protocol.messages.describe_client_quotas_request import DescribeClientQuotasRequest
@@ -30,6 +35,8 @@ RESOLVE_TIMEOUT_S = 5.0  # a host name given as an IP entity: how long to wait f
 async def handle_describe_client_quotas(
     ctx: RequestContext, request: DescribeClientQuotasRequest
 ) -> DescribeClientQuotasResponse:
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     components = [(c.entity_type, c.match_type, c.match) for c in request.components]
     try:
         matches = ctx.quotas.describe(components, request.strict)
@@ -72,6 +79,8 @@ async def _resolvable_hosts(request: AlterClientQuotasRequest) -> set[str]:
 async def handle_alter_client_quotas(
     ctx: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
+    if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     hosts = await _resolvable_hosts(request)
     entries = [
         (

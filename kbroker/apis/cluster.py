@@ -1,11 +1,18 @@
-"""DescribeCluster (60) and DescribeTopicPartitions (75): what Java's admin client asks first."""
+"""DescribeCluster (60) and DescribeTopicPartitions (75): what Java's admin client asks first.
+
+Authorization as Kafka's: DescribeCluster's ``cluster_authorized_operations`` are computed from the ACLs (0 for a
+principal that may not DESCRIBE the cluster); DescribeTopicPartitions lists only topics the principal may
+DESCRIBE (a named one it may not is TOPIC_AUTHORIZATION_FAILED, after the others, whether it exists or not) and
+gives each listed topic's ``topic_authorized_operations``.
+"""
 
 from __future__ import annotations
 
 import uuid
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED, CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_cluster_response import DescribeClusterResponse
@@ -45,10 +52,16 @@ async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterR
                 is_fenced=False,
             )
         ],
-        cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_NOT_REQUESTED
-        ),
+        cluster_authorized_operations=_cluster_operations(ctx, request.include_cluster_authorized_operations),
     )
+
+
+def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    if not requested:
+        return AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 async def handle_describe_topic_partitions(
@@ -56,10 +69,15 @@ async def handle_describe_topic_partitions(
 ) -> DescribeTopicPartitionsResponse:
     node = ctx.cluster.node_id
     # An empty list means every topic; topics come back sorted by name so a cursor can resume.
+    every_topic = not request.topics
     names = sorted({t.name for t in request.topics}) if request.topics else sorted(i.name for i in ctx.topics.all())
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
+    # Not listed (every topic) or answered TOPIC_AUTHORIZATION_FAILED after the others (named ones), existing or not.
+    denied = [n for n in names if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
+    if denied:
+        names = [n for n in names if n not in set(denied)]
     budget = max(request.response_partition_limit, 1)
     topics: list[TopicResult] = []
     next_cursor = None
@@ -68,7 +86,11 @@ async def handle_describe_topic_partitions(
         if info is None:
             topics.append(
                 TopicResult(
-                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=uuid.UUID(int=0), partitions=[]
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    name=name,
+                    topic_id=uuid.UUID(int=0),
+                    partitions=[],
+                    topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, name),
                 )
             )
             continue
@@ -99,10 +121,17 @@ async def handle_describe_topic_partitions(
                 topic_id=info.topic_id,
                 is_internal=False,
                 partitions=partitions,
-                topic_authorized_operations=TOPIC_OPERATIONS,
+                topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, name),
             )
         )
         if last < info.partitions:
             next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=last)
             break
+    if not every_topic:
+        topics += [
+            TopicResult(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=uuid.UUID(int=0), partitions=[]
+            )
+            for name in denied
+        ]
     return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)

@@ -6,13 +6,15 @@ none, so its answer is empty. Version 1 lists the resources of the types asked f
 subscriptions and group config overrides are valid types with nothing to list: kbroker has neither (Kafka lists
 only groups with config overrides, so an unconfigured Kafka answers the same). A type that is not a config
 resource type (UNKNOWN, ANY, the ACL-only types, ...) fails the request with UNSUPPORTED_VERSION, Kafka's answer.
+As Kafka 4.3, every version needs DESCRIBE_CONFIGS on the cluster first (else CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from kbroker.apis.configs import BROKER, BROKER_LOGGER, TOPIC
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_config_resources_request import ListConfigResourcesRequest
 from protocol.messages.list_config_resources_response import ListConfigResourcesResponse
 
@@ -26,6 +28,8 @@ Resource = ListConfigResourcesResponse.ConfigResource
 async def handle_list_config_resources(
     ctx: RequestContext, request: ListConfigResourcesRequest
 ) -> ListConfigResourcesResponse:
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if ctx.api_version == 0:  # client metrics subscriptions only
         return ListConfigResourcesResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, config_resources=[])
     wanted = set(request.resource_types) or CONFIG_RESOURCE_TYPES

@@ -2,6 +2,11 @@
 
 Topic overrides are persisted with the topic. Broker settings are static (from the config file and
 --override) and reported read-only: dynamic broker configuration is in the unsupported-features ledger.
+
+Authorization as Kafka's: describing needs DESCRIBE_CONFIGS, altering ALTER_CONFIGS, on the topic (else
+TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not), on the cluster for the broker and its loggers (else
+CLUSTER_AUTHORIZATION_FAILED) or on the group (GROUP_AUTHORIZATION_FAILED), with Kafka's messages; DescribeConfigs
+answers the refused resources after the others.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
 from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import validate_topic_name
 from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs, warn_unapplied
 from protocol.errors import ErrorCode
@@ -29,6 +35,30 @@ if TYPE_CHECKING:
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
+
+# The ACL resource, and the error and message when it is refused, of each config resource type that has one.
+_ACL_RESOURCES: dict[int, tuple[ResourceType, ErrorCode, str]] = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
+    BROKER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."),
+    BROKER_LOGGER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."),
+    GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+}
+
+
+def config_refusal(
+    ctx: RequestContext, operation: AclOperation, resource_type: int, name: str
+) -> tuple[ErrorCode, str] | None:
+    """The error and message if the principal may not do ``operation`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on a
+    config resource; None if it may, or if the type has no ACL resource (answered by the caller as before)."""
+    acl = _ACL_RESOURCES.get(resource_type)
+    if acl is None:
+        return None
+    acl_type, code, message = acl
+    if ctx.authorize(operation, acl_type, CLUSTER_NAME if acl_type is ResourceType.CLUSTER else name):
+        return None
+    return code, message
+
 
 # ConfigSource values (DescribeConfigs v1+).
 DYNAMIC_TOPIC_CONFIG = 1
@@ -176,6 +206,7 @@ def describe_broker_configs(
 
 async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
+    refused = []
     for resource in request.resources:
         result = DescribeConfigsResponse.DescribeConfigsResult(
             error_code=ErrorCode.NONE,
@@ -184,6 +215,11 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
             resource_name=resource.resource_name,
             configs=[],
         )
+        refusal = config_refusal(ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            result.error_code, result.error_message = refusal
+            refused.append(result)
+            continue
         results.append(result)
         keys = resource.configuration_keys
         if resource.resource_type == TOPIC:
@@ -229,7 +265,7 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
             )
             for e in entries
         ]
-    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results + refused)
 
 
 def _apply_topic_configs(
@@ -253,7 +289,10 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
     responses = []
     message: str | None
     for resource in request.resources:
-        if resource.resource_type == TOPIC:
+        refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+        if refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
+            code, message = refusal
+        elif resource.resource_type == TOPIC:
             # AlterConfigs replaces the whole set of overrides with the given one.
             if any(c.value is None for c in resource.configs):  # a repeated name's earlier null too
                 code, message = ErrorCode.INVALID_REQUEST, "Null value not supported"
@@ -311,8 +350,11 @@ async def handle_incremental_alter_configs(
     message: str | None
     for resource in request.resources:
         names = [op.name for op in resource.configs]
+        refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
         if len(names) != len(set(names)):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
+        elif refusal is not None:
+            code, message = refusal
         elif resource.resource_type == TOPIC:
             info = ctx.topics.topic(resource.resource_name)
             if info is None:

@@ -1,6 +1,12 @@
 """The consumer group protocol of KIP-848: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
 
 The state machine is kbroker/groups/consumer_group.py; these handlers translate requests and responses.
+
+Authorization as Kafka 4.3's: a heartbeat needs READ on the group (else GROUP_AUTHORIZATION_FAILED) and DESCRIBE on
+every topic it subscribes to by name (else TOPIC_AUTHORIZATION_FAILED, the member left as it was). A describe
+needs DESCRIBE per group (the refused groups come first, GROUP_AUTHORIZATION_FAILED), computes
+``authorized_operations`` from the ACLs, and under an authorizer answers a group whose members' assignments name a
+topic the principal may not DESCRIBE TOPIC_AUTHORIZATION_FAILED, without its members.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import uuid
 from kbroker.apis.context import RequestContext
 from kbroker.groups.assignors import TopicAssignment
 from kbroker.groups.consumer_group import ConsumerGroup, MemberHeartbeat
+from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
@@ -19,11 +26,19 @@ from protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHea
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 MemberType: 0 classic, 1 consumer, -1 unknown
+HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
 async def handle_consumer_group_heartbeat(
     ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> ConsumerGroupHeartbeatResponse:
+    # As Kafka: the refusals carry a code and nothing else (no message, no member id).
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if request.subscribed_topic_names and not all(
+        ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) for name in set(request.subscribed_topic_names)
+    ):
+        return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     owned = (
         None
         if request.topic_partitions is None
@@ -78,6 +93,17 @@ def _described_assignment(
     )
 
 
+def _names_hidden_topic(ctx: RequestContext, described: ConsumerGroupDescribeResponse.DescribedGroup) -> bool:
+    """Whether a member's assignment or target assignment names a topic the principal may not DESCRIBE."""
+    names = {
+        tp.topic_name
+        for member in described.members
+        for assignment in (member.assignment, member.target_assignment)
+        for tp in assignment.topic_partitions
+    }
+    return not all(ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) for name in names)
+
+
 def _describe(ctx: RequestContext, group: ConsumerGroup) -> ConsumerGroupDescribeResponse.DescribedGroup:
     coordinator = ctx.groups.consumer
     names = dict(coordinator.topic_names())
@@ -113,11 +139,30 @@ async def handle_consumer_group_describe(
     ctx: RequestContext, request: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse:
     described = []
+    refused = []  # as Kafka: the groups the principal may not describe come first
+    authorizing = ctx.services.authorizer is not None
     for group_id in request.group_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            refused.append(
+                ConsumerGroupDescribeResponse.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id, members=[]
+                )
+            )
+            continue
         router = ctx.groups
         group = router.consumer_group(group_id)
         if group is not None:
-            described.append(_describe(ctx, group))
+            answer = _describe(ctx, group)
+            if request.include_authorized_operations:
+                answer.authorized_operations = ctx.authorized_operations(ResourceType.GROUP, group_id)
+            if authorizing and _names_hidden_topic(ctx, answer):
+                answer = ConsumerGroupDescribeResponse.DescribedGroup(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message=HIDDEN_TOPICS,
+                    group_id=group_id,
+                    members=[],
+                )
+            described.append(answer)
             continue
         known_elsewhere = router.is_known(group_id)  # a classic or offsets-only group
         described.append(
@@ -131,4 +176,4 @@ async def handle_consumer_group_describe(
                 authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
             )
         )
-    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=described)
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=refused + described)

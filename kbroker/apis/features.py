@@ -30,8 +30,9 @@ from typing import Protocol
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage.files import read_checked_json, write_checked_json
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.update_features_request import UpdateFeaturesRequest
 from protocol.messages.update_features_response import UpdateFeaturesResponse
 
@@ -144,6 +145,9 @@ def _problem(update: UpdateFeaturesRequest.FeatureUpdateKey, current: int, node_
 
 
 async def handle_update_features(ctx: RequestContext, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+    # As Kafka's controller: ALTER on the cluster, else the request fails (its message names the request object).
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     features = finalized_features(ctx.cluster)
     latest = {update.feature: update for update in request.feature_updates}  # like a map: the last update counts
     for name in java_hash_map_order(list(latest)):

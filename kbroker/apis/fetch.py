@@ -13,6 +13,11 @@ aborted transaction index); read_uncommitted answers a null list, as Kafka.
 From v9 a partition may carry the fetcher's current_leader_epoch: one below the partition's epoch is
 FENCED_LEADER_EPOCH, one above it UNKNOWN_LEADER_EPOCH, -1 is not checked (partitions a session remembers
 without the request naming them are not checked either).
+
+Authorization as Kafka's: a consumer needs READ on each topic (else its partitions, the session's included, are
+TOPIC_AUTHORIZATION_FAILED, whether they exist or not); a follower (replica_id >= 0) needs CLUSTER_ACTION on the
+cluster instead, else every partition is TOPIC_AUTHORIZATION_FAILED. Asked once per request, before any waiting;
+without an authorizer the only cost is one ``is None`` test.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from kbroker.fetch_sessions import (
     PartitionKey,
     next_epoch,
 )
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import OffsetOutOfRange
 from kbroker.storage.api import PartitionEvent
 from protocol.errors import ErrorCode, KafkaError
@@ -90,10 +96,11 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
                 session.epoch = next_epoch(session.epoch)
                 requested = _session_partitions(ctx, session, uses_ids, requested)
 
-    keys = [(w.name, w.partition) for w in requested if w.name is not None]
+    denied = _denied_topics(ctx, request, requested) if ctx.services.authorizer is not None else None
+    keys = [(w.name, w.partition) for w in requested if w.name is not None and not (denied and w.name in denied)]
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        answers, total_bytes, has_error = _read_all(ctx, request, requested)
+        answers, total_bytes, has_error = _read_all(ctx, request, requested, denied)
         if (
             total_bytes >= request.min_bytes
             or has_error
@@ -115,6 +122,16 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
     return FetchResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=_by_topic(answers)
     )
+
+
+def _denied_topics(ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]) -> set[str]:
+    """The topics of ``wanted`` this request may not read: READ on the topic for a consumer, CLUSTER_ACTION on the
+    cluster for a follower (which then may read every topic)."""
+    replica_id = request.replica_state.replica_id if ctx.api_version >= 15 else request.replica_id
+    names = {w.name for w in wanted if w.name is not None}
+    if replica_id >= 0:
+        return set() if ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else names
+    return {name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)}
 
 
 def _session_error(code: ErrorCode) -> FetchResponse:
@@ -256,20 +273,23 @@ def _partition_error(index: int, code: ErrorCode) -> PartitionData:
 
 
 def _read_all(
-    ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]
+    ctx: RequestContext, request: FetchRequest, wanted: list[Wanted], denied: set[str] | None = None
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     read_committed = request.isolation_level == READ_COMMITTED
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     has_error = False
     answers = []
-    # Kafka's order: the partitions it reads (in request order), then unknown topic ids, then unknown
-    # topics or partitions.
+    # Kafka's order: the partitions it reads (in request order), then unknown topic ids, then unauthorized and
+    # unknown topics or partitions (in request order).
     unknown_ids: list[tuple[Wanted, PartitionData]] = []
     unknown: list[tuple[Wanted, PartitionData]] = []
     for part in wanted:
         if part.name is None:
             unknown_ids.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
+            continue
+        if denied and part.name in denied:
+            unknown.append((part, _partition_error(part.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
             continue
         try:
             plog = ctx.topics.partition(part.name, part.partition)

@@ -1,4 +1,12 @@
-"""Committed offsets: OffsetCommit (8), OffsetFetch (9) and OffsetDelete (47)."""
+"""Committed offsets: OffsetCommit (8), OffsetFetch (9) and OffsetDelete (47).
+
+Authorization as Kafka's: OffsetCommit needs READ on the group (else the whole request fails
+GROUP_AUTHORIZATION_FAILED) and READ on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED, before
+existence or membership are checked); OffsetFetch needs DESCRIBE on each group (else that group is
+GROUP_AUTHORIZATION_FAILED) and shows only topics the principal may DESCRIBE: named ones it may not are answered
+TOPIC_AUTHORIZATION_FAILED after the others, and a fetch of every partition leaves them out; OffsetDelete needs
+DELETE on the group and READ on each topic.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,8 @@ import time
 
 from kbroker.apis.context import RequestContext
 from kbroker.groups.offsets import CommittedOffset, OffsetStoreError
-from protocol.errors import ErrorCode
+from kbroker.security.acls import AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.offset_commit_request import OffsetCommitRequest
 from protocol.messages.offset_commit_response import OffsetCommitResponse
 from protocol.messages.offset_delete_request import OffsetDeleteRequest
@@ -16,6 +25,11 @@ from protocol.messages.offset_fetch_response import OffsetFetchResponse
 
 NO_GENERATION = -1
 DEFAULT_RETENTION = -1
+GROUP_DENIED = "Group authorization failed."  # Kafka's GroupAuthorizationException message for a whole request
+
+
+def _may_describe_topic(ctx: RequestContext, name: str) -> bool:
+    return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
 
 def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCode:
@@ -30,6 +44,8 @@ def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCod
 
 
 async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
     check = _commit_check(ctx, request)
     now = int(time.time() * 1000)
     retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else DEFAULT_RETENTION
@@ -38,9 +54,10 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     topics = []
     for topic in request.topics:
         info = ctx.topics.topic(topic.name)
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         partitions = []
         for part in topic.partitions:
-            code = check
+            code = check if readable else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if code == ErrorCode.NONE:
                 if info is None or not 0 <= part.partition_index < info.partitions:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -78,14 +95,20 @@ def _fetch_group(
     ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False
 ) -> list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]:
     """Each wanted partition's committed offset; with ``require_stable`` (KIP-447) a partition that an open
-    transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT and no offset, so the client retries."""
+    transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT and no offset, so the client retries.
+    Topics the principal may not DESCRIBE: left out of every partition, TOPIC_AUTHORIZATION_FAILED (last) if named."""
     offsets = ctx.groups.offsets
     committed = offsets.get(group_id)
+    denied: list[tuple[str, list[int]]] = []
     if wanted is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
             by_topic.setdefault(topic, []).append(partition)
-        wanted = list(by_topic.items())
+        wanted = [(topic, partitions) for topic, partitions in by_topic.items() if _may_describe_topic(ctx, topic)]
+    else:
+        denied = [(topic, partitions) for topic, partitions in wanted if not _may_describe_topic(ctx, topic)]
+        if denied:
+            wanted = [entry for entry in wanted if entry not in denied]
     result = []
     for topic, partitions in wanted:
         rows: list[tuple[int, CommittedOffset | None, ErrorCode]] = []
@@ -95,6 +118,8 @@ def _fetch_group(
             else:
                 rows.append((partition, committed.get((topic, partition)), ErrorCode.NONE))
         result.append((topic, rows))
+    for topic, partitions in denied:
+        result.append((topic, [(partition, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for partition in partitions]))
     return result
 
 
@@ -103,6 +128,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
     if version >= 8:
         groups = []
         for group in request.groups:
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id):
+                groups.append(
+                    OffsetFetchResponse.OffsetFetchResponseGroup(
+                        group_id=group.group_id, topics=[], error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+                    )
+                )
+                continue
             if version >= 9:
                 check = ctx.groups.validate_offset_fetch(group.group_id, group.member_id, group.member_epoch)
                 if check != ErrorCode.NONE:
@@ -135,6 +167,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
                 )
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     legacy_topics = [  # before v8: one group, its topics at the top level
         OffsetFetchResponse.OffsetFetchResponseTopic(
@@ -156,9 +190,27 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 
 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
+    # Topics the principal may not READ are answered so whatever the group's state, as Kafka answers them
+    # before asking the coordinator.
+    unreadable = [
+        OffsetDeleteResponse.OffsetDeleteResponseTopic(
+            name=topic.name,
+            partitions=[
+                OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                    partition_index=part.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                )
+                for part in topic.partitions
+            ],
+        )
+        for topic in request.topics
+        if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
+    ]
+    unreadable_names = {topic.name for topic in unreadable}
     router = ctx.groups
     if not router.is_known(request.group_id):
-        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=unreadable)
     subscribed: set[str] = set()
     group = router.classic_group(request.group_id)
     consumer_group = router.consumer_group(request.group_id)
@@ -167,11 +219,13 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
     elif group is not None and group.members:
         group_topics = group.subscribed_topics()
         if group_topics is None:
-            return OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0, topics=[])
+            return OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0, topics=unreadable)
         subscribed = group_topics
     topics = []
     doomed = []
     for topic in request.topics:
+        if topic.name in unreadable_names:
+            continue
         partitions = []
         for part in topic.partitions:
             if topic.name in subscribed:
@@ -191,4 +245,4 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
         ctx.groups.offsets.delete(request.group_id, doomed)
     except OffsetStoreError:  # nothing was deleted; as Kafka maps a failed __consumer_offsets write
         return OffsetDeleteResponse(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
-    return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=topics)
+    return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=unreadable + topics)

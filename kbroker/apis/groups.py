@@ -1,5 +1,13 @@
 """Consumer group APIs: FindCoordinator (10), JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13),
-DescribeGroups (15), ListGroups (16), DeleteGroups (42). The state machine lives in kbroker/groups."""
+DescribeGroups (15), ListGroups (16), DeleteGroups (42). The state machine lives in kbroker/groups.
+
+Authorization as Kafka's: FindCoordinator needs DESCRIBE on the group or transactional id (else that key is
+GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED); JoinGroup, SyncGroup, Heartbeat and LeaveGroup need READ on the
+group (else the request fails GROUP_AUTHORIZATION_FAILED); DescribeGroups needs DESCRIBE per group (the refused
+ones come first) and computes ``authorized_operations`` from the ACLs; ListGroups lists every group to a
+principal that may DESCRIBE the cluster, else only the groups it may DESCRIBE; DeleteGroups needs DELETE per group
+(the refused ones come last, each once).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,8 @@ from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.groups.coordinator import GroupState
 from kbroker.groups.router import GroupKind
-from protocol.errors import ErrorCode
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.delete_groups_response import DeleteGroupsResponse
 from protocol.messages.describe_groups_request import DescribeGroupsRequest
@@ -25,10 +34,25 @@ from protocol.messages.list_groups_response import ListGroupsResponse
 from protocol.messages.sync_group_request import SyncGroupRequest
 from protocol.messages.sync_group_response import SyncGroupResponse
 
-# ACL operations a group supports (READ 3, DELETE 6, DESCRIBE 8); without authorization all are allowed.
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
+GROUP_DENIED = "Group authorization failed."  # Kafka's GroupAuthorizationException message
+TRANSACTIONAL_ID_DENIED = "Transactional Id authorization failed."
+
+
+def _require_group_read(ctx: RequestContext, group_id: str) -> None:
+    """The check of JoinGroup, SyncGroup, Heartbeat and LeaveGroup: READ on the group, or the request fails."""
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
+
+
+def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str] | None:
+    """FindCoordinator's check of one key: DESCRIBE on the group or the transactional id."""
+    if key_type == GROUP_KEY and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED
+    if key_type == TRANSACTION_KEY and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_DENIED
+    return None
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
@@ -41,18 +65,30 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     else:
         code = ErrorCode.NONE
     if ctx.api_version >= 4:  # batched (KIP-699)
-        coordinators = [
-            FindCoordinatorResponse.Coordinator(
-                key=key,
-                node_id=node if code == ErrorCode.NONE else -1,
-                host=host if code == ErrorCode.NONE else "",
-                port=port if code == ErrorCode.NONE else -1,
-                error_code=code,
-                error_message=None if code == ErrorCode.NONE else f"unknown key type {key_type}",
+        coordinators = []
+        for key in request.coordinator_keys:
+            denial = _coordinator_denial(ctx, key_type, key)
+            if denial is not None:  # as Kafka: the code without a message
+                coordinators.append(
+                    FindCoordinatorResponse.Coordinator(
+                        key=key, node_id=-1, host="", port=-1, error_code=denial[0], error_message=None
+                    )
+                )
+                continue
+            coordinators.append(
+                FindCoordinatorResponse.Coordinator(
+                    key=key,
+                    node_id=node if code == ErrorCode.NONE else -1,
+                    host=host if code == ErrorCode.NONE else "",
+                    port=port if code == ErrorCode.NONE else -1,
+                    error_code=code,
+                    error_message=None if code == ErrorCode.NONE else f"unknown key type {key_type}",
+                )
             )
-            for key in request.coordinator_keys
-        ]
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    denial = _coordinator_denial(ctx, key_type, request.key)
+    if denial is not None:
+        raise KafkaError(*denial)
     if code != ErrorCode.NONE:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
@@ -69,6 +105,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
 
 async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
+    _require_group_read(ctx, request.group_id)
     # One namespace for both protocols: a consumer group with members keeps its id (kbroker.groups.router).
     if not ctx.groups.admit_classic_join(request.group_id):
         return JoinGroupResponse(
@@ -112,6 +149,7 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
 
 async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     version = ctx.api_version
+    _require_group_read(ctx, request.group_id)
     result = await ctx.groups.classic.sync(
         request.group_id,
         request.generation_id,
@@ -131,12 +169,14 @@ async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> S
 
 
 async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    _require_group_read(ctx, request.group_id)
     instance = request.group_instance_id if ctx.api_version >= 3 else None
     code = ctx.groups.classic.heartbeat(request.group_id, request.generation_id, request.member_id, instance)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
 
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    _require_group_read(ctx, request.group_id)
     if ctx.api_version < 3:
         top, codes = ctx.groups.classic.leave(request.group_id, [(request.member_id, None)])
         # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).
@@ -154,6 +194,7 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 and request.types_filter else None
+    every_group = ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
     listed = [
         ListGroupsResponse.ListedGroup(
             group_id=entry.group_id,
@@ -162,15 +203,32 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
             group_type=entry.group_type,
         )
         for entry in ctx.groups.list_groups()
-        if (states is None or entry.state.lower() in states) and (types is None or entry.group_type in types)
+        if (states is None or entry.state.lower() in states)
+        and (types is None or entry.group_type in types)
+        and (every_group or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, entry.group_id))
     ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
 
 
 async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
+    refused = []  # as Kafka: the groups the principal may not describe come first
     router = ctx.groups
     for group_id in request.groups:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            refused.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    error_message=GROUP_DENIED,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+                )
+            )
+            continue
         kind = router.kind(group_id)
         group = router.classic_group(group_id)
         if kind is GroupKind.CONSUMER:
@@ -235,14 +293,20 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     if ctx.api_version >= 3 and request.include_authorized_operations:
         for entry in described:
             if entry.error_code == ErrorCode.NONE:
-                entry.authorized_operations = GROUP_OPERATIONS
-    return DescribeGroupsResponse(throttle_time_ms=0, groups=described)
+                entry.authorized_operations = ctx.authorized_operations(ResourceType.GROUP, entry.group_id)
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=refused + described)
 
 
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    codes = ctx.groups.delete_groups(list(request.groups_names))
+    allowed = [g for g in request.groups_names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, g)]
+    refused = [g for g in dict.fromkeys(request.groups_names) if g not in set(allowed)]
+    codes = ctx.groups.delete_groups(allowed)
     results = [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
-        for group_id, code in zip(request.groups_names, codes, strict=True)
+        for group_id, code in zip(allowed, codes, strict=True)
+    ]
+    results += [
+        DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        for group_id in refused
     ]
     return DeleteGroupsResponse(throttle_time_ms=0, results=results)

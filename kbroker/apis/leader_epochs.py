@@ -10,12 +10,16 @@ offset where it ends, (-1, -1) for an epoch the log does not know.
 - v3: adds replica_id (-1 for a consumer, -2 for a debugging tool); a single node has no followers.
 - v4: the flexible encoding (tagged fields).
 Versions 0-1 are gone from Kafka 4 and not served.
+
+Authorization as Kafka's (KIP-320): CLUSTER_ACTION on the cluster (a replica) or DESCRIBE on the topic (a
+consumer); the partitions of a topic allowed neither are TOPIC_AUTHORIZATION_FAILED, after all the others.
 """
 
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.list_offsets import leader_epoch_error
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.messages.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
@@ -32,7 +36,19 @@ async def handle_offset_for_leader_epoch(
     ctx: RequestContext, request: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
     topics = []
+    unauthorized = []
+    replica = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     for topic in request.topics:
+        if not replica and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic):
+            unauthorized.append(
+                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
+                    topic=topic.topic,
+                    partitions=[
+                        _failed(part.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for part in topic.partitions
+                    ],
+                )
+            )
+            continue
         answers = []
         for part in topic.partitions:
             try:
@@ -54,4 +70,4 @@ async def handle_offset_for_leader_epoch(
                 )
             )
         topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic, partitions=answers))
-    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics + unauthorized)

@@ -1,10 +1,15 @@
-"""ListOffsets (key 2): earliest, latest, max timestamp and offsets by timestamp through the time index."""
+"""ListOffsets (key 2): earliest, latest, max timestamp and offsets by timestamp through the time index.
+
+Authorization as Kafka's: each topic needs DESCRIBE; the partitions of one that does not are answered
+TOPIC_AUTHORIZATION_FAILED after all the others, whether the topic exists or not.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.list_offsets_response import ListOffsetsResponse
@@ -29,11 +34,30 @@ def leader_epoch_error(current_leader_epoch: int, leader_epoch: int) -> ErrorCod
 
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
+    denied = [t for t in request.topics if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)]
+    denied_ids = {id(t) for t in denied}
+    unauthorized = [
+        ListOffsetsResponse.ListOffsetsTopicResponse(
+            name=topic.name,
+            partitions=[
+                PartitionResponse(
+                    partition_index=p.partition_index,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    timestamp=-1,
+                    offset=-1,
+                )
+                for p in topic.partitions
+            ],
+        )
+        for topic in denied
+    ]
     topics = []
     # As Kafka: a partition asked for more than once gets one INVALID_REQUEST answer instead.
     seen = Counter((topic.name, part.partition_index) for topic in request.topics for part in topic.partitions)
     duplicates: dict[str, list[PartitionResponse]] = {}
     for topic in request.topics:
+        if id(topic) in denied_ids:
+            continue
         partitions = []
         for part in topic.partitions:
             response = PartitionResponse(partition_index=part.partition_index, timestamp=-1, offset=-1)
@@ -87,4 +111,4 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
             topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     for name, refused in duplicates.items():
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=name, partitions=refused))
-    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics + unauthorized)

@@ -21,6 +21,10 @@ unknown partition there UNKNOWN_TOPIC_OR_PARTITION, and any other path LOG_DIR_N
 asked into it, known or not, as Kafka answers. A partition named twice is answered once (the last path counts).
 - v1: the per-partition answer.
 - v2: the flexible encoding.
+
+Authorization as Kafka's: DescribeLogDirs needs DESCRIBE on the cluster (else no directories and, from v3, the
+top-level CLUSTER_AUTHORIZATION_FAILED); AlterReplicaLogDirs ALTER on the cluster (else every partition
+CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import os
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from protocol.messages.alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
@@ -62,6 +67,10 @@ def _wanted_partitions(ctx: RequestContext, request: DescribeLogDirsRequest) -> 
 
 
 async def handle_describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return DescribeLogDirsResponse(
+            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[]
+        )
     topics = []
     for name, indexes in _wanted_partitions(ctx, request).items():
         partitions = []
@@ -98,6 +107,8 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: DescribeLogDirs
 async def handle_alter_replica_log_dirs(
     ctx: RequestContext, request: AlterReplicaLogDirsRequest
 ) -> AlterReplicaLogDirsResponse:
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     destination: dict[tuple[str, int], str] = {}  # (topic, partition) -> path; a later entry replaces an earlier
     for directory in request.dirs:
         for topic in directory.topics:

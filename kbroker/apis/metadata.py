@@ -1,10 +1,16 @@
-"""Metadata (key 3): brokers, cluster id and topic layout; auto-creates topics when allowed."""
+"""Metadata (key 3): brokers, cluster id and topic layout; auto-creates topics when allowed.
+
+Authorization as Kafka's: a topic needs DESCRIBE to be listed (an all-topics answer leaves the others out, a
+named one is TOPIC_AUTHORIZATION_FAILED whether it exists or not), auto-creation needs CREATE on the cluster or
+the topic, and ``authorized_operations`` (v8+) are computed from the ACLs.
+"""
 
 from __future__ import annotations
 
 import uuid
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
@@ -12,10 +18,13 @@ from protocol.messages.metadata_response import MetadataResponse
 
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
 NO_TOPIC_ID = uuid.UUID(int=0)
-# ACL operation codes a topic supports (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
-# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11); without authorization every one of them is allowed.
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))  # no WRITE on a cluster
+
+
+def topic_operations(ctx: RequestContext, name: str, with_operations: bool) -> int:
+    """A topic's ``authorized_operations`` bit field if asked for (every supported one without an authorizer)."""
+    if not with_operations:
+        return AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    return ctx.authorized_operations(ResourceType.TOPIC, name)
 
 
 def topic_metadata(
@@ -39,19 +48,22 @@ def topic_metadata(
             )
             for index in range(info.partitions)
         ],
-        topic_authorized_operations=TOPIC_OPERATIONS if with_operations else AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+        topic_authorized_operations=topic_operations(ctx, info.name, with_operations),
     )
 
 
 def _error_topic(
-    name: str | None, error: ErrorCode, topic_id: uuid.UUID | None = None, with_operations: bool = False
+    name: str | None,
+    error: ErrorCode,
+    topic_id: uuid.UUID | None = None,
+    operations: int = AUTHORIZED_OPERATIONS_NOT_REQUESTED,
 ) -> MetadataResponse.MetadataResponseTopic:
     return MetadataResponse.MetadataResponseTopic(
         error_code=error,
         name=name,
         topic_id=topic_id or uuid.UUID(int=0),
         partitions=[],
-        topic_authorized_operations=TOPIC_OPERATIONS if with_operations else AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+        topic_authorized_operations=operations,
     )
 
 
@@ -62,39 +74,68 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     all_topics = request.topics is None or (version == 0 and not request.topics)
     allow_create = request.allow_auto_topic_creation if version >= 4 else True
     topics: list[MetadataResponse.MetadataResponseTopic] = []
+    # As Kafka: topics the principal may not DESCRIBE are left out of an all-topics answer and answered
+    # TOPIC_AUTHORIZATION_FAILED (without a topic id) when named, before their existence is looked at, so that
+    # it is not disclosed; those it may describe but not create (CREATE on the cluster or the topic) when
+    # auto-creation would create them are TOPIC_AUTHORIZATION_FAILED too. Both come after the others.
+    denied_create: list[MetadataResponse.MetadataResponseTopic] = []
+    denied_describe: list[MetadataResponse.MetadataResponseTopic] = []
     requested = request.topics or []  # the named topics (when not all_topics)
     by_id_too_early = version < 12 and any(t.name is None or t.topic_id not in (None, NO_TOPIC_ID) for t in requested)
     if by_id_too_early:
         # As Kafka: v10 and v11 carry topic ids and nullable names in the schema, but only v12 may use them.
         topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in requested]
     elif all_topics:
-        topics = [topic_metadata(ctx, info, with_operations) for info in ctx.topics.all()]
+        topics = [
+            topic_metadata(ctx, info, with_operations)
+            for info in ctx.topics.all()
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name)
+        ]
     else:
+        may_create_any = None  # CREATE on the cluster, asked once and only if a topic would be auto-created
         for wanted in requested:
             if wanted.name is None:
                 info = ctx.topics.topic_by_id(wanted.topic_id)
                 if info is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
                     continue
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name):
+                    # Topic ids are not secret: Kafka answers with the id and without the name.
+                    denied_describe.append(_error_topic(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, info.topic_id))
+                    continue
             else:
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, wanted.name):
+                    denied_describe.append(_error_topic(wanted.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 info = ctx.topics.topic(wanted.name)
                 if info is None:
+                    if allow_create and ctx.config["auto.create.topics.enable"]:
+                        if may_create_any is None:
+                            may_create_any = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+                        if not may_create_any and not ctx.authorize(
+                            AclOperation.CREATE, ResourceType.TOPIC, wanted.name
+                        ):
+                            denied_create.append(_error_topic(wanted.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                            continue
                     if validate_topic_name(wanted.name) is not None:
-                        topics.append(
-                            _error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION, None, with_operations)
-                        )
+                        operations = topic_operations(ctx, wanted.name, with_operations)
+                        topics.append(_error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION, None, operations))
                         continue
                     if allow_create:
                         info = await ctx.topics.auto_create(wanted.name)
                     if info is None:
-                        topics.append(
-                            _error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, with_operations)
-                        )
+                        operations = topic_operations(ctx, wanted.name, with_operations)
+                        topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, operations))
                         continue
             topics.append(topic_metadata(ctx, info, with_operations))
     cluster_operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
-        cluster_operations = CLUSTER_OPERATIONS
+        # As Kafka: 0 for a principal that may not describe the cluster.
+        cluster_operations = (
+            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+            else 0
+        )
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
@@ -104,7 +145,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         ],
         cluster_id=ctx.cluster.cluster_id,
         controller_id=ctx.cluster.node_id,
-        topics=topics,
+        topics=topics + denied_create + denied_describe,
         cluster_authorized_operations=cluster_operations,
         error_code=ErrorCode.NONE,
     )

@@ -6,6 +6,11 @@ assigned in place by the log, and the bytes go to disk as received. Records are 
 Transactional batches (KIP-890 verification): before anything else, the transaction coordinator is asked
 whether the partition is part of the producer's ongoing transaction; if not, the partition is answered with
 the coordinator's error (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, ...) and nothing is written.
+
+Authorization as Kafka's: transactional records need WRITE on the request's transactional id (else the
+whole request fails TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
+TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not). Without an authorizer the only cost is one
+``is None`` test per request.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
@@ -82,9 +88,13 @@ def _transaction_error(
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
-    if request.transactional_id is None and _has_transactional_batch(request):
-        # As Kafka: transactional records need a transactional id the client may write with (the whole request).
-        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
+    authorizing = ctx.services.authorizer is not None  # the hot path's one check when nobody configured ACLs
+    if (request.transactional_id is None or authorizing) and _has_transactional_batch(request):
+        # As Kafka: transactional records need a transactional id the client may WRITE (the whole request).
+        if request.transactional_id is None or not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     acks = request.acks
     now_ms = int(time.time() * 1000)
     by_id = ctx.api_version >= 13
@@ -93,6 +103,18 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     for topic_data in request.topic_data:
         info = ctx.topics.topic_by_id(topic_data.topic_id) if by_id else ctx.topics.topic(topic_data.name)
         results: list[PartitionResponse] = []
+        if authorizing and (by_id and info is not None or not by_id):
+            name = info.name if info is not None else topic_data.name
+            if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name):
+                results = [
+                    _error(part.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for part in topic_data.partition_data
+                ]
+                topics.append(
+                    ProduceResponse.TopicProduceResponse(
+                        name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results
+                    )
+                )
+                continue
         for part in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 results.append(_error(part.index, ErrorCode.INVALID_REQUIRED_ACKS))

@@ -5,6 +5,10 @@ per-partition sequence checks live with the log (kbroker/storage) because they m
 A transactional id goes to the transaction coordinator (kbroker/transactions), which bumps its epoch, fences the
 previous instance and aborts its open transaction; ``producer_id`` and ``producer_epoch`` (v3+) are KIP-360's
 recovery of a producer that had an abortable error.
+
+Authorization as Kafka's: a transactional id needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an
+idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (else
+CLUSTER_AUTHORIZATION_FAILED), both before anything else is looked at.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.init_producer_id_response import InitProducerIdResponse
@@ -29,6 +34,13 @@ def _answer(
 
 
 async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    if request.transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) and not (
+        ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     expected: tuple[int, int] | None = None
     if ctx.api_version >= 3:
         producer_id, epoch = request.producer_id, request.producer_epoch

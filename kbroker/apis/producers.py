@@ -4,18 +4,21 @@ What Admin ``describeProducers`` and ``kafka-transactions.sh describe-producers`
 producer with state in its log (idempotent or transactional): id, epoch, last sequence and timestamp, the
 coordinator epoch of its last marker, and the first offset of its ongoing transaction (-1 if none) — the
 producer that holds back the last stable offset is found here. A partition that does not exist answers
-UNKNOWN_TOPIC_OR_PARTITION; one whose files cannot be opened, KAFKA_STORAGE_ERROR.
+UNKNOWN_TOPIC_OR_PARTITION; one whose files cannot be opened, KAFKA_STORAGE_ERROR. As Kafka, a topic needs READ:
+its partitions are TOPIC_AUTHORIZATION_FAILED otherwise, whether it exists or not.
 """
 
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.describe_producers_request import DescribeProducersRequest
 from protocol.messages.describe_producers_response import DescribeProducersResponse
 
 PartitionResponse = DescribeProducersResponse.PartitionResponse
 ProducerState = DescribeProducersResponse.ProducerState
+TOPIC_DENIED = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED) message
 
 
 async def handle_describe_producers(
@@ -24,9 +27,13 @@ async def handle_describe_producers(
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
             answer = PartitionResponse(partition_index=index, error_code=ErrorCode.NONE, active_producers=[])
             partitions.append(answer)
+            if not readable:
+                answer.error_code, answer.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, TOPIC_DENIED
+                continue
             try:
                 plog = ctx.topics.partition(topic.name, index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)

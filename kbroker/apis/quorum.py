@@ -23,7 +23,8 @@ import uuid
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.features import finalized_features
-from protocol.errors import ErrorCode
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.describe_quorum_request import DescribeQuorumRequest
 from protocol.messages.describe_quorum_response import DescribeQuorumResponse
 
@@ -46,6 +47,9 @@ def _asks_for_the_metadata_partition(request: DescribeQuorumRequest) -> bool:
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+    # As Kafka's controller: DESCRIBE on the cluster, else the request fails (its message names the request object).
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if not _asks_for_the_metadata_partition(request):
         return DescribeQuorumResponse(
             error_code=ErrorCode.NONE,

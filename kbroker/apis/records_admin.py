@@ -1,8 +1,13 @@
-"""DeleteRecords (21): move a partition's log start offset forward."""
+"""DeleteRecords (21): move a partition's log start offset forward.
+
+Authorization as Kafka's: DELETE on each topic, else its partitions are TOPIC_AUTHORIZATION_FAILED whether the
+topic exists or not.
+"""
 
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_records_request import DeleteRecordsRequest
 from protocol.messages.delete_records_response import DeleteRecordsResponse
@@ -14,11 +19,15 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
     topics = []
     for topic in request.topics:
         partitions = []
+        deletable = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
             result = DeleteRecordsResponse.DeleteRecordsPartitionResult(
                 partition_index=part.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )
             partitions.append(result)
+            if not deletable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 plog = ctx.topics.partition(topic.name, part.partition_index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)

@@ -26,12 +26,17 @@ null) top-level message.
 
 ListPartitionReassignments: nothing is ever in progress, so the answer is empty for any request, as Kafka's
 once a reassignment has completed (and for unknown topics too).
+
+Authorization as Kafka's controller: ElectLeaders and AlterPartitionReassignments need ALTER on the cluster,
+ListPartitionReassignments DESCRIBE, else the request fails CLUSTER_AUTHORIZATION_FAILED (Kafka's message names
+the request object itself, so none is given here).
 """
 
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
 from protocol.messages.alter_partition_reassignments_response import AlterPartitionReassignmentsResponse
 from protocol.messages.elect_leaders_request import ElectLeadersRequest
@@ -44,6 +49,11 @@ ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 ElectionResult = ElectLeadersResponse.PartitionResult
 ReassignmentResult = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
+
+
+def _require_cluster(ctx: RequestContext, operation: AclOperation) -> None:
+    if not ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
 
 def _has_partition(ctx: RequestContext, topic: str, index: int) -> bool:
@@ -62,6 +72,7 @@ def _election_result(ctx: RequestContext, topic: str, index: int) -> ElectionRes
 
 
 async def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    _require_cluster(ctx, AclOperation.ALTER)
     if request.topic_partitions == []:  # Kafka answers at once, without looking at the timeout or the type
         return ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=[])
     failed: tuple[ErrorCode, str | None] | None = None
@@ -119,6 +130,7 @@ def _reassignment_result(ctx: RequestContext, topic: str, index: int, replicas: 
 async def handle_alter_partition_reassignments(
     ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
+    _require_cluster(ctx, AclOperation.ALTER)
     if not request.topics:  # Kafka answers at once, without looking at the timeout
         return AlterPartitionReassignmentsResponse(
             throttle_time_ms=0,
@@ -156,6 +168,7 @@ async def handle_alter_partition_reassignments(
 async def handle_list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
+    _require_cluster(ctx, AclOperation.DESCRIBE)
     return ListPartitionReassignmentsResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, topics=[]
     )

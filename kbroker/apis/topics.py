@@ -1,4 +1,12 @@
-"""CreateTopics (19), DeleteTopics (20) and CreatePartitions (37)."""
+"""CreateTopics (19), DeleteTopics (20) and CreatePartitions (37).
+
+Authorization as Kafka's controller does it: CreateTopics needs CREATE on the cluster or on each topic (else
+TOPIC_AUTHORIZATION_FAILED "Authorization failed.", after the others) and answers a created topic's configs only
+to a principal that may DESCRIBE_CONFIGS it (else topic_config_error_code TOPIC_AUTHORIZATION_FAILED);
+DeleteTopics needs DELETE on the cluster or the topic, and a topic the principal may not DESCRIBE is refused
+before its existence is looked at (named by id, it is answered without its name); CreatePartitions needs ALTER
+on each topic (the refused ones first, without a message).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import uuid
 from collections import Counter
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import validate_topic_name
 from kbroker.topic_config import validate_topic_configs, warn_unapplied
 from protocol.errors import ErrorCode, KafkaError
@@ -23,6 +32,7 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 ZERO_UUID = uuid.UUID(int=0)
 TopicResult = CreateTopicsResponse.CreatableTopicResult
+TOPIC_DENIED = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED) message
 
 
 def _replication_error(ctx: RequestContext, factor: int) -> str | None:
@@ -77,8 +87,19 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             ],
         )
     results: list[TopicResult] = []
+    refused: list[TopicResult] = []  # as Kafka's controller: the topics the principal may not create come last
+    may_create_all = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
     for topic in request.topics:
         result = TopicResult(name=topic.name, topic_id=ZERO_UUID, error_code=ErrorCode.NONE, error_message=None)
+        if (
+            counts[topic.name] == 1
+            and not may_create_all
+            and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic.name)
+        ):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
+            refused.append(result)
+            continue
         results.append(result)
 
         def fail(code: ErrorCode, message: str | None, result: TopicResult = result) -> None:
@@ -137,6 +158,9 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         result.topic_id = topic_id
         result.num_partitions = partitions
         result.replication_factor = 1
+        if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+            result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         result.configs = [
             CreateTopicsResponse.CreatableTopicConfigs(
                 name=entry.name,
@@ -147,7 +171,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             )
             for entry in describe_topic_configs(ctx.config, configs, include_synonyms=False)
         ]
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results + refused)
 
 
 async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
@@ -156,6 +180,7 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
     results = []
+    may_delete_all = ctx.authorize(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME)
     for name, topic_id in wanted:
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id, error_code=ErrorCode.NONE)
         results.append(result)
@@ -164,6 +189,15 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
             result.error_message = "Topic name and topic id must not both be set."
             continue
         info = ctx.topics.topic(name) if name is not None else ctx.topics.topic_by_id(topic_id)
+        resolved = name if name is not None else (info.name if info is not None else None)
+        if resolved is not None and not may_delete_all:
+            describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, resolved)
+            if not describable or not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, resolved):
+                # Named by id, a topic the principal may not describe keeps its name to itself.
+                result.name = resolved if name is not None or describable else None
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                result.error_message = TOPIC_DENIED
+                continue
         if info is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             result.error_message = None
@@ -195,10 +229,15 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
                 for t in request.topics
             ],
         )
+    refused = []  # as Kafka's controller: the topics the principal may not ALTER come first, without a message
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=topic.name, error_code=ErrorCode.NONE, error_message=None
         )
+        if counts[topic.name] == 1 and not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            refused.append(result)
+            continue
         results.append(result)
         info = ctx.topics.topic(topic.name)
         if counts[topic.name] > 1:
@@ -226,4 +265,4 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
                 result.error_code, result.error_message = exc.code, exc.message
                 continue
             log.info("topic %s now has %d partitions", topic.name, topic.count)
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(throttle_time_ms=0, results=refused + results)

@@ -9,6 +9,9 @@ Admin ``listTransactions`` / ``describeTransactions`` and ``kafka-transactions.s
 - DescribeTransactions: per transactional id its state, timeout, start time, producer id and epoch, and the
   partitions of the ongoing transaction by topic; TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does
   not know.
+
+Authorization as Kafka's: only transactional ids the principal may DESCRIBE are listed; a described one it may not
+is TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a described transaction shows only the topics the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from collections import defaultdict
 
 from kbroker.apis.context import RequestContext
+from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.transactions.coordinator import TransactionMetadata, TxnState
 from protocol.errors import ErrorCode
 from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
@@ -67,7 +71,9 @@ async def handle_list_transactions(ctx: RequestContext, request: ListTransaction
             return False
         if duration_ms >= 0 and now_ms - metadata.start_ms <= duration_ms:
             return False
-        return pattern is None or pattern.fullmatch(metadata.transactional_id) is not None
+        if pattern is not None and pattern.fullmatch(metadata.transactional_id) is None:
+            return False
+        return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, metadata.transactional_id)
 
     states = [
         ListTransactionsResponse.TransactionState(
@@ -88,6 +94,15 @@ async def handle_describe_transactions(
 ) -> DescribeTransactionsResponse:
     answers = []
     for transactional_id in request.transactional_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            answers.append(
+                DescribeTransactionsResponse.TransactionState(  # the other fields as Kafka leaves them
+                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    transactional_id=transactional_id,
+                    topics=[],
+                )
+            )
+            continue
         metadata = ctx.transactions.get(transactional_id)
         if metadata is None or metadata.state is TxnState.DEAD:
             answers.append(
@@ -126,6 +141,7 @@ async def handle_describe_transactions(
                 topics=[
                     DescribeTransactionsResponse.TopicData(topic=topic, partitions=partitions)
                     for topic, partitions in by_topic.items()
+                    if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
                 ],
             )
         )

@@ -9,6 +9,12 @@ AddPartitionsToTxn v4-5 are the batched form Kafka 4 brokers send each other (KI
 or with ``verify_only`` checked, partition by partition. TxnOffsetCommit keeps the offsets pending in the offset
 store until the transaction ends (kbroker/groups/offsets.py); who may commit is checked as OffsetCommit checks it
 (member id and generation of KIP-447), with the differences Kafka makes for transactional commits.
+
+Authorization as Kafka's: every one of them needs WRITE on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn v0-3 also WRITE on each topic (a refused topic fails
+the transaction as an unknown one does: TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED), while
+v4-5 come from brokers and need CLUSTER_ACTION on the cluster; AddOffsetsToTxn and TxnOffsetCommit need READ on
+the group (else GROUP_AUTHORIZATION_FAILED) and TxnOffsetCommit READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import time
 from kbroker.apis.context import RequestContext
 from kbroker.groups.offsets import CommittedOffset, OffsetStoreError
 from kbroker.groups.router import GroupKind
-from protocol.errors import ErrorCode
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse
 from protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
@@ -29,6 +36,10 @@ from protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from protocol.messages.txn_offset_commit_response import TxnOffsetCommitResponse
 
 Partitions = list[tuple[str, int]]
+
+
+def _may_write_transaction(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
 def fenced_for_version(code: ErrorCode, version: int, first_version_knowing_fenced: int = 2) -> ErrorCode:
@@ -68,9 +79,25 @@ def _add_transaction(
     producer_epoch: int,
     topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic],
     verify_only: bool,
+    from_client: bool = False,
 ) -> dict[tuple[str, int], ErrorCode]:
-    """Each partition's answer, as Kafka's KafkaApis and TransactionCoordinator give it."""
+    """Each partition's answer, as Kafka's KafkaApis and TransactionCoordinator give it; a client's request (v0-3)
+    is authorized here, a broker's (v4-5) was as a whole."""
     partitions = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
+    if from_client:
+        if not _may_write_transaction(ctx, transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        refused = {t.name for t in topics if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, t.name)}
+        if refused:
+            # A refused topic fails the transaction as an unknown one does; refusal is told before absence.
+            return {
+                (topic, index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if topic in refused
+                else ErrorCode.OPERATION_NOT_ATTEMPTED
+                if _exists(ctx, topic, index)
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                for topic, index in partitions
+            }
     if verify_only:
         return {
             (topic, index): _verify(ctx, transactional_id, producer_id, producer_epoch, topic, index)
@@ -121,11 +148,14 @@ async def handle_add_partitions_to_txn(
             request.v3_and_below_producer_epoch,
             request.v3_and_below_topics,
             verify_only=False,
+            from_client=True,
         )
         codes = {key: fenced_for_version(code, version) for key, code in codes.items()}
         return AddPartitionsToTxnResponse(
             throttle_time_ms=0, results_by_topic_v3_and_below=_partition_results(request.v3_and_below_topics, codes)
         )
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     results = []
     for transaction in request.transactions:
         codes = _add_transaction(
@@ -149,6 +179,10 @@ async def handle_add_partitions_to_txn(
 
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    if not _may_write_transaction(ctx, request.transactional_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     code = ctx.transactions.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
@@ -156,6 +190,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTx
 
 
 async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    if not _may_write_transaction(ctx, request.transactional_id):
+        return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # EndTxn v5 is transaction version 2 (KIP-890): the coordinator bumps the epoch and answers it.
     result = ctx.transactions.end_transaction(
         request.transactional_id,
@@ -201,6 +237,10 @@ def _member_check(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Error
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     version = ctx.api_version
+    if not _may_write_transaction(ctx, request.transactional_id):
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     check = ctx.transactions.verify_offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, add=version >= 5
     )
@@ -213,9 +253,12 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
     topics = []
     for topic in request.topics:
         info = ctx.topics.topic(topic.name)
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         partitions = []
         for part in topic.partitions:
-            if info is None or not 0 <= part.partition_index < info.partitions:
+            if not readable:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # before its existence, which is not told
+            elif info is None or not 0 <= part.partition_index < info.partitions:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # Kafka checks this before the coordinator
             elif check != ErrorCode.NONE:
                 code = check
