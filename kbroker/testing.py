@@ -99,7 +99,7 @@ class RunningBroker(_StartedBroker):
         """``listeners`` from the overrides (ports once bound are kept for restarts), else one PLAINTEXT listener."""
         from kbroker.server.listeners import ListenerSpec, parse_listeners, plaintext_listener
 
-        if not self.config["listeners"]:
+        if self.config.is_default("listeners"):
             advertised = Endpoint(self.host, self.port) if self.port else None
             return plaintext_listener(self.host, self.port, advertised)
         plan = parse_listeners(

@@ -197,6 +197,10 @@ class SaslAuthenticator:
         return Step(response=SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=enabled))
 
     def _authenticate(self, auth_bytes: bytes, api_version: int) -> Step:
+        if self._bad_reauth_mechanism is not None:  # Kafka ends this one without an answer
+            log.info("SASL re-authentication failed: %s", self._bad_reauth_mechanism)
+            self.stage = Stage.FAILED
+            return Step(close=True, failed=True)
         try:
             challenge = self._evaluate(auth_bytes)
         except SaslAuthenticationFailed as exc:

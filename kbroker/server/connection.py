@@ -399,9 +399,13 @@ class Connection:
             return False
         self.stream = tls
         if self.listener.security_protocol == "SSL":
-            from kbroker.security.principal import principal_of_certificate
+            from kbroker.security.principal import PrincipalMappingError, principal_of_certificate
 
-            self.principal = principal_of_certificate(tls.getpeercert(binary_form=True), security.principal_rules)
+            try:
+                self.principal = principal_of_certificate(tls.getpeercert(binary_form=True), security.principal_rules)
+            except PrincipalMappingError as exc:  # Kafka fails the client's authentication
+                log.info("closing connection from %s: %s", self.peer, exc)
+                return False
         self.idle_since = trio.current_time()
         return True
 

@@ -4,7 +4,8 @@ A listener's security protocol (kbroker/server/listeners.py) says what it needs:
 
 - SSL and SASL_SSL: an SSLContext from the listener's effective ``ssl.*`` settings (``listener.name.<l>.ssl.*``
   over the broker's), kbroker/security/tls.py. On SSL the principal is the client certificate's distinguished name
-  under ``ssl.principal.mapping.rules`` (``User:ANONYMOUS`` without one).
+  under ``ssl.principal.mapping.rules`` (``User:ANONYMOUS`` without one). On SASL_SSL, as in Kafka, client
+  certificates are asked for only when ``ssl.client.auth`` is set for that listener itself.
 - SASL_PLAINTEXT and SASL_SSL: the enabled mechanisms (``sasl.enabled.mechanisms``; GSSAPI, Kafka's default, is
   refused), each mechanism's JAAS config (``listener.name.<l>.<mechanism>.sasl.jaas.config``): PLAIN needs one, its
   ``user_<name>="<password>"`` options being the users; SCRAM's users are the stored credentials
@@ -56,18 +57,23 @@ def listener_security(spec: ListenerSpec, config: BrokerConfig) -> ListenerSecur
     if protocol == "PLAINTEXT":
         return PLAINTEXT_SECURITY
     try:
-        ssl_context, rules = _tls(spec.name, config) if protocol in ("SSL", "SASL_SSL") else (None, None)
+        ssl_context, rules = _tls(spec.name, protocol, config) if protocol in ("SSL", "SASL_SSL") else (None, None)
         sasl = _sasl(spec.name, config) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
     except ConfigError as exc:
         raise ConfigError(f"listener {spec.name} ({protocol}): {exc}") from None
     return ListenerSecurity(ssl_context, rules, sasl)
 
 
-def _tls(listener: str, config: BrokerConfig) -> tuple[ssl.SSLContext, Any]:
+def _tls(listener: str, protocol: str, config: BrokerConfig) -> tuple[ssl.SSLContext, Any]:
     from kbroker.security.principal import parse_mapping_rules
     from kbroker.security.tls import server_context
 
-    context = server_context(config.ssl_settings(listener))
+    settings = config.ssl_settings(listener)
+    if protocol == "SASL_SSL" and "ssl.client.auth" not in config.listener_overrides.get(listener, {}):
+        # Kafka's ChannelBuilders: SASL authenticates a SASL_SSL client, so a broker-wide ssl.client.auth is not
+        # applied there; only listener.name.<l>.ssl.client.auth asks SASL_SSL clients for certificates.
+        settings["ssl.client.auth"] = "none"
+    context = server_context(settings)
     rules = parse_mapping_rules(config.for_listener(listener, "ssl.principal.mapping.rules"))
     return context, rules
 
