@@ -215,3 +215,16 @@ def test_iterations_below_the_minimum_are_refused_at_login() -> None:
     failure = fail(create_server("SCRAM-SHA-256", settings(store)), b"n,,n=old,r=abc")
     reason = "Iterations 1000 is less than the minimum 4096 for SCRAM-SHA-256"
     assert (failure.message, failure.reason) == (GENERIC_256, reason)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kafka_pythons_scram_client_logs_in(mechanism: str) -> None:
+    """An independent client: kafka-python 3's ScramClient checks the server's signature itself."""
+    scram_client = pytest.importorskip("kafka.net.sasl.scram", reason="kafka-python 3 is not installed").ScramClient
+    store = ScramCredentialStore(None)
+    store.set_password("alice", mechanism, "wonderland")
+    server = create_server(mechanism, settings(store))
+    client = scram_client("alice", "wonderland", mechanism)
+    client.process_server_first_message(server.evaluate_response(client.first_message()))
+    client.process_server_final_message(server.evaluate_response(client.final_message()))  # raises if wrong
+    assert server.is_complete and server.authorization_id == "alice"

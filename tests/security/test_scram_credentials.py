@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,8 +60,6 @@ def test_store_keeps_keys_not_passwords_and_survives_a_restart(tmp_path: Path) -
 
 
 def hmac_key(key: bytes, message: bytes) -> bytes:
-    import hmac
-
     return hmac.new(key, message, "sha512").digest()
 
 
