@@ -24,7 +24,9 @@ async def handle_describe_user_scram_credentials(
     ctx: RequestContext, request: DescribeUserScramCredentialsRequest
 ) -> DescribeUserScramCredentialsResponse:
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return error_response(50, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        refused = error_response(50, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        assert refused is not None  # every version has the builder's answer
+        return refused
     users = None if request.users is None else [user.name for user in request.users]
     r = DescribeUserScramCredentialsResponse
     return r(
@@ -46,7 +48,9 @@ async def handle_alter_user_scram_credentials(
     ctx: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return error_response(51, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        refused = error_response(51, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        assert refused is not None
+        return refused
     results = ctx.scram_credentials.alter(
         [(d.name, d.mechanism) for d in request.deletions],
         [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions],

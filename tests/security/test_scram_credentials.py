@@ -203,3 +203,17 @@ def test_alter_and_describe_on_kbroker(broker_factory: Callable[..., RunningBrok
     running.start()
     with WireClient(running.bootstrap) as client:
         assert describe(client, None) == (NONE, "", [("alice", NONE, "", [(SHA256, 4096)])])
+
+
+def test_without_cluster_acls_both_apis_are_refused(broker_factory: Callable[..., RunningBroker]) -> None:
+    """With Kafka's StandardAuthorizer and no ACL, ANONYMOUS may neither describe nor alter: every user named gets
+    CLUSTER_AUTHORIZATION_FAILED without a message (Kafka's getErrorResponse), Describe's results unnamed."""
+    running = broker_factory({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+    with WireClient(running.bootstrap) as client:
+        assert alter(client, [("zed", SHA256)], [upsertion("amy"), upsertion("zed")]) == [
+            ("amy", 31, None),
+            ("zed", 31, None),
+        ]
+        assert describe(client, ["amy", "bob"]) == (31, None, [("", 31, None, []), ("", 31, None, [])])
+        assert describe(client, None) == (31, None, [])
+    assert running.broker is not None and running.broker.scram_credentials.users() == []

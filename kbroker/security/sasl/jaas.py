@@ -144,7 +144,7 @@ def parse_jaas_entries(text: str) -> list[JaasConfig]:
         options: dict[str, str] = {}
         kind, value = next(tokens)
         while kind != EOF and (kind, value) != (CHAR, ";"):
-            key = value if kind == WORD else "null"
+            key = value if kind == WORD and value is not None else "null"
             separator = next(tokens)
             option_kind, option_value = next(tokens) if separator == (CHAR, "=") else (EOF, None)
             if option_kind != WORD or option_value is None:

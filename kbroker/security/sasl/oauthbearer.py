@@ -219,7 +219,7 @@ class UnsecuredJws:
         if splits[2]:
             raise InvalidToken("Unsecured JWS must not contain a digital signature")
 
-        def claim(name: str, kind: type, kind_name: str) -> Any:
+        def claim(name: str, kind: type | tuple[type, ...], kind_name: str) -> Any:
             value = claims.get(name)
             if value is not None and not isinstance(value, kind):
                 raise InvalidToken(f"The '{name}' claim was not of type {kind_name}: {_type_name(value)}")
@@ -232,13 +232,13 @@ class UnsecuredJws:
         else:
             items = claim(scope_claim, list, "List") or []
             scope = frozenset(item.strip() for item in items if not _blank(item))
-        expiration = claim("exp", int | float, "Number")
+        expiration = claim("exp", (int, float), "Number")
         if expiration is None:
             raise InvalidToken("No expiration time in JWT")
         principal = claim(principal_claim, str, "String")
         if principal is None or _blank(principal):
             raise InvalidToken(f"No principal name in JWT claim: {principal_claim}")
-        issued_at = claim("iat", int | float, "Number")
+        issued_at = claim("iat", (int, float), "Number")
         return cls(token, claims, principal, scope, float(expiration), None if issued_at is None else float(issued_at))
 
 
