@@ -26,7 +26,7 @@ from pathlib import Path
 import trio
 
 from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
+from kbroker.config import BrokerConfig, ConfigError
 from kbroker.server.connection import ListenerInfo, ServedListener, serve
 from kbroker.server.limits import raise_open_file_limit
 from kbroker.server.listener_security import ListenerSecurity, listener_security
@@ -51,6 +51,7 @@ class Settings:
     data_dir: Path
     listeners: ListenerPlan
     advertised: Endpoint | None = None
+    scram_users: tuple[tuple[str, str], ...] = ()  # ``--sasl-user``: stored as SCRAM credentials at start-up
 
     @cached_property
     def security(self) -> dict[str, ListenerSecurity]:
@@ -137,6 +138,13 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
     bound = {item.info.name: item.sockets[0].socket.getsockname()[1] for item in served}
     main = plan.primary_listener
     broker = Broker(settings.config, settings.data_dir, main.advertised_address(bound[main.name]))
+    try:
+        for user, password in settings.scram_users:
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                broker.scram_credentials.set_password(user, mechanism, password)
+    except ValueError as exc:
+        broker.close()
+        raise ConfigError(f"--sasl-user {user}: {exc}") from None
     broker.listen = Endpoint(main.host, bound[main.name])
     broker.listeners = [(spec.name, Endpoint(spec.host, bound[spec.name])) for spec in plan.listeners]
     broker.advertised_by_listener = {spec.name: spec.advertised_address(bound[spec.name]) for spec in plan.listeners}

@@ -14,7 +14,7 @@ import trio
 from kbroker import __version__, app
 from kbroker.app import ListenError, Settings
 from kbroker.broker import Endpoint
-from kbroker.config import BrokerConfig, ConfigError
+from kbroker.config import BrokerConfig, ConfigError, parse_properties
 from kbroker.server.listeners import parse_listeners, plaintext_listener
 from kbroker.storage.files import DamagedFileError, StorageError
 
@@ -41,6 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set a server.properties key (repeatable)"
     )
+    serve.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="require SASL on the listener (PLAIN, SCRAM-SHA-256/512) and add this user (repeatable)",
+    )
+    serve.add_argument(
+        "--tls",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="serve the listener over TLS with DIR/broker.pem and DIR/ca.pem (as `kbroker certs` writes them)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.add_argument(
         "--ready-file", type=Path, default=None, help="once listening, write the advertised HOST:PORT to this file"
@@ -63,16 +77,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def parse_sasl_users(items: list[str]) -> list[tuple[str, str]]:
+    users = []
+    for item in items:
+        user, sep, password = item.partition(":")
+        if not sep or not user or not password:
+            raise ConfigError(f"--sasl-user expects USER:PASSWORD, got {item!r}")
+        users.append((user, password))
+    return users
+
+
+def _jaas_quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def security_overrides(args: argparse.Namespace, users: list[tuple[str, str]]) -> list[str]:
+    """The server.properties lines ``--sasl-user`` and ``--tls`` stand for: the --listen listener (127.0.0.1:9092
+    by default) becomes SASL_PLAINTEXT, SSL or SASL_SSL, with PLAIN's users in its JAAS config (the SCRAM users are
+    stored at start-up: kbroker.app.build) and the key and trust stores of ``kbroker certs``."""
+    if not users and args.tls is None:
+        return []
+    if args.config is not None and "listeners" in parse_properties(args.config.read_text(), str(args.config)):
+        raise ConfigError(
+            "--sasl-user and --tls secure the --listen listener; with 'listeners' in the config, set the security "
+            "keys there (README: Security)"
+        )
+    protocol = ("SASL_SSL" if users else "SSL") if args.tls is not None else "SASL_PLAINTEXT"
+    address = (args.listen or "127.0.0.1:9092").split("://", 1)[-1]
+    lines = [f"listeners={protocol}://{address}"]
+    if users:
+        jaas = " ".join(f"user_{user}={_jaas_quoted(password)}" for user, password in users)
+        lines += [
+            "sasl.enabled.mechanisms=PLAIN," + ",".join(SCRAM_MECHANISMS),
+            f"listener.name.{protocol.lower()}.plain.sasl.jaas.config={PLAIN_LOGIN_MODULE} required {jaas};",
+        ]
+    if args.tls is not None:
+        for name in ("broker.pem", "ca.pem"):
+            if not (args.tls / name).is_file():
+                raise ConfigError(f"--tls {args.tls}: no {name} there (write one with: kbroker certs --dir {args.tls})")
+        lines += [
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={args.tls / 'broker.pem'}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={args.tls / 'ca.pem'}",
+        ]
+    return lines
+
+
 def resolve_settings(args: argparse.Namespace) -> Settings:
     """Config, data directory, the listeners to serve and the main listener's advertised address if the command
     line gives it. ``--listen`` (with ``--advertised-listener``) is one PLAINTEXT listener in place of the config's
-    ``listeners``; otherwise the config's listener keys are parsed (kbroker/server/listeners.py)."""
-    config = BrokerConfig.load(args.config, args.override)
+    ``listeners``, secured with ``--sasl-user`` / ``--tls``; otherwise the config's listener keys are parsed
+    (kbroker/server/listeners.py)."""
+    users = parse_sasl_users(getattr(args, "sasl_user", []))
+    secured = security_overrides(args, users) if hasattr(args, "tls") else []
+    config = BrokerConfig.load(args.config, [*args.override, *secured])
     data_dir = args.data_dir or Path(config["log.dirs"].split(",")[0] or config["log.dir"] or "kbroker-data")
     advertised = None
     if args.advertised_listener:
         advertised = Endpoint(*parse_host_port(args.advertised_listener, "--advertised-listener"))
-    if args.listen:
+    if args.listen and not secured:
         host, port = parse_host_port(args.listen.split(",")[0], "--listen")
         advertised_text = config["advertised.listeners"].split(",")[0]
         if advertised is None and advertised_text:
@@ -81,7 +149,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     plan = parse_listeners(
         config["listeners"] or "127.0.0.1:9092", config["advertised.listeners"], config.listener_settings
     )
-    return Settings(config, data_dir, plan, advertised)
+    return Settings(config, data_dir, plan, advertised, scram_users=tuple(users))
 
 
 def health_command(args: argparse.Namespace) -> int:
@@ -161,6 +229,8 @@ def error_line(exc: BaseException) -> str | None:
         return f"kbroker: {exc}; to fix: {DAMAGED_FILE_FIXES.get(exc.path.name, DAMAGED_FILE_FIX)}"
     if isinstance(exc, ListenError | StorageError):
         return f"kbroker: {exc}"
+    if isinstance(exc, ConfigError):
+        return f"kbroker: configuration error: {exc}"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename is not None else ""
         return f"kbroker: {exc.strerror or exc}{where}"

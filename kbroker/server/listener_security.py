@@ -114,7 +114,13 @@ def _sasl(listener: str, config: BrokerConfig) -> SaslListener:
             if not plain_users:
                 raise ConfigError(f'{key}: no users (options user_<name>="<password>")')
         elif mechanism == "OAUTHBEARER":
+            from kbroker.security.sasl.oauthbearer import UnsecuredValidator
+
             oauth_options = dict(jaas.options)
+            try:  # the options Kafka refuses stop the start, not a client's login
+                UnsecuredValidator(oauth_options, lambda: 0)
+            except ConfigError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
     return SaslListener(
         mechanisms=mechanisms,
         plain_users=plain_users,
