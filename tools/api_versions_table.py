@@ -21,7 +21,7 @@ from protocol.messages import APIS  # noqa: E402
 from protocol.messages.api_versions_request import ApiVersionsRequest  # noqa: E402
 
 TRANSACTIONS = "transactions: #16"
-SECURITY = "security: #18"
+TOKENS = "delegation tokens (KIP-48): not built (UNSUPPORTED.md)"
 NOT_PLANNED_KRAFT = "not planned: KRaft controller and cluster internals"
 NOT_PLANNED_SHARE = "not planned: share groups (KIP-932)"
 NOT_PLANNED_STREAMS = "not planned: streams groups (KIP-1071)"
@@ -30,17 +30,10 @@ NOT_PLANNED_STREAMS = "not planned: streams groups (KIP-1071)"
 GAP_REASONS = {
     "OffsetCommit": "v10 (topic ids): no client needs it yet (UNSUPPORTED.md)",
     "OffsetFetch": "v10 (topic ids): no client needs it yet (UNSUPPORTED.md)",
-    "SaslHandshake": SECURITY,
-    "SaslAuthenticate": SECURITY,
-    "DescribeAcls": SECURITY,
-    "CreateAcls": SECURITY,
-    "DeleteAcls": SECURITY,
-    "CreateDelegationToken": SECURITY,
-    "RenewDelegationToken": SECURITY,
-    "ExpireDelegationToken": SECURITY,
-    "DescribeDelegationToken": SECURITY,
-    "DescribeUserScramCredentials": SECURITY,
-    "AlterUserScramCredentials": SECURITY,
+    "CreateDelegationToken": TOKENS,
+    "RenewDelegationToken": TOKENS,
+    "ExpireDelegationToken": TOKENS,
+    "DescribeDelegationToken": TOKENS,
     "WriteTxnMarkers": "inter-broker markers; Admin abortTransaction is refused (UNSUPPORTED.md)",
     "UnregisterBroker": NOT_PLANNED_KRAFT,
     "AddRaftVoter": NOT_PLANNED_KRAFT,
