@@ -4,8 +4,8 @@ The quotas themselves, their validation, persistence and enforcement are in kbro
 requests into its calls and its answers into responses, in the order Kafka lists them.
 
 Authorization as Kafka's: describing needs DESCRIBE_CONFIGS on the cluster, altering ALTER_CONFIGS (checked by
-Kafka's controller, whose message names the request object, so none is given here); else the request fails
-CLUSTER_AUTHORIZATION_FAILED.
+Kafka's controller, whose message names the request object); else the request fails CLUSTER_AUTHORIZATION_FAILED,
+without a message (Kafka 4.3 gives none when describing).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def handle_describe_client_quotas(
     ctx: RequestContext, request: DescribeClientQuotasRequest
 ) -> DescribeClientQuotasResponse:
     if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
-        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)  # Kafka 4.3 gives no message
     components = [(c.entity_type, c.match_type, c.match) for c in request.components]
     try:
         matches = ctx.quotas.describe(components, request.strict)

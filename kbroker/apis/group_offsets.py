@@ -52,6 +52,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     max_metadata = ctx.config["offset.metadata.max.bytes"]
     commits: dict[tuple[str, int], CommittedOffset] = {}
     topics = []
+    unreadable = []  # as Kafka: answered before the coordinator is asked, so listed first
     for topic in request.topics:
         info = ctx.topics.topic(topic.name)
         readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
@@ -77,7 +78,9 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
                     partition_index=part.partition_index, error_code=code
                 )
             )
-        topics.append(OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=partitions))
+        answer = OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=partitions)
+        (topics if readable else unreadable).append(answer)
+    topics = unreadable + topics
     if commits:
         try:
             ctx.groups.offsets.commit(request.group_id, commits)

@@ -68,10 +68,10 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
         coordinators = []
         for key in request.coordinator_keys:
             denial = _coordinator_denial(ctx, key_type, key)
-            if denial is not None:  # as Kafka: the code without a message
+            if denial is not None:  # as Kafka: the code and an empty message
                 coordinators.append(
                     FindCoordinatorResponse.Coordinator(
-                        key=key, node_id=-1, host="", port=-1, error_code=denial[0], error_message=None
+                        key=key, node_id=-1, host="", port=-1, error_code=denial[0], error_message=""
                     )
                 )
                 continue
@@ -105,7 +105,17 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
 
 async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
-    _require_group_read(ctx, request.group_id)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        # Kafka's JoinGroupRequest.getErrorResponse: no protocol name (null from v7), unknown ids and generation.
+        return JoinGroupResponse(
+            throttle_time_ms=0,
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            generation_id=-1,
+            protocol_name=None if version >= 7 else "",
+            leader="",
+            member_id="",
+            members=[],
+        )
     # One namespace for both protocols: a consumer group with members keeps its id (kbroker.groups.router).
     if not ctx.groups.admit_classic_join(request.group_id):
         return JoinGroupResponse(
