@@ -113,8 +113,13 @@ class ApacheKafka:
         host: str = "127.0.0.1",
         heap: str = DEFAULT_HEAP,
         test_settings: bool = True,
+        extra_listeners: dict[str, str] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        # Listeners besides PLAINTEXT (name -> security protocol; a PLAINTEXT entry is the main one), each on
+        # a free port chosen at the first start (extra_ports), advertised as it listens.
+        self.extra_listeners = {n: p for n, p in (extra_listeners or {}).items() if n != "PLAINTEXT"}
+        self.extra_ports: dict[str, int] = {}
         self.host = host
         self.heap = heap
         self.settings = {**(TEST_SETTINGS if test_settings else {}), **(overrides or {})}
@@ -137,13 +142,15 @@ class ApacheKafka:
         return self.directory / "data"
 
     def _properties(self) -> str:
+        extra = "".join(f",{name}://{self.host}:{port}" for name, port in self.extra_ports.items())
+        protocols = "".join(f",{name}:{protocol}" for name, protocol in self.extra_listeners.items())
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}{extra},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}{extra}",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.data_dir),
@@ -173,6 +180,7 @@ class ApacheKafka:
         self.directory.mkdir(parents=True, exist_ok=True)
         if not self._formatted:  # the ports stay the same across restarts: the log and clients know them
             self.port, self.controller_port = free_port(self.host), free_port(self.host)
+            self.extra_ports = {name: free_port(self.host) for name in self.extra_listeners}
         properties = self.directory / "server.properties"
         properties.write_text(self._properties())
         (self.directory / "log4j2.properties").write_text(LOG4J2_PROPERTIES)

@@ -56,6 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
         metafunc.parametrize("target", SELECTED["target"], indirect=True, scope="session")
+    if "secured_target" in metafunc.fixturenames:  # compat/test_security.py starts its own secured brokers
+        secured = [t for t in SELECTED["target"] if t != "external"]
+        metafunc.parametrize("secured_target", secured, scope="session")
     if "client" in metafunc.fixturenames:
         metafunc.parametrize("client_spec", SELECTED["clients"], indirect=True)
 
@@ -186,9 +189,10 @@ MATRIX = Matrix()  # one pytest session per process
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         params = getattr(item, "callspec", None) and item.callspec.params
-        if params and "target" in params and "client_spec" in params:
+        target = params and (params.get("target") or params.get("secured_target"))
+        if target and "client_spec" in params:
             scenario = item.originalname.removeprefix("test_")
-            item.user_properties.append(("compat", (params["target"], scenario, params["client_spec"])))
+            item.user_properties.append(("compat", (target, scenario, params["client_spec"])))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

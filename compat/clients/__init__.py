@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from compat.clients.api import SECURITY_ENV
 from compat.clients.remote import RemoteClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,8 +48,11 @@ class ClientSpec:
     partitioner: str | None = None  # a key of kbroker.partitioners.DEFAULT_PARTITIONERS
     notes: list[str] = field(default_factory=list)
 
-    def start(self, bootstrap: str) -> RemoteClient:
+    def start(self, bootstrap: str, security: dict[str, str] | None = None) -> RemoteClient:
+        """The client's process; ``security`` (compat/clients/api.py) goes to it in KBROKER_COMPAT_SECURITY."""
         command, env = self.launch(bootstrap)
+        if security:
+            env = {**env, SECURITY_ENV: json.dumps(security)}
         return RemoteClient(self.name, command, env)
 
 

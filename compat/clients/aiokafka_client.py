@@ -15,11 +15,14 @@ import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced, SaslAuthenticationFailed
+from aiokafka.helpers import create_ssl_context
 
 from compat.clients.api import (
+    AUTHENTICATION_FAILED,
     FENCED,
     Adapter,
+    AuthenticationFailures,
     ClientError,
     Json,
     consumed_record,
@@ -30,12 +33,30 @@ from compat.clients.api import (
 )
 
 
+def connection_options(security: dict[str, str]) -> dict[str, Any]:
+    """aiokafka's names for the suite's security settings (compat/clients/api.py); TLS through an SSLContext."""
+    options: dict[str, Any] = {}
+    if "security_protocol" in security:
+        options["security_protocol"] = security["security_protocol"]
+    if "sasl_mechanism" in security:
+        options["sasl_mechanism"] = security["sasl_mechanism"]
+        options["sasl_plain_username"] = security["sasl_username"]
+        options["sasl_plain_password"] = security["sasl_password"]
+    if "ssl_cafile" in security:
+        options["ssl_context"] = create_ssl_context(
+            cafile=security["ssl_cafile"], certfile=security.get("ssl_certfile"), keyfile=security.get("ssl_keyfile")
+        )
+    return options
+
+
 class AiokafkaAdapter(Adapter):
     def __init__(self, bootstrap: str) -> None:
         super().__init__(bootstrap)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="aiokafka-loop", daemon=True).start()
         self._admin: AIOKafkaAdminClient | None = None
+        self.options = connection_options(self.security)
+        self.auth_failures = AuthenticationFailures("aiokafka")
 
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
         try:
@@ -43,6 +64,10 @@ class AiokafkaAdapter(Adapter):
         except ProducerFenced as exc:
             raise ClientError(FENCED, str(exc)) from None
         except KafkaError as exc:
+            if isinstance(exc, SaslAuthenticationFailed):
+                raise ClientError(AUTHENTICATION_FAILED, str(exc)) from None
+            if self.auth_failures.seen is not None and not getattr(exc, "errno", None):  # a connection error
+                raise ClientError(AUTHENTICATION_FAILED, self.auth_failures.seen) from None
             raise errno_error(exc) from None
 
     def version(self) -> str:
@@ -50,7 +75,7 @@ class AiokafkaAdapter(Adapter):
 
     async def admin(self) -> AIOKafkaAdminClient:
         if self._admin is None:
-            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.options)
             await self._admin.start()
         return self._admin
 
@@ -123,7 +148,7 @@ class AiokafkaAdapter(Adapter):
             options["max_request_size"] = settings["max_request_bytes"]
 
         async def work() -> AIOKafkaProducer:
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, **options)
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, **self.options, **options)
             await producer.start()
             return producer
 
@@ -148,7 +173,7 @@ class AiokafkaAdapter(Adapter):
             options["transaction_timeout_ms"] = settings["transaction_timeout_ms"]
 
         async def work() -> AIOKafkaProducer:
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, **options)
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, **self.options, **options)
             await producer.start()  # InitProducerId with the transactional id
             return producer
 
@@ -172,7 +197,9 @@ class AiokafkaAdapter(Adapter):
 
     # --- reading by position -------------------------------------------------------------------------------
     def _consumer(self, *topics: str, **options: Any) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(*topics, bootstrap_servers=self.bootstrap, enable_auto_commit=False, **options)
+        return AIOKafkaConsumer(
+            *topics, bootstrap_servers=self.bootstrap, enable_auto_commit=False, **self.options, **options
+        )
 
     def read(
         self, topic: str, partition: int, offset: int, count: int, settings: dict[str, Json]

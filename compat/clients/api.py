@@ -12,10 +12,20 @@ UTF-8 text. Offsets maps are keyed by the partition number as a string (JSON obj
 An operation the client cannot do raises Unsupported (the matrix shows "n/a"); an error the broker or
 client reports raises ClientError named after Kafka's error code where there is one (MESSAGE_TOO_LARGE,
 TOPIC_ALREADY_EXISTS, ...), so scenarios compare the same names for every client.
+
+Security: a client process started with ``security`` (compat/clients/__init__.py, ClientSpec.start) finds it
+as JSON in the KBROKER_COMPAT_SECURITY environment variable, ``Adapter.security``, and gives it to every
+producer, consumer and admin client it makes: {"security_protocol": "PLAINTEXT"|"SSL"|"SASL_PLAINTEXT"|
+"SASL_SSL", "sasl_mechanism", "sasl_username", "sasl_password", "ssl_cafile" (PEM CA certificates),
+"ssl_certfile" and "ssl_keyfile" (PEM client certificate chain and unencrypted key, for mutual TLS)}; absent
+keys are not set. A failed authentication is ClientError("SASL_AUTHENTICATION_FAILED") for every client.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from typing import Any
 
 from protocol.errors import ErrorCode
@@ -28,6 +38,28 @@ class Unsupported(Exception):
 
 
 FENCED = "PRODUCER_FENCED"  # every client's "a newer producer with this transactional id exists", one name
+AUTHENTICATION_FAILED = "SASL_AUTHENTICATION_FAILED"  # every client's "the broker refused my credentials"
+SECURITY_ENV = "KBROKER_COMPAT_SECURITY"
+
+
+class AuthenticationFailures(logging.Handler):
+    """kafka-python and aiokafka retry a refused authentication until their bootstrap or request times out,
+    and raise only the timeout; the refusal is in their log, which this handler watches (on ``logger``)."""
+
+    def __init__(self, logger: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: str | None = None
+        logging.getLogger(logger).addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "SaslAuthenticationFailed" in message or "Authentication failed" in message:
+            self.seen = message
+
+
+def security_settings() -> dict[str, str]:
+    """The process's security settings (see the module docstring); {} for plaintext."""
+    return dict(json.loads(os.environ.get(SECURITY_ENV) or "{}"))
 
 
 class ClientError(Exception):
@@ -112,6 +144,7 @@ class Adapter:
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
+        self.security = security_settings()
         self._handles: dict[int, Any] = {}
 
     # Handles name the producers and consumers an adapter keeps open between calls.

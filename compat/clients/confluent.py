@@ -19,14 +19,37 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat.clients.api import FENCED, Adapter, ClientError, Json, error_name, text
+from compat.clients.api import AUTHENTICATION_FAILED, FENCED, Adapter, ClientError, Json, error_name, text
 
 OFFSET_END = -1  # what offsets_for_times answers for "no such offset"
 
 
+# librdkafka's names for the suite's security settings (compat/clients/api.py).
+SECURITY_OPTIONS = {
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_username": "sasl.username",
+    "sasl_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+}
+
+
+def security_config(security: dict[str, str]) -> dict[str, Any]:
+    config: dict[str, Any] = {SECURITY_OPTIONS[key]: value for key, value in security.items()}
+    if security:
+        # librdkafka retries a refused authentication until a message times out (300 s by default).
+        config["message.timeout.ms"] = 10000
+    return config
+
+
 def client_error(error: KafkaError) -> ClientError:
-    """Kafka error codes are positive; librdkafka's own (timeouts, local size checks) are negative."""
+    """Kafka error codes are positive; librdkafka's own (timeouts, local size checks) are negative, and its
+    _AUTHENTICATION is Kafka's SASL_AUTHENTICATION_FAILED."""
     code = error.code()
+    if code == KafkaError._AUTHENTICATION:
+        return ClientError(AUTHENTICATION_FAILED, error.str())
     return ClientError(error_name(code) if code > 0 else error.name(), error.str())
 
 
@@ -58,7 +81,16 @@ def consumed(message: Any) -> dict[str, Json]:
 class ConfluentAdapter(Adapter):
     def __init__(self, bootstrap: str) -> None:
         super().__init__(bootstrap)
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.connection = {"bootstrap.servers": bootstrap, **security_config(self.security)}
+        self.errors: list[KafkaError] = []  # what librdkafka reported to error_cb (a refused authentication)
+        self.connection["error_cb"] = self.errors.append
+        self.admin = AdminClient(self.connection)
+
+    def refused(self) -> None:
+        """librdkafka retries a refused authentication and tells only error_cb: raise it as the client's error."""
+        for error in self.errors:
+            if error.code() == KafkaError._AUTHENTICATION:
+                raise client_error(error)
 
     def version(self) -> str:
         return f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})"
@@ -97,7 +129,7 @@ class ConfluentAdapter(Adapter):
     # --- producing -----------------------------------------------------------------------------------------
     def producer_open(self, settings: dict[str, Json]) -> int:
         config: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap,
+            **self.connection,
             "compression.type": settings.get("codec") or "none",
         }
         if settings.get("idempotent") is not None:
@@ -129,6 +161,8 @@ class ConfluentAdapter(Adapter):
             except BufferError:
                 producer.poll(0.1)
         producer.flush(60)
+        if any(isinstance(report, KafkaError) for report in reports):
+            self.refused()  # the deliveries timed out because the broker refused the credentials
         for report in reports:
             if isinstance(report, KafkaError):
                 raise client_error(report)
@@ -141,7 +175,7 @@ class ConfluentAdapter(Adapter):
 
     # --- transactions --------------------------------------------------------------------------------------
     def txn_producer_open(self, transactional_id: str, settings: dict[str, Json]) -> int:
-        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "transactional.id": transactional_id}
+        config: dict[str, Any] = {**self.connection, "transactional.id": transactional_id}
         if settings.get("transaction_timeout_ms"):
             config["transaction.timeout.ms"] = settings["transaction_timeout_ms"]
         producer = Producer(config)
@@ -191,7 +225,7 @@ class ConfluentAdapter(Adapter):
     # --- reading by position -------------------------------------------------------------------------------
     def _consumer(self, **config: Any) -> Consumer:
         # librdkafka wants a group id even for assign(); nothing is committed with auto commit off.
-        base = {"bootstrap.servers": self.bootstrap, "group.id": f"compat-{uuid.uuid4()}", "enable.auto.commit": False}
+        base = {**self.connection, "group.id": f"compat-{uuid.uuid4()}", "enable.auto.commit": False}
         return Consumer({**base, **config})
 
     def read(
@@ -208,6 +242,7 @@ class ConfluentAdapter(Adapter):
             out: list[dict[str, Json]] = []
             deadline = time.monotonic() + settings.get("timeout_ms", 15000) / 1000
             while len(out) < count and time.monotonic() < deadline:
+                self.refused()
                 for message in consumer.consume(count - len(out), 0.2):
                     if message.error() is None:
                         out.append(consumed(message))
@@ -239,7 +274,7 @@ class ConfluentAdapter(Adapter):
     def consumer_open(self, group: str, topics: list[str], settings: dict[str, Json]) -> int:
         consumer = Consumer(
             {
-                "bootstrap.servers": self.bootstrap,
+                **self.connection,
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
@@ -253,6 +288,7 @@ class ConfluentAdapter(Adapter):
     def consumer_poll(self, handle: int, timeout_ms: int) -> dict[str, Json]:
         consumer: Consumer = self._get(handle)
         records = []
+        self.refused()
         for message in consumer.consume(500, timeout_ms / 1000):
             if message.error() is None:
                 records.append(consumed(message))

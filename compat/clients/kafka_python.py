@@ -8,7 +8,8 @@ non-incremental AlterConfigs request requires (kafka-python 3 does the same on o
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import kafka
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -17,8 +18,10 @@ from kafka.errors import KafkaError, ProducerFencedError
 from kafka.structs import OffsetAndMetadata
 
 from compat.clients.api import (
+    AUTHENTICATION_FAILED,
     FENCED,
     Adapter,
+    AuthenticationFailures,
     ClientError,
     Json,
     Unsupported,
@@ -30,13 +33,48 @@ from compat.clients.api import (
 )
 
 V2 = kafka.__version__.startswith("2.")
+T = TypeVar("T")
 CODECS = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+
+
+# kafka-python's names for the suite's security settings (compat/clients/api.py).
+SECURITY_OPTIONS = {
+    "security_protocol": "security_protocol",
+    "sasl_mechanism": "sasl_mechanism",
+    "sasl_username": "sasl_plain_username",
+    "sasl_password": "sasl_plain_password",
+    "ssl_cafile": "ssl_cafile",
+    "ssl_certfile": "ssl_certfile",
+    "ssl_keyfile": "ssl_keyfile",
+}
+
+
+def connection_options(security: dict[str, str]) -> dict[str, Any]:
+    options = {SECURITY_OPTIONS[key]: value for key, value in security.items()}
+    if security:
+        # A refused authentication ends only at this timeout (bootstrap: 30 s; 2.x's max_block_ms: 60 s).
+        options["max_block_ms" if V2 else "bootstrap_timeout_ms"] = 10000
+    return options
 
 
 class KafkaPythonAdapter(Adapter):
     def __init__(self, bootstrap: str) -> None:
         super().__init__(bootstrap)
         self._admin: KafkaAdminClient | None = None
+        self.options = connection_options(self.security)
+        self.auth_failures = AuthenticationFailures("kafka")
+
+    def _error(self, exc: KafkaError) -> ClientError:
+        """The error by Kafka's name; a timeout after a refused authentication is that refusal."""
+        if self.auth_failures.seen is not None and not getattr(exc, "errno", None):
+            return ClientError(AUTHENTICATION_FAILED, self.auth_failures.seen)
+        return errno_error(exc)
+
+    def _connected(self, make: Callable[[], T]) -> T:
+        try:
+            return make()
+        except KafkaError as exc:
+            raise self._error(exc) from None
 
     def version(self) -> str:
         return kafka.__version__
@@ -44,7 +82,7 @@ class KafkaPythonAdapter(Adapter):
     @property
     def admin(self) -> KafkaAdminClient:
         if self._admin is None:
-            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+            self._admin = self._connected(lambda: KafkaAdminClient(bootstrap_servers=self.bootstrap, **self.options))
         return self._admin
 
     # --- admin ---------------------------------------------------------------------------------------------
@@ -53,7 +91,7 @@ class KafkaPythonAdapter(Adapter):
         try:
             answer = self.admin.create_topics([new])
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
         if V2:
             raise_error_codes([(t[0], t[1]) for t in answer.topic_errors])
 
@@ -61,7 +99,7 @@ class KafkaPythonAdapter(Adapter):
         try:
             answer = self.admin.delete_topics([topic])
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
         if V2:
             raise_error_codes(list(answer.topic_error_codes))
 
@@ -72,7 +110,7 @@ class KafkaPythonAdapter(Adapter):
         try:
             described = self.admin.describe_topics([topic])[0]
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
         raise_error_codes([(topic, described["error_code"])])
         return sorted(p["partition"] if V2 else p["partition_index"] for p in described["partitions"])
 
@@ -80,7 +118,7 @@ class KafkaPythonAdapter(Adapter):
         try:
             answer = self.admin.create_partitions({topic: NewPartitions(total_count=total)})
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
         if V2:
             raise_error_codes([(t[0], t[1]) for t in answer.topic_errors])
 
@@ -100,7 +138,7 @@ class KafkaPythonAdapter(Adapter):
         try:
             everything = self._all_configs(topic)
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
         return {name: everything[name][0] for name in names if name in everything}
 
     def alter_configs(self, topic: str, configs: dict[str, str]) -> None:
@@ -114,7 +152,7 @@ class KafkaPythonAdapter(Adapter):
             else:
                 self.admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, dict(configs))])
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
 
     # --- producing -----------------------------------------------------------------------------------------
     def producer_open(self, settings: dict[str, Json]) -> int:
@@ -123,7 +161,8 @@ class KafkaPythonAdapter(Adapter):
             options["enable_idempotence"] = settings["idempotent"]
         if settings.get("max_request_bytes"):
             options["max_request_size"] = settings["max_request_bytes"]
-        return self._keep("producer", KafkaProducer(bootstrap_servers=self.bootstrap, **options))
+        producer = self._connected(lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **self.options, **options))
+        return self._keep("producer", producer)
 
     def producer_send(self, handle: int, topic: str, records: list[dict[str, Json]]) -> list[list[int]]:
         producer: KafkaProducer = self._get(handle)
@@ -134,7 +173,7 @@ class KafkaPythonAdapter(Adapter):
             producer.flush(60)
             return [[m.partition, m.offset] for m in (f.get(60) for f in futures)]
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
 
     def producer_close(self, handle: int) -> None:
         self._drop(handle).close(10)
@@ -146,13 +185,13 @@ class KafkaPythonAdapter(Adapter):
         except ProducerFencedError as exc:
             raise ClientError(FENCED, str(exc)) from None
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
 
     def txn_producer_open(self, transactional_id: str, settings: dict[str, Json]) -> int:
         options: dict[str, Any] = {"transactional_id": transactional_id}
         if settings.get("transaction_timeout_ms"):
             options["transaction_timeout_ms"] = settings["transaction_timeout_ms"]
-        producer = self._txn(lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **options))
+        producer = self._txn(lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **self.options, **options))
         self._txn(producer.init_transactions)
         return self._keep("producer", producer)
 
@@ -181,7 +220,9 @@ class KafkaPythonAdapter(Adapter):
 
     # --- reading by position -------------------------------------------------------------------------------
     def _consumer(self, **options: Any) -> KafkaConsumer:
-        return KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **options)
+        return self._connected(
+            lambda: KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **self.options, **options)
+        )
 
     def read(
         self, topic: str, partition: int, offset: int, count: int, settings: dict[str, Json]
@@ -211,7 +252,7 @@ class KafkaPythonAdapter(Adapter):
             found = consumer.offsets_for_times({TopicPartition(topic, int(p)): ts for p, ts in timestamps.items()})
             return {str(tp.partition): (None if at is None else at.offset) for tp, at in found.items()}
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
         finally:
             consumer.close()
 
@@ -250,7 +291,7 @@ class KafkaPythonAdapter(Adapter):
         try:
             self._get(handle).commit()
         except KafkaError as exc:
-            raise errno_error(exc) from None
+            raise self._error(exc) from None
 
     def consumer_close(self, handle: int) -> None:
         self._drop(handle).close()

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from compat.clients.api import Adapter, ClientError, Json, Unsupported
+from compat.clients.api import AUTHENTICATION_FAILED, Adapter, ClientError, Json, Unsupported
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 KEY_END = "\x1f"  # -K: between key and value (ASCII unit separator)
@@ -31,7 +31,28 @@ ASSIGNED_PARTITION = re.compile(r"(\S+) \[(\d+)\]")
 BROKER_ERRORS = {
     "Broker: Message size too large": "MESSAGE_TOO_LARGE",
     "Broker: Broker failed to validate record": "INVALID_RECORD",
+    "Broker: Topic authorization failed": "TOPIC_AUTHORIZATION_FAILED",
+    "Broker: Group authorization failed": "GROUP_AUTHORIZATION_FAILED",
 }
+# librdkafka's log line for credentials the broker refused (kcat retries until its message timeout).
+AUTHENTICATION_FAILURE = re.compile(r"SASL authentication error: [^\n]*|Authentication failed[^\n]*")
+# librdkafka's names for the suite's security settings (compat/clients/api.py), given with -X.
+SECURITY_OPTIONS = {
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_username": "sasl.username",
+    "sasl_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+}
+
+
+def security_arguments(security: dict[str, str]) -> list[str]:
+    arguments = [f"{SECURITY_OPTIONS[key]}={value}" for key, value in security.items()]
+    if security:
+        arguments.append("message.timeout.ms=10000")  # a refused authentication is retried until then
+    return [part for argument in arguments for part in ("-X", argument)]
 
 
 def consumed(line: dict[str, Any]) -> dict[str, Json]:
@@ -88,13 +109,17 @@ class KcatAdapter(Adapter):
         if KCAT is None:
             raise RuntimeError("kcat is not installed")
         super().__init__(bootstrap)
+        self.connection = ["-b", bootstrap, *security_arguments(self.security)]
 
     def _run(
         self, *args: str, stdin: str | None = None, timeout: float = 60, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         run = subprocess.run(
-            [KCAT, "-b", self.bootstrap, *args], input=stdin, capture_output=True, text=True, timeout=timeout
+            [KCAT, *self.connection, *args], input=stdin, capture_output=True, text=True, timeout=timeout
         )
+        refused = AUTHENTICATION_FAILURE.search(run.stderr)
+        if refused and run.returncode != 0:
+            raise ClientError(AUTHENTICATION_FAILED, refused.group(0))
         if check and run.returncode != 0:
             raise ClientError("KCAT_FAILED", f"kcat {' '.join(args)} exited {run.returncode}: {run.stderr[-2000:]}")
         return run
@@ -148,6 +173,9 @@ class KcatAdapter(Adapter):
                 for _, r in members
             )
             run = self._run(*args, stdin=stdin, check=False)  # kcat exits 1 after a failed delivery
+            refused = AUTHENTICATION_FAILURE.search(run.stderr)
+            if refused:
+                raise ClientError(AUTHENTICATION_FAILED, refused.group(0))
             failures = FAILED.findall(run.stderr)
             if failures:
                 raise ClientError(BROKER_ERRORS.get(failures[0], "KCAT_DELIVERY_FAILED"), failures[0])
@@ -197,7 +225,7 @@ class KcatAdapter(Adapter):
 
     # --- consumer groups -----------------------------------------------------------------------------------
     def consumer_open(self, group: str, topics: list[str], settings: dict[str, Json]) -> int:
-        command = [KCAT, "-b", self.bootstrap, "-G", group, "-J", "-u"]
+        command = [KCAT, *self.connection, "-G", group, "-J", "-u"]
         command += ["-X", "auto.offset.reset=earliest", "-X", "enable.auto.commit=false"]
         command += ["-X", f"session.timeout.ms={settings['session_timeout_ms']}"]
         command += ["-X", f"heartbeat.interval.ms={settings['heartbeat_interval_ms']}", *topics]
@@ -206,7 +234,14 @@ class KcatAdapter(Adapter):
     def consumer_poll(self, handle: int, timeout_ms: int) -> dict[str, Json]:
         member: GroupMember = self._get(handle)
         if member.process.poll() is not None:
-            raise ClientError("KCAT_EXITED", "".join(member.log[-20:]))
+            log = "".join(member.log[-20:])
+            refused = AUTHENTICATION_FAILURE.search(log)
+            if refused:
+                raise ClientError(AUTHENTICATION_FAILED, refused.group(0))
+            for message, name in BROKER_ERRORS.items():
+                if message in log:
+                    raise ClientError(name, log)
+            raise ClientError("KCAT_EXITED", log)
         time.sleep(timeout_ms / 1000)
         return member.take()
 

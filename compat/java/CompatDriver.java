@@ -73,8 +73,42 @@ public class CompatDriver {
     int lastHandle = 0;
     Admin admin;
 
+    /** The suite's security settings (compat/clients/api.py), from KBROKER_COMPAT_SECURITY; empty for plaintext. */
+    final Map<String, Object> security;
+
     CompatDriver(String bootstrap) {
         this.bootstrap = bootstrap;
+        String json = System.getenv("KBROKER_COMPAT_SECURITY");
+        this.security = json == null || json.isBlank() ? Map.of() : Json.object(Json.parse(json));
+    }
+
+    /** The client properties every producer, consumer and admin client starts from: bootstrap and security. */
+    Properties connection() {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        if (security.get("security_protocol") != null) props.put("security.protocol", security.get("security_protocol"));
+        if (security.get("sasl_mechanism") != null) {
+            String mechanism = (String) security.get("sasl_mechanism");
+            String module = mechanism.equals("PLAIN") ? "org.apache.kafka.common.security.plain.PlainLoginModule"
+                    : "org.apache.kafka.common.security.scram.ScramLoginModule";
+            props.put("sasl.mechanism", mechanism);
+            props.put("sasl.jaas.config", module + " required username=\"" + security.get("sasl_username")
+                    + "\" password=\"" + security.get("sasl_password") + "\";");
+        }
+        if (security.get("ssl_cafile") != null) {
+            props.put("ssl.truststore.type", "PEM");
+            props.put("ssl.truststore.location", security.get("ssl_cafile"));
+        }
+        if (security.get("ssl_certfile") != null) {
+            try {
+                props.put("ssl.keystore.type", "PEM");
+                props.put("ssl.keystore.certificate.chain", java.nio.file.Files.readString(java.nio.file.Path.of((String) security.get("ssl_certfile"))));
+                props.put("ssl.keystore.key", java.nio.file.Files.readString(java.nio.file.Path.of((String) security.get("ssl_keyfile"))));
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+        return props;
     }
 
     public static void main(String[] args) throws Exception {
@@ -165,8 +199,7 @@ public class CompatDriver {
 
     Admin admin() {
         if (admin == null) {
-            Properties props = new Properties();
-            props.put("bootstrap.servers", bootstrap);
+            Properties props = connection();
             admin = Admin.create(props);
         }
         return admin;
@@ -224,8 +257,7 @@ public class CompatDriver {
     // -------------------------------------------------------------------------------------- producing
 
     Object producerOpen(Map<String, Object> settings) {
-        Properties props = new Properties();
-        props.put("bootstrap.servers", bootstrap);
+        Properties props = connection();
         props.put("key.serializer", ByteArraySerializer.class.getName());
         props.put("value.serializer", ByteArraySerializer.class.getName());
         props.put("compression.type", settings.get("codec") == null ? "none" : settings.get("codec"));
@@ -266,8 +298,7 @@ public class CompatDriver {
     // ------------------------------------------------------------------------------------ transactions
 
     Object txnProducerOpen(String transactionalId, Map<String, Object> settings) throws ClientError {
-        Properties props = new Properties();
-        props.put("bootstrap.servers", bootstrap);
+        Properties props = connection();
         props.put("key.serializer", ByteArraySerializer.class.getName());
         props.put("value.serializer", ByteArraySerializer.class.getName());
         props.put("transactional.id", transactionalId);
@@ -362,8 +393,7 @@ public class CompatDriver {
     // ------------------------------------------------------------------------------ reading by position
 
     KafkaConsumer<byte[], byte[]> consumer(Map<String, Object> extra) {
-        Properties props = new Properties();
-        props.put("bootstrap.servers", bootstrap);
+        Properties props = connection();
         props.put("key.deserializer", ByteArrayDeserializer.class.getName());
         props.put("value.deserializer", ByteArrayDeserializer.class.getName());
         props.put("enable.auto.commit", "false");
