@@ -159,6 +159,9 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
 
 async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     version = ctx.api_version
+    if version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+        # As Kafka: from v5 both are mandatory, checked before authorization.
+        raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
     _require_group_read(ctx, request.group_id)
     result = await ctx.groups.classic.sync(
         request.group_id,

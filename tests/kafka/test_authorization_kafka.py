@@ -19,6 +19,7 @@ at a time or the answer is sorted.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +29,13 @@ from compat.apache_kafka import ApacheKafka, KafkaUnavailable
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
+from protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
+from protocol.messages.alter_configs_request import AlterConfigsRequest
+from protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
+from protocol.messages.alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
+from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
 from protocol.messages.create_acls_request import CreateAclsRequest
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
@@ -41,21 +49,32 @@ from protocol.messages.describe_configs_request import DescribeConfigsRequest
 from protocol.messages.describe_groups_request import DescribeGroupsRequest
 from protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
 from protocol.messages.describe_producers_request import DescribeProducersRequest
+from protocol.messages.describe_quorum_request import DescribeQuorumRequest
 from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
 from protocol.messages.elect_leaders_request import ElectLeadersRequest
+from protocol.messages.end_txn_request import EndTxnRequest
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.heartbeat_request import HeartbeatRequest
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.join_group_request import JoinGroupRequest
+from protocol.messages.leave_group_request import LeaveGroupRequest
+from protocol.messages.list_config_resources_request import ListConfigResourcesRequest
 from protocol.messages.list_groups_request import ListGroupsRequest
 from protocol.messages.list_offsets_request import ListOffsetsRequest
+from protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+from protocol.messages.list_transactions_request import ListTransactionsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.offset_commit_request import OffsetCommitRequest
+from protocol.messages.offset_delete_request import OffsetDeleteRequest
 from protocol.messages.offset_fetch_request import OffsetFetchRequest
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.messages.produce_request import ProduceRequest
+from protocol.messages.sync_group_request import SyncGroupRequest
+from protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from protocol.messages.update_features_request import UpdateFeaturesRequest
 from protocol.records import Record, build_batch
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -508,6 +527,203 @@ def describe_topic_partitions(client: WireClient) -> Any:
     )
     answer = client.request(request, 0)
     return [(t.name, t.error_code, len(t.partitions), t.topic_authorized_operations) for t in answer.topics]
+
+
+@scenario
+def classic_group_refusals(client: WireClient) -> Any:
+    sync = client.request(
+        SyncGroupRequest(
+            group_id="closed-group",
+            generation_id=1,
+            member_id="m",
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[],
+        ),
+        5,
+    )
+    incomplete = client.request(  # from v5 the protocol is mandatory, checked before authorization
+        SyncGroupRequest(group_id="closed-group", generation_id=1, member_id="m", assignments=[]), 5
+    )
+    beat = client.request(HeartbeatRequest(group_id="closed-group", generation_id=1, member_id="m"), 4)
+    leave = client.request(
+        LeaveGroupRequest(group_id="closed-group", members=[LeaveGroupRequest.MemberIdentity(member_id="m")]), 5
+    )
+    return (
+        (sync.error_code, sync.protocol_type, sync.protocol_name, sync.assignment),
+        (incomplete.error_code, incomplete.protocol_type, incomplete.protocol_name),
+        beat.error_code,
+        (leave.error_code, [(m.member_id, m.error_code) for m in leave.members]),
+    )
+
+
+@scenario
+def offset_delete(client: WireClient) -> Any:
+    def request(group: str) -> OffsetDeleteRequest:
+        return OffsetDeleteRequest(
+            group_id=group,
+            topics=[
+                OffsetDeleteRequest.OffsetDeleteRequestTopic(
+                    name=name, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)]
+                )
+                for name in ("closed",)
+            ],
+        )
+
+    refused = client.request(request("closed-group"), 0)
+    mixed = client.request(request("open-group"), 0)
+    return (
+        (refused.error_code, partition_codes(refused.topics)),
+        (mixed.error_code, partition_codes(mixed.topics)),
+    )
+
+
+@scenario
+def consumer_group_describe(client: WireClient) -> Any:
+    answer = client.request(
+        ConsumerGroupDescribeRequest(group_ids=["closed-group"], include_authorized_operations=True), 0
+    )
+    return [(g.group_id, g.error_code, g.error_message, g.group_state, g.authorized_operations) for g in answer.groups]
+
+
+@scenario
+def transaction_refusals(client: WireClient) -> Any:
+    add = client.request(
+        AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="closed-txn",
+            v3_and_below_producer_id=1,
+            v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="open", partitions=[0])],
+        ),
+        3,
+    )
+    offsets = client.request(
+        AddOffsetsToTxnRequest(transactional_id="closed-txn", producer_id=1, producer_epoch=0, group_id="g"), 3
+    )
+    end = client.request(
+        EndTxnRequest(transactional_id="closed-txn", producer_id=1, producer_epoch=0, committed=True), 3
+    )
+    commit = client.request(
+        TxnOffsetCommitRequest(
+            transactional_id="closed-txn",
+            group_id="open-group",
+            producer_id=1,
+            producer_epoch=0,
+            topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                    name="open",
+                    partitions=[
+                        TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1)
+                    ],
+                )
+            ],
+        ),
+        3,
+    )
+    listed = client.request(ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1), 1)
+    return (
+        [(t.name, p.partition_error_code) for t in add.results_by_topic_v3_and_below for p in t.results_by_partition],
+        offsets.error_code,
+        (end.error_code, end.producer_id, end.producer_epoch),
+        partition_codes(commit.topics),
+        (listed.error_code, [t.transactional_id for t in listed.transaction_states]),
+    )
+
+
+@scenario
+def cluster_alterations(client: WireClient) -> Any:
+    legacy = client.request(
+        AlterConfigsRequest(
+            resources=[AlterConfigsRequest.AlterConfigsResource(resource_type=4, resource_name="", configs=[])]
+        ),
+        2,
+    )
+    quotas = client.request(
+        AlterClientQuotasRequest(
+            entries=[
+                AlterClientQuotasRequest.EntryData(
+                    entity=[AlterClientQuotasRequest.EntityData(entity_type="user", entity_name="bob")],
+                    ops=[AlterClientQuotasRequest.OpData(key="producer_byte_rate", value=1024.0, remove=False)],
+                )
+            ],
+            validate_only=True,
+        ),
+        1,
+    )
+    moved = client.request(
+        AlterReplicaLogDirsRequest(
+            dirs=[
+                AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+                    path="/nowhere",
+                    topics=[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name="open", partitions=[0])],
+                )
+            ]
+        ),
+        2,
+    )
+    reassigned = client.request(
+        AlterPartitionReassignmentsRequest(
+            timeout_ms=5000,
+            topics=[
+                AlterPartitionReassignmentsRequest.ReassignableTopic(
+                    name="open",
+                    partitions=[
+                        AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=None)
+                    ],
+                )
+            ],
+        ),
+        0,
+    )
+    listed = client.request(ListPartitionReassignmentsRequest(timeout_ms=5000, topics=None), 0)
+    features = client.request(UpdateFeaturesRequest(timeout_ms=5000, feature_updates=[], validate_only=True), 1)
+    resources = client.request(ListConfigResourcesRequest(resource_types=[]), 1)
+    return (
+        [(r.error_code, r.error_message) for r in legacy.responses],
+        [e.error_code for e in quotas.entries],
+        partition_codes(moved.results, name="topic_name"),
+        (reassigned.error_code, partition_codes(reassigned.responses)),
+        (listed.error_code, listed.topics),
+        (features.error_code, features.results),
+        (resources.error_code, resources.config_resources),
+    )
+
+
+@scenario
+def describe_quorum(client: WireClient) -> Any:
+    answer = client.request(
+        DescribeQuorumRequest(
+            topics=[
+                DescribeQuorumRequest.TopicData(
+                    topic_name="__cluster_metadata",
+                    partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)],
+                )
+            ]
+        ),
+        2,
+    )
+    return answer.error_code, answer.topics
+
+
+@scenario
+def idempotent_producer_id(client: WireClient) -> Any:
+    # No IDEMPOTENT_WRITE on the cluster (which has ACLs), but some topic may be written (KIP-679).
+    deadline = time.monotonic() + 30
+    while True:  # Kafka's first producer id waits for its block (COORDINATOR_LOAD_IN_PROGRESS, retriable)
+        answer = client.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
+        if answer.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            return answer.error_code, answer.producer_epoch
+        time.sleep(0.2)
+
+
+@scenario
+def metadata_by_topic_id(client: WireClient) -> Any:
+    everything = client.request(MetadataRequest(topics=None), 12)
+    assert everything.topics
+    answer = client.request(
+        MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=uuid.uuid4())]), 12
+    )
+    return [(t.name, t.error_code) for t in answer.topics]
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -484,8 +484,12 @@ def test_classic_group_requests_need_group_read(broker: Broker) -> None:
         group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="", protocol_type="consumer"
     )
     assert send(broker, 11, 9, join).error_code == GAF
-    sync = SyncGroupRequest(group_id="g", generation_id=1, member_id="m", assignments=[])
+    sync = SyncGroupRequest(
+        group_id="g", generation_id=1, member_id="m", protocol_type="consumer", protocol_name="range", assignments=[]
+    )
     assert send(broker, 14, 5, sync).error_code == GAF
+    sync.protocol_name = None  # from v5 a missing protocol is refused first, as Kafka does
+    assert send(broker, 14, 5, sync).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert send(broker, 12, 4, HeartbeatRequest(group_id="g", generation_id=1, member_id="m")).error_code == GAF
     leave = LeaveGroupRequest(group_id="g", members=[LeaveGroupRequest.MemberIdentity(member_id="m")])
     assert send(broker, 13, 5, leave).error_code == GAF
