@@ -51,8 +51,8 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else DEFAULT_RETENTION
     max_metadata = ctx.config["offset.metadata.max.bytes"]
     commits: dict[tuple[str, int], CommittedOffset] = {}
-    topics = []
-    unreadable = []  # as Kafka: answered before the coordinator is asked, so listed first
+    topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
+    unreadable: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []  # Kafka answers these first
     for topic in request.topics:
         info = ctx.topics.topic(topic.name)
         readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
