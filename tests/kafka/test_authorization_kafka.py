@@ -521,7 +521,8 @@ def cluster_level(client: WireClient) -> Any:
 def describe_topic_partitions(client: WireClient) -> Any:
     request = DescribeTopicPartitionsRequest(
         topics=[
-            DescribeTopicPartitionsRequest.TopicRequest(name=name) for name in ("closed", "readonly", "secret-ghost")
+            DescribeTopicPartitionsRequest.TopicRequest(name=name)
+            for name in ("closed", "readonly", "secret-ghost", "ghost")
         ],
         response_partition_limit=100,
     )
@@ -731,3 +732,41 @@ def test_same_answer_as_kafka(clients: dict[str, WireClient], name: str) -> None
     run = SCENARIOS[name]
     kafka, kbroker = run(clients["kafka"]), run(clients["kbroker"])
     assert kbroker == kafka
+
+
+def test_without_an_authorizer_every_supported_operation(apache_kafka: ApacheKafka, broker: RunningBroker) -> None:
+    """No authorizer: Kafka reports every operation a resource type supports (a group's include DESCRIBE_CONFIGS
+    and ALTER_CONFIGS in Kafka 4.3)."""
+
+    def operations(client: WireClient) -> Any:
+        topic = f"ops-{uuid.uuid4().hex[:8]}"
+        created = CreateTopicsRequest(
+            timeout_ms=30000,
+            topics=[CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=1, replication_factor=1)],
+        )
+        assert client.request(created, 7).topics[0].error_code == ErrorCode.NONE
+        metadata = client.request(
+            MetadataRequest(
+                topics=topic_names([topic]),
+                include_cluster_authorized_operations=True,
+                include_topic_authorized_operations=True,
+            ),
+            10,
+        )
+        cluster = client.request(DescribeClusterRequest(include_cluster_authorized_operations=True), 1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # Kafka's group coordinator first needs its offsets topic
+            found = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["nobody"]), 4)
+            if found.coordinators[0].error_code == ErrorCode.NONE:
+                break
+            time.sleep(0.2)
+        groups = client.request(DescribeGroupsRequest(groups=["nobody"], include_authorized_operations=True), 5)
+        return (
+            metadata.topics[0].topic_authorized_operations,
+            metadata.cluster_authorized_operations,
+            cluster.cluster_authorized_operations,
+            [(g.error_code, g.group_state, g.authorized_operations) for g in groups.groups],
+        )
+
+    with WireClient(apache_kafka.bootstrap) as kafka, WireClient(broker.bootstrap) as kbroker:
+        assert operations(kbroker) == operations(kafka)
