@@ -24,7 +24,9 @@ from protocol.messages.offset_fetch_request import OffsetFetchRequest
 from protocol.messages.sync_group_request import SyncGroupRequest
 
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: all a group supports
+# READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: all a group supports, what Kafka 4.3 reports without
+# an authorizer (3400; tests/kafka/test_authorization_kafka.py checks it against Kafka)
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 SUBSCRIPTION = struct.pack(">hih", 0, 1, 6) + b"orders" + struct.pack(">i", -1)
 ASSIGNMENT = struct.pack(">hih", 0, 1, 6) + b"orders" + struct.pack(">iiii", 2, 0, 1, -1)
 
