@@ -184,6 +184,12 @@ def _find_coordinator(request: Any, version: int, code: ErrorCode, message: str 
     return r(error_code=code, error_message=message, node_id=-1, host="", port=-1)
 
 
+@_builder(11)
+def _join_group(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    # Kafka's JoinGroupRequest.getErrorResponse: the protocol name is null where it may be (v7+), else "".
+    return _response(11)(error_code=code, protocol_name=None if version >= 7 else "", member_id="")
+
+
 @_builder(15)
 def _describe_groups(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
     r = _response(15)
@@ -473,8 +479,7 @@ def _delete_acls(request: Any, version: int, code: ErrorCode, message: str | Non
     r = _response(31)
     return r(
         filter_results=[
-            r.DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[])
-            for _ in request.filters
+            r.DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[]) for _ in request.filters
         ]
     )
 
