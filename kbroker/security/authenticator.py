@@ -11,14 +11,20 @@ completes, and here again when a client re-authenticates (KIP-368). What is allo
 Anything else before COMPLETE ends the connection: during the handshake without an answer, during authentication
 after an ILLEGAL_SASL_STATE answer. A mechanism that is not enabled is answered UNSUPPORTED_SASL_MECHANISM with the
 enabled list, and a failed authentication SASL_AUTHENTICATION_FAILED with the mechanism's message; both then close
-the connection, after ``connection.failed.authentication.delay.ms`` as Kafka does (the delay slows down password
-guessing). Once complete, the principal is ``User:<authorization id>``.
+the connection. Every authentication failure (these, and a request out of turn) waits
+``connection.failed.authentication.delay.ms`` first, as Kafka's do (the delay slows down password guessing); a
+second ApiVersions is not one in Kafka (an IllegalStateException) and closes at once. An ApiVersions that Kafka
+finds invalid (KIP-511's software name pattern) is answered INVALID_REQUEST and another may follow. Once complete,
+the principal is ``User:<authorization id>``; a successful SaslAuthenticate carries an empty error message, as
+Kafka's does.
 
 Session lifetime: at completion the session gets the shorter of the mechanism's ``connections.max.reauth.ms`` and
 the credential's own expiry (an OAUTHBEARER token's ``exp``), told to the client in SaslAuthenticate v1+'s
 ``session_lifetime_ms``. A request arriving after the session expired closes the connection, unless it is the
 SaslHandshake of a re-authentication: that is allowed at most once a second, must keep the mechanism (a different
-one fails the next token) and must keep the principal (a different one is SASL_AUTHENTICATION_FAILED). Without a
+one fails whatever request or token comes next, without an answer; one not enabled at all closes the connection at
+once, also without an answer, as Kafka's SocketServer does) and must keep the principal (a different one is
+SASL_AUTHENTICATION_FAILED). Without a
 lifetime, a SaslHandshake after authentication is an ordinary request, answered ILLEGAL_SASL_STATE
 (kbroker/apis/sasl.py).
 """
@@ -85,6 +91,16 @@ def kafka_api_name(api_key: int) -> str:
     return "".join("_" + c if c.isupper() and i else c for i, c in enumerate(name)).upper()
 
 
+def _valid_api_versions(api_version: int, body: Any) -> bool:
+    """Kafka's ApiVersionsRequest.isValid: from v3 the client software name and version must match KIP-511's
+    pattern (the handler answers INVALID_REQUEST otherwise)."""
+    from kbroker.apis.api_versions import _valid_software_field as valid_software_field
+
+    return api_version < 3 or (
+        valid_software_field(body.client_software_name) and valid_software_field(body.client_software_version)
+    )
+
+
 class SaslAuthenticator:
     """The SASL exchange and session of one connection on a SASL listener."""
 
@@ -146,8 +162,14 @@ class SaslAuthenticator:
     def on_request(self, api_key: int, api_version: int, body: Any) -> Step:
         """The step for a request received before authentication is complete (or while re-authenticating)."""
         stage = self.stage
+        if self._bad_reauth_mechanism is not None:
+            # Kafka's REAUTH_BAD_MECHANISM: whatever comes next fails the re-authentication, without an answer.
+            log.info("SASL re-authentication failed: %s", self._bad_reauth_mechanism)
+            self.stage = Stage.FAILED
+            return Step(close=True, failed=True)
         if api_key == API_VERSIONS and stage is Stage.HANDSHAKE_OR_VERSIONS:
-            self.stage = Stage.HANDSHAKE
+            if _valid_api_versions(api_version, body):  # Kafka answers an invalid one and waits for another
+                self.stage = Stage.HANDSHAKE
             return Step(pass_through=True)
         if api_key == SASL_HANDSHAKE and stage in (Stage.HANDSHAKE_OR_VERSIONS, Stage.HANDSHAKE):
             return self._handshake(api_version, body)
@@ -155,12 +177,17 @@ class SaslAuthenticator:
             return self._authenticate(body.auth_bytes, api_version)
         what = "authentication" if stage is Stage.AUTHENTICATE else "handshake"
         message = f"Unexpected Kafka request of type {kafka_api_name(api_key)} during SASL {what}."
-        log.info("closing connection: %s", message)
         self.stage = Stage.FAILED
+        if api_key == API_VERSIONS and stage is Stage.HANDSHAKE:
+            # Kafka's IllegalStateException, not an authentication failure: closed at once, without an answer.
+            log.info("closing connection: a second ApiVersions request during the SASL handshake")
+            return Step(close=True)
+        log.info("closing connection: %s", message)
+        # Kafka's IllegalSaslStateException fails the authentication: the close waits for the failure delay.
         if stage is Stage.AUTHENTICATE:
             # Kafka answers this one with the request's own error response before closing.
-            return Step(response=(ErrorCode.ILLEGAL_SASL_STATE, message), close=True)
-        return Step(close=True)
+            return Step(response=(ErrorCode.ILLEGAL_SASL_STATE, message), close=True, failed=True)
+        return Step(close=True, failed=True)
 
     def on_raw_token(self, token: bytes) -> Step:
         """A token after SaslHandshake v0: the answer is a raw token too; a failure closes without one."""
@@ -178,6 +205,14 @@ class SaslAuthenticator:
     def _handshake(self, api_version: int, body: Any) -> Step:
         mechanism = body.mechanism
         enabled = list(self.listener.mechanisms)
+        if mechanism not in enabled and self._reauthenticating:
+            # Kafka handles a re-authentication's handshake outside the authenticator's failure path: the
+            # connection is closed at once and the UNSUPPORTED_SASL_MECHANISM answer it built is never sent.
+            log.info(
+                "SASL mechanism %r requested for re-authentication is not enabled (enabled: %s)", mechanism, enabled
+            )
+            self.stage = Stage.FAILED
+            return Step(close=True)
         if mechanism not in enabled:
             log.info("SASL mechanism %r requested by a client is not enabled (enabled: %s)", mechanism, enabled)
             self.stage = Stage.FAILED
@@ -197,10 +232,6 @@ class SaslAuthenticator:
         return Step(response=SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=enabled))
 
     def _authenticate(self, auth_bytes: bytes, api_version: int) -> Step:
-        if self._bad_reauth_mechanism is not None:  # Kafka ends this one without an answer
-            log.info("SASL re-authentication failed: %s", self._bad_reauth_mechanism)
-            self.stage = Stage.FAILED
-            return Step(close=True, failed=True)
         try:
             challenge = self._evaluate(auth_bytes)
         except SaslAuthenticationFailed as exc:
@@ -212,7 +243,11 @@ class SaslAuthenticator:
             return Step(response=answer, close=True, failed=True)
         lifetime_ms = self._session_lifetime_ms() if self.complete else 0
         answer = SaslAuthenticateResponse(
-            error_code=ErrorCode.NONE, error_message=None, auth_bytes=challenge, session_lifetime_ms=lifetime_ms
+            # Kafka's generated SaslAuthenticateResponseData defaults the nullable message to "", and sends that.
+            error_code=ErrorCode.NONE,
+            error_message="",
+            auth_bytes=challenge,
+            session_lifetime_ms=lifetime_ms,
         )
         return Step(response=answer)
 
