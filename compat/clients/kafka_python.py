@@ -51,9 +51,9 @@ SECURITY_OPTIONS = {
 
 def connection_options(security: dict[str, str]) -> dict[str, Any]:
     options = {SECURITY_OPTIONS[key]: value for key, value in security.items()}
-    if security:
-        # A refused authentication ends only at this timeout (bootstrap: 30 s; 2.x's max_block_ms: 60 s).
-        options["max_block_ms" if V2 else "bootstrap_timeout_ms"] = 10000
+    if security and not V2:
+        # A refused authentication ends only at this timeout (30 s by default; 2.x: the producer's max_block_ms).
+        options["bootstrap_timeout_ms"] = 10000
     return options
 
 
@@ -157,6 +157,8 @@ class KafkaPythonAdapter(Adapter):
     # --- producing -----------------------------------------------------------------------------------------
     def producer_open(self, settings: dict[str, Json]) -> int:
         options: dict[str, Any] = {"compression_type": CODECS[settings.get("codec") or "none"]}
+        if self.security and V2:
+            options["max_block_ms"] = 10000  # 2.x waits this long (60 s by default) after a refused authentication
         if settings.get("idempotent") is not None:
             options["enable_idempotence"] = settings["idempotent"]
         if settings.get("max_request_bytes"):
