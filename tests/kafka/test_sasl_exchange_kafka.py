@@ -121,6 +121,16 @@ def frame(raw: bytes) -> Action:
     return act
 
 
+def raw(data: bytes) -> Action:
+    """Bytes as they are (a size prefix and whatever follows, or not), then the next frame back, if any."""
+
+    def act(client: WireClient) -> Any:
+        client._sock.sendall(data)
+        return ("raw", bytes(client._next_frame()))
+
+    return act
+
+
 def future_api_versions(version: int = 9) -> Action:
     """ApiVersions in a version no broker knows yet (v0 header, empty body): answered in v0 (KIP-511)."""
 
@@ -229,6 +239,10 @@ SEQUENCES: dict[str, tuple[str, list[Action]]] = {
         "SASL_PLAINTEXT",
         [handshake(), plain(password="x" * 5000), metadata()],
     ),
+    "negative size prefix": ("SASL_PLAINTEXT", [raw(b"\xff\xff\xff\xfe" + b"x" * 10)]),
+    "huge size prefix": ("SASL_PLAINTEXT", [raw(b"\x7f\xff\xff\xff" + b"x" * 10)]),
+    "huge size prefix after the handshake": ("SASL_PLAINTEXT", [handshake(), raw(b"\x40\x00\x00\x00")]),
+    "raw token above sasl.server.max.receive.size": ("SASL_PLAINTEXT", [handshake(version=0), token(b"x" * 5000)]),
     "SaslAuthenticate after authentication": (
         "SASL_PLAINTEXT",
         [*login(), authenticate_bytes(b"x"), handshake(), metadata()],
@@ -250,6 +264,10 @@ SEQUENCES: dict[str, tuple[str, list[Action]]] = {
         "REAUTH",
         [*login(), handshake(version=0), token(b"\0alice\0alice-secret"), metadata()],
     ),
+    "re-authentication token above sasl.server.max.receive.size": (
+        "REAUTH",
+        [*login(), handshake(), plain(password="x" * 5000), metadata()],
+    ),
     "request during re-authentication": ("REAUTH", [*login(), handshake(), metadata("t"), metadata()]),
     "ApiVersions during re-authentication": ("REAUTH", [*login(), handshake(), api_versions(), metadata()]),
     "re-authentication after the session expired": (
@@ -260,7 +278,23 @@ SEQUENCES: dict[str, tuple[str, list[Action]]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(SEQUENCES))
+# Known differences, each to be fixed where it says (strict: the test fails once the difference is gone).
+DIFFERENCES = {
+    "re-authentication token above sasl.server.max.receive.size": "kbroker/server/connection.py keeps "
+    "socket.request.max.bytes as the frame limit while re-authenticating; Kafka's re-authentication reads tokens "
+    "with sasl.server.max.receive.size and closes on a larger one",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(reason=DIFFERENCES[name], strict=True))
+        if name in DIFFERENCES
+        else name
+        for name in SEQUENCES
+    ],
+)
 def test_same_sasl_exchange_as_kafka(kafka: Endpoints, kbroker: Endpoints, name: str) -> None:
     listener, actions = SEQUENCES[name]
     expected = run(kafka.addresses[listener], actions)
