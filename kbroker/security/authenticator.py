@@ -13,7 +13,8 @@ after an ILLEGAL_SASL_STATE answer. A mechanism that is not enabled is answered 
 enabled list, and a failed authentication SASL_AUTHENTICATION_FAILED with the mechanism's message; both then close
 the connection. Every authentication failure (these, and a request out of turn) waits
 ``connection.failed.authentication.delay.ms`` first, as Kafka's do (the delay slows down password guessing); a
-second ApiVersions is not one in Kafka (an IllegalStateException) and closes at once. An ApiVersions that Kafka
+second ApiVersions is not one in Kafka (an IllegalStateException) and closes at once, as does a mechanism that
+raises anything but SaslAuthenticationFailed (logged with its traceback: a bug). An ApiVersions that Kafka
 finds invalid (KIP-511's software name pattern) is answered INVALID_REQUEST and another may follow. Once complete,
 the principal is ``User:<authorization id>``; a successful SaslAuthenticate carries an empty error message, as
 Kafka's does.
@@ -89,6 +90,11 @@ def kafka_api_name(api_key: int) -> str:
     """Kafka's ApiKeys enum name (METADATA, SASL_HANDSHAKE, ...), as its error messages print it."""
     name = APIS[api_key].name if api_key in APIS else str(api_key)
     return "".join("_" + c if c.isupper() and i else c for i, c in enumerate(name)).upper()
+
+
+class _MechanismBroke(Exception):
+    """A mechanism raised something other than SaslAuthenticationFailed. Kafka's authenticator treats that as an
+    I/O-like failure: the connection is closed at once, with no answer and no failure delay."""
 
 
 def _valid_api_versions(api_version: int, body: Any) -> bool:
@@ -194,6 +200,9 @@ class SaslAuthenticator:
         assert self.raw_tokens and self.stage is Stage.AUTHENTICATE
         try:
             challenge = self._evaluate(token)
+        except _MechanismBroke:
+            self.stage = Stage.FAILED
+            return Step(close=True)
         except SaslAuthenticationFailed as exc:
             log.info("SASL %s %s failed: %s", self.mechanism, self._what, exc.reason)
             self.stage = Stage.FAILED
@@ -234,6 +243,9 @@ class SaslAuthenticator:
     def _authenticate(self, auth_bytes: bytes, api_version: int) -> Step:
         try:
             challenge = self._evaluate(auth_bytes)
+        except _MechanismBroke:
+            self.stage = Stage.FAILED
+            return Step(close=True)
         except SaslAuthenticationFailed as exc:
             log.info("SASL %s %s failed: %s", self.mechanism, self._what, exc.reason)
             self.stage = Stage.FAILED
@@ -262,7 +274,7 @@ class SaslAuthenticator:
             raise
         except Exception as exc:  # noqa: BLE001 - a mechanism's bug must fail this client, not the broker
             log.warning("SASL %s mechanism failed unexpectedly", self.mechanism, exc_info=exc)
-            raise SaslAuthenticationFailed.generic(self.mechanism, f"unexpected {exc!r}") from exc
+            raise _MechanismBroke from exc
         if self._server.is_complete:
             principal = "User:" + self._server.authorization_id
             if self._reauthenticating and principal != self.principal:

@@ -9,6 +9,9 @@ connection instead of answering) must be the same, answer for answer.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -18,9 +21,12 @@ from typing import Any
 import pytest
 
 from compat.apache_kafka import ApacheKafka, KafkaUnavailable
+from kbroker.security.sasl.oauthbearer import unsecured_token
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
+from protocol.errors import ErrorCode
 from protocol.framing import decode_response
+from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
@@ -30,14 +36,25 @@ PLAIN_JAAS = (
     'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" user_bob="bob-secret";'
 )
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+# Kafka's own login for the broker needs a token subject; both brokers validate clients' tokens unsecured.
+OAUTH_JAAS = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+    'unsecuredLoginStringClaim_sub="broker";'
+)
 REAUTH_MS = 1500
+USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+SCRAM_SALT = b"a salt for tests"
+SCRAM_ITERATIONS = 4096
+CLIENT_NONCE = "clientnonce0123456789"
 LISTENERS = {"SASL_PLAINTEXT": "SASL_PLAINTEXT", "REAUTH": "SASL_PLAINTEXT"}
 SETTINGS = {
-    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
     "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+    "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
     "listener.name.reauth.plain.sasl.jaas.config": PLAIN_JAAS,
     "listener.name.reauth.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+    "listener.name.reauth.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
     "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
     "sasl.server.max.receive.size": "4096",
     "connection.failed.authentication.delay.ms": "0",
@@ -71,6 +88,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     except KafkaUnavailable as exc:
         pytest.skip(f"Apache Kafka cannot run here: {exc}")
     try:
+        create_scram_users(node.bootstrap)
         yield Endpoints("kafka", {name: f"127.0.0.1:{port}" for name, port in node.extra_ports.items()})
     finally:
         node.stop()
@@ -84,7 +102,25 @@ def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
         **SETTINGS,
     }
     with RunningBroker(tmp_path_factory.mktemp("kbroker-sasl"), settings) as running:
+        create_scram_users(running.bootstrap)
         yield Endpoints("kbroker", {name: running.bootstrap_for(name) for name in LISTENERS})
+
+
+def create_scram_users(plaintext: str) -> None:
+    """alice and bob get SCRAM-SHA-256 credentials through AlterUserScramCredentials, as an admin would."""
+    upsertions = [
+        AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+            name=user,
+            mechanism=1,  # SCRAM-SHA-256
+            iterations=SCRAM_ITERATIONS,
+            salt=SCRAM_SALT,
+            salted_password=hashlib.pbkdf2_hmac("sha256", password.encode(), SCRAM_SALT, SCRAM_ITERATIONS),
+        )
+        for user, password in USERS.items()
+    ]
+    with WireClient(plaintext) as client:
+        answer = client.request(AlterUserScramCredentialsRequest(deletions=[], upsertions=upsertions), 0)
+    assert [result.error_code for result in answer.results] == [ErrorCode.NONE] * len(USERS)
 
 
 # --- what is sent, and what is recorded of each answer ----------------------------------------------------------
@@ -174,6 +210,79 @@ def metadata(*topics: str) -> Action:
     return send(request, 12)
 
 
+class Scram:
+    """A SCRAM-SHA-256 client (RFC 5802): two SaslAuthenticate v2 requests, the answers recorded without their
+    random parts (the server nonce's length, not its value; whether the server's signature verifies)."""
+
+    def __init__(self, user: str, password: str, authzid: str = "", first: str | None = None) -> None:
+        self.password = password
+        self.bare = f"n={user},r={CLIENT_NONCE}"
+        self.first_message = first if first is not None else f"n,{'a=' + authzid if authzid else ''},{self.bare}"
+        self.server_first = ""
+
+    def first(self) -> Action:
+        def act(client: WireClient) -> Any:
+            answer = client.request(SaslAuthenticateRequest(auth_bytes=self.first_message.encode()), 2)
+            recorded = fields(answer)
+            if answer.error_code == ErrorCode.NONE:
+                self.server_first = answer.auth_bytes.decode()
+                parts = dict(part.split("=", 1) for part in self.server_first.split(","))
+                recorded["auth_bytes"] = {
+                    "nonce starts with the client's": parts["r"].startswith(CLIENT_NONCE),
+                    # Both: 130 random bits in base 36, 25 or 26 characters.
+                    "server nonce of 25-26 characters": len(parts["r"]) - len(CLIENT_NONCE) in (25, 26),
+                    "salt": base64.b64decode(parts["s"]),
+                    "iterations": int(parts["i"]),
+                }
+            return ("scram client-first", recorded)
+
+        return act
+
+    def final(self, nonce_suffix: str = "", proof: bytes | None = None) -> Action:
+        def act(client: WireClient) -> Any:
+            parts = dict(part.split("=", 1) for part in self.server_first.split(","))
+            salted = hashlib.pbkdf2_hmac(
+                "sha256", self.password.encode(), base64.b64decode(parts["s"]), int(parts["i"])
+            )
+            client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+            without_proof = f"c=biws,r={parts['r']}{nonce_suffix}"
+            message = f"{self.bare},{self.server_first},{without_proof}".encode()
+            signature = hmac.new(hashlib.sha256(client_key).digest(), message, "sha256").digest()
+            computed = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+            final = f"{without_proof},p={base64.b64encode(proof if proof is not None else computed).decode()}"
+            answer = client.request(SaslAuthenticateRequest(auth_bytes=final.encode()), 2)
+            recorded = fields(answer)
+            if answer.error_code == ErrorCode.NONE:
+                server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+                expected = b"v=" + base64.b64encode(hmac.new(server_key, message, "sha256").digest())
+                recorded["auth_bytes"] = "server signature verified" if answer.auth_bytes == expected else "wrong"
+            return ("scram client-final", recorded)
+
+        return act
+
+
+def scram(user: str = "alice", password: str = "alice-secret", **final: Any) -> list[Action]:
+    exchange = Scram(user, password)
+    return [handshake("SCRAM-SHA-256"), exchange.first(), exchange.final(**final)]
+
+
+def oauth_message(claims: dict[str, Any] | None = None, authzid: str = "", scheme: str = "Bearer") -> bytes:
+    now = int(time.time())
+    token = unsecured_token(claims if claims is not None else {"sub": "alice", "iat": now - 10, "exp": now + 3600})
+    return f"n,{'a=' + authzid if authzid else ''},\x01auth={scheme} {token}\x01\x01".encode()
+
+
+def oauth(raw: bytes) -> Action:
+    """A SaslAuthenticate v2 of OAUTHBEARER; a session lifetime is recorded in whole minutes (the token's exp)."""
+
+    def act(client: WireClient) -> Any:
+        recorded = fields(client.request(SaslAuthenticateRequest(auth_bytes=raw), 2))
+        recorded["session_lifetime_ms"] = round(recorded["session_lifetime_ms"] / 60000)
+        return ("oauth", recorded)
+
+    return act
+
+
 def login(user: str = "alice", password: str = "alice-secret") -> list[Action]:
     return [handshake(), plain(user, password)]
 
@@ -247,7 +356,60 @@ SEQUENCES: dict[str, tuple[str, list[Action]]] = {
         "SASL_PLAINTEXT",
         [*login(), authenticate_bytes(b"x"), handshake(), metadata()],
     ),
+    # SCRAM-SHA-256 (users created through AlterUserScramCredentials) and OAUTHBEARER (unsecured tokens).
+    "SCRAM login": ("SASL_PLAINTEXT", [*scram(), metadata()]),
+    "SCRAM wrong password": ("SASL_PLAINTEXT", [*scram(password="wrong"), metadata()]),
+    "SCRAM wrong nonce in client-final": ("SASL_PLAINTEXT", [*scram(nonce_suffix="x"), metadata()]),
+    "SCRAM proof of the wrong length": ("SASL_PLAINTEXT", [*scram(proof=b"short"), metadata()]),
+    "SCRAM authorization id of another user": (
+        "SASL_PLAINTEXT",
+        [handshake("SCRAM-SHA-256"), Scram("alice", "alice-secret", authzid="bob").first(), metadata()],
+    ),
+    "SCRAM token authentication extension": (
+        "SASL_PLAINTEXT",
+        [handshake("SCRAM-SHA-256"), authenticate_bytes(f"n,,n=alice,r={CLIENT_NONCE},tokenauth=true".encode())],
+    ),
+    "SCRAM client-final garbage": (
+        "SASL_PLAINTEXT",
+        [handshake("SCRAM-SHA-256"), Scram("alice", "x").first(), authenticate_bytes(b"c=biws"), metadata()],
+    ),
+    "SCRAM user name with an escape": (
+        "SASL_PLAINTEXT",
+        [handshake("SCRAM-SHA-256"), authenticate_bytes(f"n,,n=al=3Dice,r={CLIENT_NONCE}".encode()), metadata()],
+    ),
+    "SCRAM user name with a bad escape": (
+        "SASL_PLAINTEXT",
+        [handshake("SCRAM-SHA-256"), authenticate_bytes(f"n,,n=al=ice,r={CLIENT_NONCE}".encode()), metadata()],
+    ),
+    "OAUTHBEARER login": ("SASL_PLAINTEXT", [handshake("OAUTHBEARER"), oauth(oauth_message()), metadata()]),
+    "OAUTHBEARER invalid token": (
+        "SASL_PLAINTEXT",
+        [handshake("OAUTHBEARER"), oauth(oauth_message({"iat": 1})), oauth(b"\x01"), metadata()],
+    ),
+    "OAUTHBEARER expired token": (
+        "SASL_PLAINTEXT",
+        [handshake("OAUTHBEARER"), oauth(oauth_message({"sub": "a", "iat": 1, "exp": 2})), oauth(b"\x01")],
+    ),
+    "OAUTHBEARER another token after the error": (
+        "SASL_PLAINTEXT",
+        [handshake("OAUTHBEARER"), oauth(oauth_message({"iat": 1})), oauth(oauth_message()), metadata()],
+    ),
+    "OAUTHBEARER malformed message": ("SASL_PLAINTEXT", [handshake("OAUTHBEARER"), oauth(b"n,,auth=x"), metadata()]),
+    "OAUTHBEARER another scheme": (
+        "SASL_PLAINTEXT",
+        [handshake("OAUTHBEARER"), oauth(oauth_message(scheme="Basic")), metadata()],
+    ),
+    "OAUTHBEARER authorization id of another user": (
+        "SASL_PLAINTEXT",
+        [handshake("OAUTHBEARER"), oauth(oauth_message(authzid="bob")), metadata()],
+    ),
+    "OAUTHBEARER session bounded by the token": (
+        "REAUTH",
+        [handshake("OAUTHBEARER"), oauth(oauth_message()), metadata()],
+    ),
     # KIP-368 re-authentication (sessions of REAUTH_MS).
+    "SCRAM re-authentication": ("REAUTH", [*scram(), *scram(), metadata()]),
+    "SCRAM re-authentication as another user": ("REAUTH", [*scram(), *scram("bob", "bob-secret"), metadata()]),
     "session lifetime and re-authentication": (
         "REAUTH",
         [*login(), *login(), metadata(), handshake(), metadata()],
@@ -283,6 +445,12 @@ DIFFERENCES = {
     "re-authentication token above sasl.server.max.receive.size": "kbroker/server/connection.py keeps "
     "socket.request.max.bytes as the frame limit while re-authenticating; Kafka's re-authentication reads tokens "
     "with sasl.server.max.receive.size and closes on a larger one",
+    "SCRAM proof of the wrong length": "Kafka's ScramSaslServer fails with an IllegalArgumentException (its xor of "
+    "arrays of different lengths) and the connection closes without an answer; kbroker/security/sasl/scram.py "
+    "answers SASL_AUTHENTICATION_FAILED",
+    "OAUTHBEARER another scheme": "Kafka 4.3's OAuthBearerClientInitialResponse fails with an "
+    "IllegalArgumentException ('No group with name <scheme>') and the connection closes without an answer; "
+    "kbroker/security/sasl/oauthbearer.py answers SASL_AUTHENTICATION_FAILED",
 }
 
 
