@@ -10,10 +10,13 @@ kbroker/app.py builds them once (``HandlerServices``) and each connection puts t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from protocol.messages import APIS
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker, Endpoint
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
     from kbroker.security.scram_credentials import ScramCredentialStore
     from kbroker.topics import TopicService
     from kbroker.transactions.coordinator import TransactionCoordinator
+
+
+audit_log = logging.getLogger("kbroker.authorizer")  # refusals, as Kafka's kafka.authorizer.logger
 
 
 class Cluster(Protocol):
@@ -140,11 +146,26 @@ class RequestContext:
         return host.strip("[]") if sep else self.client_host
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
-        """Whether this request's principal may do ``operation`` on a resource (always, without an authorizer)."""
+        """Whether this request's principal may do ``operation`` on a resource (always, without an authorizer).
+
+        A refusal is logged on ``kbroker.authorizer`` at INFO, as Kafka's authorizer logs its denials, so a client
+        refused by the ACLs can be explained from the broker's log.
+        """
         authorizer = self.services.authorizer
-        return authorizer is None or authorizer.authorize(
+        if authorizer is None or authorizer.authorize(
             self.principal, self.client_address, operation, resource_type, name
+        ):
+            return True
+        audit_log.info(
+            "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s for request = %s",
+            self.principal,
+            operation.name,
+            self.client_address,
+            resource_type.name,
+            name,
+            APIS[self.api_key].name if self.api_key in APIS else self.api_key,
         )
+        return False
 
     def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """Whether some resource of ``resource_type`` may be allowed ``operation`` (Kafka's authorizeByResourceType)."""
@@ -157,9 +178,12 @@ class RequestContext:
         """Kafka's ``authorized_operations`` bit field for one resource: bit ``op`` set for each allowed operation."""
         from kbroker.security.acls import SUPPORTED_OPERATIONS
 
+        authorizer = self.services.authorizer
         bits = 0
-        for operation in SUPPORTED_OPERATIONS[resource_type]:
-            if self.authorize(operation, resource_type, name):
+        for operation in SUPPORTED_OPERATIONS[resource_type]:  # asked, not attempted: no denial is logged
+            if authorizer is None or authorizer.authorize(
+                self.principal, self.client_address, operation, resource_type, name
+            ):
                 bits |= 1 << operation
         return bits
 

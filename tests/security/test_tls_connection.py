@@ -62,12 +62,22 @@ def create_topic(client: WireClient, name: str) -> int:
     return answer.topics[0].error_code
 
 
-def test_mutual_tls_principal_is_the_certificate_dn(broker: RunningBroker, files: certs.GeneratedCerts) -> None:
+def test_mutual_tls_principal_is_the_certificate_dn(
+    broker: RunningBroker, files: certs.GeneratedCerts, caplog: pytest.LogCaptureFixture
+) -> None:
     with WireClient(broker.bootstrap_for("SSL"), ssl_context=client_context(files, "alice")) as alice:
         assert create_topic(alice, "tls-alice") == ErrorCode.NONE  # User:CN=alice is a super user
-    with WireClient(broker.bootstrap_for("SSL"), ssl_context=client_context(files, "bob")) as bob:
-        # User:CN=bob has no ACL: neither the cluster's nor the topic's CREATE.
-        assert create_topic(bob, "tls-bob") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    with caplog.at_level("INFO", logger="kbroker.authorizer"):
+        with WireClient(broker.bootstrap_for("SSL"), ssl_context=client_context(files, "bob")) as bob:
+            # User:CN=bob has no ACL: neither the cluster's nor the topic's CREATE.
+            assert create_topic(bob, "tls-bob") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    # The refusals are in the broker's log, as Kafka's authorizer logs them.
+    assert [r.getMessage() for r in caplog.records if r.name == "kbroker.authorizer"] == [
+        "Principal = User:CN=bob is Denied operation = CREATE from host = 127.0.0.1 on resource = "
+        "CLUSTER:kafka-cluster for request = CreateTopics",
+        "Principal = User:CN=bob is Denied operation = CREATE from host = 127.0.0.1 on resource = TOPIC:tls-bob "
+        "for request = CreateTopics",
+    ]
 
 
 def test_mutual_tls_refuses_a_client_without_a_certificate(broker: RunningBroker, files: certs.GeneratedCerts) -> None:
