@@ -192,7 +192,9 @@ class BrokerProcess(_StartedBroker):
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         self._ready_file.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "kbroker", "serve", "--listen", f"{self.host}:{self.port}"]
+        command = [sys.executable, "-m", "kbroker", "serve"]
+        if "listeners" not in self.overrides:  # else the configured listeners, the main one in the ready file
+            command += ["--listen", f"{self.host}:{self.port}"]
         command += ["--data-dir", str(self.data_dir), "--ready-file", str(self._ready_file)]
         command += ["--log-level", self.log_level]
         for name, value in self.overrides.items():
@@ -208,7 +210,10 @@ class BrokerProcess(_StartedBroker):
                 self.kill()
                 raise RuntimeError(f"kbroker serve did not start within {timeout:g} s:\n{self._log_tail()}")
             time.sleep(0.005)
-        self.port = int(self._ready_file.read_text().strip().rpartition(":")[2])
+        host, _, port = self._ready_file.read_text().strip().rpartition(":")
+        self.port = int(port)
+        if "listeners" in self.overrides:
+            self.host = host
         return self
 
     def _log_tail(self) -> str:
