@@ -1799,7 +1799,7 @@ def scenario_tls(s: Session) -> None:
         s.subcase("tls", prefix, produce_one)
 
     def consume_both() -> None:
-        bootstrap = {protocol: s.broker.bootstrap_for(protocol) for protocol in protocols}  # no SSL: nothing to do
+        bootstrap = {protocol: s.broker.bootstrap_for(protocol) for protocol in protocols}
         topic = s.topic("tls")
         s.create_topic(topic, 2)
         try:
