@@ -10,16 +10,20 @@ Two levels:
 - Over the wire, against a live broker with a SASL_PLAINTEXT listener: a few hundred connections sending random
   bytes, truncated frames, frames cut mid-way then closed, garbage after SaslHandshake v0 and huge size prefixes.
   Each connection is answered or closed within a bound (the client half-closes, so the broker always sees the end),
-  the broker logs no traceback and no error, and a good client still authenticates afterwards.
+  the broker logs no traceback and no error, and a good client still authenticates afterwards. The same bytes on a
+  SASL_SSL listener: where the ClientHello belongs, after a ClientHello cut short, and inside an established TLS
+  session ended by close_notify.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterator
@@ -30,6 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kbroker.apis.error_responses import error_response
+from kbroker.security import certs
 from kbroker.security.authenticator import SaslAuthenticator, SaslListener, Step
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslServer, SaslSettings, create_server
 from kbroker.security.sasl.oauthbearer import unsecured_token
@@ -432,6 +437,15 @@ def send_then_half_close(address: str, data: bytes) -> bytes:
     return bytes(received)
 
 
+def drain_until_closed(sock: socket.socket) -> None:
+    """Read (and drop) until the broker closes its end; TimeoutError if it does not within the bound."""
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+
+
 def assert_good_client_authenticates(broker: RunningBroker) -> None:
     with WireClient(broker.bootstrap_for("SASL_PLAINTEXT"), timeout=ANSWER_OR_CLOSE_SECONDS) as client:
         assert client.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == ErrorCode.NONE
@@ -470,4 +484,97 @@ def test_the_broker_still_authenticates_after_the_fuzzing(
         assert sock.recv(100) == b""
     assert_good_client_authenticates(broker)
     assert broker.broker is not None
+    assert_clean_log(caplog)
+
+
+# --- over TLS: SASL_SSL --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> certs.GeneratedCerts:
+    return certs.generate(tmp_path_factory.mktemp("certs"), clients=[])
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory, tls_files: certs.GeneratedCerts) -> Iterator[RunningBroker]:
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(tls_files.broker),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls_files.ca),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "sasl.server.max.receive.size": str(MAX_RECEIVE),
+        "connection.failed.authentication.delay.ms": "0",
+    }
+    with RunningBroker(tmp_path_factory.mktemp("sasl-ssl-fuzz"), settings) as running:
+        yield running
+
+
+class TlsOverSocket:
+    """A TLS client over a plain socket through memory buffers, so the socket stays ours to half-close."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        self.sock = sock
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self._incoming, self._outgoing, server_hostname="127.0.0.1")
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.flush()
+                received = sock.recv(65536)
+                if not received:
+                    raise ConnectionError("the broker closed during the TLS handshake") from None
+                self._incoming.write(received)
+        self.flush()
+
+    def flush(self) -> None:
+        self.sock.sendall(self._outgoing.read())
+
+    def send_then_close(self, data: bytes) -> None:
+        """``data`` encrypted, then TLS's end of stream (close_notify), then TCP's (a half-close)."""
+        self.tls.write(data)
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self.tls.unwrap()  # queues close_notify; the broker's is not waited for
+        self.flush()
+        self.sock.shutdown(socket.SHUT_WR)
+
+
+def client_hello(context: ssl.SSLContext) -> bytes:
+    """The first flight of a real TLS client, to be cut short."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["before TLS", "cut ClientHello", "inside TLS"]), data=wire_inputs(), cut=st.floats(0, 1))
+def test_every_sasl_ssl_connection_is_answered_or_closed(
+    tls_broker: RunningBroker,
+    tls_files: certs.GeneratedCerts,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    data: bytes,
+    cut: float,
+) -> None:
+    caplog.set_level(logging.INFO)
+    context = ssl.create_default_context(cafile=str(tls_files.ca))
+    host, _, port = tls_broker.bootstrap_for("SASL_SSL").rpartition(":")
+    if kind == "before TLS":  # the exchange's bytes where the broker expects a ClientHello
+        send_then_half_close(tls_broker.bootstrap_for("SASL_SSL"), data)
+    elif kind == "cut ClientHello":
+        hello = client_hello(context)
+        send_then_half_close(tls_broker.bootstrap_for("SASL_SSL"), hello[: int(len(hello) * cut)])
+    else:  # the exchange's bytes through TLS, then TLS's own end of stream (close_notify) and TCP's
+        with socket.create_connection((host, int(port)), timeout=ANSWER_OR_CLOSE_SECONDS) as sock:
+            try:
+                TlsOverSocket(sock, context).send_then_close(data)
+            except OSError:  # the broker closed first (it refused an earlier part)
+                pass
+            drain_until_closed(sock)
     assert_clean_log(caplog)
