@@ -25,9 +25,8 @@ the credential's own expiry (an OAUTHBEARER token's ``exp``), told to the client
 SaslHandshake of a re-authentication: that is allowed at most once a second, must keep the mechanism (a different
 one fails whatever request or token comes next, without an answer; one not enabled at all closes the connection at
 once, also without an answer, as Kafka's SocketServer does) and must keep the principal (a different one is
-SASL_AUTHENTICATION_FAILED). Without a
-lifetime, a SaslHandshake after authentication is an ordinary request, answered ILLEGAL_SASL_STATE
-(kbroker/apis/sasl.py).
+SASL_AUTHENTICATION_FAILED). Without a lifetime, a SaslHandshake after authentication is an ordinary request,
+answered ILLEGAL_SASL_STATE (kbroker/apis/sasl.py).
 """
 
 from __future__ import annotations
