@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from kbroker.security.sasl import SaslAuthenticationFailed, SaslServer, SaslSettings, create_server
+from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted, SaslServer, SaslSettings, create_server
 from protocol.errors import ErrorCode
 from protocol.messages import APIS
 from protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
@@ -271,6 +271,9 @@ class SaslAuthenticator:
             challenge = self._server.evaluate_response(bytes(token))
         except SaslAuthenticationFailed:
             raise
+        except SaslExchangeAborted as exc:
+            log.info("SASL %s %s aborted: %s", self.mechanism, self._what, exc)
+            raise _MechanismBroke from exc
         except Exception as exc:  # noqa: BLE001 - a mechanism's bug must fail this client, not the broker
             log.warning("SASL %s mechanism failed unexpectedly", self.mechanism, exc_info=exc)
             raise _MechanismBroke from exc

@@ -309,7 +309,7 @@ class Connection:
         # 2. authentication gate
         sasl = self.sasl
         if sasl is not None:
-            if not sasl.complete or (key == SASL_HANDSHAKE and sasl.begin_reauthentication()):
+            if not sasl.complete or (key == SASL_HANDSHAKE and self._begin_reauthentication(sasl)):
                 step = sasl.on_request(key, version, body)
                 if not step.pass_through:
                     return await self._authentication_answer(request, body, step)
@@ -376,6 +376,14 @@ class Connection:
         self._authentication_done()
         challenge = step.response or b""
         await self._send(len(challenge).to_bytes(4, "big") + challenge)
+        return True
+
+    def _begin_reauthentication(self, sasl: SaslAuthenticator) -> bool:
+        """KIP-368: a SaslHandshake on an authenticated connection; tokens are held to the SASL size limit again."""
+        if not sasl.begin_reauthentication():
+            return False
+        if self._buffer is not None:
+            self._buffer.max_frame_size = sasl.listener.max_receive_size
         return True
 
     def _authentication_done(self) -> None:
@@ -482,9 +490,9 @@ class Connection:
 
     def _count_frames(self, data: bytes | bytearray | memoryview) -> None:
         """Account the frames whose size prefixes are in ``data`` (just received) with the memory pool."""
-        assert self._frame_sizes is not None
+        assert self._frame_sizes is not None and self._buffer is not None
         sizes = self._frame_sizes.observe(data)
-        limit = self.broker.config["socket.request.max.bytes"]
+        limit = self._buffer.max_frame_size  # before SASL authentication completes, sasl.server.max.receive.size
         for index, size in enumerate(sizes):
             if not 0 <= size <= limit:
                 return  # the frame buffer refuses it and the connection ends: nothing to reserve

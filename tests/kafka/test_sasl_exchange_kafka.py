@@ -441,17 +441,7 @@ SEQUENCES: dict[str, tuple[str, list[Action]]] = {
 
 
 # Known differences, each to be fixed where it says (strict: the test fails once the difference is gone).
-DIFFERENCES = {
-    "re-authentication token above sasl.server.max.receive.size": "kbroker/server/connection.py keeps "
-    "socket.request.max.bytes as the frame limit while re-authenticating; Kafka's re-authentication reads tokens "
-    "with sasl.server.max.receive.size and closes on a larger one",
-    "SCRAM proof of the wrong length": "Kafka's ScramSaslServer fails with an IllegalArgumentException (its xor of "
-    "arrays of different lengths) and the connection closes without an answer; kbroker/security/sasl/scram.py "
-    "answers SASL_AUTHENTICATION_FAILED",
-    "OAUTHBEARER another scheme": "Kafka 4.3's OAuthBearerClientInitialResponse fails with an "
-    "IllegalArgumentException ('No group with name <scheme>') and the connection closes without an answer; "
-    "kbroker/security/sasl/oauthbearer.py answers SASL_AUTHENTICATION_FAILED",
-}
+DIFFERENCES: dict[str, str] = {}  # none left: every sequence ends as Kafka's does
 
 
 @pytest.mark.parametrize(

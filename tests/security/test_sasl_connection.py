@@ -76,7 +76,7 @@ def test_plain_authentication_then_requests(broker: RunningBroker) -> None:
         answer = client.request(SaslAuthenticateRequest(auth_bytes=plain_token("alice", "alice-secret")), 2)
         assert (answer.error_code, answer.error_message, answer.auth_bytes, answer.session_lifetime_ms) == (
             ErrorCode.NONE,
-            None,
+            "",
             b"",
             0,
         )

@@ -56,6 +56,11 @@ class SaslAuthenticationFailed(Exception):
         return _generic_message(self._generic_for, reauthenticating)
 
 
+class SaslExchangeAborted(Exception):
+    """A client message Kafka's own mechanism cannot even process (its code throws an unexpected exception there):
+    Kafka closes the connection without an answer, and so does kbroker. The text is for the broker's log."""
+
+
 def _generic_message(mechanism: str, reauthenticating: bool) -> str:
     stage = "re-authentication" if reauthenticating else "authentication"
     return f"Authentication failed during {stage} due to invalid credentials with SASL mechanism {mechanism}"

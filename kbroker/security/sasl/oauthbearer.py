@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbroker.config_registry import ConfigError
-from kbroker.security.sasl import SaslAuthenticationFailed
+from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted
 
 log = logging.getLogger("kbroker.security.sasl.oauthbearer")
 
@@ -288,9 +288,8 @@ class OAuthBearerSaslServer:
                 MECHANISM, "Invalid OAUTHBEARER client first message: invalid 'auth' format"
             )
         if auth_match["scheme"].lower() != "bearer":
-            raise SaslAuthenticationFailed.generic(
-                MECHANISM, f"Invalid scheme in OAUTHBEARER client first message: {auth_match['scheme']}"
-            )
+            # Kafka 4.3 throws there ("No group with name <scheme>"): the connection closes without an answer.
+            raise SaslExchangeAborted(f"OAUTHBEARER client first message with scheme {auth_match['scheme']!r}")
         try:
             token = self._validator.validate(auth_match["token"])
         except InvalidToken as exc:

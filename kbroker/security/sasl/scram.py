@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kbroker.quotas import java_hashmap_order, java_string_hash
-from kbroker.security.sasl import SaslAuthenticationFailed
+from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted
 
 if TYPE_CHECKING:
     from kbroker.security.scram_credentials import ScramCredentialStore
@@ -325,9 +325,8 @@ class ScramSaslServer:
         expected = self._credential.stored_key
         signature = hmac_digest(self._scram, expected, message)
         if len(final.proof) != len(signature):
-            # Kafka's xor throws here (an unexpected exception, the connection is closed); refused the same way
-            # as a wrong proof instead.
-            raise self._generic("Invalid client credentials: proof of the wrong length")
+            # Kafka's xor of arrays of different lengths throws here: the connection closes without an answer.
+            raise SaslExchangeAborted(f"SCRAM client proof of {len(final.proof)} bytes, {len(signature)} expected")
         if not hmac.compare_digest(stored_key(self._scram, _xor(signature, final.proof)), expected):
             raise self._generic("Invalid client credentials")
         server_signature = hmac_digest(self._scram, self._credential.server_key, message)
