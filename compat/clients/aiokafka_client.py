@@ -266,7 +266,11 @@ class AiokafkaAdapter(Adapter):
                 session_timeout_ms=settings["session_timeout_ms"],
                 heartbeat_interval_ms=settings["heartbeat_interval_ms"],
             )
-            await consumer.start()
+            try:  # start() waits for the first assignment: a refused group (FindCoordinator) is raised here
+                await consumer.start()
+            except BaseException:
+                await consumer.stop()
+                raise
             return consumer
 
         return self._keep("consumer", self.run(work()))

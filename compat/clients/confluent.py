@@ -86,6 +86,9 @@ class ConfluentAdapter(Adapter):
         self.connection["error_cb"] = self.errors.append
         self.admin = AdminClient(self.connection)
 
+    def authentication_refused(self) -> bool:
+        return any(error.code() == KafkaError._AUTHENTICATION for error in self.errors)
+
     def refused(self) -> None:
         """librdkafka retries a refused authentication and tells only error_cb: raise it as the client's error."""
         for error in self.errors:
@@ -160,7 +163,11 @@ class ConfluentAdapter(Adapter):
                 raise client_error(exc.args[0]) from None
             except BufferError:
                 producer.poll(0.1)
-        producer.flush(60)
+        deadline = time.monotonic() + 60
+        while producer.flush(0.2) > 0 and time.monotonic() < deadline:
+            if self.authentication_refused():  # it would retry until message.timeout.ms: report it now
+                producer.purge()
+                self.refused()
         if any(isinstance(report, KafkaError) for report in reports):
             self.refused()  # the deliveries timed out because the broker refused the credentials
         for report in reports:

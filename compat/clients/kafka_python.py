@@ -7,6 +7,7 @@ non-incremental AlterConfigs request requires (kafka-python 3 does the same on o
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -52,9 +53,33 @@ SECURITY_OPTIONS = {
 def connection_options(security: dict[str, str]) -> dict[str, Any]:
     options = {SECURITY_OPTIONS[key]: value for key, value in security.items()}
     if security and not V2:
-        # A refused authentication ends only at this timeout (30 s by default; 2.x: the producer's max_block_ms).
-        options["bootstrap_timeout_ms"] = 10000
+        # A refused authentication ends only at this timeout (30 s by default; 2.x: the producer's max_block_ms);
+        # a good bootstrap takes milliseconds, so the refusal scenarios need not wait longer.
+        options["bootstrap_timeout_ms"] = 5000
     return options
+
+
+class UnansweredAuthentications(AuthenticationFailures):
+    """kafka-python 3 also loses the refusal itself: its transport aborts on the end of the stream before handing
+    over the bytes read with it, and both brokers close the connection right after answering a refused
+    SaslAuthenticate, so the answer often goes unread ("socket disconnected"). A SaslAuthenticate the broker
+    answered by closing the connection is that refusal (its requests and answers are logged at DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__("kafka")
+        logging.getLogger("kafka.net.connection").setLevel(logging.DEBUG)
+        self.authenticating = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        message = record.getMessage()
+        if "SaslAuthenticateRequest(" in message:
+            self.authenticating = True
+        elif "SaslAuthenticateResponse(" in message:
+            self.authenticating = False
+        elif self.authenticating and "Connection lost" in message:
+            self.authenticating = False
+            self.seen = self.seen or f"the broker closed the connection in answer to SaslAuthenticate: {message}"
 
 
 class KafkaPythonAdapter(Adapter):
@@ -62,7 +87,8 @@ class KafkaPythonAdapter(Adapter):
         super().__init__(bootstrap)
         self._admin: KafkaAdminClient | None = None
         self.options = connection_options(self.security)
-        self.auth_failures = AuthenticationFailures("kafka")
+        sasl = "sasl_mechanism" in self.security
+        self.auth_failures = UnansweredAuthentications() if sasl and not V2 else AuthenticationFailures("kafka")
 
     def _error(self, exc: KafkaError) -> ClientError:
         """The error by Kafka's name; a timeout after a refused authentication is that refusal."""
@@ -158,7 +184,7 @@ class KafkaPythonAdapter(Adapter):
     def producer_open(self, settings: dict[str, Json]) -> int:
         options: dict[str, Any] = {"compression_type": CODECS[settings.get("codec") or "none"]}
         if self.security and V2:
-            options["max_block_ms"] = 10000  # 2.x waits this long (60 s by default) after a refused authentication
+            options["max_block_ms"] = 5000  # 2.x waits this long (60 s by default) after a refused authentication
         if settings.get("idempotent") is not None:
             options["enable_idempotence"] = settings["idempotent"]
         if settings.get("max_request_bytes"):
@@ -284,7 +310,10 @@ class KafkaPythonAdapter(Adapter):
 
     def consumer_poll(self, handle: int, timeout_ms: int) -> dict[str, Json]:
         consumer: KafkaConsumer = self._get(handle)
-        batches = consumer.poll(timeout_ms)
+        try:  # a refusal of the group (GROUP_AUTHORIZATION_FAILED at FindCoordinator) is raised by poll
+            batches = consumer.poll(timeout_ms)
+        except KafkaError as exc:
+            raise self._error(exc) from None
         records = [consumed_record(r) for batch in batches.values() for r in batch]
         assignment = sorted([tp.topic, tp.partition] for tp in consumer.assignment())
         return {"records": records, "assignment": assignment}

@@ -3,7 +3,8 @@
 What kcat cannot do is Unsupported: admin changes (it only lists metadata), per-record timestamps, listing
 watermarks, and committing on request in group mode. It reports no offsets for what it produces, only
 "delivered to partition P (offset O)" lines at -vvv in delivery order, so the adapter reads those offsets
-back with kcat to tell which record landed where.
+back with kcat to tell which record landed where. With SCRAM, a librdkafka older than 2.6.1 cannot log in to
+Kafka 4 (SCRAM_FIXED_IN says why): those scenarios are n/a for such a kcat.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
+from functools import cache
 from typing import Any
 
 from compat.clients.api import AUTHENTICATION_FAILED, Adapter, ClientError, Json, Unsupported
@@ -33,6 +35,8 @@ BROKER_ERRORS = {
     "Broker: Broker failed to validate record": "INVALID_RECORD",
     "Broker: Topic authorization failed": "TOPIC_AUTHORIZATION_FAILED",
     "Broker: Group authorization failed": "GROUP_AUTHORIZATION_FAILED",
+    # a group member's refusal at FindCoordinator: "% ERROR: Consumer error: FindCoordinator response error: ..."
+    "response error: Group authorization failed": "GROUP_AUTHORIZATION_FAILED",
 }
 # librdkafka's log line for credentials the broker refused (kcat retries until its message timeout).
 AUTHENTICATION_FAILURE = re.compile(r"SASL authentication error: [^\n]*|Authentication failed[^\n]*")
@@ -46,6 +50,19 @@ SECURITY_OPTIONS = {
     "ssl_certfile": "ssl.certificate.location",
     "ssl_keyfile": "ssl.key.location",
 }
+
+
+# librdkafka before 2.6.1 puts the client nonce twice in SCRAM's client-final message (r=<client nonce><client
+# nonce><server nonce>; confluentinc/librdkafka#4895). Kafka 4.x compares that nonce with its own exactly, as
+# RFC 5802 says, and refuses: "invalid credentials with SASL mechanism SCRAM-SHA-256" for the right password.
+SCRAM_FIXED_IN = (2, 6, 1)
+
+
+@cache
+def librdkafka_version() -> tuple[int, ...]:
+    banner = subprocess.run([KCAT, "-V"], capture_output=True, text=True).stdout if KCAT else ""
+    found = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", banner)
+    return tuple(int(part) for part in found.groups()) if found else (0, 0, 0)
 
 
 def security_arguments(security: dict[str, str]) -> list[str]:
@@ -78,7 +95,8 @@ class GroupMember:
         self.log: list[str] = []
         self.lock = threading.Lock()
         threading.Thread(target=self._records, daemon=True).start()
-        threading.Thread(target=self._events, daemon=True).start()
+        self.events = threading.Thread(target=self._events, daemon=True)
+        self.events.start()
 
     def _records(self) -> None:
         assert self.process.stdout is not None
@@ -110,10 +128,22 @@ class KcatAdapter(Adapter):
             raise RuntimeError("kcat is not installed")
         super().__init__(bootstrap)
         self.connection = ["-b", bootstrap, *security_arguments(self.security)]
+        self.scram_broken: str | None = None
+        mechanism = self.security.get("sasl_mechanism", "")
+        if mechanism.startswith("SCRAM-") and librdkafka_version() < SCRAM_FIXED_IN:
+            self.scram_broken = (
+                f"kcat's librdkafka {'.'.join(map(str, librdkafka_version()))} repeats the client nonce in "
+                f"{mechanism}'s final message (fixed in librdkafka 2.6.1), which Kafka 4.x refuses"
+            )
+
+    def _usable(self) -> None:
+        if self.scram_broken is not None:
+            raise Unsupported(self.scram_broken)
 
     def _run(
         self, *args: str, stdin: str | None = None, timeout: float = 60, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        self._usable()
         run = subprocess.run(
             [KCAT, *self.connection, *args], input=stdin, capture_output=True, text=True, timeout=timeout
         )
@@ -225,6 +255,7 @@ class KcatAdapter(Adapter):
 
     # --- consumer groups -----------------------------------------------------------------------------------
     def consumer_open(self, group: str, topics: list[str], settings: dict[str, Json]) -> int:
+        self._usable()
         command = [KCAT, *self.connection, "-G", group, "-J", "-u"]
         command += ["-X", "auto.offset.reset=earliest", "-X", "enable.auto.commit=false"]
         command += ["-X", f"session.timeout.ms={settings['session_timeout_ms']}"]
@@ -234,6 +265,7 @@ class KcatAdapter(Adapter):
     def consumer_poll(self, handle: int, timeout_ms: int) -> dict[str, Json]:
         member: GroupMember = self._get(handle)
         if member.process.poll() is not None:
+            member.events.join(10)  # its last lines (the reason it exited) read to the end
             log = "".join(member.log[-20:])
             refused = AUTHENTICATION_FAILURE.search(log)
             if refused:
