@@ -9,15 +9,19 @@ The validation, the order of the results and the messages are the store's, which
 
 from __future__ import annotations
 
+import logging
+
 from kbroker.apis.context import RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from kbroker.security.scram_credentials import Upsertion
-from protocol.errors import ErrorCode
+from kbroker.security.scram_credentials import ScramStoreError, Upsertion
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from protocol.messages.describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
+
+log = logging.getLogger("kbroker.security.scram_credentials")
 
 
 async def handle_describe_user_scram_credentials(
@@ -51,10 +55,14 @@ async def handle_alter_user_scram_credentials(
         refused = error_response(51, 0, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
         assert refused is not None
         return refused
-    results = ctx.scram_credentials.alter(
-        [(d.name, d.mechanism) for d in request.deletions],
-        [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions],
-    )
+    try:
+        results = ctx.scram_credentials.alter(
+            [(d.name, d.mechanism) for d in request.deletions],
+            [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions],
+        )
+    except ScramStoreError as exc:  # nothing was changed: every user of the request failed
+        log.error("%s", exc)
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, None) from None
     r = AlterUserScramCredentialsResponse
     return r(
         results=[

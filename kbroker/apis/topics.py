@@ -4,7 +4,8 @@ Authorization as Kafka's controller does it: CreateTopics needs CREATE on the cl
 TOPIC_AUTHORIZATION_FAILED "Authorization failed.", after the others) and answers a created topic's configs only
 to a principal that may DESCRIBE_CONFIGS it (else topic_config_error_code TOPIC_AUTHORIZATION_FAILED);
 DeleteTopics needs DELETE on the cluster or the topic, and a topic the principal may not DESCRIBE is refused
-before its existence is looked at (named by id, it is answered without its name); CreatePartitions needs ALTER
+before its existence is looked at (named by id, it is answered without its name), while one it may DESCRIBE but
+not DELETE is told absent if it is; CreatePartitions needs ALTER
 on each topic (the refused ones first, without a message).
 """
 
@@ -33,6 +34,7 @@ EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 ZERO_UUID = uuid.UUID(int=0)
 TopicResult = CreateTopicsResponse.CreatableTopicResult
 TOPIC_DENIED = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED) message
+UNKNOWN_TOPIC = "This server does not host this topic-partition."  # Kafka's ApiError(UNKNOWN_TOPIC_OR_PARTITION)
 
 
 def _replication_error(ctx: RequestContext, factor: int) -> str | None:
@@ -192,7 +194,10 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
         resolved = name if name is not None else (info.name if info is not None else None)
         if resolved is not None and not may_delete_all:
             describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, resolved)
-            if not describable or not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, resolved):
+            # As Kafka's controller: a topic the principal may describe is told absent before refused deletion.
+            if not describable or (
+                info is not None and not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, resolved)
+            ):
                 # Named by id, a topic the principal may not describe keeps its name to itself.
                 result.name = resolved if name is not None or describable else None
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -200,7 +205,8 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
                 continue
         if info is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
-            result.error_message = None
+            # Kafka 4.3's message for an absent name (v5+ carry messages); the absent id's is not checked yet.
+            result.error_message = UNKNOWN_TOPIC if name is not None else None
             continue
         result.name, result.topic_id = info.name, info.topic_id
         if not ctx.config["delete.topic.enable"]:

@@ -44,6 +44,11 @@ DESCRIBE_DUPLICATE = "Cannot describe SCRAM credentials for the same user twice 
 DESCRIBE_MISSING = "Attempt to describe a user credential that does not exist: "
 
 
+class ScramStoreError(OSError):
+    """The credentials file could not be written: the change was not made (the store is as it was). An OSError,
+    as the write's own failure was before the store put things back."""
+
+
 @dataclass(frozen=True, slots=True)
 class Upsertion:
     user: str
@@ -123,6 +128,15 @@ class ScramCredentialStore:
             raise DamagedFileError(self._path, f"unreadable credentials ({exc})") from None
         return credentials
 
+    def _save_or_undo(self, before: dict[tuple[str, str], ScramCredential]) -> None:
+        """Persist the change just made in memory; if the file cannot be written, put ``before`` back and raise
+        ScramStoreError, so that no login is accepted (or refused) on a credential a restart would not have."""
+        try:
+            self._save()
+        except OSError as exc:
+            self._credentials = before
+            raise ScramStoreError(f"could not write the SCRAM credentials file {self._path}: {exc}") from exc
+
     def _save(self) -> None:
         if self._path is None:
             return
@@ -155,8 +169,9 @@ class ScramCredentialStore:
             problem = _validate_iterations(scram.type, iterations)
         if problem is not None or scram is None:
             raise ValueError(problem[1] if problem else "Unknown SCRAM mechanism")
+        before = dict(self._credentials)
         self._credentials[(user, mechanism)] = credential_from_password(scram, password, iterations)
-        self._save()
+        self._save_or_undo(before)
 
     def users(self) -> list[str]:
         return sorted({user for user, _ in self._credentials})
@@ -202,6 +217,7 @@ class ScramCredentialStore:
 
         results: list[AlterResult] = []
         changed = False
+        before = dict(self._credentials)
         for user in _hashmap_order(list(to_delete), peak["delete"]):
             del self._credentials[(user, SCRAM_MECHANISMS_BY_TYPE[to_delete[user]].name)]
             results.append(AlterResult(user, ErrorCode.NONE, None))
@@ -222,7 +238,7 @@ class ScramCredentialStore:
             code, message = errors[user]
             results.append(AlterResult(user, code, message or None))
         if changed:
-            self._save()
+            self._save_or_undo(before)  # ScramStoreError: nothing of this request was applied
         return results
 
     def describe(self, users: Sequence[str] | None) -> list[DescribeResult]:

@@ -8,6 +8,7 @@ with Kafka's texts: a message without exactly three parts, an empty user or pass
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping
 
@@ -45,8 +46,11 @@ class PlainSaslServer:
         if not password:
             raise SaslAuthenticationFailed("Authentication failed: password not specified")
         expected = self._users.get(username)
-        # Compared in constant time, as Kafka does, so the time taken tells nothing of the password.
-        if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
+        # Compared in constant time, as Kafka does, so the time taken tells nothing of the password: digests of
+        # equal length (compare_digest may return early on a length difference, which would tell the password's
+        # length), and an unknown user compared as a known one.
+        matches = hmac.compare_digest(_digest(password), _digest("" if expected is None else expected))
+        if expected is None or not matches:
             raise SaslAuthenticationFailed("Authentication failed: Invalid username or password")
         if authorization_id and authorization_id != username:
             raise SaslAuthenticationFailed(
@@ -54,6 +58,10 @@ class PlainSaslServer:
             )
         self._authorization_id = username
         return b""
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def _tokens(message: str) -> list[str]:
