@@ -45,7 +45,7 @@ from kbroker.security.acls import (
     entry_applies,
     validate_new_binding,
 )
-from kbroker.storage.files import read_checked, write_checked
+from kbroker.storage.files import DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -304,18 +304,21 @@ class StandardAuthorizer:
         if self._path is None or not self._path.exists():
             return []
         _, payload = read_checked(self._path, ACLS_KIND, (ACLS_FORMAT_VERSION,))
-        return [
-            AclBinding(
-                ResourceType(item[0]),
-                item[1],
-                PatternType(item[2]),
-                item[3],
-                item[4],
-                AclOperation(item[5]),
-                AclPermissionType(item[6]),
-            )
-            for item in json.loads(payload)["acls"]
-        ]
+        try:
+            return [
+                AclBinding(
+                    ResourceType(item[0]),
+                    str(item[1]),
+                    PatternType(item[2]),
+                    str(item[3]),
+                    str(item[4]),
+                    AclOperation(item[5]),
+                    AclPermissionType(item[6]),
+                )
+                for item in json.loads(payload)["acls"]
+            ]
+        except (ValueError, KeyError, TypeError, IndexError) as exc:  # a checksum-valid file kbroker cannot read
+            raise DamagedFileError(self._path, f"unreadable ACLs ({exc})") from None
 
     def _save(self) -> None:
         if self._path is None:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from kbroker.security.sasl.plain import PlainSaslServer
 from kbroker.security.sasl.scram import SCRAM_SHA_256, salted_password
 from kbroker.security.scram_credentials import ScramCredentialStore, ScramStoreError, Upsertion
 from kbroker.storage import MemoryLogStore
+from kbroker.storage.files import DamagedFileError, write_checked
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
@@ -127,6 +129,16 @@ def test_index_survives_a_restart(tmp_path: Path) -> None:
     assert may(reloaded, "User:alice", "abc") and may(reloaded, "User:bob", "abc")
     assert may(reloaded, "User:carol", "x", Op.DESCRIBE) and not may(reloaded, "User:carol", "x")
     assert reloaded._by_type[RT.TOPIC].prefix_lengths == [1, 2]
+
+
+def test_an_acl_file_with_an_unknown_code_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A checksum-valid ACL file kbroker cannot read (say, from a newer kbroker) is a DamagedFileError naming the
+    file, not a ValueError traceback at start-up."""
+    document = {"acls": [[2, "orders", 3, "User:alice", "*", 99, 3]]}
+    write_checked(tmp_path / "acls", "acls", 1, json.dumps(document).encode())
+    with pytest.raises(DamagedFileError) as refused:
+        StandardAuthorizer(data_dir=tmp_path)
+    assert str(refused.value) == f"damaged file {tmp_path / 'acls'}: unreadable ACLs (99 is not a valid AclOperation)"
 
 
 # --- the SCRAM credential store -----------------------------------------------------------------------------------
