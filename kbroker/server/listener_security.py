@@ -10,7 +10,8 @@ A listener's security protocol (kbroker/server/listeners.py) says what it needs:
   refused), each mechanism's JAAS config (``listener.name.<l>.<mechanism>.sasl.jaas.config``): PLAIN needs one, its
   ``user_<name>="<password>"`` options being the users; SCRAM's users are the stored credentials
   (AlterUserScramCredentials), so its JAAS config may be left out; OAUTHBEARER takes the unsecured validator's
-  options from its own. ``connections.max.reauth.ms`` is read per mechanism.
+  options from its own (a start-up warning says that it trusts any token: development only).
+  ``connections.max.reauth.ms`` is read per mechanism.
 
 Everything is checked here, before the broker opens its data directory: a mistake is one ConfigError line naming
 the listener and the key.
@@ -18,6 +19,7 @@ the listener and the key.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,8 @@ from kbroker.server.listeners import ListenerSpec
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
+
+log = logging.getLogger("kbroker.server")
 
 # The login module each mechanism's JAAS config names, as Kafka's (the class is not loaded: it says which mechanism).
 LOGIN_MODULES = {
@@ -121,6 +125,14 @@ def _sasl(listener: str, config: BrokerConfig) -> SaslListener:
                 UnsecuredValidator(oauth_options, lambda: 0)
             except ConfigError as exc:
                 raise ConfigError(f"{key}: {exc}") from None
+    if "OAUTHBEARER" in mechanisms:
+        # Kafka's unsecured validator trusts whatever unsigned token it is given: anyone reaching this listener can
+        # log in as any principal, a super user included. Said once at start-up, as it is not for production.
+        log.warning(
+            "listener %s enables OAUTHBEARER with Kafka's unsecured JWS validator: any client can claim any "
+            "principal (super.users included); for development only",
+            listener,
+        )
     return SaslListener(
         mechanisms=mechanisms,
         plain_users=plain_users,

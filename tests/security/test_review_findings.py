@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from pathlib import Path
 
@@ -41,6 +42,8 @@ from kbroker.security.sasl import SaslAuthenticationFailed
 from kbroker.security.sasl.plain import PlainSaslServer
 from kbroker.security.sasl.scram import SCRAM_SHA_256, salted_password
 from kbroker.security.scram_credentials import ScramCredentialStore, ScramStoreError, Upsertion
+from kbroker.server.listener_security import listener_security
+from kbroker.server.listeners import ListenerSpec
 from kbroker.storage import MemoryLogStore
 from kbroker.storage.files import DamagedFileError, write_checked
 from protocol.errors import ErrorCode, KafkaError
@@ -279,3 +282,30 @@ def test_plain_accepts_exact_passwords_including_non_ascii() -> None:
     server = PlainSaslServer({"alice": "alice-secret", "bob": "\u00e9t\u00e9"})
     assert server.evaluate_response("\0bob\0\u00e9t\u00e9".encode()) == b""
     assert server.authorization_id == "bob"
+
+
+# --- listener security ------------------------------------------------------------------------------------------
+
+PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+
+
+def test_unsecured_oauthbearer_is_warned_per_listener(caplog: pytest.LogCaptureFixture) -> None:
+    """OAUTHBEARER's unsecured validator lets any client be any principal: said at start-up, for the listener that
+    enables it (per-listener sasl.enabled.mechanisms) and only for it."""
+    config = BrokerConfig(
+        {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.open.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.dev.sasl.enabled.mechanisms": "OAUTHBEARER",
+        }
+    )
+    caplog.set_level(logging.WARNING, logger="kbroker.server")
+    plain = listener_security(ListenerSpec("OPEN", "SASL_PLAINTEXT", "127.0.0.1", 0), config)
+    assert plain.sasl is not None and plain.sasl.mechanisms == ("PLAIN",)
+    assert caplog.messages == []
+    dev = listener_security(ListenerSpec("DEV", "SASL_PLAINTEXT", "127.0.0.1", 0), config)
+    assert dev.sasl is not None and dev.sasl.mechanisms == ("OAUTHBEARER",)
+    assert caplog.messages == [
+        "listener DEV enables OAUTHBEARER with Kafka's unsecured JWS validator: any client can claim any principal "
+        "(super.users included); for development only"
+    ]
