@@ -6,6 +6,7 @@ as CreateAcls, DescribeAcls and DeleteAcls carry them and as ``authorized_operat
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol, TypeVar
@@ -262,3 +263,23 @@ def entry_applies(acl: AclBinding, principal: str, host: str, operation: AclOper
     if operation == AclOperation.DESCRIBE_CONFIGS:
         return acl.operation in IMPLIES_DESCRIBE_CONFIGS
     return False
+
+
+def java_host_address(address: str) -> str:
+    """A client's IP address as Kafka matches ACL hosts against it: Java's InetAddress.getHostAddress.
+
+    IPv4 is as Python writes it; IPv6 is not compressed (``::1`` is ``0:0:0:0:0:0:0:1``, ``fe80::1%eth0`` is
+    ``fe80:0:0:0:0:0:0:1%eth0``) and an IPv4-mapped one is its IPv4 address, so an ACL written for Kafka with a
+    client's IPv6 address matches here too. Anything that is not an IP address is returned as it is.
+    """
+    text, percent, scope = address.partition("%")
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv4Address):
+        return str(ip)
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    groups = ":".join(format(int(group, 16), "x") for group in ip.exploded.split(":"))
+    return groups + percent + scope
