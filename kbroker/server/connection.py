@@ -61,6 +61,7 @@ from kbroker.server.listener_security import PLAINTEXT_SECURITY, ListenerSecurit
 from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
 from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
 from kbroker.server.throttling import answer_under_quotas, client_throttles
+from kbroker.server.tls import ServerTLSStream
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, decode_request, encode_response
@@ -398,7 +399,8 @@ class Connection:
         """Wrap the stream in TLS and shake hands; on SSL listeners the principal is the client certificate's."""
         security = self.listener.security
         assert security.ssl_context is not None
-        tls = trio.SSLStream(self.stream, security.ssl_context, server_side=True)
+        # kbroker's own TLS stream: each read returns every record received, not one (kbroker/server/tls.py).
+        tls = ServerTLSStream(self.stream, security.ssl_context)
         try:
             await tls.do_handshake()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:

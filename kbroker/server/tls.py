@@ -104,6 +104,9 @@ class ServerTLSStream(trio.abc.Stream):
             self._check_usable()
             if not self._handshake_done:
                 raise trio.BrokenResourceError("receive_some before the TLS handshake")
+            # Data already decrypted-ready returns without a pass through the scheduler (the point of this
+            # stream), but never to a cancelled caller.
+            await trio.lowlevel.checkpoint_if_cancelled()
             while True:
                 await self._flush()  # bytes the last read made OpenSSL write (see the module docstring)
                 data = self._decrypt(max_bytes)
