@@ -98,8 +98,11 @@ def kafka_classpath() -> str:
 
 
 def new_cluster_id() -> str:
-    """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters), never starting with "-"
+    (Kafka's Uuid.randomUuid draws again there: the storage tool would read such an id as an option)."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()).startswith("-"):
+        pass
+    return cluster_id
 
 
 class ApacheKafka:

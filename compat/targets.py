@@ -14,14 +14,12 @@ settings; its minimum session timeout (Kafka's default: 6 s) is KBROKER_COMPAT_S
 
 from __future__ import annotations
 
-import base64
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat.apache_kafka import KAFKA_VERSION, ApacheKafka, KafkaUnavailable
+from compat.apache_kafka import KAFKA_VERSION, ApacheKafka, KafkaUnavailable, new_cluster_id
 from kbroker.health import wait_until_ready
 from kbroker.testing import RunningBroker
 
@@ -142,7 +140,7 @@ def apache_kafka_container(image: str):
             self.wait_for = re.compile(r".*Kafka Server started.*")
             self.env.clear()  # KafkaContainer's variables are for Confluent images
             settings = {
-                "CLUSTER_ID": base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode(),  # Kafka's form
+                "CLUSTER_ID": new_cluster_id(),  # Kafka's form
                 "KAFKA_NODE_ID": "1",
                 "KAFKA_PROCESS_ROLES": "broker,controller",
                 "KAFKA_LISTENERS": "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:9093,CONTROLLER://0.0.0.0:9094",

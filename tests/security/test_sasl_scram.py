@@ -195,6 +195,9 @@ def test_an_authorization_id_other_than_the_user_is_told() -> None:
     "final, reason",
     [
         (b"c=biws,r=WRONG,p=AAAA", "Invalid client nonce in the final client message."),
+        # Anything before the nonce is refused too (Kafka 4.3's exact match, CVE-2024-56128; librdkafka before
+        # 2.6.1 repeats the client nonce there).
+        (b"c=biws,r=abc{nonce},p=AAAA", "Invalid client nonce in the final client message."),
         (b"garbage", "Invalid SCRAM client final message format: garbage"),
     ],
 )

@@ -319,7 +319,7 @@ class ScramSaslServer:
             final = ClientFinalMessage.parse(response.decode("utf-8", "replace"))
         except (ValueError, binascii.Error) as exc:
             raise self._generic(str(exc)) from None
-        if not final.nonce.endswith(self._nonce):
+        if final.nonce != self._nonce:  # exactly the server-first nonce (Kafka 4.3, CVE-2024-56128), no prefix
             raise self._generic("Invalid client nonce in the final client message.")
         message = auth_message(self._client_first.bare(), self._server_first, final.without_proof())
         expected = self._credential.stored_key
