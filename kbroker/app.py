@@ -56,6 +56,9 @@ class Settings:
     @cached_property
     def security(self) -> dict[str, ListenerSecurity]:
         """Each listener's TLS context and SASL settings; ConfigError for a mistake (checked before start-up)."""
+        served = {spec.name for spec in self.listeners.listeners}
+        for name in sorted(set(self.config.listener_overrides) - served):
+            log.warning("listener.name.%s.* settings name no listener this broker serves: not applied", name.lower())
         return {spec.name: listener_security(spec, self.config) for spec in self.listeners.listeners}
 
 

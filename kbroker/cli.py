@@ -87,6 +87,9 @@ def parse_sasl_users(items: list[str]) -> list[tuple[str, str]]:
         user, sep, password = item.partition(":")
         if not sep or not user or not password:
             raise ConfigError(f"--sasl-user expects USER:PASSWORD, got {item!r}")
+        # The name becomes a JAAS option name (user_<name>): only JAAS word characters, so that it cannot add users.
+        if not all(c.isascii() and (c.isalnum() or c in "._-$") for c in user):
+            raise ConfigError(f"--sasl-user {user!r}: a user name here is letters, digits and . _ - $ only")
         users.append((user, password))
     return users
 

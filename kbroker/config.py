@@ -159,6 +159,9 @@ class BrokerConfig:
                 )
         if not listener:
             return f"{name}: no listener name"
+        if listener != listener.lower() or mechanism != mechanism.lower():
+            # Kafka reads these prefixes in lower case only: the same file would silently not apply there.
+            log.warning("%s: Apache Kafka reads listener.name.<listener>.<mechanism>. in lower case only", name)
         definition = registry.BROKER_DEFS[key]
         try:
             # A JAAS config is kept as text here and parsed with its listener (kbroker/server/security.py).

@@ -141,9 +141,12 @@ class RequestContext:
 
     @property
     def client_address(self) -> str:
-        """The client's IP address, without its port (what ACL hosts are matched against)."""
+        """The client's IP address, without its port, as Java writes it (what ACL hosts are matched against:
+        an IPv6 ACL host written for Kafka, ``0:0:0:0:0:0:0:1``, matches here too)."""
+        from kbroker.security.acls import java_host_address
+
         host, sep, _port = self.client_host.rpartition(":")
-        return host.strip("[]") if sep else self.client_host
+        return java_host_address(host.strip("[]") if sep else self.client_host)
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """Whether this request's principal may do ``operation`` on a resource (always, without an authorizer).

@@ -6,6 +6,7 @@ as CreateAcls, DescribeAcls and DeleteAcls carry them and as ``authorized_operat
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 from enum import IntEnum
@@ -265,6 +266,7 @@ def entry_applies(acl: AclBinding, principal: str, host: str, operation: AclOper
     return False
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every authorization of a request: a handful of client addresses
 def java_host_address(address: str) -> str:
     """A client's IP address as Kafka matches ACL hosts against it: Java's InetAddress.getHostAddress.
 

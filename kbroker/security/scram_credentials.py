@@ -153,7 +153,9 @@ class ScramCredentialStore:
                 for (user, mechanism), credential in sorted(self._credentials.items())
             ]
         }
-        write_checked(self._path, CREDENTIALS_KIND, CREDENTIALS_FORMAT_VERSION, json.dumps(document).encode())
+        # Salted keys, not passwords, but enough for an offline guess: readable by the broker's user only.
+        payload = json.dumps(document).encode()
+        write_checked(self._path, CREDENTIALS_KIND, CREDENTIALS_FORMAT_VERSION, payload, private=True)
 
     # --- what the mechanisms and the CLI use -------------------------------------------------------------------
 

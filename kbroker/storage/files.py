@@ -32,16 +32,20 @@ from kbroker.storage import fs
 from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 
-def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = False) -> None:
+def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = False, private: bool = False) -> None:
     """Write to a temporary file, fsync it and rename it over ``path``: readers see old or new, never half.
 
-    On any failure (a full disk, a failed fsync or rename) ``path`` is left as it was, the temporary file is
-    removed if possible, and the OSError is raised.
+    ``private``: readable by the owner only (0600), for secrets such as the SCRAM credentials. On any failure (a
+    full disk, a failed fsync or rename) ``path`` is left as it was, the temporary file is removed if possible, and
+    the OSError is raised.
     """
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    mode = 0o600 if private else 0o644
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:
+            if private:
+                os.fchmod(fd, mode)  # a .tmp left by a crash keeps its old mode through O_CREAT
             fs.write_all(fd, data.encode() if isinstance(data, str) else data)
             fs.fsync(fd)
         finally:
@@ -133,9 +137,9 @@ def decode_checked(path: Path, data: bytes, kind: str, supported_versions: Colle
     return version, payload
 
 
-def write_checked(path: Path, kind: str, version: int, payload: bytes) -> None:
-    """Replace ``path`` atomically and durably (file and directory fsynced) with a checked file."""
-    write_atomically(path, encode_checked(kind, version, payload), sync_directory=True)
+def write_checked(path: Path, kind: str, version: int, payload: bytes, *, private: bool = False) -> None:
+    """Replace ``path`` atomically and durably (file and directory fsynced) with a checked file (``private``: 0600)."""
+    write_atomically(path, encode_checked(kind, version, payload), sync_directory=True, private=private)
 
 
 def read_checked(path: Path, kind: str, supported_versions: Collection[int]) -> tuple[int, bytes]:

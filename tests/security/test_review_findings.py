@@ -27,7 +27,7 @@ from kbroker.apis import HANDLERS
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
+from kbroker.config import BrokerConfig, ConfigError
 from kbroker.security import scram_credentials as scram_store_module
 from kbroker.security.acls import (
     AclBinding,
@@ -331,3 +331,56 @@ def test_client_addresses_are_written_as_java_writes_them(python_form: str, java
     """What an ACL's host is compared with in Kafka; RequestContext.client_address must use it (kbroker/apis/
     context.py, not changed here), else an ACL for an IPv6 client written for Kafka never matches."""
     assert java_host_address(python_form) == java_form
+
+
+# --- the lead's fixes of the review's other findings -----------------------------------------------------------
+
+
+def test_the_scram_credentials_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    from kbroker.security.scram_credentials import ScramCredentialStore
+
+    store = ScramCredentialStore(tmp_path)
+    store.set_password("alice", "SCRAM-SHA-256", "alice-secret")
+    files = [path for path in tmp_path.iterdir() if "scram" in path.name]
+    assert [path.name for path in files] == ["scram-credentials"]
+    assert files[0].stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("user", ['x="1" user_admin', "a b", "é"])
+def test_sasl_user_names_cannot_add_jaas_options(user: str) -> None:
+    from kbroker.cli import parse_sasl_users
+
+    with pytest.raises(ConfigError, match="a user name here is letters, digits and"):
+        parse_sasl_users([f"{user}:pw"])
+
+
+def test_an_ipv6_client_matches_acl_hosts_written_as_java_writes_them() -> None:
+    from kbroker.security.acls import java_host_address
+
+    assert java_host_address("::1") == "0:0:0:0:0:0:0:1"
+    assert java_host_address("::ffff:10.0.0.1") == "10.0.0.1"
+    assert java_host_address("127.0.0.1") == "127.0.0.1"
+
+
+def test_listener_overrides_kafka_would_not_apply_are_warned(caplog: pytest.LogCaptureFixture) -> None:
+    from kbroker.app import Settings
+    from kbroker.server.listeners import parse_listeners
+
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";'
+    settings = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.SASL_PLAINTEXT.PLAIN.sasl.jaas.config": jaas,  # applied here; Kafka reads lower case only
+        "listener.name.nowhere.ssl.client.auth": "required",  # no such listener
+    }
+    with caplog.at_level("WARNING"):
+        config = BrokerConfig(settings)
+        plan = parse_listeners(config["listeners"], "", config.listener_settings)
+        security = Settings(config, Path("unused"), plan).security
+    assert security["SASL_PLAINTEXT"].sasl is not None
+    assert security["SASL_PLAINTEXT"].sasl.plain_users == {"a": "b"}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "listener.name.SASL_PLAINTEXT.PLAIN.sasl.jaas.config: Apache Kafka reads listener.name.<listener>.<mechanism>. "
+        "in lower case only",
+        "listener.name.nowhere.* settings name no listener this broker serves: not applied",
+    ]
