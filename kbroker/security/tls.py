@@ -118,6 +118,7 @@ def client_auth_required(settings: Mapping[str, str]) -> bool:
 def server_context(settings: Mapping[str, str]) -> ssl.SSLContext:
     """The server SSLContext for one listener's effective ssl.* settings; ConfigError naming the key if wrong."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.options |= ssl.OP_NO_RENEGOTIATION  # kbroker/server/tls.py reads without ever having to write
     _apply_protocols(context, settings)
     chain, key = _key_store(settings)
     _load_key_and_chain(context, chain, key)

@@ -162,8 +162,9 @@ class Connection:
     async def run(self) -> None:
         """Serve requests until the client goes, a frame is malformed or the broker drains; never raises."""
         broker = self.broker
+        accepted = self.stream
         try:
-            async with self.stream:
+            async with accepted:
                 broker.open_connections[self.id] = self
                 if broker.draining:  # accepted just as draining began: nothing more will be read
                     self.stop_reading()
@@ -175,6 +176,8 @@ class Connection:
                         nursery.start_soon(reaper.run)
                         await self._serve_watched(reaper)
                         nursery.cancel_scope.cancel()
+                if self.stream is not accepted:  # TLS: close_notify before the socket closes, as Kafka sends it
+                    await self.stream.aclose()
         except Exception as exc:  # noqa: BLE001 - one connection's failure is logged, never the broker's
             if not _is_disconnect(exc):
                 # Whatever went wrong ends this connection only; the broker and other clients carry on.

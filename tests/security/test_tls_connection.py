@@ -160,3 +160,14 @@ def test_confluent_kafka_over_mutual_tls(broker: RunningBroker, files: certs.Gen
 def test_a_tls_listener_without_a_key_store_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="listener SSL \\(SSL\\): ssl.keystore.location: an SSL listener needs"):
         RunningBroker(tmp_path, {"listeners": "SSL://127.0.0.1:0"}).start()
+
+
+def test_the_broker_ends_a_tls_connection_with_close_notify(broker: RunningBroker, files: certs.GeneratedCerts) -> None:
+    import socket
+
+    host, _, port = broker.bootstrap_for("SSL").rpartition(":")
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    # suppress_ragged_eofs=False: a socket closed without close_notify would raise SSLEOFError here.
+    with client_context(files, "alice").wrap_socket(raw, server_hostname=host, suppress_ragged_eofs=False) as tls:
+        tls.sendall((-5).to_bytes(4, "big", signed=True))  # a frame size no broker accepts: it closes
+        assert tls.recv(100) == b""
