@@ -197,15 +197,9 @@ class SaslAuthenticator:
     def on_raw_token(self, token: bytes) -> Step:
         """A token after SaslHandshake v0: the answer is a raw token too; a failure closes without one."""
         assert self.raw_tokens and self.stage is Stage.AUTHENTICATE
-        try:
-            challenge = self._evaluate(token)
-        except _MechanismBroke:
-            self.stage = Stage.FAILED
-            return Step(close=True)
-        except SaslAuthenticationFailed as exc:
-            log.info("SASL %s %s failed: %s", self.mechanism, self._what, exc.reason)
-            self.stage = Stage.FAILED
-            return Step(close=True, failed=True)
+        challenge = self._evaluate_or_fail(token)
+        if not isinstance(challenge, bytes):  # v0 has no way to say why: the connection just ends
+            return Step(close=True, failed=challenge is not None)
         if self.complete:
             self._session_lifetime_ms()  # a v0 client is not told its session's lifetime, but it has one
         return Step(response=challenge)
@@ -240,16 +234,13 @@ class SaslAuthenticator:
         return Step(response=SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=enabled))
 
     def _authenticate(self, auth_bytes: bytes, api_version: int) -> Step:
-        try:
-            challenge = self._evaluate(auth_bytes)
-        except _MechanismBroke:
-            self.stage = Stage.FAILED
+        challenge = self._evaluate_or_fail(auth_bytes)
+        if challenge is None:
             return Step(close=True)
-        except SaslAuthenticationFailed as exc:
-            log.info("SASL %s %s failed: %s", self.mechanism, self._what, exc.reason)
-            self.stage = Stage.FAILED
+        if isinstance(challenge, SaslAuthenticationFailed):
             answer = SaslAuthenticateResponse(
-                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=exc.message_for(self._reauthenticating)
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                error_message=challenge.message_for(self._reauthenticating),
             )
             return Step(response=answer, close=True, failed=True)
         lifetime_ms = self._session_lifetime_ms() if self.complete else 0
@@ -261,6 +252,19 @@ class SaslAuthenticator:
             session_lifetime_ms=lifetime_ms,
         )
         return Step(response=answer)
+
+    def _evaluate_or_fail(self, token: bytes) -> bytes | SaslAuthenticationFailed | None:
+        """The mechanism's challenge; else the stage is FAILED and this is the failure to tell the client, or None
+        when the exchange broke (the connection closes at once, without an answer, as Kafka's does)."""
+        try:
+            return self._evaluate(token)
+        except _MechanismBroke:
+            self.stage = Stage.FAILED
+            return None
+        except SaslAuthenticationFailed as exc:
+            log.info("SASL %s %s failed: %s", self.mechanism, self._what, exc.reason)
+            self.stage = Stage.FAILED
+            return exc
 
     def _evaluate(self, token: bytes) -> bytes:
         """One token through the mechanism; on completion, the principal (checked unchanged on re-authentication)."""
