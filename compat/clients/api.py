@@ -57,6 +57,18 @@ class AuthenticationFailures(logging.Handler):
             self.seen = message
 
 
+# librdkafka's names for the security settings (confluent-kafka's config, kcat's -X options).
+LIBRDKAFKA_SECURITY_OPTIONS = {
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_username": "sasl.username",
+    "sasl_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+}
+
+
 def security_settings() -> dict[str, str]:
     """The process's security settings (see the module docstring); {} for plaintext."""
     return dict(json.loads(os.environ.get(SECURITY_ENV) or "{}"))

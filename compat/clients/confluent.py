@@ -19,25 +19,22 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat.clients.api import AUTHENTICATION_FAILED, FENCED, Adapter, ClientError, Json, error_name, text
+from compat.clients.api import (
+    AUTHENTICATION_FAILED,
+    FENCED,
+    LIBRDKAFKA_SECURITY_OPTIONS,
+    Adapter,
+    ClientError,
+    Json,
+    error_name,
+    text,
+)
 
 OFFSET_END = -1  # what offsets_for_times answers for "no such offset"
 
 
-# librdkafka's names for the suite's security settings (compat/clients/api.py).
-SECURITY_OPTIONS = {
-    "security_protocol": "security.protocol",
-    "sasl_mechanism": "sasl.mechanism",
-    "sasl_username": "sasl.username",
-    "sasl_password": "sasl.password",
-    "ssl_cafile": "ssl.ca.location",
-    "ssl_certfile": "ssl.certificate.location",
-    "ssl_keyfile": "ssl.key.location",
-}
-
-
 def security_config(security: dict[str, str]) -> dict[str, Any]:
-    config: dict[str, Any] = {SECURITY_OPTIONS[key]: value for key, value in security.items()}
+    config: dict[str, Any] = {LIBRDKAFKA_SECURITY_OPTIONS[key]: value for key, value in security.items()}
     if security:
         # librdkafka retries a refused authentication until a message times out (300 s by default).
         config["message.timeout.ms"] = 10000

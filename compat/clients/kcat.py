@@ -20,7 +20,14 @@ from collections import defaultdict
 from functools import cache
 from typing import Any
 
-from compat.clients.api import AUTHENTICATION_FAILED, Adapter, ClientError, Json, Unsupported
+from compat.clients.api import (
+    AUTHENTICATION_FAILED,
+    LIBRDKAFKA_SECURITY_OPTIONS,
+    Adapter,
+    ClientError,
+    Json,
+    Unsupported,
+)
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 KEY_END = "\x1f"  # -K: between key and value (ASCII unit separator)
@@ -40,16 +47,6 @@ BROKER_ERRORS = {
 }
 # librdkafka's log line for credentials the broker refused (kcat retries until its message timeout).
 AUTHENTICATION_FAILURE = re.compile(r"SASL authentication error: [^\n]*|Authentication failed[^\n]*")
-# librdkafka's names for the suite's security settings (compat/clients/api.py), given with -X.
-SECURITY_OPTIONS = {
-    "security_protocol": "security.protocol",
-    "sasl_mechanism": "sasl.mechanism",
-    "sasl_username": "sasl.username",
-    "sasl_password": "sasl.password",
-    "ssl_cafile": "ssl.ca.location",
-    "ssl_certfile": "ssl.certificate.location",
-    "ssl_keyfile": "ssl.key.location",
-}
 
 
 # librdkafka before 2.6.1 puts the client nonce twice in SCRAM's client-final message (r=<client nonce><client
@@ -66,7 +63,7 @@ def librdkafka_version() -> tuple[int, ...]:
 
 
 def security_arguments(security: dict[str, str]) -> list[str]:
-    arguments = [f"{SECURITY_OPTIONS[key]}={value}" for key, value in security.items()]
+    arguments = [f"{LIBRDKAFKA_SECURITY_OPTIONS[key]}={value}" for key, value in security.items()]
     if security:
         arguments.append("message.timeout.ms=10000")  # a refused authentication is retried until then
     return [part for argument in arguments for part in ("-X", argument)]
