@@ -3,7 +3,9 @@
 The state machine is kbroker/groups/consumer_group.py; these handlers translate requests and responses.
 
 Authorization as Kafka 4.3's: a heartbeat needs READ on the group (else GROUP_AUTHORIZATION_FAILED) and DESCRIBE on
-every topic it subscribes to by name (else TOPIC_AUTHORIZATION_FAILED, the member left as it was). A describe
+every topic it subscribes to by name (else TOPIC_AUTHORIZATION_FAILED, the member left as it was); a regex resolves
+only to the topics the principal that sent it may DESCRIBE (others are never assigned, and refusing them is not
+logged as a denial, as Kafka's coordinator filters them quietly). A describe
 needs DESCRIBE per group (the refused groups come first, GROUP_AUTHORIZATION_FAILED), computes
 ``authorized_operations`` from the ACLs, and under an authorizer answers a group whose members' assignments name a
 topic the principal may not DESCRIBE TOPIC_AUTHORIZATION_FAILED, without its members.
@@ -39,6 +41,15 @@ async def handle_consumer_group_heartbeat(
         ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) for name in set(request.subscribed_topic_names)
     ):
         return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    authorizer = ctx.services.authorizer
+    principal, address = ctx.principal, ctx.client_address
+
+    def may_describe_topic(name: str) -> bool:
+        # The authorizer itself, not ctx.authorize: a topic filtered out of a regex is not a refused request.
+        return authorizer is None or authorizer.authorize(
+            principal, address, AclOperation.DESCRIBE, ResourceType.TOPIC, name
+        )
+
     owned = (
         None
         if request.topic_partitions is None
@@ -54,6 +65,7 @@ async def handle_consumer_group_heartbeat(
         rebalance_timeout_ms=request.rebalance_timeout_ms,
         subscribed_topic_names=request.subscribed_topic_names,
         subscribed_topic_regex=request.subscribed_topic_regex if ctx.api_version >= 1 else None,
+        may_describe_topic=may_describe_topic if authorizer is not None else None,
         server_assignor=request.server_assignor,
         owned=owned,
         client_id=ctx.client_id or "",

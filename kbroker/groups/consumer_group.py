@@ -26,6 +26,9 @@ Group ids are shared with classic groups: an id held by a classic group with mem
 empty classic group gives its id up. The coordinator asks through a one-method interface (OtherGroupKinds),
 never by looking into the classic coordinator's groups.
 
+A regex subscription resolves, on every heartbeat, to the existing topics it matches that the principal which
+sent it may DESCRIBE (Kafka 4.3 never assigns a regex member a topic it could not describe itself).
+
 The group state is derived, as in Kafka: Empty (no members), Assigning (group epoch ahead of the
 assignment epoch), Reconciling (some member not at the target), Stable.
 
@@ -58,6 +61,7 @@ CONSUMER_GENERATED_MEMBER_ID_VERSION = 1  # KIP-1082: from v1 the client picks i
 NO_OWNER = -1
 
 OwnedPartitions = list[tuple[uuid.UUID, list[int]]]
+TopicFilter = Callable[[str], bool]
 
 
 class ConsumerGroupState(Enum):
@@ -93,6 +97,9 @@ class ConsumerGroupMember:
     rebalance_timeout_ms: int = -1
     subscribed_topic_names: list[str] = field(default_factory=list)
     subscribed_topic_regex: str | None = None
+    # Whether the principal that set the regex may DESCRIBE a topic: a regex resolves only to those (None: all).
+    may_describe_topic: TopicFilter | None = None
+    regex_topics: frozenset[str] = frozenset()  # the existing topics the regex resolves to, as last resolved
     server_assignor: str | None = None
     member_epoch: int = 0
     previous_member_epoch: int = -1
@@ -169,6 +176,8 @@ class MemberHeartbeat:
     rebalance_timeout_ms: int = -1
     subscribed_topic_names: list[str] | None = None
     subscribed_topic_regex: str | None = None
+    # With a regex: whether the heartbeat's principal may DESCRIBE a topic (None: every topic, no authorizer).
+    may_describe_topic: TopicFilter | None = None
     server_assignor: str | None = None
     owned: OwnedPartitions | None = None
     client_id: str = ""
@@ -415,6 +424,8 @@ class ConsumerGroupCoordinator:
             rebalance_timeout_ms=old.rebalance_timeout_ms,
             subscribed_topic_names=list(old.subscribed_topic_names),
             subscribed_topic_regex=old.subscribed_topic_regex,
+            may_describe_topic=old.may_describe_topic,
+            regex_topics=old.regex_topics,
             server_assignor=old.server_assignor,
             member_epoch=0,
             previous_member_epoch=0,
@@ -471,12 +482,18 @@ class ConsumerGroupCoordinator:
         if regex is not None and (regex or None) != member.subscribed_topic_regex:
             member.subscribed_topic_regex = regex or None  # "" clears the regex
             changed = True
+        if regex is not None:
+            # The regex resolves with the rights of the principal that sent it (Kafka 4.3: only topics it may
+            # DESCRIBE); heartbeats that do not repeat the regex keep them.
+            member.may_describe_topic = request.may_describe_topic if regex else None
         member.client_id, member.client_host = request.client_id, request.client_host
         if is_new:
             group.members[member.member_id] = member
             if member.instance_id is not None:
                 group.static_members[member.instance_id] = member.member_id
             log.info("group %s: member %s joins (instance %s)", group_id, member.member_id, member.instance_id)
+        if self._resolve_regexes(group):
+            changed = True
         metadata = self._subscribed_metadata(group)
         if metadata != group.subscribed_metadata:
             group.subscribed_metadata = metadata
@@ -509,25 +526,38 @@ class ConsumerGroupCoordinator:
         if not group.members and group.group_epoch == 0:
             self.groups.pop(group.group_id, None)
 
+    def _resolve_regexes(self, group: ConsumerGroup) -> bool:
+        """Resolve every member's regex against the topics that exist now, keeping only those the principal that
+        set it may DESCRIBE (as Kafka 4.3's coordinator, which never assigns a regex member a topic it could not
+        name itself). Done on every heartbeat, so created and deleted topics and changed ACLs count at once.
+        True if some member's topics changed."""
+        changed = False
+        names: list[str] | None = None
+        for member in group.members.values():
+            resolved: frozenset[str] = frozenset()
+            if member.subscribed_topic_regex:
+                if names is None:
+                    names = [meta.name for meta in self._topics()]
+                # Kafka matches with RE2/J against the whole name; Python's re is close for common patterns.
+                pattern = self._compile(member.subscribed_topic_regex)
+                allowed = member.may_describe_topic
+                resolved = frozenset(n for n in names if pattern.fullmatch(n) and (allowed is None or allowed(n)))
+            if resolved != member.regex_topics:
+                member.regex_topics = resolved
+                changed = True
+        return changed
+
     def _subscribed_metadata(self, group: ConsumerGroup) -> dict[uuid.UUID, TopicMetadata]:
         by_name = {meta.name: meta for meta in self._topics()}
         names: set[str] = set()
         for member in group.members.values():
             names.update(n for n in member.subscribed_topic_names if n in by_name)
-            if member.subscribed_topic_regex:
-                # Kafka matches with RE2/J against the whole name; Python's re is close for common patterns.
-                pattern = self._compile(member.subscribed_topic_regex)
-                names.update(n for n in by_name if pattern.fullmatch(n))
+            names.update(n for n in member.regex_topics if n in by_name)
         return {by_name[n].topic_id: by_name[n] for n in names}
 
     def _member_topics(self, group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[uuid.UUID]:
-        topics = set()
-        pattern = self._compile(member.subscribed_topic_regex) if member.subscribed_topic_regex else None
-        wanted = set(member.subscribed_topic_names)
-        for topic_id, meta in group.subscribed_metadata.items():
-            if meta.name in wanted or (pattern is not None and pattern.fullmatch(meta.name)):
-                topics.add(topic_id)
-        return frozenset(topics)
+        wanted = set(member.subscribed_topic_names) | member.regex_topics
+        return frozenset(topic_id for topic_id, meta in group.subscribed_metadata.items() if meta.name in wanted)
 
     def preferred_assignor(self, group: ConsumerGroup) -> str:
         """The server assignor most members ask for (ties: configuration order), else the default."""

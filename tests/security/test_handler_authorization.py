@@ -651,6 +651,38 @@ def test_consumer_group_describe_hides_a_group_assigned_a_hidden_topic(broker: B
     )
 
 
+def test_consumer_group_regex_resolves_only_to_describable_topics(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka 4.3: a regex member is assigned only the matching topics its principal may DESCRIBE; the topics left
+    out are not refusals of the request, so nothing is logged as a denial."""
+    allow(broker, RT.GROUP, "cg", Op.READ)
+    allow(broker, RT.TOPIC, "allowed", Op.DESCRIBE)
+    ids = {info.name: info.topic_id for info in broker.topics.all()}
+    heartbeat = ConsumerGroupHeartbeatRequest(
+        group_id="cg",
+        member_id="regex-member",
+        member_epoch=0,
+        rebalance_timeout_ms=5000,
+        subscribed_topic_regex="allowed|denied",
+        topic_partitions=[],
+    )
+    with caplog.at_level("INFO", logger="kbroker.authorizer"):
+        joined = send(broker, 68, 1, heartbeat)
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.NONE, 1)
+    assert [(tp.topic_id, tp.partitions) for tp in joined.assignment.topic_partitions] == [(ids["allowed"], [0, 1])]
+    assert [r for r in caplog.records if r.name == "kbroker.authorizer"] == []
+    # A later grant counts on the member's next heartbeat, which does not repeat the regex.
+    allow(broker, RT.TOPIC, "denied", Op.DESCRIBE)
+    owned = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=ids["allowed"], partitions=[0, 1])]
+    again = ConsumerGroupHeartbeatRequest(group_id="cg", member_id="regex-member", member_epoch=1)
+    again.topic_partitions = owned
+    later = send(broker, 68, 1, again)
+    assert later.member_epoch == 2
+    assigned = sorted((str(tp.topic_id), tp.partitions) for tp in later.assignment.topic_partitions)
+    assert assigned == sorted([(str(ids["allowed"]), [0, 1]), (str(ids["denied"]), [0])])
+
+
 # --- producer ids and transactions -----------------------------------------------------------------------------
 
 
