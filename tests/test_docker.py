@@ -198,7 +198,7 @@ def test_entrypoint_waits_for_the_advertised_listener_file(tmp_path: Path, entry
 
 def test_entrypoint_runs_any_other_command() -> None:
     run = subprocess.run(["sh", str(ENTRYPOINT), "kbroker", "--help"], env=child_env(), capture_output=True, text=True)
-    assert run.returncode == 0 and "{serve,health}" in run.stdout
+    assert run.returncode == 0 and "{serve,health,certs}" in run.stdout
 
 
 # --- docker/compose.yaml -----------------------------------------------------------------------------------
