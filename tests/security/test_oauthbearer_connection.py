@@ -48,8 +48,8 @@ def login(broker: RunningBroker, claims: dict[str, object]) -> tuple[WireClient,
 
 
 def test_the_token_expiry_bounds_the_session(broker: RunningBroker) -> None:
-    now = time.time()
-    client, answer = login(broker, {"sub": "alice", "iat": now, "exp": now + 120, "scope": "kafka"})
+    now = int(time.time())  # issued a little before now: an iat later in this very millisecond is "in the future"
+    client, answer = login(broker, {"sub": "alice", "iat": now - 10, "exp": now + 120, "scope": "kafka"})
     with client:
         assert answer.error_code == ErrorCode.NONE
         # About 120 s (the token), not connections.max.reauth.ms's 600 s.
@@ -69,9 +69,9 @@ def test_the_token_expiry_bounds_the_session(broker: RunningBroker) -> None:
 def test_a_bad_token_gets_the_json_challenge_then_fails(
     broker: RunningBroker, claims: dict[str, object], challenge: str
 ) -> None:
-    if claims["iat"] == 0:
-        now = time.time()
-        claims = {**claims, "iat": now, "exp": now + 60}
+    if claims["iat"] == 0:  # whole seconds, issued a little before: an iat in this very millisecond is "after now"
+        now = int(time.time())
+        claims = {**claims, "iat": now - 10, "exp": now + 60}
     client, answer = login(broker, claims)
     with client:
         assert (answer.error_code, answer.auth_bytes.decode()) == (ErrorCode.NONE, challenge)
