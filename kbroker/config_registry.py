@@ -689,7 +689,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "STRING",
         "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
         list_of(),
-        "Security protocol of each listener name (only PLAINTEXT is served; security is issue #18).",
+        "Security protocol of each listener name.",
         B,
         dynamic=True,
         described=False,
@@ -1428,7 +1428,7 @@ SECURITY_DEFS: list[ConfigDef] = [
         "kbroker reads its key store at start-up; it is not reconfigured at run time",
     ),
     _refused_class("ssl.engine.factory.class", "Custom SSL engine factory."),
-    # SASL (kbroker/security/sasl, kbroker/server/authentication.py)
+    # SASL (kbroker/security/sasl, kbroker/security/authenticator.py)
     ConfigDef(
         "sasl.enabled.mechanisms",
         "LIST",

@@ -3,8 +3,9 @@
 Handlers see typed services, each a narrow view of one concern, not the whole broker: ``topics`` (look-ups
 and changes, kbroker/topics.py), ``groups`` (the group router and through it both group coordinators and
 the committed offsets, kbroker/groups), ``transactions`` (the transaction coordinator, kbroker/transactions),
-``fetch_sessions``, ``producer_ids``, ``quotas`` (client quotas, kbroker/quotas.py), ``cluster`` (this node's
-identity and listeners) and ``config``.
+``fetch_sessions``, ``producer_ids``, ``quotas`` (client quotas, kbroker/quotas.py), ``scram_credentials``
+(kbroker/security/scram_credentials.py), ``authorizer`` (None without ``authorizer.class.name``), ``cluster``
+(this node's identity and listeners) and ``config``. ``RequestContext.authorize`` is how a handler asks the ACLs.
 kbroker/app.py builds them once (``HandlerServices``) and each connection puts them in every request's context.
 """
 

@@ -5,20 +5,23 @@ is sent): one task reads a request, answers it, and reads the next. Pipelined re
 stream's buffer, or already split into frames in the FrameBuffer, so the only back-pressure is TCP's.
 
 A ``Connection`` owns its trio stream and what the broker knows about the client: the listener it came in
-on and that listener's security protocol, its principal (``User:ANONYMOUS`` until SASL exists), the SASL
-stage, and the client id and software it names. Every request passes one pipeline:
+on and that listener's security (its TLS context and SASL settings), its principal (``User:ANONYMOUS``, the
+client certificate's on SSL listeners, the SASL user on SASL ones), its SASL authenticator, and the client id
+and software it names. Every request passes one pipeline:
 
     version check -> authentication gate -> handler -> error mapping
 
 A version the broker does not handle closes the connection (ApiVersions excepted, KIP-511), as a frame that
-cannot be parsed does. The authentication gate lets everything through today (PLAINTEXT only). A handler
+cannot be parsed does. On a SASL listener the authentication gate hands requests to the connection's
+authenticator (kbroker/security/authenticator.py) until authentication completes, and again for a
+re-authentication; a session past its lifetime ends at its next request. Authorization is each handler's. A handler
 that raises ``KafkaError`` gets that API's error answer with the error's code; any other exception is logged
 once with its traceback and answered with UNKNOWN_SERVER_ERROR, and the connection carries on. Only an API
 version whose answer has no error field at all leaves nothing to say, and then the connection is closed.
 
 On a plain socket, requests are read straight into the frame buffer (``recv_into``) and record data goes
-from segment files to the socket with ``sendfile``; any other stream (TLS later, a test's wrapper) reads
-with ``receive_some`` and sends file regions read into memory.
+from segment files to the socket with ``sendfile``; any other stream (TLS: kbroker/server/tls.py, a test's
+wrapper) reads with ``receive_some`` and sends file regions read into memory.
 
 At shutdown the broker tells every connection to stop reading: a connection finishes the request in hand,
 answers what was already received, then sees end of stream and closes. The task runs in the broker's
@@ -358,7 +361,7 @@ class Connection:
     async def _authentication_answer(self, request: Request, body: Any, step: Step) -> SplicedOutput | None:
         """The answer to a request of the SASL exchange (handshake or token), and what follows it."""
         if step.failed:
-            await trio.sleep(self.sasl.listener.failed_delay_ms / 1000 if self.sasl is not None else 0)
+            await self._failed_authentication_delay()
         if step.close:
             self._close_after_answer = True
         self._authentication_done()
@@ -374,13 +377,18 @@ class Connection:
         assert self.sasl is not None
         step = self.sasl.on_raw_token(token)
         if step.failed:
-            await trio.sleep(self.sasl.listener.failed_delay_ms / 1000)
+            await self._failed_authentication_delay()
         if step.close:
             return False
         self._authentication_done()
         challenge = step.response or b""
         await self._send(len(challenge).to_bytes(4, "big") + challenge)
         return True
+
+    async def _failed_authentication_delay(self) -> None:
+        """connection.failed.authentication.delay.ms before a failed authentication is answered or closed."""
+        assert self.sasl is not None
+        await trio.sleep(self.sasl.listener.failed_delay_ms / 1000)
 
     def _begin_reauthentication(self, sasl: SaslAuthenticator) -> bool:
         """KIP-368: a SaslHandshake on an authenticated connection; tokens are held to the SASL size limit again."""

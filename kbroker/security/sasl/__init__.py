@@ -1,6 +1,6 @@
 """The SASL mechanisms a listener offers, sans-I/O: each is a server object fed the client's bytes.
 
-The connection side (kbroker/server/authentication.py) creates one server per exchange with ``create_server``,
+The connection side (kbroker/security/authenticator.py) creates one server per exchange with ``create_server``,
 passes each SaslAuthenticate's auth_bytes to ``evaluate_response`` and sends back what it returns, until
 ``is_complete``; the principal is then ``"User:" + authorization_id``. A failure raises
 ``SaslAuthenticationFailed``, whose ``message`` is what Kafka answers with SASL_AUTHENTICATION_FAILED.
