@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certs.add_argument("--client", action="append", default=[], metavar="NAME", help="a client certificate, CN=NAME")
     certs.add_argument("--days", type=int, default=365, help="validity in days (default %(default)s)")
+    from kbroker.commands import register_all  # client commands: topics, produce, consume, groups, mirror, ...
+
+    register_all(sub)
     return parser
 
 
@@ -243,6 +246,10 @@ def error_line(exc: BaseException) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     started_at = process_started_at()
     args = build_parser().parse_args(argv)
+    if getattr(args, "run", None) is not None:
+        from kbroker.commands import run
+
+        return run(args)
     if args.command == "health":
         return health_command(args)
     if args.command == "certs":

@@ -136,6 +136,30 @@ def server_context(settings: Mapping[str, str]) -> ssl.SSLContext:
     return context
 
 
+def client_context(settings: Mapping[str, str]) -> ssl.SSLContext:
+    """A client SSLContext from a Java client's ssl.* settings (the CLI's --command-config): the trust store (else
+    the system's CAs), a key store if one is set (for ``ssl.client.auth``), and host name checking unless
+    ``ssl.endpoint.identification.algorithm`` is empty, as in Kafka's clients."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _apply_protocols(context, settings)
+    trusted = _trust_store(settings)
+    if trusted is None:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    else:
+        context.load_verify_locations(
+            cadata="".join(cert.public_bytes(serialization.Encoding.PEM).decode() for cert in trusted)
+        )
+    if _value(settings, "ssl.keystore.location") or _value(settings, "ssl.keystore.key"):
+        chain, key = _key_store(settings)
+        _load_key_and_chain(context, chain, key)
+    algorithm = settings.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
+    if algorithm not in ("", "https"):
+        raise ConfigError(f"ssl.endpoint.identification.algorithm: {algorithm!r} is not https or empty")
+    context.check_hostname = algorithm == "https"
+    _apply_cipher_suites(context, settings)
+    return context
+
+
 # --- protocols and cipher suites -----------------------------------------------------------------------------
 
 
