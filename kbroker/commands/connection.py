@@ -220,8 +220,8 @@ def _sasl_kwargs(properties: dict[str, str]) -> dict[str, Any]:
             )
         kwargs["sasl_oauth_token_provider"] = UnsecuredTokenProvider(subject)
         return kwargs
-    username = properties.get("sasl.username") or options.get("username")
-    password = properties.get("sasl.password") or options.get("password")
+    username = properties.get("sasl.username", options.get("username"))
+    password = properties.get("sasl.password", options.get("password"))
     if not username or password is None:
         raise CommandError(
             f'{mechanism} needs a user: sasl.jaas.config=... required username="U" password="P"; '
