@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of the broker (default %(default)s)")
     health.add_argument("--timeout", type=float, default=5.0, help="seconds for one check (default %(default)s)")
     health.add_argument("--wait", type=float, default=0.0, help="retry for up to this many seconds (default: once)")
+    health.add_argument(
+        "--command-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="client properties for an SSL listener (security.protocol=SSL, ssl.truststore.location, ...)",
+    )
     certs = sub.add_parser("certs", help="write a throwaway CA, broker and client certificates for local TLS (PEM)")
     certs.add_argument("--dir", type=Path, default=Path("kbroker-certs"), help="where to write (default %(default)s)")
     certs.add_argument(
@@ -162,12 +170,40 @@ def health_command(args: argparse.Namespace) -> int:
     from kbroker.health import NotReady, check, wait_until_ready
 
     try:
-        health = wait_until_ready(args.bootstrap, args.wait) if args.wait > 0 else check(args.bootstrap, args.timeout)
+        context = health_ssl_context(args.command_config)
+    except (ConfigError, ValueError) as exc:
+        print(f"kbroker health: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.wait > 0:
+            health = wait_until_ready(args.bootstrap, args.wait, ssl_context=context)
+        else:
+            health = check(args.bootstrap, args.timeout, context)
     except (NotReady, TimeoutError) as exc:
         print(f"kbroker health: not ready: {exc}", file=sys.stderr)
         return 1
     print(health.summary())
     return 0
+
+
+def health_ssl_context(command_config: Path | None) -> ssl.SSLContext | None:
+    """The TLS context ``kbroker health --command-config`` checks an SSL listener with (None: plaintext)."""
+    if command_config is None:
+        return None
+    from kbroker.commands.connection import CommandError, read_command_config, security_kwargs
+
+    try:
+        properties = read_command_config(command_config)
+        protocol = properties.get("security.protocol", "PLAINTEXT").upper()
+        if protocol.startswith("SASL"):
+            raise ValueError(
+                f"--command-config: {protocol}: the health check does not log in; check the listener with "
+                "kbroker topics list --command-config, or give the broker a PLAINTEXT or SSL listener for checks"
+            )
+        context: ssl.SSLContext | None = security_kwargs(properties).get("ssl_context")
+    except CommandError as exc:
+        raise ValueError(str(exc)) from None
+    return context
 
 
 def certs_command(args: argparse.Namespace) -> int:

@@ -5,10 +5,13 @@ by the compat suite to wait for a broker. It works against any Kafka broker, not
 ApiVersions (v3, which Kafka has answered since 2.4) and then Metadata, and calls the broker ready when
 ApiVersions answers without error and Metadata lists at least one broker. ApiVersions alone is answered
 by a KRaft broker before it has registered with its controller; Metadata is not useful until it has.
+An SSL listener is checked over TLS (``kbroker health --command-config`` with security.protocol=SSL); a SASL
+listener is not, since the check would have to log in first.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -41,10 +44,11 @@ class Health:
         )
 
 
-def check(bootstrap: str, timeout: float = 5.0) -> Health:
-    """One ApiVersions and one Metadata request; raises NotReady unless both show a working broker."""
+def check(bootstrap: str, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None) -> Health:
+    """One ApiVersions and one Metadata request (over TLS with ``ssl_context``); raises NotReady unless both show
+    a working broker."""
     try:
-        with WireClient(bootstrap, timeout=timeout, client_id="kbroker-health") as client:
+        with WireClient(bootstrap, timeout=timeout, client_id="kbroker-health", ssl_context=ssl_context) as client:
             versions = client.request(
                 ApiVersionsRequest(client_software_name="kbroker-health", client_software_version="1"),
                 API_VERSIONS_VERSION,
@@ -60,7 +64,7 @@ def check(bootstrap: str, timeout: float = 5.0) -> Health:
             metadata = client.request(MetadataRequest(topics=[]), version)
     except NotReady:
         raise
-    except (OSError, ConnectionError, ValueError) as exc:  # refused, reset, timed out, garbled answer
+    except (OSError, ConnectionError, ValueError) as exc:  # refused, reset, timed out, garbled answer, TLS refused
         raise NotReady(f"{bootstrap}: {type(exc).__name__}: {exc}") from exc
     if not metadata.brokers:
         raise NotReady(f"{bootstrap} answers, but its Metadata lists no broker yet")
@@ -73,12 +77,14 @@ def check(bootstrap: str, timeout: float = 5.0) -> Health:
     )
 
 
-def wait_until_ready(bootstrap: str, timeout: float = 60.0, interval: float = 0.05) -> Health:
+def wait_until_ready(
+    bootstrap: str, timeout: float = 60.0, interval: float = 0.05, ssl_context: ssl.SSLContext | None = None
+) -> Health:
     """Repeat ``check`` until it passes; raises TimeoutError (with the last reason) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return check(bootstrap, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+            return check(bootstrap, max(0.5, min(5.0, deadline - time.monotonic())), ssl_context)
         except NotReady as exc:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"no ready Kafka broker at {bootstrap} after {timeout:g} s: {exc}") from None

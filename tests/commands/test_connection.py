@@ -244,3 +244,34 @@ def test_a_wrong_password_is_one_line_from_the_command(
     assert code == 1
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("kbroker topics: ")
+
+
+def test_health_checks_an_ssl_listener_with_a_command_config(
+    secured: RunningBroker, files: certs.GeneratedCerts, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kbroker.cli import main
+
+    client_pem = files.clients["alice"][0]
+    config = write(
+        tmp_path,
+        f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={files.ca}\n"
+        f"ssl.keystore.type=PEM\nssl.keystore.location={client_pem}\n",
+    )
+    bootstrap = secured.bootstrap_for("SSL")
+    assert main(["health", "--bootstrap", bootstrap, "--command-config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith(f"ready: {bootstrap} answers ApiVersions (")
+    # Plaintext against the TLS listener is not ready (the TLS server sees no handshake), in one line.
+    assert main(["health", "--bootstrap", bootstrap, "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"kbroker health: not ready: {bootstrap}: ") and err.count("\n") == 1
+
+
+def test_health_refuses_a_sasl_command_config_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kbroker.cli import main
+
+    config = write(tmp_path, "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n")
+    assert main(["health", "--command-config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "kbroker health: --command-config: SASL_SSL: the health check does not log in; check the listener with "
+        "kbroker topics list --command-config, or give the broker a PLAINTEXT or SSL listener for checks\n"
+    )
