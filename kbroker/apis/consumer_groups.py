@@ -69,7 +69,7 @@ async def handle_consumer_group_heartbeat(
         server_assignor=request.server_assignor,
         owned=owned,
         client_id=ctx.client_id or "",
-        client_host="/" + ctx.client_host,
+        client_host="/" + ctx.client_address,  # as Kafka shows it: the address without its port
     )
     result = ctx.groups.consumer.heartbeat(heartbeat)
     assignment = None
