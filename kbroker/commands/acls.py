@@ -13,7 +13,8 @@ Operations are Kafka's names in any case, with or without separators: ``Read``, 
 ``IdempotentWrite``, ``All``. A broker without an authorizer answers ``SECURITY_DISABLED (54): No Authorizer is
 configured on the broker`` (one line, exit 1).
 
-JSON (``--output json``), stable keys: a list of bindings sorted as the table is, each
+JSON (``--output json``), stable keys: a list of bindings sorted as the table is (by resource type, resource name,
+pattern type, principal, permission, operation, host), each
 ``{"principal": str, "host": str, "operation": str, "permission": "ALLOW" | "DENY", "resource_type": str,
 "resource_name": str, "pattern_type": "LITERAL" | "PREFIXED"}`` (Kafka's enum names, upper case).
 """
@@ -170,8 +171,12 @@ def acl_row(acl: Any) -> dict[str, Any]:
     }
 
 
+SORT_ORDER = ("resource_type", "resource_name", "pattern_type", "principal", "permission", "operation", "host")
+
+
 def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda row: tuple(row[column] for column in ACL_COLUMNS[::-1]))
+    """By resource first (as kafka-acls.sh groups them), then principal, permission, operation and host."""
+    return sorted(rows, key=lambda row: tuple(row[column] for column in SORT_ORDER))
 
 
 # --- commands ------------------------------------------------------------------------------------------------
