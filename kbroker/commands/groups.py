@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +34,7 @@ CONSUMER_GROUP_DESCRIBE_KEY = 69
 GROUP_ID_NOT_FOUND = 69
 # Kafka's reset-offsets works only on a group nobody consumes in (ConsumerGroupCommand.resetOffsets).
 INACTIVE_STATES = ("Empty", "Dead")
+DESCRIBE_RETRY_SECONDS = 10.0
 
 OFFSET_COLUMNS = (
     "group",
@@ -149,8 +151,18 @@ class GroupDescription:
 
 
 def describe_groups(admin: Any, group_ids: list[str]) -> dict[str, GroupDescription | None]:
-    """Each group's description; None for a group that does not exist."""
-    return admin._manager.run(_describe_groups, admin, list(group_ids))
+    """Each group's description; None for a group that does not exist. A coordinator still loading (or not yet
+    there, as on a new cluster) is asked again for a while, as Kafka's admin client retries."""
+    import kafka.errors as kafka_errors
+
+    deadline = time.monotonic() + DESCRIBE_RETRY_SECONDS
+    while True:
+        try:
+            return admin._manager.run(_describe_groups, admin, list(group_ids))
+        except kafka_errors.KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 async def _describe_groups(admin: Any, group_ids: list[str]) -> dict[str, GroupDescription | None]:
