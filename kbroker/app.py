@@ -52,6 +52,7 @@ class Settings:
     listeners: ListenerPlan
     advertised: Endpoint | None = None
     scram_users: tuple[tuple[str, str], ...] = ()  # ``--sasl-user``: stored as SCRAM credentials at start-up
+    console: tuple[str, int] | None = None  # ``--console HOST:PORT``: the web console, as one of the services
 
     @cached_property
     def security(self) -> dict[str, ListenerSecurity]:
@@ -155,7 +156,12 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
         if len(plan.listeners) > 1:
             ad = broker.advertised_by_listener[spec.name]
             log.info("listener %s on %s:%d, advertised %s:%d", spec.name, spec.host, bound[spec.name], ad.host, ad.port)
-    return App(broker, served)
+    app = App(broker, served)
+    if settings.console is not None:
+        from kbroker.console.app import ConsoleService  # the web stack is imported only when a console is asked for
+
+        app.services.append(("console", ConsoleService.for_broker(broker, plan.listeners, settings.console)))
+    return app
 
 
 def write_ready_file(path: Path, address: Endpoint) -> None:

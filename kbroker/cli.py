@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import ssl
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="serve the listener over TLS with DIR/broker.pem and DIR/ca.pem (as `kbroker certs` writes them)",
+    )
+    serve.add_argument(
+        "--console", default=None, metavar="HOST:PORT", help="serve the web console here (reads this broker)"
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.add_argument(
@@ -297,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         settings = resolve_settings(args)
+        if args.console:
+            settings = dataclasses.replace(settings, console=parse_host_port(args.console, "--console"))
         settings.security  # noqa: B018 - TLS and SASL settings are checked before anything is opened
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)
