@@ -53,7 +53,7 @@ OPERATIONS = (
 CLUSTER_RESOURCE_NAME = "kafka-cluster"  # the one name a CLUSTER binding has
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("acls", help="list, create or delete ACLs")
     actions = parser.add_subparsers(dest="action", required=True)
 

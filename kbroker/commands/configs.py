@@ -41,7 +41,7 @@ OWN_SOURCE = {"topic": "DYNAMIC_TOPIC_CONFIG", "broker": "DYNAMIC_BROKER_CONFIG"
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' operation codes
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("configs", help="describe or alter a topic's or a broker's configs")
     actions = parser.add_subparsers(dest="action", required=True)
 
@@ -185,7 +185,7 @@ def alter_configs(admin: Any, resource_type: str, name: str, changes: dict[str, 
     """IncrementalAlterConfigs: SET each of ``changes``, DELETE each of ``deletions``; a refusal raises."""
     from kafka.protocol.admin import IncrementalAlterConfigsRequest
 
-    operations = [(key, SET, value) for key, value in changes.items()]
+    operations: list[tuple[str, int, str | None]] = [(key, SET, value) for key, value in changes.items()]
     operations += [(key, DELETE, None) for key in deletions]
     request = IncrementalAlterConfigsRequest(
         resources=[(RESOURCE_TYPES[resource_type], name, operations)], validate_only=False

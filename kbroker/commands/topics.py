@@ -58,7 +58,7 @@ PARTITION_COLUMNS = ("partition", "leader", "replicas", "isr", "log_start_offset
 UNKNOWN_TOPIC = 3
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("topics", help="list, describe, create, delete or alter topics")
     actions = parser.add_subparsers(dest="action", required=True)
 
