@@ -679,8 +679,8 @@ class ConsumePlan:
 
 
 class GroupCommitter:
-    """Commits, for ``--group``, the position after the last record printed of each partition: every few seconds,
-    when partitions are taken away by a rebalance, and at exit (never past what was printed)."""
+    """Commits, for ``--group``, the position after the last record printed of each partition it still owns: every
+    few seconds and at exit (never past what was printed)."""
 
     def __init__(self, consumer: Any) -> None:
         self.consumer = consumer
@@ -694,9 +694,12 @@ class GroupCommitter:
         self.printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
 
     def commit(self, partitions: Iterable[Any] | None = None) -> None:
+        import kafka.errors as kafka_errors
         from kafka.structs import OffsetAndMetadata
 
-        wanted = self.printed.keys() if partitions is None else set(partitions) & self.printed.keys()
+        # Only partitions still assigned: after a rebalance, another member owns (and commits) the others.
+        assigned = set(self.consumer.assignment())
+        wanted = assigned & (self.printed.keys() if partitions is None else set(partitions))
         offsets = {
             tp: OffsetAndMetadata(self.printed[tp], "", -1)
             for tp in wanted
@@ -704,28 +707,17 @@ class GroupCommitter:
         }
         self.last_commit = time.monotonic()
         if offsets:
-            self.consumer.commit(offsets)
+            try:
+                self.consumer.commit(offsets)
+            except kafka_errors.CommitFailedError:
+                # The group rebalanced between the check above and the commit: the new owner reads them again
+                # (at least once, as Kafka's console consumer after a rebalance).
+                return
             self.committed.update({tp: meta.offset for tp, meta in offsets.items()})
 
     def maybe_commit(self) -> None:
         if time.monotonic() - self.last_commit >= COMMIT_INTERVAL_SECONDS:
             self.commit()
-
-    def listener(self) -> Any:
-        from kafka import ConsumerRebalanceListener
-
-        committer = self
-
-        class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
-            def on_partitions_revoked(self, revoked: Any) -> None:
-                committer.commit(revoked)
-                for tp in revoked:
-                    committer.printed.pop(tp, None)
-
-            def on_partitions_assigned(self, assigned: Any) -> None:
-                pass
-
-        return CommitOnRevoke()
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -772,7 +764,7 @@ def _position(consumer: Any, args: argparse.Namespace, plan: ConsumePlan, commit
         )
     if committer is not None and plan.partition is None and not plan.explicit_start:
         # The group's committed offsets decide the start; auto_offset_reset covers partitions without one.
-        consumer.subscribe([args.topic], listener=committer.listener())
+        consumer.subscribe([args.topic])
         return
     chosen = [TopicPartition(args.topic, p) for p in sorted(partitions) if plan.partition in (None, p)]
     consumer.assign(chosen)
