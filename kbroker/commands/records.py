@@ -50,7 +50,7 @@ AUTO_CREATE_ATTEMPTS = 30  # 100 ms apart: how long a topic being auto-created m
 POLL_SLICE_MS = 200  # how long one poll may block: a Ctrl-C is acted on within this
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     _register_produce(subparsers)
     _register_consume(subparsers)
 
@@ -66,7 +66,7 @@ def _quiet_kafka_logging() -> None:
 # --- produce -----------------------------------------------------------------------------------------------------
 
 
-def _register_produce(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_produce(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "produce",
         help="send lines from stdin or a file to a topic, one record a line",
@@ -450,7 +450,7 @@ def _print_produce_report(args: argparse.Namespace, report: ProduceReport) -> No
 DEFAULT_FORMAT = "%s\\n"  # the value alone, as kafka-console-consumer prints it
 
 
-def _register_consume(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_consume(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "consume",
         help="print a topic's records (from the end by default; Ctrl-C to stop)",
