@@ -157,6 +157,11 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
             ad = broker.advertised_by_listener[spec.name]
             log.info("listener %s on %s:%d, advertised %s:%d", spec.name, spec.host, bound[spec.name], ad.host, ad.port)
     app = App(broker, served)
+    if settings.config["kbroker.metrics.listen"]:  # --metrics-listen; prometheus_client is imported only then
+        from kbroker.server.metrics_http import MetricsEndpoint
+
+        # Before the server: a metrics port in use stops start-up before any client is accepted.
+        app.services.insert(-1, ("metrics", MetricsEndpoint(broker, settings.config["kbroker.metrics.listen"])))
     if settings.console is not None:
         from kbroker.console.app import ConsoleService  # the web stack is imported only when a console is asked for
 

@@ -25,6 +25,7 @@ from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.router import GroupRouter
 from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
 from kbroker.security.authorizer import StandardAuthorizer
@@ -99,6 +100,7 @@ class Broker:
             raise
         self.topics = TopicService(self.logs, self.offsets, config)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
         # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
         self.coordinator_runtime = CoordinatorRuntime()
         self.groups = GroupCoordinator(

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--console", default=None, metavar="HOST:PORT", help="serve the web console here (reads this broker)"
     )
+    serve.add_argument(
+        "--metrics-listen", default=None, metavar="HOST:PORT", help="serve Prometheus metrics at GET /metrics here"
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.add_argument(
         "--ready-file", type=Path, default=None, help="once listening, write the advertised HOST:PORT to this file"
@@ -153,7 +156,8 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     (kbroker/server/listeners.py)."""
     users = parse_sasl_users(getattr(args, "sasl_user", []))
     secured = security_overrides(args, users) if hasattr(args, "tls") else []
-    config = BrokerConfig.load(args.config, [*args.override, *secured])
+    metrics = [f"kbroker.metrics.listen={args.metrics_listen}"] if getattr(args, "metrics_listen", None) else []
+    config = BrokerConfig.load(args.config, [*args.override, *secured, *metrics])
     data_dir = args.data_dir or Path(config["log.dirs"].split(",")[0] or config["log.dir"] or "kbroker-data")
     advertised = None
     if args.advertised_listener:

@@ -123,6 +123,17 @@ def parse_cleanup_policy(text: str) -> str:
     return text.strip()
 
 
+def parse_metrics_listen(text: str) -> str:
+    """``HOST:PORT`` (IPv6 hosts in brackets, no host: every interface, port 0: any free port), or empty."""
+    value = text.strip()
+    if not value:
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"expected HOST:PORT, got {text!r}")
+    return value
+
+
 CODECS = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -635,6 +646,16 @@ CONFIG_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("log.dirs", "LIST", "", parse_string, "The data directory.", B, null_default=True),
     ConfigDef("log.dir", "LIST", "kbroker-data", parse_string, "The data directory (log.dirs wins).", B),
+    # --- kbroker's own keys (no Kafka counterpart; not described) ---
+    ConfigDef(
+        "kbroker.metrics.listen",
+        "STRING",
+        "",
+        parse_metrics_listen,
+        "HOST:PORT of the Prometheus metrics endpoint, GET /metrics (unset: none; kbroker serve --metrics-listen).",
+        B,
+        described=False,
+    ),
     # --- Kafka broker keys not described by kbroker: the listener keys (read by kbroker/server/listeners.py, which
     # validates them further), then keys with no meaning here, accepted with a warning so a Kafka
     # server.properties works ---

@@ -89,6 +89,16 @@ class RunningBroker(_StartedBroker):
             raise RuntimeError("broker did not start within 30 s")
         return self
 
+    @property
+    def metrics_url(self) -> str:
+        """``http://HOST:PORT/metrics`` once started with ``kbroker.metrics.listen`` in the overrides (port 0: any)."""
+        from kbroker.server.metrics_http import PATH, MetricsEndpoint
+
+        assert self._app is not None, "broker not started"
+        endpoint = dict(self._app.services).get("metrics")
+        assert isinstance(endpoint, MetricsEndpoint) and endpoint.address is not None, "no kbroker.metrics.listen"
+        return f"http://{endpoint.address[0]}:{endpoint.address[1]}{PATH}"
+
     def bootstrap_for(self, listener: str) -> str:
         """The advertised address of one listener (``listeners`` given in the overrides)."""
         assert self.broker is not None, "broker not started"

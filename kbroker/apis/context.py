@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from kbroker.metrics import BrokerMetrics
 from protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class HandlerServices:
     quotas: ClientQuotas
     scram_credentials: ScramCredentialStore
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, every request is allowed (as Kafka)
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)  # counters per topic (kbroker/metrics.py)
 
     @classmethod
     def of(cls, broker: Broker) -> HandlerServices:
@@ -89,6 +91,7 @@ class HandlerServices:
             quotas=broker.quotas,
             scram_credentials=broker.scram_credentials,
             authorizer=broker.authorizer,
+            metrics=broker.metrics,
         )
 
 

@@ -110,6 +110,8 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
         ):
             break
         await _wait_for_data(ctx, keys, deadline, read_committed=request.isolation_level == READ_COMMITTED)
+    if total_bytes:
+        _count_bytes_out(ctx, answers)
 
     session_id = NO_SESSION
     if session is not None:
@@ -122,6 +124,14 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
     return FetchResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=_by_topic(answers)
     )
+
+
+def _count_bytes_out(ctx: RequestContext, answers: list[tuple[Wanted, PartitionData]]) -> None:
+    """kafka_server_brokertopicmetrics_bytesout_total: the record bytes answered, per topic (kbroker/metrics.py)."""
+    metrics = ctx.services.metrics
+    for wanted, data in answers:
+        if wanted.name is not None and data.records:
+            metrics.topic(wanted.name).bytes_out += len(data.records)
 
 
 def _denied_topics(ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]) -> set[str]:

@@ -100,6 +100,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     by_id = ctx.api_version >= 13
     topics: list[ProduceResponse.TopicProduceResponse] = []
     to_flush = []
+    metrics = ctx.services.metrics
     for topic_data in request.topic_data:
         info = ctx.topics.topic_by_id(topic_data.topic_id) if by_id else ctx.topics.topic(topic_data.name)
         results: list[PartitionResponse] = []
@@ -163,6 +164,9 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                     _error(part.index, ErrorCode(result.error_code), result.error_message, result.record_errors)
                 )
                 continue
+            counters = metrics.topic(info.name)  # kafka_server_brokertopicmetrics_*: counted once appended
+            counters.bytes_in += len(records)
+            counters.messages_in += header.records_count
             if plog.needs_flush:
                 to_flush.append((plog, results, len(results)))
             results.append(

@@ -50,6 +50,7 @@ import logging
 import socket
 from collections import deque
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -267,6 +268,7 @@ class Connection:
             return False
         self.idle_since = None  # handling: never idle, however long it takes
         self._request_size = SIZE_PREFIX + len(frame)
+        started = perf_counter()  # kafka_network_requestmetrics_totaltimems: from here to the answer written
         try:
             response = await self.handle(request)
         except _Close:
@@ -278,6 +280,7 @@ class Connection:
             throttle_ms = 0
         if response is not None:
             await self._send(response)
+        self.services.metrics.observe_request(request.api_key, request.api_version, perf_counter() - started)
         if self._close_after_answer:
             return False
         if throttle_ms:
