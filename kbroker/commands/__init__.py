@@ -31,7 +31,7 @@ COMMAND_MODULES = ("topics", "records", "groups", "configs", "acls", "mirror", "
 Runner = Callable[[argparse.Namespace], int]
 
 
-def register_all(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_all(subparsers: argparse._SubParsersAction) -> None:
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(f"kbroker.commands.{name}")
@@ -44,9 +44,11 @@ def register_all(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
 
 def run(args: argparse.Namespace) -> int:
     """Run the command ``args.run`` names; any failure becomes one line on stderr (exit 1), Ctrl-C exit 130."""
-    from kbroker.commands.connection import failure_line
+    from kbroker.commands.connection import ClientLog, failure_line
 
     runner: Runner = args.run
+    client_log = ClientLog()
+    client_log.install()
     try:
         return runner(args)
     except KeyboardInterrupt:
@@ -55,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.close()
         return 0
     except Exception as exc:
-        line = failure_line(exc)
+        line = failure_line(exc, client_log)
         if line is None:
             raise
         print(f"kbroker {args.command}: {line}", file=sys.stderr)
         return 1
+    finally:
+        client_log.uninstall()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import os
 import re
 import time
@@ -23,6 +24,7 @@ from kbroker.config_registry import ConfigError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENVIRONMENT = "KBROKER_BOOTSTRAP"
+BOOTSTRAP_TIMEOUT_MS = 15_000
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -93,6 +95,9 @@ class ClientSettings:
         }
         if "request.timeout.ms" in self.properties:
             kwargs["request_timeout_ms"] = _int_setting(self.properties, "request.timeout.ms")
+        # How long to keep trying the bootstrap servers: kafka-python's 30 s is long for a person waiting on an
+        # unreachable address or a refused login (reported as such: ClientLog).
+        kwargs["bootstrap_timeout_ms"] = kwargs.get("request_timeout_ms", BOOTSTRAP_TIMEOUT_MS)
         kwargs.update(security_kwargs(self.properties))
         return kwargs
 
@@ -278,24 +283,24 @@ def consumer_client(settings: ClientSettings, *topics: str, **extra: Any) -> Any
 # --- failures as one line ----------------------------------------------------------------------------------------
 
 
-def failure_line(exc: BaseException) -> str | None:
+def failure_line(exc: BaseException, client_log: ClientLog | None = None) -> str | None:
     """The one line a command's failure is reported with; None for a programming error (let it show)."""
+    import kafka.errors as kafka_errors
+
     if isinstance(exc, CommandError):
         return str(exc)
     if isinstance(exc, ConfigError):
         return f"configuration error: {exc}"
-    try:
-        import kafka.errors as kafka_errors
-    except ImportError:  # pragma: no cover - kafka-python is a dependency
-        kafka_errors = None  # type: ignore[assignment]
-    if kafka_errors is not None:
-        if isinstance(exc, kafka_errors.BrokerResponseError):
-            return broker_error_line(exc)
-        if isinstance(exc, kafka_errors.KafkaTimeoutError):
-            return f"timed out: {exc.args[0] if exc.args else 'no answer from the cluster'}"
-        if isinstance(exc, kafka_errors.KafkaError):
-            detail = exc.args[0] if exc.args else ""
-            return f"{type(exc).__name__}{': ' + str(detail) if detail else ''}"
+    if isinstance(exc, kafka_errors.BrokerResponseError):
+        return broker_error_line(exc)
+    if isinstance(exc, kafka_errors.KafkaTimeoutError):
+        if client_log is not None and client_log.refused_login is not None:
+            return client_log.refused_login
+        reason = f" (last problem: {client_log.last_problem})" if client_log and client_log.last_problem else ""
+        return f"timed out: {exc.args[0] if exc.args else 'no answer from the cluster'}{reason}"
+    if isinstance(exc, kafka_errors.KafkaError):
+        detail = exc.args[0] if exc.args else ""
+        return f"{type(exc).__name__}{': ' + str(detail) if detail else ''}"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename is not None else ""
         return f"{exc.strerror or exc}{where}"
@@ -312,3 +317,41 @@ def broker_error_line(exc: Any) -> str:
         message = _RESPONSE_ERROR_MESSAGE.search(detail)
         detail = message.group(2) if message else (exc.description or "")
     return f"{exc.message} ({exc.errno}){': ' + detail if detail else ''}"
+
+
+class ClientLog(logging.Handler):
+    """kafka-python's log while a command runs: kept off the terminal (its retries are not the user's business)
+    and read for the reason behind a timeout. kafka-python 3 often loses a refused login: both Kafka and kbroker
+    close the connection right after answering SaslAuthenticate with an error, and its transport drops the answer
+    read with the end of the stream, then retries until its bootstrap timeout. A SaslAuthenticate answered by a
+    closed connection is that refusal (requests are logged at DEBUG by kafka.net.connection)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.refused_login: str | None = None
+        self.last_problem: str | None = None
+        self._authenticating = False
+
+    def install(self) -> None:
+        client_logger = logging.getLogger("kafka")
+        client_logger.addHandler(self)
+        client_logger.propagate = False  # off the terminal: the command reports in its own words
+        logging.getLogger("kafka.net.connection").setLevel(logging.DEBUG)
+
+    def uninstall(self) -> None:
+        logging.getLogger("kafka").removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "SaslAuthenticateRequest(" in message:
+            self._authenticating = True
+        elif "SaslAuthenticateResponse(" in message:
+            self._authenticating = False
+        elif "SaslAuthenticationFailedError" in message or (self._authenticating and "Connection lost" in message):
+            self._authenticating = False
+            self.refused_login = (
+                "SASL_AUTHENTICATION_FAILED (58): the broker refused the login (wrong user or password, or a "
+                "mechanism it does not allow for this user)"
+            )
+        if record.levelno >= logging.WARNING:
+            self.last_problem = message
