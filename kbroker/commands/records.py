@@ -693,13 +693,13 @@ class GroupCommitter:
 
         self.printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
 
-    def commit(self, partitions: Iterable[Any] | None = None) -> None:
+    def commit(self) -> None:
         import kafka.errors as kafka_errors
         from kafka.structs import OffsetAndMetadata
 
         # Only partitions still assigned: after a rebalance, another member owns (and commits) the others.
         assigned = set(self.consumer.assignment())
-        wanted = assigned & (self.printed.keys() if partitions is None else set(partitions))
+        wanted = assigned & self.printed.keys()
         offsets = {
             tp: OffsetAndMetadata(self.printed[tp], "", -1)
             for tp in wanted
