@@ -13,7 +13,7 @@ from kbroker.commands.connection import ClientSettings, CommandError, add_client
 DEFAULT_LISTEN = "127.0.0.1:8080"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "console",
         help="a web console for a cluster: topics, messages, consumer groups",
@@ -48,5 +48,6 @@ def run_console(args: argparse.Namespace) -> int:
     settings.kafka_kwargs()  # a bad --command-config fails here, in one line, before anything listens
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # the client's connection chatter; pages show failures
     trio.run(serve, Cluster(settings), host, port)
     return 0

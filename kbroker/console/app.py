@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -260,9 +260,9 @@ def describe_failure(exc: BaseException) -> tuple[int, str, str]:
             status = 400
         line = broker_error_line(exc)
         return status, name, name + line[len(str(exc.message)) :] if line.startswith(str(exc.message)) else line
-    line = failure_line(exc) if isinstance(exc, Exception) else None
-    if line is not None:  # no broker reachable, a timeout, a bad command config
-        return 503, "The cluster did not answer", line
+    other = failure_line(exc) if isinstance(exc, Exception) else None
+    if other is not None:  # no broker reachable, a timeout, a bad command config
+        return 503, "The cluster did not answer", other
     log.exception("console: unexpected failure", exc_info=exc)
     return 500, "Internal error", f"{type(exc).__name__} (details in the console's log)"
 
@@ -394,11 +394,15 @@ async def serve(
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn takes the descriptor over
     config.accesslog = None
-    config.errorlog = log
+    http_log = logging.getLogger("kbroker.console.http")
+    if http_log.level == logging.NOTSET:  # hypercorn's "Running on" repeats the line below: its warnings only
+        http_log.setLevel(logging.WARNING)
+    config.errorlog = http_log
     config.graceful_timeout = 1.0
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(partial(hypercorn_serve, create_app(cluster), config, mode="asgi"))
+            asgi_app: Any = create_app(cluster)  # Starlette is an ASGI app; hypercorn's type names the protocol only
+            await nursery.start(partial(hypercorn_serve, asgi_app, config, mode="asgi"))
             shown_host = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
             log.info("web console on http://%s:%d (cluster %s)", shown_host, bound_port, cluster.settings.bootstrap)
             task_status.started((bound_host, bound_port))
@@ -417,7 +421,7 @@ class ConsoleService:
         self.address: tuple[str, int] | None = None  # bound, once running
 
     @classmethod
-    def for_broker(cls, broker: Broker, listeners: list[ListenerSpec], address: tuple[str, int]) -> ConsoleService:
+    def for_broker(cls, broker: Broker, listeners: Sequence[ListenerSpec], address: tuple[str, int]) -> ConsoleService:
         plaintext = [spec for spec in listeners if spec.security_protocol == "PLAINTEXT"]
         bootstrap = None
         if plaintext:
@@ -433,6 +437,9 @@ class ConsoleService:
                 "--console reads the broker through a PLAINTEXT listener and this broker has none; "
                 "run `kbroker console --bootstrap HOST:PORT --command-config FILE` with the client settings instead"
             )
+        # The console's own clients inside the broker: their failures show on its pages, so kafka-python's log
+        # lines (a connection closed as the broker drains) would only add noise to the broker's log.
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
         cluster = Cluster(ClientSettings(self.bootstrap), software=f"kbroker {__version__}")
         async with trio.open_nursery() as nursery:
             self.address = await nursery.start(partial(serve, cluster, self.host, self.port))

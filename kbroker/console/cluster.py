@@ -193,11 +193,10 @@ class Cluster:
         self._consumer_lock = threading.Lock()
 
     def _client_kwargs(self) -> dict[str, Any]:
-        """Time limits: a page waits for the cluster at most request.timeout.ms, first connection included."""
+        """A page waits for the cluster at most request.timeout.ms (kafka_kwargs bounds the first connection)."""
         if "request.timeout.ms" in self.settings.properties:
-            timeout = int(self.settings.kafka_kwargs()["request_timeout_ms"])
-            return {"bootstrap_timeout_ms": timeout}
-        return {"request_timeout_ms": REQUEST_TIMEOUT_MS, "bootstrap_timeout_ms": REQUEST_TIMEOUT_MS}
+            return {}
+        return {"request_timeout_ms": REQUEST_TIMEOUT_MS}
 
     @property
     def admin(self) -> Any:
@@ -248,7 +247,7 @@ class Cluster:
 
         with self._admin_lock:
             described = self.admin.describe_topics([name])
-            entry = described[0] if described else {"error_code": 3, "name": name}
+            entry: dict[str, Any] = described[0] if described else {"error_code": 3, "name": name}
             _raise_for_code(entry["error_code"], f"Topic '{name}' is not in the cluster's metadata")
             summary = _summary(entry)
             self._fill_offsets_and_sizes([summary])
@@ -399,7 +398,7 @@ class Cluster:
         tp = TopicPartition(topic, partition)
         with self._admin_lock:
             described = self.admin.describe_topics([topic])
-            entry = described[0] if described else {"error_code": 3}
+            entry: dict[str, Any] = described[0] if described else {"error_code": 3, "partitions": []}
             _raise_for_code(entry["error_code"], f"Topic '{topic}' is not in the cluster's metadata")
             if partition not in {p["partition_index"] for p in entry["partitions"]}:
                 from kafka.errors import UnknownTopicOrPartitionError
