@@ -78,7 +78,7 @@ def start_broker(mode: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], st
     return process, ready.read_text().strip(), metrics_url
 
 
-def produce(bootstrap: str, megabytes: int, record_bytes: int) -> float:
+def produce(bootstrap: str, megabytes: int, record_bytes: int, batch_bytes: int = 256 * 1024) -> float:
     """Seconds to produce and acknowledge ``megabytes`` of records."""
     from confluent_kafka import Producer
 
@@ -87,7 +87,7 @@ def produce(bootstrap: str, megabytes: int, record_bytes: int) -> float:
             "bootstrap.servers": bootstrap,
             "acks": 1,
             "linger.ms": 5,
-            "batch.size": 256 * 1024,
+            "batch.size": batch_bytes,
             "queue.buffering.max.kbytes": 256 * 1024,
         }
     )
@@ -115,7 +115,7 @@ def scrape_every_second(url: str, stop: threading.Event, counts: list[int]) -> N
         counts[0] += 1
 
 
-def run_once(mode: str, megabytes: int, record_bytes: int) -> dict[str, float]:
+def run_once(mode: str, megabytes: int, record_bytes: int, batch_bytes: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as directory:
         process, bootstrap, url = start_broker(mode, Path(directory) / "data")
         try:
@@ -126,7 +126,7 @@ def run_once(mode: str, megabytes: int, record_bytes: int) -> dict[str, float]:
                 scraper = threading.Thread(target=scrape_every_second, args=(url, stop, scrapes), daemon=True)
                 scraper.start()
             cpu_before = cpu_seconds(process.pid)
-            seconds = produce(bootstrap, megabytes, record_bytes)
+            seconds = produce(bootstrap, megabytes, record_bytes, batch_bytes)
             cpu = cpu_seconds(process.pid) - cpu_before
             stop.set()
             if scraper is not None:
@@ -143,12 +143,13 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=200)
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-bytes", type=int, default=256 * 1024, help="the producer's batch.size")
     parser.add_argument("--json", type=Path, default=None, help="write every run and the medians here")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for round_number in range(args.rounds):
         for mode in MODES:
-            result = run_once(mode, args.megabytes, args.record_bytes)
+            result = run_once(mode, args.megabytes, args.record_bytes, args.batch_bytes)
             runs[mode].append(result)
             print(
                 f"round {round_number + 1} {mode:9} {result['mb_per_s']:7.1f} MB/s "
@@ -160,7 +161,10 @@ def main() -> None:
         for mode in MODES
     }
     base = medians["off"]
-    print(f"\nmedians of {args.rounds} rounds, {args.megabytes} MB of {args.record_bytes}-byte records, acks=1:")
+    print(
+        f"\nmedians of {args.rounds} rounds, {args.megabytes} MB of {args.record_bytes}-byte records, "
+        f"batch.size {args.batch_bytes}, acks=1:"
+    )
     for mode in MODES:
         m = medians[mode]
         throughput_cost = (base["mb_per_s"] - m["mb_per_s"]) / base["mb_per_s"] * 100
