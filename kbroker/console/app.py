@@ -129,7 +129,7 @@ class Console:
         return [
             Route("/", guarded(self.overview_page), name="overview"),
             Route("/topics", guarded(self.topics_page), name="topics"),
-            Route("/topics/new", guarded(self.create_topic_page), methods=["GET", "POST"], name="create_topic"),
+            Route("/create-topic", guarded(self.create_topic_page), methods=["GET", "POST"], name="create_topic"),
             Route("/topics/{name}", guarded(self.topic_page), name="topic"),
             Route("/topics/{name}/messages", guarded(self.messages_page), name="messages"),
             Route("/topics/{name}/delete", guarded(self.delete_topic_page), methods=["GET", "POST"], name="delete"),

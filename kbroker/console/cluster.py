@@ -8,6 +8,7 @@ about HTTP. Because the console is a client, it shows Apache Kafka (or any Kafka
 from __future__ import annotations
 
 import datetime
+import re
 import threading
 import time
 from collections import defaultdict
@@ -329,7 +330,7 @@ class Cluster:
             info = described.get(group_id) or {}
             error = info.get("error")
             if error:
-                raise error if isinstance(error, BaseException) else CommandError(str(error))
+                raise _group_error(str(error))
             offsets = self._group_offsets([group_id]).get(group_id, [])
         if info.get("group_state") == "Dead" and not offsets:
             from kafka.errors import GroupIdNotFoundError
@@ -478,6 +479,16 @@ def _raise_for_code(code: int, message: str) -> None:
         import kafka.errors as kafka_errors
 
         raise kafka_errors.for_code(code)(message)
+
+
+def _group_error(text: str) -> Exception:
+    """The broker's error back from kafka-python's describe_groups text ("[Error 69] GroupIdNotFoundError: ...")."""
+    import kafka.errors as kafka_errors
+
+    match = re.match(r"\[Error (\d+)\] \w+:? ?(.*)", text)
+    if match is None:
+        return CommandError(text)
+    return kafka_errors.for_code(int(match.group(1)))(match.group(2) or None)
 
 
 def _assignment(raw: Any) -> list[str]:

@@ -71,7 +71,7 @@ def test_console_in_chromium(browser: Any, broker: RunningBroker, console_factor
     console = console_factory(broker.bootstrap)
     topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"billing-{uuid.uuid4().hex[:6]}"
 
-    browser.get(f"{console.url}/topics/new")
+    browser.get(f"{console.url}/create-topic")
     browser.find_element(By.ID, "name").send_keys(topic)
     browser.find_element(By.ID, "partitions").send_keys("3")
     browser.find_element(By.ID, "configs").send_keys("retention.ms=86400000")

@@ -78,7 +78,7 @@ def test_topic_lifecycle_in_the_console(cluster: str, console_factory: ConsoleFa
     topic, group = unique("console"), unique("console-group")
 
     created = console.post(
-        "/topics/new", {"name": topic, "partitions": "2", "replication_factor": "", "configs": "retention.ms=3600000"}
+        "/create-topic", {"name": topic, "partitions": "2", "replication_factor": "", "configs": "retention.ms=3600000"}
     )
     assert (created.status, created.headers["location"]) == (303, f"/topics/{topic}")
     timestamps = produce(
@@ -170,29 +170,29 @@ def test_overview(broker: RunningBroker, console_factory: ConsoleFactory) -> Non
 def test_error_pages(broker: RunningBroker, console_factory: ConsoleFactory) -> None:
     console = console_factory(broker.bootstrap)
     topic = unique("errors")
-    assert console.post("/topics/new", {"name": topic, "partitions": "1"}).status == 303
+    assert console.post("/create-topic", {"name": topic, "partitions": "1"}).status == 303
 
-    again = console.post("/topics/new", {"name": topic, "partitions": "1"})
+    again = console.post("/create-topic", {"name": topic, "partitions": "1"})
     assert again.status == 409
     assert element_text(again.text, "error").startswith("TOPIC_ALREADY_EXISTS (36): ")
     assert f'value="{topic}"' in again.text  # the form keeps what was typed
 
-    illegal = console.post("/topics/new", {"name": "no spaces<b>", "partitions": "1"})
+    illegal = console.post("/create-topic", {"name": "no spaces<b>", "partitions": "1"})
     assert illegal.status == 400
     assert element_text(illegal.text, "error").startswith("INVALID_TOPIC_EXCEPTION (17): ")
     assert "no spaces<b>" not in illegal.text and "no spaces&lt;b&gt;" in illegal.text
 
-    not_a_number = console.post("/topics/new", {"name": unique("x"), "partitions": "two"})
+    not_a_number = console.post("/create-topic", {"name": unique("x"), "partitions": "two"})
     assert (not_a_number.status, element_text(not_a_number.text, "error")) == (
         400,
         "partitions must be a whole number, got 'two'",
     )
-    bad_configs = console.post("/topics/new", {"name": unique("x"), "configs": "retention.ms"})
+    bad_configs = console.post("/create-topic", {"name": unique("x"), "configs": "retention.ms"})
     assert (bad_configs.status, element_text(bad_configs.text, "error")) == (
         400,
         "configs line 1: expected KEY=VALUE, got 'retention.ms'",
     )
-    unknown_config = console.post("/topics/new", {"name": unique("x"), "configs": "no.such.config=1"})
+    unknown_config = console.post("/create-topic", {"name": unique("x"), "configs": "no.such.config=1"})
     assert unknown_config.status == 400
     assert element_text(unknown_config.text, "error").startswith("INVALID_CONFIG (40): ")
 
@@ -210,6 +210,7 @@ def test_error_pages(broker: RunningBroker, console_factory: ConsoleFactory) -> 
         (f"/topics/{topic}/messages?format=yaml", 400, "format must be one of text, json, hex, got 'yaml'"),
         (f"/topics/{topic}/messages?count=0", 400, "count must be 1..500, got 0"),
         (f"/topics/{topic}/messages?mode=timestamp&timestamp=soon", 400, "timestamp: give a date and time"),
+        ("/groups/no-such-group", 404, "GROUP_ID_NOT_FOUND (69): "),
         ("/no/such/page", 404, "GET /no/such/page"),
     ]:
         page = console.get(path)
