@@ -316,7 +316,17 @@ def broker_error_line(exc: Any) -> str:
     if "failed with response" in detail:  # kafka-python's whole request and response: keep the broker's message
         message = _RESPONSE_ERROR_MESSAGE.search(detail)
         detail = message.group(2) if message else (exc.description or "")
-    return f"{exc.message} ({exc.errno}){': ' + detail if detail else ''}"
+    return f"{kafka_error_name(exc.errno, exc.message)} ({exc.errno}){': ' + detail if detail else ''}"
+
+
+def kafka_error_name(code: int, fallback: str) -> str:
+    """Kafka's name for an error code (kafka-python's names differ for a few: 17 is INVALID_TOPIC_EXCEPTION)."""
+    from protocol.errors import ErrorCode
+
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return fallback
 
 
 class ClientLog(logging.Handler):

@@ -454,9 +454,10 @@ def _register_consume(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "consume",
         help="print a topic's records (from the end by default; Ctrl-C to stop)",
-        description="Print records as they arrive (kafka-console-consumer.sh, kcat -C). Format tokens: %%t topic, "
-        "%%p partition, %%o offset, %%k key, %%s value, %%h headers (k=v,...), %%T timestamp (ms), %%K / %%S key / "
-        "value length (-1 for null), %%%% a percent sign; escapes \\n \\t \\r \\\\.",
+        # A description is printed as written (only help strings are %-formatted by argparse).
+        description="Print records as they arrive (kafka-console-consumer.sh, kcat -C). Format tokens: %t topic, "
+        "%p partition, %o offset, %k key, %s value, %h headers (k=v,...), %T timestamp (ms), %K / %S key / "
+        "value length (-1 for null), %% a percent sign; escapes \\n \\t \\r \\\\.",
     )
     parser.add_argument("topic", metavar="TOPIC")
     add_client_arguments(parser)

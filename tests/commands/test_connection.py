@@ -149,6 +149,8 @@ def test_failure_lines_name_the_error_code() -> None:
     assert failure_line(kafka.errors.KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1")) == (
         "timed out: Unable to bootstrap from 127.0.0.1:1"
     )
+    # Kafka's names, where kafka-python's differ.
+    assert failure_line(kafka.errors.InvalidTopicError("bad name")) == "INVALID_TOPIC_EXCEPTION (17): bad name"
     assert failure_line(CommandError("plain words")) == "plain words"
     assert failure_line(ConfigError("ssl.protocol: bad")) == "configuration error: ssl.protocol: bad"
     assert failure_line(FileNotFoundError(2, "No such file or directory", "/x")) == "No such file or directory: /x"
