@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from kbroker.commands.connection import ClientSettings, broker_error_line, failure_line
+from kbroker.commands.connection import ClientSettings, broker_error_line, failure_line, kafka_error_name
 from kbroker.config import ConfigError
 from kbroker.console import formats
 from kbroker.console.cluster import BROWSE_LIMIT, Cluster
@@ -248,7 +248,7 @@ def describe_failure(exc: BaseException) -> tuple[int, str, str]:
     import kafka.errors as kafka_errors
 
     if isinstance(exc, kafka_errors.BrokerResponseError):
-        name = kafka_error_name(exc)
+        name = kafka_error_name(exc.errno, str(exc.message))
         status = 502
         if name in NOT_FOUND_ERRORS:
             status = 404
@@ -265,17 +265,6 @@ def describe_failure(exc: BaseException) -> tuple[int, str, str]:
         return 503, "The cluster did not answer", other
     log.exception("console: unexpected failure", exc_info=exc)
     return 500, "Internal error", f"{type(exc).__name__} (details in the console's log)"
-
-
-def kafka_error_name(exc: Any) -> str:
-    """Kafka's name for a broker error code (kafka-python names a few differently: INVALID_TOPIC for
-    INVALID_TOPIC_EXCEPTION)."""
-    from protocol.errors import ErrorCode
-
-    try:
-        return ErrorCode(exc.errno).name
-    except ValueError:
-        return str(exc.message)
 
 
 def same_origin(request: Request) -> bool:
