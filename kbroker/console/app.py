@@ -258,8 +258,7 @@ def describe_failure(exc: BaseException) -> tuple[int, str, str]:
             status = 403
         elif name.startswith(BAD_REQUEST_PREFIXES):
             status = 400
-        line = broker_error_line(exc)
-        return status, name, name + line[len(str(exc.message)) :] if line.startswith(str(exc.message)) else line
+        return status, name, broker_error_line(exc)
     other = failure_line(exc) if isinstance(exc, Exception) else None
     if other is not None:  # no broker reachable, a timeout, a bad command config
         return 503, "The cluster did not answer", other
