@@ -44,6 +44,7 @@ log = logging.getLogger("kbroker.console")
 HERE = Path(__file__).parent
 T = TypeVar("T")
 MAX_FORM_BYTES = 1 << 20  # a create-topic form with its configs is far smaller
+MAX_INT64 = 2**63 - 1  # offsets and timestamps are int64 on the wire: a larger number cannot be sent
 
 # Kafka error code names a page answers with a 4xx status (the rest: 502, the cluster failed).
 NOT_FOUND_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_ID", "GROUP_ID_NOT_FOUND"})
@@ -163,7 +164,7 @@ class Console:
             raise BadInput(f"mode must be offset, timestamp or newest, got {mode!r}")
         partition = whole_number(query.get("partition", "0"), "partition")
         count = whole_number(query.get("count", "20"), "count", low=1, high=BROWSE_LIMIT)
-        offset = whole_number(query["offset"], "offset") if query.get("offset") else None
+        offset = whole_number(query["offset"], "offset", high=MAX_INT64) if query.get("offset") else None
         timestamp_text = query.get("timestamp", "").strip()
         timestamp_ms = parse_timestamp(timestamp_text) if mode == "timestamp" else None
         if mode == "timestamp" and timestamp_ms is None:
@@ -304,7 +305,8 @@ def parse_timestamp(text: str) -> int | None:
     if not text:
         return None
     if text.isdigit():
-        return int(text)
+        value = int(text)
+        return value if value <= MAX_INT64 else None  # ListOffsets carries an int64: more cannot be sent
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

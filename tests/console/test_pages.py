@@ -210,6 +210,8 @@ def test_error_pages(broker: RunningBroker, console_factory: ConsoleFactory) -> 
         (f"/topics/{topic}/messages?format=yaml", 400, "format must be one of text, json, hex, got 'yaml'"),
         (f"/topics/{topic}/messages?count=0", 400, "count must be 1..500, got 0"),
         (f"/topics/{topic}/messages?mode=timestamp&timestamp=soon", 400, "timestamp: give a date and time"),
+        (f"/topics/{topic}/messages?mode=timestamp&timestamp=99999999999999999999", 400, "timestamp: give a date"),
+        (f"/topics/{topic}/messages?offset=99999999999999999999", 400, "offset must be 0..9223372036854775807, got"),
         ("/groups/no-such-group", 404, "GROUP_ID_NOT_FOUND (69): "),
         ("/no/such/page", 404, "GET /no/such/page"),
     ]:
@@ -301,3 +303,4 @@ def test_form_parsing() -> None:
     assert parse_timestamp("2023-11-14T22:13:20") == 1_700_000_000_000  # no zone: UTC
     assert parse_timestamp("2023-11-14T23:13:20+01:00") == 1_700_000_000_000
     assert parse_timestamp("later") is None
+    assert parse_timestamp("99999999999999999999") is None  # more than an int64: not a time ListOffsets can carry
