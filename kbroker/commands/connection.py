@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -304,6 +305,8 @@ def failure_line(exc: BaseException, client_log: ClientLog | None = None) -> str
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename is not None else ""
         return f"{exc.strerror or exc}{where}"
+    if isinstance(exc, struct.error):  # kafka-python encoding a number its protocol field cannot hold
+        return f"a number given is out of range for Kafka's protocol ({exc})"
     return None
 
 

@@ -4,6 +4,7 @@ properties file, refuse what they do not understand in one line, and report fail
 from __future__ import annotations
 
 import argparse
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,6 +155,9 @@ def test_failure_lines_name_the_error_code() -> None:
     assert failure_line(CommandError("plain words")) == "plain words"
     assert failure_line(ConfigError("ssl.protocol: bad")) == "configuration error: ssl.protocol: bad"
     assert failure_line(FileNotFoundError(2, "No such file or directory", "/x")) == "No such file or directory: /x"
+    assert failure_line(struct.error("int too large to convert")) == (
+        "a number given is out of range for Kafka's protocol (int too large to convert)"
+    )
     assert failure_line(ZeroDivisionError()) is None  # a bug shows its traceback
 
 

@@ -171,6 +171,10 @@ def test_errors_are_one_line(cli: Cli, cluster: str, kind: str) -> None:
     assert failure("topics", "create", "cli-topics-bad", "--config", "retention.ms") == (
         "kbroker topics: --config 'retention.ms': expected KEY=VALUE\n"
     )
+    assert failure("topics", "create", "cli-topics-bad", "--partitions", "99999999999") == (
+        "kbroker topics: a number given is out of range for Kafka's protocol "
+        "('i' format requires -2147483648 <= number <= 2147483647)\n"
+    )
     assert failure("topics", "list", "(") == (
         "kbroker topics: list: '(' is not a regular expression: missing ), unterminated subpattern at position 0\n"
     )
