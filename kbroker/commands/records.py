@@ -489,7 +489,11 @@ def _register_consume(subparsers: argparse._SubParsersAction) -> None:
         "--timeout-ms", type=int, default=None, help="exit when no record arrived for this long (default: never)"
     )
     parser.add_argument(
-        "--format", "-F", default=None, metavar="FMT", help=f"kcat -f style output (default {DEFAULT_FORMAT!r})"
+        "--format",
+        "-F",
+        default=None,
+        metavar="FMT",
+        help=f"kcat -f style output (default {DEFAULT_FORMAT.replace('%', '%%')!r})",  # argparse %-formats help
     )
     parser.set_defaults(run=run_consume)
 

@@ -262,3 +262,13 @@ def test_ctrl_c_stops_cleanly_and_commits_the_group(broker: RunningBroker, cli: 
         assert resumed.stdout.splitlines() == rest
     resumed_end = cli("consume", topic, "--bootstrap", broker.bootstrap, "--group", group, "--timeout-ms", "300")
     assert (resumed_end.exit_code, resumed_end.stdout) == (0, "")
+
+
+def test_help_shows_the_default_format(capsys: pytest.CaptureFixture[str]) -> None:
+    from kbroker.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["consume", "--help"])
+    assert exited.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
+    assert "--format FMT, -F FMT kcat -f style output (default '%s\\\\n')" in help_text
