@@ -801,17 +801,21 @@ def _consume_loop(consumer: Any, plan: ConsumePlan, committer: GroupCommitter | 
         records = [record for batch in batches.values() for record in batch]  # each partition in offset order
         if records:
             idle_since = time.monotonic()
+        written: list[Any] = []
         for record in records:
             if plan.parts is None:
                 out.write(json.dumps(record_json(record), separators=(",", ":")).encode() + b"\n")
             else:
                 out.write(format_record(plan.parts, record))
             printed += 1
-            if committer is not None:
-                committer.record_printed(record)
+            written.append(record)
             if plan.count is not None and printed >= plan.count:
                 break
         out.flush()
+        # Committable only once flushed: a flush that fails (the reader left: `| head`) delivered none of them.
+        if committer is not None:
+            for record in written:
+                committer.record_printed(record)
         if plan.count is not None and printed >= plan.count:
             break
         if committer is not None:

@@ -272,3 +272,29 @@ def test_help_shows_the_default_format(capsys: pytest.CaptureFixture[str]) -> No
     assert exited.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
     assert "--format FMT, -F FMT kcat -f style output (default '%s\\\\n')" in help_text
+
+
+def test_records_not_flushed_to_stdout_are_not_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that left (`| head`) makes the flush fail: --group must not commit the records it never got."""
+    from types import SimpleNamespace
+
+    from kafka.structs import TopicPartition
+
+    from kbroker.commands.records import ConsumePlan, GroupCommitter, StopSignals, _consume_loop
+
+    class ClosedPipe:
+        def write(self, data: bytes) -> int:
+            return len(data)
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    partition = TopicPartition("t", 0)
+    records = [SimpleNamespace(topic="t", partition=0, offset=offset, value=b"v", key=None) for offset in (0, 1)]
+    consumer = SimpleNamespace(poll=lambda **_: {partition: records}, assignment=lambda: {partition})
+    monkeypatch.setattr(sys, "stdout", SimpleNamespace(buffer=ClosedPipe(), flush=lambda: None))
+    committer = GroupCommitter(consumer)
+    plan = ConsumePlan(None, None, None, True, None, None, [b"x"])
+    with pytest.raises(BrokenPipeError):
+        _consume_loop(consumer, plan, committer, StopSignals())
+    assert committer.printed == {}
