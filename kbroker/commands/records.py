@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -472,7 +472,7 @@ def _register_consume(subparsers: argparse._SubParsersAction) -> None:
         "--from-timestamp",
         default=None,
         metavar="TIME",
-        help="start at the first record at or after TIME: ISO 8601 (local time without a zone) or epoch ms",
+        help="start at the first record at or after TIME: ISO 8601 (UTC without a zone) or epoch ms",
     )
     parser.add_argument("--partition", "-p", type=int, default=None, help="read only this partition")
     parser.add_argument("--count", "-c", type=int, default=None, help="exit after N records")
@@ -597,8 +597,9 @@ def record_json(record: Any) -> dict[str, Any]:
 
 
 def parse_timestamp(text: str) -> int:
-    """Epoch milliseconds from ``1700000000000`` or ISO 8601 (``2024-05-01T12:00:00Z``; local time without a zone,
-    as kafka-consumer-groups.sh --to-datetime)."""
+    """Epoch milliseconds from ``1700000000000`` or ISO 8601 (``2024-05-01T12:00:00Z``; UTC without a zone, as
+    Kafka's Utils.getDateTime reads kafka-consumer-groups.sh --to-datetime, and as kbroker groups and the console
+    read it)."""
     if text.lstrip("-").isdigit():
         value = int(text)
         if value < 0:
@@ -611,7 +612,7 @@ def parse_timestamp(text: str) -> int:
             f"--from-timestamp: {text!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
         ) from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as Kafka's tools read a date without a zone
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 

@@ -121,6 +121,9 @@ def test_offset_and_timestamp_starts(cluster: str, cli: Cli) -> None:
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((NOW_MS + 3000) // 1000)) + f".{(NOW_MS + 3000) % 1000:03d}Z"
     by_iso = cli(*base, "--from-timestamp", iso, "--count", "1")
     assert (by_iso.exit_code, by_iso.stdout) == (0, "3 r3\n")
+    # Without a zone: UTC, as kbroker groups reset-offsets --to-datetime and Kafka's tools read it.
+    by_zoneless_iso = cli(*base, "--from-timestamp", iso.removesuffix("Z"), "--count", "1")
+    assert (by_zoneless_iso.exit_code, by_zoneless_iso.stdout) == (0, "3 r3\n")
 
     # After every record's time: the end, so nothing until the idle timeout.
     after_all = cli(*base, "--from-timestamp", str(NOW_MS + 10_000), "--timeout-ms", "500")
