@@ -330,8 +330,27 @@ def parse_configs(text: str) -> dict[str, str]:
     return configs
 
 
-def create_app(cluster: Cluster) -> Starlette:
-    """The console's ASGI app over ``cluster``; unknown pages and methods get the plain error page."""
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def allowed_hosts(bound_host: str) -> list[str]:
+    """The Host headers the console answers: on a loopback address only loopback names, so that a web page whose
+    name is rebound to 127.0.0.1 (DNS rebinding) cannot drive it from the user's browser; on a given address that
+    address too; on every interface (0.0.0.0, ::) any name, since the console cannot know which the users type."""
+    if bound_host in ("0.0.0.0", "::", ""):
+        return ["*"]
+    hosts = list(LOOPBACK_HOSTS)
+    if bound_host not in hosts:
+        hosts.append(f"[{bound_host}]" if ":" in bound_host else bound_host)
+    return hosts
+
+
+def create_app(cluster: Cluster, hosts: Sequence[str] = ("*",)) -> Starlette:
+    """The console's ASGI app over ``cluster``, answering requests for ``hosts`` (allowed_hosts) only; unknown pages
+    and methods get the plain error page."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
     console = Console(cluster)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -346,7 +365,11 @@ def create_app(cluster: Cluster) -> Starlette:
             log.exception("console: the error page failed")
             return PlainTextResponse("500 Internal error (details in the console's log)", status_code=500)
 
-    app = Starlette(routes=console.routes(), exception_handlers={HTTPException: http_error, 500: internal_error})
+    app = Starlette(
+        routes=console.routes(),
+        exception_handlers={HTTPException: http_error, 500: internal_error},
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))],
+    )
     app.state.console = console
     return app
 
@@ -391,7 +414,8 @@ async def serve(
     config.graceful_timeout = 1.0
     try:
         async with trio.open_nursery() as nursery:
-            asgi_app: Any = create_app(cluster)  # Starlette is an ASGI app; hypercorn's type names the protocol only
+            # Starlette is an ASGI app; hypercorn's type names the protocol only.
+            asgi_app: Any = create_app(cluster, allowed_hosts(bound_host))
             await nursery.start(partial(hypercorn_serve, asgi_app, config, mode="asgi"))
             shown_host = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
             log.info("web console on http://%s:%d (cluster %s)", shown_host, bound_port, cluster.settings.bootstrap)

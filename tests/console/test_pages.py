@@ -146,6 +146,15 @@ def test_topic_lifecycle_in_the_console(cluster: str, console_factory: ConsoleFa
     assert refused.status == 400
     assert element_text(refused.text, "error") == "type the topic's name to confirm: nothing was deleted"
     assert console.get(f"/topics/{topic}").status == 200
+    # DNS rebinding: a page at evil.test whose name now points at 127.0.0.1 sends Host and Origin evil.test, which
+    # pass the same-origin check; the console on a loopback address answers loopback names only.
+    rebound = console.request(
+        "POST", f"/topics/{topic}/delete", {"confirm": topic}, {"Host": "evil.test", "Origin": "http://evil.test"}
+    )
+    assert (rebound.status, rebound.text) == (400, "Invalid host header")
+    assert console.request("GET", "/", headers={"Host": f"evil.test:{console.port}"}).status == 400
+    assert console.request("GET", "/", headers={"Host": f"localhost:{console.port}"}).status == 200
+    assert console.get(f"/topics/{topic}").status == 200
     deleted = console.post(f"/topics/{topic}/delete", {"confirm": topic})
     assert (deleted.status, deleted.headers["location"]) == (303, f"/topics?deleted={topic}")
     gone = console.get(f"/topics/{topic}")
@@ -304,3 +313,13 @@ def test_form_parsing() -> None:
     assert parse_timestamp("2023-11-14T23:13:20+01:00") == 1_700_000_000_000
     assert parse_timestamp("later") is None
     assert parse_timestamp("99999999999999999999") is None  # more than an int64: not a time ListOffsets can carry
+
+
+def test_allowed_hosts_follow_the_listening_address() -> None:
+    from kbroker.console.app import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1") == ["localhost", "127.0.0.1", "::1", "[::1]"]
+    assert allowed_hosts("::1") == ["localhost", "127.0.0.1", "::1", "[::1]"]
+    assert allowed_hosts("10.0.0.5") == ["localhost", "127.0.0.1", "::1", "[::1]", "10.0.0.5"]
+    assert allowed_hosts("0.0.0.0") == ["*"]
+    assert allowed_hosts("::") == ["*"]
