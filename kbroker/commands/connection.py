@@ -297,8 +297,10 @@ def failure_line(exc: BaseException, client_log: ClientLog | None = None) -> str
     if isinstance(exc, kafka_errors.KafkaTimeoutError):
         if client_log is not None and client_log.refused_login is not None:
             return client_log.refused_login
-        reason = f" (last problem: {client_log.last_problem})" if client_log and client_log.last_problem else ""
-        return f"timed out: {exc.args[0] if exc.args else 'no answer from the cluster'}{reason}"
+        what = str(exc.args[0]) if exc.args else "no answer from the cluster"
+        problem = client_log.last_problem if client_log is not None else None
+        reason = f" (last problem: {problem})" if problem and what not in problem else ""
+        return f"timed out: {what}{reason}"
     if isinstance(exc, kafka_errors.KafkaError):
         detail = exc.args[0] if exc.args else ""
         return f"{type(exc).__name__}{': ' + str(detail) if detail else ''}"
