@@ -402,7 +402,7 @@ def describe_command(args: argparse.Namespace) -> int:
         )
     if args.output == "json":
         emit("json", (), [], document=documents)
-    else:
+    elif found:  # no table at all when every group named is unknown (only the error lines, as Kafka's tool)
         for description in found:
             if description.state == "Empty":
                 print(f"Consumer group '{description.group}' has no active members.", file=sys.stderr)

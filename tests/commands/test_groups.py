@@ -278,6 +278,8 @@ def test_unknown_groups_and_topics_are_one_line_each(cli: Cli, cluster: str, adm
     described = cli("groups", "describe", missing, "--bootstrap", cluster, "-o", "json")
     assert (described.exit_code, described.json()) == (1, [])
     assert described.stderr == f"kbroker groups: GROUP_ID_NOT_FOUND (69): Consumer group '{missing}' does not exist.\n"
+    as_table = cli("groups", "describe", missing, "--bootstrap", cluster)
+    assert (as_table.exit_code, as_table.stdout, as_table.stderr) == (1, "", described.stderr)  # no empty table
 
     deleted = cli("groups", "delete", missing, "--bootstrap", cluster)
     assert (deleted.exit_code, deleted.stdout) == (1, "")
