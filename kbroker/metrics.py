@@ -39,7 +39,9 @@ process_* (CPU seconds, resident memory, open descriptors, start time)  various 
 What each counts, as Kafka counts it:
 
 * bytesin / messagesin: the record batches of a Produce that were appended (their size as received, their
-  record count), counted once appended; refused batches count nothing. bytesout: the record bytes of each
+  record count), counted once appended; refused batches count nothing, and a producer's retry that the
+  idempotence check answers from the first append counts again (Kafka's ReplicaManager marks both for every
+  append that did not fail). bytesout: the record bytes of each
   Fetch answer as sent, per partition (errors and empty partitions add 0). The series without a topic label
   is the sum over every topic, deleted ones included (it never goes down); a deleted topic's own series
   disappear with it, as Kafka removes its topic metrics.
