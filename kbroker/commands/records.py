@@ -228,6 +228,19 @@ def input_lines(stream: IO[bytes]) -> Iterator[bytes]:
         yield line[:-1] if line.endswith(b"\r") else line
 
 
+def with_progress(lines: Iterator[bytes], stream: IO[bytes], total_bytes: int) -> Iterator[bytes]:
+    """``lines`` of a file, with a rich progress bar of the bytes read on stderr (for a person watching)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("producing"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("produce", total=total_bytes)
+        for line in lines:
+            yield line
+            progress.update(task, completed=stream.tell())
+
+
 def producer_settings(args: argparse.Namespace) -> dict[str, Any]:
     """kafka-python producer arguments for the command line, refusing combinations Kafka refuses."""
     acks = ACKS[args.acks]
@@ -332,7 +345,10 @@ def run_produce(args: argparse.Namespace) -> int:
                 f"not {args.partition}"
             )
         report = ProduceReport(args.topic, transactional_id=args.transactional_id)
-        interrupted = _produce(settings, kwargs, args, parser, headers, input_lines(stream), report)
+        lines = input_lines(stream)
+        if stream is not sys.stdin.buffer and sys.stderr.isatty() and args.file.is_file():
+            lines = with_progress(lines, stream, args.file.stat().st_size)
+        interrupted = _produce(settings, kwargs, args, parser, headers, lines, report)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()

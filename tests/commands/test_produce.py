@@ -237,3 +237,17 @@ def test_missing_input_file(cli: Cli, tmp_path: Path) -> None:
         1,
         f"kbroker produce: --file {tmp_path / 'nope.txt'}: No such file or directory\n",
     )
+
+
+def test_the_progress_bar_passes_every_line_through(tmp_path: Path) -> None:
+    from kbroker.commands.records import input_lines, with_progress
+
+    source = tmp_path / "lines.txt"
+    source.write_bytes(b"one\ntwo\r\n\nthree")
+    with source.open("rb") as stream:
+        assert list(with_progress(input_lines(stream), stream, source.stat().st_size)) == [
+            b"one",
+            b"two",
+            b"",
+            b"three",
+        ]
