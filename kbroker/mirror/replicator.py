@@ -40,6 +40,7 @@ EXCLUDED_TOPIC_CONFIGS = re.compile(
     r"|message\.timestamp\.difference\.max\.ms|message\.timestamp\.type|unclean\.leader\.election\.enable"
     r"|min\.insync\.replicas"
 )
+RETRY_SECONDS = 30.0  # how long a retriable error (a coordinator still loading) is retried before it is reported
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # the target topic's own max.message.bytes is the real limit
 REPORTED_PARTITIONS = 20  # in one lag line; the rest are summed
 
@@ -78,6 +79,7 @@ class Mirror:
         self.store = OffsetSyncStore()
         self.progress: dict[Any, PartitionProgress] = {}  # TopicPartition -> progress
         self.copied = 0
+        self.last_checkpoints: dict[bytes, Checkpoint] = {}
         self.source_admin: Any = None
         self.target_admin: Any = None
         self.consumer: Any = None
@@ -178,7 +180,7 @@ class Mirror:
                 self.target_admin.create_topics([NewTopic(name, partitions, -1, topic_configs=configs)])
             except TopicAlreadyExistsError:  # made meanwhile (another mirror): fine
                 pass
-            self.log(f"created topic {name} in the target ({partitions} partitions{_configs_text(configs)})")
+            self.log(f"created topic {name} in the target ({_partitions_text(partitions)}{_configs_text(configs)})")
 
     def _refresh_topics(self) -> None:
         """Find source topics to mirror, make their target topics, assign any new partitions."""
@@ -189,7 +191,6 @@ class Mirror:
             for topic in self.source_admin.describe_topics()
             if not topic.get("is_internal") and self.policy.should_mirror(topic["name"])
         }
-        assigned = {tp.topic for tp in self.progress}
         target_partitions = {
             topic["name"]: len(topic["partitions"])
             for topic in self.target_admin.describe_topics()
@@ -204,7 +205,7 @@ class Mirror:
                 from kafka.admin import NewPartitions
 
                 self.target_admin.create_partitions({target_topic: NewPartitions(partitions)})
-                self.log(f"grew {target_topic} in the target to {partitions} partitions")
+                self.log(f"grew {target_topic} in the target to {_partitions_text(partitions)}")
         new_partitions = [
             TopicPartition(topic, partition)
             for topic, count in sorted(source_topics.items())
@@ -220,9 +221,8 @@ class Mirror:
             if starts.get(tp) is not None:
                 self.consumer.seek(tp, starts[tp])
             self.progress[tp] = PartitionProgress(self.consumer.position(tp), once_ends.get(tp))
-        if new_partitions and assigned != {tp.topic for tp in self.progress}:
-            topics = sorted({tp.topic for tp in new_partitions})
-            self.log(f"mirroring {', '.join(topics)} ({len(new_partitions)} partitions)")
+        topics = sorted({tp.topic for tp in new_partitions})
+        self.log(f"mirroring {', '.join(topics)} ({_partitions_text(len(new_partitions))})")
 
     def _copied_configs(self, source_topic: str) -> dict[str, str]:
         """The source topic's configs set on the topic itself (not defaults), less those MM2 never copies."""
@@ -245,7 +245,7 @@ class Mirror:
             return {}
         from kafka import TopicPartition
 
-        committed = self.target_admin.list_group_offsets({self.group: None}).get(self.group, {})
+        committed = _retrying(self.target_admin.list_group_offsets, {self.group: None}).get(self.group, {})
         starts: dict[Any, int | None] = {}
         for tp in partitions:
             stored = committed.get(TopicPartition(self.policy.target_topic(tp.topic), tp.partition))
@@ -343,12 +343,12 @@ class Mirror:
         assert self.options.groups is not None
         groups = sorted(
             group["group_id"]
-            for group in self.source_admin.list_groups()
+            for group in _retrying(self.source_admin.list_groups)
             if self.options.groups.fullmatch(group["group_id"]) and group["group_id"] != self.group
         )
         checkpoints: list[Checkpoint] = []
         for group in groups:
-            committed = self.source_admin.list_group_offsets({group: None}).get(group, {})
+            committed = _retrying(self.source_admin.list_group_offsets, {group: None}).get(group, {})
             translated: dict[Any, OffsetAndMetadata] = {}
             for tp, offset in sorted(committed.items()):
                 if tp not in self.progress or offset.offset < 0:
@@ -364,19 +364,25 @@ class Mirror:
                     downstream, offset.metadata or "", -1
                 )
             if translated and self._inactive_in_target(group):
-                current = self.target_admin.list_group_offsets({group: None}).get(group, {})
+                current = _retrying(self.target_admin.list_group_offsets, {group: None}).get(group, {})
                 forward = {
                     tp: offset
                     for tp, offset in translated.items()
                     if tp not in current or current[tp].offset < offset.offset
                 }
                 if forward:
-                    self.target_admin.alter_group_offsets(group, forward)
-        if checkpoints:
-            self._write_checkpoints(checkpoints)
+                    results = _retrying(self.target_admin.alter_group_offsets, group, forward)
+                    refused = sorted(f"{tp.topic}-{tp.partition}" for tp, error in results.items() if error.errno)
+                    if refused:  # a member joined meanwhile: the next round tries again
+                        self.log(f"group {group}: the target refused offsets for {', '.join(refused)}")
+        # a checkpoint is written when it changes (the topic is compacted on this key, as MM2's)
+        changed = [c for c in checkpoints if self.last_checkpoints.get(c.key()) != c]
+        if changed:
+            self._write_checkpoints(changed)
+            self.last_checkpoints.update((c.key(), c) for c in changed)
 
     def _inactive_in_target(self, group: str) -> bool:
-        description = self.target_admin.describe_groups([group]).get(group, {})
+        description = _retrying(self.target_admin.describe_groups, [group]).get(group, {})
         return description.get("group_state") in (None, "", "Empty", "Dead") and not description.get("members")
 
     def _write_checkpoints(self, checkpoints: list[Checkpoint]) -> None:
@@ -402,8 +408,27 @@ class Mirror:
         )
         total = sum(lag for *_, lag in lags)
         shown = " ".join(f"{topic}-{partition}={lag}" for topic, partition, lag in lags[:REPORTED_PARTITIONS])
-        rest = f" (+{len(lags) - REPORTED_PARTITIONS} partitions)" if len(lags) > REPORTED_PARTITIONS else ""
+        rest = f" (+{_partitions_text(len(lags) - REPORTED_PARTITIONS)})" if len(lags) > REPORTED_PARTITIONS else ""
         self.log(f"{self.copied} records copied; lag {total}: {shown}{rest}")
+
+
+def _retrying(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, again while it fails with a retriable error (a group coordinator still loading, a leader
+    moving), for up to RETRY_SECONDS; then the error is reported."""
+    from kafka.errors import KafkaError
+
+    deadline = time.monotonic() + RETRY_SECONDS
+    while True:
+        try:
+            return call(*args)
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _partitions_text(count: int) -> str:
+    return f"{count} partition{'' if count == 1 else 's'}"
 
 
 def _configs_text(configs: dict[str, str]) -> str:

@@ -167,3 +167,42 @@ def test_bad_arguments_are_one_line(kbroker: Callable[..., Result]) -> None:
         "kbroker mirror: --source-alias and --target-alias are both 'a': give them different names\n"
     )
     assert dotted.stderr == "kbroker mirror: --source-alias 'a.b': a cluster alias is a non-empty name without '.'\n"
+
+
+def test_new_source_topics_are_picked_up(broker_factory: Callable[..., object]) -> None:
+    import re
+    import threading
+    import time
+
+    from kbroker.commands.connection import ClientSettings
+    from kbroker.mirror.policy import ReplicationPolicy
+    from kbroker.mirror.replicator import Mirror, MirrorOptions
+
+    source = broker_factory().bootstrap  # type: ignore[attr-defined]
+    target = broker_factory().bootstrap  # type: ignore[attr-defined]
+    create_topic(source, "logs-a", 1)
+    policy = ReplicationPolicy("prefix", "source", "target", re.compile("logs-.*"))
+    lines: list[str] = []
+    mirror = Mirror(
+        MirrorOptions(ClientSettings(source), ClientSettings(target), policy, refresh_interval=0.2), lines.append
+    )
+    runner = threading.Thread(target=mirror.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "mirroring logs-a (1 partition)" not in lines:  # running: logs-b comes after its first look
+            assert time.monotonic() < deadline and runner.is_alive(), lines
+            time.sleep(0.05)
+        create_topic(source, "logs-b", 2)
+        produce(source, "logs-b", [(1, b"k", b"late topic", [], BASE_TIMESTAMP)])
+        deadline = time.monotonic() + 30
+        while "source.logs-b" not in list_topics(target) or not read_all(target, "source.logs-b"):
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.1)
+    finally:
+        mirror.stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert [(p, k, v) for p, _o, k, v, _h, _t in read_all(target, "source.logs-b")] == [(1, b"k", b"late topic")]
+    assert topic_partitions(target, "source.logs-b") == 2
+    assert "mirroring logs-b (2 partitions)" in lines
