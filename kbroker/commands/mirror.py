@@ -18,7 +18,7 @@ from pathlib import Path
 from kbroker.commands.connection import BOOTSTRAP_ENVIRONMENT, DEFAULT_BOOTSTRAP
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "mirror",
         help="copy topics (and consumer group offsets) from one cluster to another, as MirrorMaker 2",
