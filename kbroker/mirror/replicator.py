@@ -150,11 +150,11 @@ class Mirror:
             self._copy_batch()
             now = time.monotonic()
             if self.options.groups is not None and now >= next_checkpoint:
-                self._sync_group_offsets()
+                self._checkpoint()
                 next_checkpoint = now + self.options.checkpoint_interval
             if self.options.once and self._caught_up():
                 if self.options.groups is not None:
-                    self._sync_group_offsets()
+                    self._checkpoint()
                 return
             if now >= next_report:
                 self._report()
@@ -332,6 +332,17 @@ class Mirror:
                             self.store.add(OffsetSync.decode(record.key, record.value))
         finally:
             reader.close(autocommit=False)
+
+    def _checkpoint(self) -> None:
+        """Translate group offsets; a group that cannot be (not authorized, ...) is logged, the copy goes on."""
+        from kafka.errors import KafkaError
+
+        from kbroker.commands.connection import failure_line
+
+        try:
+            self._sync_group_offsets()
+        except KafkaError as exc:
+            self.log(f"group offsets not translated this round: {failure_line(exc)}")
 
     def _sync_group_offsets(self) -> None:
         """Translate the committed offsets of the source groups matching --groups into the target: checkpoint
