@@ -4,6 +4,7 @@ kbroker and, in a second run of each test, Apache Kafka 4.3 (the commands are Ka
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,25 @@ class CommandResult:
 
 
 Cli = Callable[..., CommandResult]
+
+
+def unique(prefix: str) -> str:
+    """A topic, group or transactional id of its own (the Apache Kafka JVM is shared by the session)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
+    """A new topic named after ``prefix``, made with kafka-python's admin client (not the command under test)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    topic = unique(prefix)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+    return topic
 
 
 @pytest.fixture

@@ -11,31 +11,15 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
 
 from kbroker.testing import RunningBroker
-from tests.commands.conftest import Cli
+from tests.commands.conftest import Cli, create_topic, unique
 
 NOW_MS = int(time.time() * 1000) - 3_600_000  # an hour ago: inside any retention, before "now"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
-    topic = unique("consume")
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
-    return topic
 
 
 def produce(bootstrap: str, topic: str, records: list[dict[str, Any]], **settings: Any) -> None:
@@ -48,7 +32,7 @@ def produce(bootstrap: str, topic: str, records: list[dict[str, Any]], **setting
 
 
 def test_format_string_output_is_exact(cluster: str, cli: Cli) -> None:
-    topic = create_topic(cluster, partitions=2)
+    topic = create_topic(cluster, "consume", partitions=2)
     produce(
         cluster,
         topic,
@@ -74,7 +58,7 @@ def test_format_string_output_is_exact(cluster: str, cli: Cli) -> None:
 
 
 def test_default_output_is_the_value_and_count_spans_partitions(cluster: str, cli: Cli) -> None:
-    topic = create_topic(cluster, partitions=3)
+    topic = create_topic(cluster, "consume", partitions=3)
     produce(cluster, topic, [{"value": f"v{n}".encode(), "partition": n % 3} for n in range(6)])
     result = cli("consume", topic, "--bootstrap", cluster, "--from-beginning", "--count", "6")
     assert result.exit_code == 0
@@ -87,7 +71,7 @@ def test_default_output_is_the_value_and_count_spans_partitions(cluster: str, cl
 
 
 def test_json_lines_decode_utf8_and_base64_the_rest(cluster: str, cli: Cli) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "consume")
     produce(
         cluster,
         topic,
@@ -108,7 +92,7 @@ def test_json_lines_decode_utf8_and_base64_the_rest(cluster: str, cli: Cli) -> N
 
 
 def test_offset_and_timestamp_starts(cluster: str, cli: Cli) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "consume")
     produce(cluster, topic, [{"value": f"r{n}".encode(), "timestamp_ms": NOW_MS + n * 1000} for n in range(4)])
     base = ("consume", topic, "--bootstrap", cluster, "--format", "%o %s\\n")
 
@@ -135,7 +119,7 @@ def test_offset_and_timestamp_starts(cluster: str, cli: Cli) -> None:
 
 
 def test_read_committed_skips_aborted_transactions(cluster: str, cli: Cli) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "consume")
     producer = KafkaProducer(bootstrap_servers=cluster, transactional_id=unique("tx"))
     try:
         producer.init_transactions()
@@ -159,7 +143,7 @@ def test_read_committed_skips_aborted_transactions(cluster: str, cli: Cli) -> No
 
 
 def test_group_commits_what_was_printed(cluster: str, cli: Cli) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "consume")
     group = unique("group")
     produce(cluster, topic, [{"value": f"r{n}".encode()} for n in range(6)])
     base = ("consume", topic, "--bootstrap", cluster, "--group", group)
@@ -203,7 +187,7 @@ def test_unknown_topic_and_partition(cluster: str, cli: Cli) -> None:
         1,
         f"kbroker consume: UNKNOWN_TOPIC_OR_PARTITION (3): topic {missing!r} does not exist\n",
     )
-    topic = create_topic(cluster, partitions=2)
+    topic = create_topic(cluster, "consume", partitions=2)
     result = cli("consume", topic, "--bootstrap", cluster, "--partition", "2", "--count", "1")
     assert (result.exit_code, result.stderr) == (
         1,
@@ -214,7 +198,7 @@ def test_unknown_topic_and_partition(cluster: str, cli: Cli) -> None:
 def test_ctrl_c_stops_cleanly_and_commits_the_group(broker: RunningBroker, cli: Cli) -> None:
     """A real ``python -m kbroker consume`` in a group, from the end: records produced while it runs are printed,
     SIGINT ends it with 130 and no traceback, and the group resumes right after the last printed record."""
-    topic = create_topic(broker.bootstrap)
+    topic = create_topic(broker.bootstrap, "consume")
     group = unique("group")
     produce(broker.bootstrap, topic, [{"value": b"old"}])
     process = subprocess.Popen(

@@ -5,7 +5,6 @@ active group (reset and delete), unknown groups, and KIP-848 groups described wi
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -15,17 +14,13 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from kbroker.commands.connection import CommandError
 from kbroker.commands.groups import parse_datetime, parse_topic_argument
-from tests.commands.conftest import Cli
+from tests.commands.conftest import Cli, unique
 
 # 2024-01-01T00:00:00Z: record i of each partition is stamped BASE + i seconds, so --to-datetime is exact.
 BASE_MS = 1704067200000
 RECORDS_PER_PARTITION = 5
 CLIENT_ID = "groups-test-client"
 HOST = "/127.0.0.1"  # the broker-seen client address, as Kafka shows it
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

@@ -5,30 +5,14 @@ other."""
 from __future__ import annotations
 
 import io
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer, TopicPartition
 
 from kbroker.testing import RunningBroker
-from tests.commands.conftest import Cli
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
-    topic = unique("produce")
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
-    return topic
+from tests.commands.conftest import Cli, create_topic, unique
 
 
 def read_partition(
@@ -58,7 +42,7 @@ def write_lines(tmp_path: Path, text: bytes) -> str:
 
 
 def test_keys_values_headers_and_partition_round_trip(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster, partitions=3)
+    topic = create_topic(cluster, "produce", partitions=3)
     lines = write_lines(tmp_path, b"k1:v1\nk2:v:2\nk3:\n:no key text\n")
     result = cli(
         "produce", topic, "--bootstrap", cluster, "--file", lines, "-K", ":", "-H", "a=1", "-H", "b=x=y",
@@ -86,7 +70,7 @@ def test_keys_values_headers_and_partition_round_trip(cluster: str, cli: Cli, tm
 def test_stdin_lines_without_key_and_the_verbose_summary(
     cluster: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     # CRLF line ends are taken off as Kafka's line reader does; the last line has no end; an empty line is a record.
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"one\r\n\ntwo \xff\nthree")))
     result = cli("produce", topic, "--bootstrap", cluster, "-v")
@@ -102,7 +86,7 @@ def test_stdin_lines_without_key_and_the_verbose_summary(
 
 
 def test_null_value_marker_sends_tombstones(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     lines = write_lines(tmp_path, b"a=1\na=NULL\nNULL=2\n")
     result = cli(
         "produce", topic, "--bootstrap", cluster, "--file", lines, "-K", "=", "--null-value-marker", "NULL"
@@ -114,7 +98,7 @@ def test_null_value_marker_sends_tombstones(cluster: str, cli: Cli, tmp_path: Pa
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compression_codecs_round_trip(cluster: str, cli: Cli, tmp_path: Path, codec: str) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     values = [f"{codec} record {n} ".encode() * 20 for n in range(5)]
     lines = write_lines(tmp_path, b"\n".join(values) + b"\n")
     result = cli(
@@ -127,7 +111,7 @@ def test_compression_codecs_round_trip(cluster: str, cli: Cli, tmp_path: Path, c
 
 
 def test_idempotent_producer(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     lines = write_lines(tmp_path, b"x\ny\n")
     result = cli("produce", topic, "--bootstrap", cluster, "--file", lines, "--idempotent")
     assert (result.exit_code, result.stderr) == (0, f"produced 2 records to {topic}\n")
@@ -135,7 +119,7 @@ def test_idempotent_producer(cluster: str, cli: Cli, tmp_path: Path) -> None:
 
 
 def test_transaction_is_committed_at_the_end_of_the_input(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     lines = write_lines(tmp_path, b"t1\nt2\nt3\n")
     result = cli("produce", topic, "--bootstrap", cluster, "--file", lines, "--transactional-id", unique("tx"))
     assert (result.exit_code, result.stderr) == (0, f"produced 3 records to {topic} (transaction committed)\n")
@@ -144,7 +128,7 @@ def test_transaction_is_committed_at_the_end_of_the_input(cluster: str, cli: Cli
 
 
 def test_bad_line_aborts_the_transaction(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     transactional_id = unique("tx")
     lines = write_lines(tmp_path, b"k:first\nno separator here\nk:third\n")
     result = cli(
@@ -167,7 +151,7 @@ def test_bad_line_aborts_the_transaction(cluster: str, cli: Cli, tmp_path: Path)
 
 
 def test_bad_line_stops_a_plain_run_after_what_was_sent(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster)
+    topic = create_topic(cluster, "produce")
     lines = write_lines(tmp_path, b"k:1\nbroken\nk:3\n")
     result = cli("produce", topic, "--bootstrap", cluster, "--file", lines, "-K", ":")
     assert result.exit_code == 1
@@ -179,7 +163,7 @@ def test_bad_line_stops_a_plain_run_after_what_was_sent(cluster: str, cli: Cli, 
 
 
 def test_partition_that_does_not_exist(cluster: str, cli: Cli, tmp_path: Path) -> None:
-    topic = create_topic(cluster, partitions=2)
+    topic = create_topic(cluster, "produce", partitions=2)
     result = cli("produce", topic, "--bootstrap", cluster, "--file", write_lines(tmp_path, b"x\n"), "-p", "7")
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == (
