@@ -116,7 +116,13 @@ class Mirror:
         }
         if self.options.exactly_once:
             producer_settings["transactional_id"] = self.group
-        self.producer = KafkaProducer(**target.kafka_kwargs(f"{self.group}-producer"), **producer_settings)
+        nullable = _nullable_bytes_serializer()
+        self.producer = KafkaProducer(
+            **target.kafka_kwargs(f"{self.group}-producer"),
+            **producer_settings,
+            key_serializer=nullable,
+            value_serializer=nullable,
+        )
         if self.options.exactly_once:
             self.producer.init_transactions()
         self.consumer = KafkaConsumer(
@@ -266,14 +272,15 @@ class Mirror:
         transactional = self.options.exactly_once
         if transactional:
             self.producer.begin_transaction()
+        _refuse_null_header_values(batch)  # before anything of the batch is sent
         sent: list[tuple[Any, int, Any]] = []  # (source partition, source offset, future)
         for tp, records in batch.items():
             target_topic = self.policy.target_topic(tp.topic)
             for record in records:
                 future = self.producer.send(
                     target_topic,
-                    key=record.key,
-                    value=record.value,
+                    key=NULL if record.key is None else record.key,
+                    value=NULL if record.value is None else record.value,
                     headers=list(record.headers) or None,
                     partition=record.partition,
                     timestamp_ms=record.timestamp if record.timestamp is not None and record.timestamp >= 0 else None,
@@ -421,6 +428,35 @@ class Mirror:
         shown = " ".join(f"{topic}-{partition}={lag}" for topic, partition, lag in lags[:REPORTED_PARTITIONS])
         rest = f" (+{_partitions_text(len(lags) - REPORTED_PARTITIONS)})" if len(lags) > REPORTED_PARTITIONS else ""
         self.log(f"{self.copied} records copied; lag {total}: {shown}{rest}")
+
+
+NULL = object()  # a null key or value, as handed to the producer (see _nullable_bytes_serializer)
+
+
+def _nullable_bytes_serializer() -> Any:
+    """The producer's key and value serializer: ``NULL`` becomes a null key or value. kafka-python's send() refuses
+    a record whose key and value are both None, which Kafka allows (a tombstone without a key, a record that only
+    has headers); its record format carries them, and its check runs before the serializers."""
+    from kafka.serializer import Serializer
+
+    class NullableBytes(Serializer):
+        def serialize(self, topic: str, headers: Any, data: Any) -> Any:
+            return None if data is NULL else data
+
+    return NullableBytes()
+
+
+def _refuse_null_header_values(batch: dict[Any, list[Any]]) -> None:
+    """kafka-python's producer cannot write a header whose value is null (Kafka can): stop with one line rather
+    than copy the record altered; nothing of the batch is sent or committed, so no record is lost."""
+    for tp, records in batch.items():
+        for record in records:
+            for name, value in record.headers:
+                if value is None:
+                    raise CommandError(
+                        f"cannot copy {tp.topic}-{tp.partition} offset {record.offset}: its header {name!r} has a "
+                        "null value, which kbroker mirror's producer (kafka-python) cannot write"
+                    )
 
 
 def _retrying(call: Callable[..., Any], *args: Any) -> Any:
