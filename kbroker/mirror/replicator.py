@@ -273,6 +273,8 @@ class Mirror:
         if transactional:
             self.producer.begin_transaction()
         _refuse_null_header_values(batch)  # before anything of the batch is sent
+        for tp in batch:
+            self._await_target_partition(self.policy.target_topic(tp.topic), tp.partition)
         sent: list[tuple[Any, int, Any]] = []  # (source partition, source offset, future)
         for tp, records in batch.items():
             target_topic = self.policy.target_topic(tp.topic)
@@ -311,6 +313,19 @@ class Mirror:
         for tp, offset in advanced.items():
             self.progress[tp].position = offset
         self.copied += len(sent)
+
+    def _await_target_partition(self, topic: str, partition: int) -> None:
+        """Wait until the producer knows the target partition: a topic grown while mirrored (here, in
+        _refresh_topics) is not in its cached metadata, and kafka-python's send() raises ValueError for a partition
+        it does not know. Still missing after RETRY_SECONDS: one line (the target topic has fewer partitions)."""
+        deadline = time.monotonic() + RETRY_SECONDS
+        while partition not in (self.producer.partitions_for(topic) or ()):
+            if time.monotonic() > deadline:
+                raise CommandError(f"the target topic {topic} has no partition {partition} to copy the source's into")
+            # kafka-python has no public call that refreshes a producer's metadata
+            self.producer._metadata.request_update()
+            self.producer._sender.wakeup()
+            time.sleep(0.1)
 
     def _caught_up(self) -> bool:
         return all(p.once_end is None or p.position >= p.once_end for p in self.progress.values())
