@@ -499,12 +499,18 @@ def _configs_text(configs: dict[str, str]) -> str:
 
 @contextmanager
 def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
-    """Ctrl-C and SIGTERM finish the batch in hand (flush, commit) and stop; off the main thread, nothing to do."""
+    """Ctrl-C and SIGTERM finish the batch in hand (flush, commit) and stop; a second one stops at once (a flush
+    waiting on a target that went away), without committing the batch in hand, so nothing is lost: a restart copies
+    it again. Off the main thread, nothing to do."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    signalled: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if signalled:
+            raise KeyboardInterrupt
+        signalled.append(signum)
         stop()
 
     previous = {number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)}

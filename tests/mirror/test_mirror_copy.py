@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import Pair, Result, create_topic, list_topics, produce, read_all, topic_configs, topic_partitions
+from tests.mirror.conftest import (
+    Pair,
+    Result,
+    create_topic,
+    list_topics,
+    produce,
+    read_all,
+    topic_configs,
+    topic_partitions,
+)
 
 BASE_TIMESTAMP = 1_700_000_000_000
 

@@ -4,12 +4,15 @@ and commit markers leave offset gaps)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
-from conftest import Pair, Result, create_topic, list_topics, read_all
+import pytest
 
 from kbroker.testing import RunningBroker
+from tests.mirror.conftest import Pair, Result, create_topic, list_topics, read_all
 
 BASE_TIMESTAMP = 1_700_000_000_000
 
@@ -198,3 +201,17 @@ def test_a_source_topic_growing_while_mirrored(broker_factory: Callable[..., Run
         (0, b"first"),
         (2, b"in a new partition"),
     ]
+
+
+def test_a_second_signal_stops_at_once() -> None:
+    from kbroker.mirror.replicator import _stop_on_signals
+
+    stops: list[str] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), _stop_on_signals(lambda: stops.append("stop")):
+        os.kill(os.getpid(), signal.SIGTERM)  # the first: finish the batch in hand, then stop
+        assert stops == ["stop"]
+        os.kill(os.getpid(), signal.SIGTERM)  # the second: now
+        raise AssertionError("not interrupted")
+    assert stops == ["stop"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import Pair, Result, create_topic, produce, read_all
-
 from kbroker.mirror.checkpoints import Checkpoint, OffsetSync, OffsetSyncStore, runs
+from tests.mirror.conftest import Pair, Result, create_topic, produce, read_all
 
 BASE_TIMESTAMP = 1_700_000_000_000
 

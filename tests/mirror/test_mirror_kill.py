@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import create_topic, produce, read_all
 
 from kbroker.testing import RunningBroker
+from tests.mirror.conftest import create_topic, produce, read_all
 
 RECORDS = 3000
 PARTITIONS = 3
