@@ -126,7 +126,7 @@ def test_transactional_source_copies_committed_records_and_translates_across_gap
 def test_target_topic_with_other_partition_counts(
     broker_factory: Callable[..., RunningBroker], kbroker: Callable[..., Result]
 ) -> None:
-    from conftest import produce, topic_partitions
+    from tests.mirror.conftest import produce, topic_partitions
 
     source, target = broker_factory().bootstrap, broker_factory().bootstrap
     create_topic(source, "fewer", 3)
@@ -151,13 +151,13 @@ def test_a_source_topic_growing_while_mirrored(broker_factory: Callable[..., Run
     import threading
     import time
 
-    from conftest import produce
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
 
     from kbroker.commands.connection import ClientSettings
     from kbroker.mirror.policy import ReplicationPolicy
     from kbroker.mirror.replicator import Mirror, MirrorOptions
+    from tests.mirror.conftest import produce
 
     source, target = broker_factory().bootstrap, broker_factory().bootstrap
     create_topic(source, "grows", 1)
