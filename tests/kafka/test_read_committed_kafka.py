@@ -134,8 +134,8 @@ def fetch(client: WireClient, topic: str, isolation: int, offset: int = 0) -> An
     return client.request(request, 11).responses[0].partitions[0]
 
 
-def latest(client: WireClient, topic: str, isolation: int) -> tuple[int, int]:
-    wanted = [ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)]
+def latest(client: WireClient, topic: str, isolation: int, partition: int = 0) -> tuple[int, int]:
+    wanted = [ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-1)]
     request = ListOffsetsRequest(
         replica_id=-1,
         isolation_level=isolation,
@@ -187,6 +187,10 @@ def scenario(bootstrap: str, run: str) -> dict[str, Any]:
             lambda: client.request(metadata, 12).topics[0],
             lambda t: t.error_code == 0 and len(t.partitions) == 2 and all(p.leader_id >= 0 for p in t.partitions),
         )
+        # Metadata names the leaders before a loaded Kafka has made its replicas leaders (NOT_LEADER_OR_FOLLOWER to
+        # a produce then): wait until each partition answers ListOffsets, which needs a local leader.
+        for partition in (0, 1):
+            until(lambda p=partition: latest(client, topic, 0, p), lambda a: a[0] == 0)
         session = Session(client, topic, tid)
         pid = session.pid
         seen["not_added_v9"] = session.send([b"nope"], partition=1)
