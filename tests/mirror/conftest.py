@@ -137,3 +137,9 @@ def list_topics(bootstrap: str) -> set[str]:
         return set(admin.list_topics())
     finally:
         admin.close()
+
+
+def mirror_once(kbroker: Callable[..., Result], pair: Pair, topic: str, *extra: str) -> Result:
+    """``kbroker mirror --once`` of the topics matching ``topic`` from the pair's source to its target."""
+    return kbroker("mirror", "--source", pair.source, "--target", pair.target, "--topics", topic,
+                   "--source-alias", pair.alias, "--once", *extra)  # fmt: skip

@@ -10,6 +10,7 @@ from tests.mirror.conftest import (
     Result,
     create_topic,
     list_topics,
+    mirror_once,
     produce,
     read_all,
     topic_configs,
@@ -35,18 +36,7 @@ def test_records_topics_and_configs_copied(pair: Pair, kbroker: Callable[..., Re
     create_topic(pair.source, topic, 3, {"retention.ms": "86400000", "max.message.bytes": "2000000"})
     produce(pair.source, topic, sample_records(60))
 
-    result = kbroker(
-        "mirror",
-        "--source",
-        pair.source,
-        "--target",
-        pair.target,
-        "--topics",
-        f"orders-{pair.alias}",
-        "--source-alias",
-        pair.alias,
-        "--once",
-    )
+    result = mirror_once(kbroker, pair, f"orders-{pair.alias}")
 
     assert result.exit_code == 0, result.stderr
     target_topic = f"{pair.alias}.{topic}"
@@ -64,22 +54,10 @@ def test_rerun_copies_only_new_records(pair: Pair, kbroker: Callable[..., Result
     topic = f"events-{pair.alias}"
     create_topic(pair.source, topic, 2)
     produce(pair.source, topic, [(i % 2, None, f"a{i}".encode(), [], BASE_TIMESTAMP + i) for i in range(10)])
-    arguments = (
-        "mirror",
-        "--source",
-        pair.source,
-        "--target",
-        pair.target,
-        "--topics",
-        topic,
-        "--source-alias",
-        pair.alias,
-        "--once",
-    )
-    assert kbroker(*arguments).exit_code == 0
+    assert mirror_once(kbroker, pair, topic).exit_code == 0
     produce(pair.source, topic, [(i % 2, None, f"b{i}".encode(), [], BASE_TIMESTAMP + i) for i in range(6)])
 
-    second = kbroker(*arguments)
+    second = mirror_once(kbroker, pair, topic)
 
     assert second.exit_code == 0, second.stderr
     assert "6 records copied; lag 0" in second.stderr  # resumed at its committed progress in the source
@@ -94,22 +72,9 @@ def test_exactly_once_copy(pair: Pair, kbroker: Callable[..., Result]) -> None:
         topic,
         [(i % 2, f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")], BASE_TIMESTAMP + i) for i in range(20)],
     )
-    arguments = (
-        "mirror",
-        "--source",
-        pair.source,
-        "--target",
-        pair.target,
-        "--topics",
-        topic,
-        "--source-alias",
-        pair.alias,
-        "--once",
-        "--exactly-once",
-    )
-    assert kbroker(*arguments).exit_code == 0
+    assert mirror_once(kbroker, pair, topic, "--exactly-once").exit_code == 0
     produce(pair.source, topic, [(0, b"late", b"late", [], BASE_TIMESTAMP + 99)])
-    second = kbroker(*arguments)
+    second = mirror_once(kbroker, pair, topic, "--exactly-once")
 
     assert second.exit_code == 0, second.stderr
     assert "1 records copied; lag 0" in second.stderr  # resumed from its group in the TARGET

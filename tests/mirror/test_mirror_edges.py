@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kbroker.testing import RunningBroker
-from tests.mirror.conftest import Pair, Result, create_topic, list_topics, read_all
+from tests.mirror.conftest import Pair, Result, create_topic, list_topics, mirror_once, read_all
 
 BASE_TIMESTAMP = 1_700_000_000_000
 
@@ -36,11 +36,6 @@ def write_nullable(bootstrap: str, topic: str, records: list[tuple[bytes | None,
     with WireClient(bootstrap) as client:
         answer = client.request(request, 9).responses[0].partition_responses[0]
     assert answer.error_code == 0, answer
-
-
-def mirror_once(kbroker: Callable[..., Result], pair: Pair, topic: str, *extra: str) -> Result:
-    return kbroker("mirror", "--source", pair.source, "--target", pair.target, "--topics", topic,
-                   "--source-alias", pair.alias, "--once", *extra)  # fmt: skip
 
 
 def test_records_without_key_and_value(pair: Pair, kbroker: Callable[..., Result]) -> None:
