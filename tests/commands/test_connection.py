@@ -284,3 +284,21 @@ def test_health_refuses_a_sasl_command_config_in_one_line(tmp_path: Path, capsys
         "kbroker health: --command-config: SASL_SSL: the health check does not log in; check the listener with "
         "kbroker topics list --command-config, or give the broker a PLAINTEXT or SSL listener for checks\n"
     )
+
+
+def test_serve_does_not_build_the_client_commands() -> None:
+    """``kbroker serve`` parses a command line without the client commands' parsers (their modules and some 20 ms
+    of start-up); every other command line has them all."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from kbroker import cli; "
+        "serve = cli.build_parser(client_commands=False); loaded = 'kbroker.commands' in sys.modules; "
+        "full = cli.build_parser(); "
+        "names = lambda p: sorted(p._subparsers._group_actions[0].choices); "
+        "print(loaded, names(serve), names(full))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split(" [", 1)[0] == "False"
+    assert "['certs', 'health', 'serve'] ['acls', 'certs', 'configs', 'console', 'consume', 'groups'" in done.stdout
