@@ -357,16 +357,20 @@ class ClientLog(logging.Handler):
         logging.getLogger("kafka").removeHandler(self)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            # A debug line per request: look at what it names without formatting it (a produce request's text
+            # holds its records, and the mirror sends many).
+            kinds = {type(arg).__name__ for arg in record.args or ()} if isinstance(record.args, tuple) else set()
+            if "SaslAuthenticateRequest" in kinds:
+                self._authenticating = True
+            elif "SaslAuthenticateResponse" in kinds:
+                self._authenticating = False
+            return
         message = record.getMessage()
-        if "SaslAuthenticateRequest(" in message:
-            self._authenticating = True
-        elif "SaslAuthenticateResponse(" in message:
-            self._authenticating = False
-        elif "SaslAuthenticationFailedError" in message or (self._authenticating and "Connection lost" in message):
+        if "SaslAuthenticationFailedError" in message or (self._authenticating and "Connection lost" in message):
             self._authenticating = False
             self.refused_login = (
                 "SASL_AUTHENTICATION_FAILED (58): the broker refused the login (wrong user or password, or a "
                 "mechanism it does not allow for this user)"
             )
-        if record.levelno >= logging.WARNING:
-            self.last_problem = message
+        self.last_problem = message
