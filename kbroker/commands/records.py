@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import logging
 import signal
 import sys
 import time
@@ -53,14 +52,6 @@ POLL_SLICE_MS = 200  # how long one poll may block: a Ctrl-C is acted on within 
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register_produce(subparsers)
     _register_consume(subparsers)
-
-
-def _quiet_kafka_logging() -> None:
-    """kafka-python logs retries and metadata errors itself; the commands report failures in one line instead."""
-    kafka_logger = logging.getLogger("kafka")
-    if not any(isinstance(handler, logging.NullHandler) for handler in kafka_logger.handlers):
-        kafka_logger.addHandler(logging.NullHandler())
-    kafka_logger.propagate = False
 
 
 # --- produce -----------------------------------------------------------------------------------------------------
@@ -319,7 +310,6 @@ def preflight_topic(settings: ClientSettings, topic: str) -> set[int]:
 
 
 def run_produce(args: argparse.Namespace) -> int:
-    _quiet_kafka_logging()
     settings = ClientSettings.from_args(args)
     parser = LineParser(
         args.key_separator.encode() if args.key_separator is not None else None,
@@ -743,7 +733,6 @@ class GroupCommitter:
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    _quiet_kafka_logging()
     plan = ConsumePlan.from_args(args)
     settings = ClientSettings.from_args(args)
     consumer = consumer_client(
