@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kbroker.commands.configs import (
@@ -150,8 +151,9 @@ def describe_command(args: argparse.Namespace) -> int:
         else:
             metadata = [topic for topic in admin.describe_topics() if not topic["is_internal"]]
         metadata.sort(key=lambda topic: topic["name"])
-        offsets = _log_offsets(admin, metadata)
-        sizes = _partition_sizes(admin, metadata)
+        leaders = partition_leaders(metadata)
+        offsets = log_offsets(admin, leaders)
+        sizes = partition_sizes(admin, leaders)
         documents = []
         for topic in metadata:
             configs = describe_config_entries(admin, "topic", topic["name"])
@@ -200,44 +202,50 @@ def _topic_document(
     }
 
 
-def _log_offsets(admin: Any, metadata: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
-    """(log start offset, log end offset) of every partition with a leader: ListOffsets earliest and latest."""
-    from kafka import TopicPartition
-    from kafka.protocol.consumer.offsets import OffsetSpec
+PartitionKey = tuple[str, int]  # (topic, partition)
 
-    partitions = [
-        TopicPartition(topic["name"], partition["partition_index"])
+
+def partition_leaders(metadata: list[dict[str, Any]]) -> dict[PartitionKey, int]:
+    """The leader of every partition that has one, from kafka-python's describe_topics()."""
+    return {
+        (topic["name"], partition["partition_index"]): partition["leader_id"]
         for topic in metadata
         for partition in topic["partitions"]
         if partition["leader_id"] >= 0
-    ]
-    if not partitions:
+    }
+
+
+def log_offsets(admin: Any, partitions: Iterable[PartitionKey]) -> dict[PartitionKey, tuple[int | None, int | None]]:
+    """(log start offset, log end offset) of each partition: ListOffsets earliest and latest (None where the
+    cluster did not say). kbroker topics describe and the web console show these."""
+    from kafka import TopicPartition
+    from kafka.protocol.consumer.offsets import OffsetSpec
+
+    wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
+    if not wanted:
         return {}
-    earliest = admin.list_partition_offsets(dict.fromkeys(partitions, OffsetSpec.EARLIEST))
-    latest = admin.list_partition_offsets(dict.fromkeys(partitions, OffsetSpec.LATEST))
+    earliest = admin.list_partition_offsets(dict.fromkeys(wanted, OffsetSpec.EARLIEST))
+    latest = admin.list_partition_offsets(dict.fromkeys(wanted, OffsetSpec.LATEST))
     return {
         (tp.topic, tp.partition): (
             earliest[tp].offset if tp in earliest else None,
             latest[tp].offset if tp in latest else None,
         )
-        for tp in partitions
+        for tp in wanted
     }
 
 
-def _partition_sizes(admin: Any, metadata: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+def partition_sizes(admin: Any, leaders: Mapping[PartitionKey, int]) -> dict[PartitionKey, int]:
     """The size on disk of each partition's leader replica (DescribeLogDirs to each leader; the sum over its log
     directories). A broker refusing the request (no DESCRIBE on the cluster) leaves its partitions out."""
     import kafka.errors as kafka_errors
     from kafka.protocol.admin import DescribeLogDirsRequest
 
-    leaders: dict[int, dict[str, list[int]]] = {}
-    for topic in metadata:
-        for partition in topic["partitions"]:
-            if partition["leader_id"] >= 0:
-                wanted = leaders.setdefault(partition["leader_id"], {})
-                wanted.setdefault(topic["name"], []).append(partition["partition_index"])
-    sizes: dict[tuple[str, int], int] = {}
-    for leader, wanted in leaders.items():
+    by_leader: dict[int, dict[str, list[int]]] = {}
+    for (topic, partition), leader in leaders.items():
+        by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
+    sizes: dict[PartitionKey, int] = {}
+    for leader, wanted in by_leader.items():
         request = DescribeLogDirsRequest(topics=[(name, indexes) for name, indexes in wanted.items()])
         try:
             response = send_request(admin, request, leader)

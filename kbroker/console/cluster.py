@@ -217,10 +217,12 @@ class Cluster:
     # --- cluster and topics -------------------------------------------------------------------------------------
 
     def overview(self) -> Overview:
+        from kbroker.commands.topics import partition_leaders, partition_sizes
+
         with self._admin_lock:
             cluster = self.admin.describe_cluster()
             topics = self.admin.describe_topics()
-            sizes = self._partition_sizes(None)
+            sizes = partition_sizes(self.admin, partition_leaders(topics))
             version = self.admin._manager.broker_version  # kafka-python's guess from ApiVersions
         brokers = [BrokerInfo(b["broker_id"], b["host"], b["port"], b.get("rack")) for b in cluster["brokers"]]
         controller = cluster.get("controller_id")
@@ -269,37 +271,17 @@ class Cluster:
         with self._admin_lock:
             self.admin.delete_topics([name])
 
-    def _partition_sizes(self, topics: list[str] | None) -> dict[tuple[str, int], int]:
-        """Each partition's size on its leader's log dir (DescribeLogDirs; empty if the broker does not say)."""
-        from kafka.errors import KafkaError
-
-        try:
-            answers = self.admin.describe_log_dirs(topics)
-        except KafkaError:
-            return {}
-        sizes: dict[tuple[str, int], int] = {}
-        for answer in answers:
-            for log_dir in answer["log_dirs"]:
-                for topic in log_dir["topics"]:
-                    for partition in topic["partitions"]:
-                        key = (topic["name"], partition["partition_index"])
-                        sizes[key] = max(sizes.get(key, 0), partition["partition_size"])
-        return sizes
-
     def _fill_offsets_and_sizes(self, summaries: list[TopicSummary]) -> None:
-        from kafka import TopicPartition
-        from kafka.admin import OffsetSpec
+        from kbroker.commands.topics import log_offsets, partition_sizes
 
-        partitions = {TopicPartition(t.name, p.partition): p for t in summaries for p in t.partitions if p.leader >= 0}
-        if not partitions:
-            return
-        starts = self.admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in partitions})
-        ends = self.admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in partitions})
-        sizes = self._partition_sizes(sorted({t.name for t in summaries}))
-        for tp, info in partitions.items():
-            info.start_offset = starts[tp].offset if tp in starts else None
-            info.end_offset = ends[tp].offset if tp in ends else None
-            info.size = sizes.get((tp.topic, tp.partition))
+        leaders = {(t.name, p.partition): p.leader for t in summaries for p in t.partitions if p.leader >= 0}
+        offsets = log_offsets(self.admin, leaders)
+        sizes = partition_sizes(self.admin, leaders)
+        for summary in summaries:
+            for info in summary.partitions:
+                key = (summary.name, info.partition)
+                info.start_offset, info.end_offset = offsets.get(key, (None, None))
+                info.size = sizes.get(key)
 
     # --- consumer groups -----------------------------------------------------------------------------------------
 
