@@ -10,8 +10,12 @@ stays at 0 and every other transactional producer's records stay invisible to re
 
 from __future__ import annotations
 
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
@@ -24,9 +28,25 @@ from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch, decode_records, iter_batches
+from tools import maven_artifacts
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 HOUR_MS = 3_600_000
+KAFKA_TOOLS = "kafka-tools-4.3.1"  # tools/maven/kafka-tools-4.3.1.pom.xml: kafka-transactions.sh's classes
+
+
+@pytest.fixture(scope="module")
+def kafka_transactions() -> list[str]:
+    """The command line of Kafka's ``kafka-transactions.sh`` (TransactionsCommand), from the Maven jars."""
+    try:
+        jars = maven_artifacts.prepare(KAFKA_TOOLS)
+    except maven_artifacts.MavenUnavailable as exc:
+        pytest.skip(f"{KAFKA_TOOLS} unavailable (python tools/maven_artifacts.py {KAFKA_TOOLS}): {exc}")
+    classpath = ":".join(str(jar) for jar in sorted(jars.glob("*.jar")))
+    return ["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath, TRANSACTIONS_COMMAND]
+
+
+TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
@@ -60,7 +80,7 @@ def latest(client: WireClient, topic: str, isolation: int) -> int:
 
 
 def committed_values(client: WireClient, topic: str) -> list[bytes | None]:
-    """What a read_committed consumer gets from offset 0 (no aborted transactions in these tests)."""
+    """What a read_committed consumer gets from offset 0: aborted transactions dropped, as clients drop them."""
     partition = FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
     request = FetchRequest(
         replica_id=-1,
@@ -72,9 +92,15 @@ def committed_values(client: WireClient, topic: str) -> list[bytes | None]:
     )
     answer = client.request(request, 11).responses[0].partitions[0]
     assert answer.error_code == ErrorCode.NONE
+    aborted = sorted((a.first_offset, a.producer_id) for a in answer.aborted_transactions or [])
+    dropping: set[int] = set()
     values: list[bytes | None] = []
     for header, view in iter_batches(bytes(answer.records or b"")):
-        if not header.is_control:
+        while aborted and aborted[0][0] <= header.base_offset:
+            dropping.add(aborted.pop(0)[1])
+        if header.is_control:
+            dropping.discard(header.producer_id)
+        elif header.producer_id not in dropping:
             values.extend(record.value for record in decode_records(view))
     return values
 
@@ -185,3 +211,60 @@ def hanging_transaction(tmp_path: Path, topic: str) -> tuple[BrokerProcess, RawT
         broker.kill()
         raise
     return broker, transaction
+
+
+@pytest.fixture
+def hanging(tmp_path: Path) -> Iterator[tuple[BrokerProcess, RawTransaction]]:
+    broker, transaction = hanging_transaction(tmp_path, "hang")
+    try:
+        yield broker, transaction
+    finally:
+        broker.kill()
+
+
+def run_tool(command: list[str], bootstrap: str, *args: str) -> list[list[str]]:
+    """Run kafka-transactions.sh; the rows of the table it prints (its header first)."""
+    done = subprocess.run(
+        [*command, "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return [line.split() for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_kafka_transactions_tool_finds_and_aborts_a_hanging_transaction(
+    hanging: tuple[BrokerProcess, RawTransaction], kafka_transactions: list[str]
+) -> None:
+    broker, transaction = hanging
+    found = run_tool(kafka_transactions, broker.bootstrap, "find-hanging", "--broker-id", "0")
+    assert found[0] == [
+        "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+        "Duration(min)",
+    ]  # fmt: skip
+    assert [row[:7] for row in found[1:]] == [
+        [
+            "hang",
+            "0",
+            str(transaction.producer_id),
+            str(transaction.producer_epoch),
+            "-1",
+            "0",
+            str(transaction.timestamp),
+        ]
+    ]
+    assert int(found[1][7]) >= 60
+    # Admin abortTransaction: WriteTxnMarkers with the producer DescribeProducers reports at that start offset.
+    assert (
+        run_tool(
+            kafka_transactions, broker.bootstrap, "abort", "--topic", "hang", "--partition", "0", "--start-offset", "0"
+        )
+        == []
+    )
+    with WireClient(broker.bootstrap) as client:
+        assert open_transactions(client, "hang") == []
+        assert latest(client, "hang", READ_COMMITTED) == latest(client, "hang", READ_UNCOMMITTED) == 2
+        assert committed_values(client, "hang") == []  # the hanging record was aborted
+    assert run_tool(kafka_transactions, broker.bootstrap, "find-hanging", "--broker-id", "0")[1:] == []
+    commit_with_confluent_kafka(broker.bootstrap, "after-id", "hang", [b"after"])  # record 2, marker 3
+    with WireClient(broker.bootstrap) as client:
+        assert latest(client, "hang", READ_COMMITTED) == 4
+        assert committed_values(client, "hang") == [b"after"]
