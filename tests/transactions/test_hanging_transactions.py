@@ -10,13 +10,16 @@ stays at 0 and every other transactional producer's records stay invisible to re
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kbroker.cli import main
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -268,3 +271,53 @@ def test_kafka_transactions_tool_finds_and_aborts_a_hanging_transaction(
     with WireClient(broker.bootstrap) as client:
         assert latest(client, "hang", READ_COMMITTED) == 4
         assert committed_values(client, "hang") == [b"after"]
+
+
+def kbroker_transactions(capsys: pytest.CaptureFixture[str], bootstrap: str, *args: str) -> Any:
+    """``kbroker transactions ... -o json``, run here: its JSON answer (the command must succeed)."""
+    capsys.readouterr()
+    code = main(["transactions", *args, "--bootstrap", bootstrap, "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_kbroker_transactions_finds_and_aborts_a_hanging_transaction(
+    hanging: tuple[BrokerProcess, RawTransaction], capsys: pytest.CaptureFixture[str]
+) -> None:
+    broker, transaction = hanging
+    found = kbroker_transactions(capsys, broker.bootstrap, "find-hanging", "--broker-id", "0")
+    assert len(found) == 1 and found[0]["duration_min"] >= 60
+    assert found == [
+        {
+            "topic": "hang",
+            "partition": 0,
+            "producer_id": transaction.producer_id,
+            "producer_epoch": transaction.producer_epoch,
+            "coordinator_epoch": -1,
+            "start_offset": 0,
+            "last_timestamp": transaction.timestamp,
+            "duration_min": found[0]["duration_min"],
+        }
+    ]
+    # Younger than the maximum transaction timeout asked for: not a candidate.
+    assert (
+        kbroker_transactions(
+            capsys, broker.bootstrap, "find-hanging", "--topic", "hang", "--max-transaction-timeout", "90"
+        )
+        == []
+    )
+    aborted = kbroker_transactions(
+        capsys, broker.bootstrap, "abort", "--topic", "hang", "--partition", "0", "--start-offset", "0"
+    )
+    assert aborted == {
+        "topic": "hang",
+        "partition": 0,
+        "producer_id": transaction.producer_id,
+        "producer_epoch": transaction.producer_epoch,
+        "coordinator_epoch": 0,
+    }
+    with WireClient(broker.bootstrap) as client:
+        assert open_transactions(client, "hang") == []
+        assert latest(client, "hang", READ_COMMITTED) == 2
+    assert kbroker_transactions(capsys, broker.bootstrap, "find-hanging", "--broker-id", "0") == []
