@@ -236,6 +236,16 @@ class ProducerIdAndEpoch:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+@dataclass(frozen=True, slots=True)
+class _Repair:
+    """A marker reconciliation owes a partition (written again after a crash lost it); retried on the timer."""
+
+    transactional_id: str
+    producer_id: int
+    marker_epoch: int
+    commit: bool
+
+
 @dataclass(slots=True)
 class _PendingMarkers:
     """Markers of a PrepareX transaction not yet written (a write failed): retried on the timer."""
@@ -270,6 +280,7 @@ class TransactionCoordinator:
         self._runtime = runtime
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
+        self._pending_repairs: dict[tuple[str, int], _Repair] = {}  # markers a crash lost that failed again
         self._marker_retry_ms = 0  # wall time of the next retry of markers that failed
         # Each id's timer (a timeout or an expiry) by wall time: a heap whose superseded entries are skipped.
         self._timers: list[tuple[int, str]] = []
@@ -332,9 +343,10 @@ class TransactionCoordinator:
         last completed transaction (what a crash loses: the newest writes) are checked, and every transaction they
         hold open that the coordinator does not consider ongoing there is ended: with the decided outcome if it is
         that last completed transaction, else aborted, the outcome of an older one being unknown (as an operator's
-        ``kafka-transactions.sh abort`` would). A transaction of a producer the coordinator does not know, or on a
-        partition not checked, is left for an operator: ``kbroker transactions find-hanging`` lists it and
-        ``kbroker transactions abort`` ends it (KIP-664).
+        ``kafka-transactions.sh abort`` would). A marker that cannot be written is retried on the timer. A
+        transaction of a producer the coordinator does not know, or on a partition not checked, is left for an
+        operator: ``kbroker transactions find-hanging`` lists it and ``kbroker transactions abort`` ends it
+        (KIP-664).
         """
         by_producer: dict[int, TransactionMetadata] = {}
         partitions: set[tuple[str, int]] = set()
@@ -375,10 +387,22 @@ class TransactionCoordinator:
                     view.current_txn_start_offset,
                     "commit" if commit else "abort",
                 )
-                repaired = dataclasses.replace(owner, producer_id=view.producer_id, producer_epoch=epoch)
-                if self._write_marker(repaired, topic, index, commit, now):
+                repair = _Repair(owner.transactional_id, view.producer_id, epoch, commit)
+                if self._repair(topic, index, repair, now):
                     written += 1
         return written
+
+    def _repair(self, topic: str, index: int, repair: _Repair, now: int) -> bool:
+        """Write a marker reconciliation owes; False if it failed and waits for a retry on the timer."""
+        written = self._write_marker_for(
+            repair.transactional_id, repair.producer_id, repair.marker_epoch, topic, index, repair.commit, now
+        )
+        if written:
+            self._pending_repairs.pop((topic, index), None)
+            return True
+        self._pending_repairs[(topic, index)] = repair
+        self._schedule_marker_retry(now)
+        return False
 
     @staticmethod
     def _owed_marker(
@@ -808,11 +832,18 @@ class TransactionCoordinator:
 
     def _write_marker(self, metadata: TransactionMetadata, topic: str, index: int, commit: bool, now: int) -> bool:
         """Append one marker; False if it must be retried."""
+        return self._write_marker_for(
+            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch, topic, index, commit, now
+        )
+
+    def _write_marker_for(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str, index: int, commit: bool, now: int
+    ) -> bool:
         try:
             target = self._partition(topic, index)
             if target is None:
                 return True  # the topic was deleted: Kafka drops the markers of unknown partitions too
-            result = target.append_marker(metadata.producer_id, metadata.producer_epoch, commit, COORDINATOR_EPOCH, now)
+            result = target.append_marker(producer_id, epoch, commit, COORDINATOR_EPOCH, now)
         except KafkaError as exc:
             code, message = exc.code, exc.message
         except (OSError, StorageError) as exc:
@@ -826,7 +857,7 @@ class TransactionCoordinator:
             # The partition knows a newer epoch of this producer (or is gone): as Kafka, the marker is dropped.
             log.warning(
                 "transactional id %r: %s marker for %s-%d not written: %s",
-                metadata.transactional_id,
+                transactional_id,
                 "commit" if commit else "abort",
                 topic,
                 index,
@@ -835,7 +866,7 @@ class TransactionCoordinator:
             return True
         log.warning(
             "transactional id %r: %s marker for %s-%d failed (%s: %s); retrying",
-            metadata.transactional_id,
+            transactional_id,
             "commit" if commit else "abort",
             topic,
             index,
@@ -886,7 +917,7 @@ class TransactionCoordinator:
         earliest = self._earliest_timer()
         if earliest is not None:
             deadlines.append(earliest[0])
-        if self._pending_markers:
+        if self._pending_markers or self._pending_repairs:
             deadlines.append(self._marker_retry_ms)
         if not deadlines:
             return None
@@ -904,6 +935,9 @@ class TransactionCoordinator:
         now_ms = self._now_ms()
         if now_ms < self._backoff_until_ms:
             return
+        if self._pending_repairs and self._marker_retry_ms <= now_ms:
+            for (topic, index), repair in list(self._pending_repairs.items()):
+                self._repair(topic, index, repair, now_ms)
         if self._pending_markers and self._marker_retry_ms <= now_ms:
             for transactional_id, pending in list(self._pending_markers.items()):
                 metadata = self.transactions.get(transactional_id)

@@ -399,3 +399,19 @@ def test_an_open_transaction_the_coordinator_no_longer_has_is_aborted_and_an_ong
     assert world.markers("a", 0) == [Marker(101, 0, False, 0)]
     assert world.markers("a", 1) == [] and world.state().state is TxnState.ONGOING  # its EndTxn will end it
     assert world.markers("b", 1) == [] and 555 in world.partitions[("b", 1)].open  # for find-hanging and abort
+
+
+def test_a_lost_marker_that_cannot_be_written_again_is_retried(world: World) -> None:
+    c = world.coordinator
+    init(world)
+    c.add_partitions(TID, 101, 0, [("a", 0)])
+    c.end_transaction(TID, 101, 0, True)
+    world.partitions[("a", 0)].lose_last_marker(first_offset=0, data_epoch=0)
+    world.partitions[("a", 0)].failing = True  # a full disk at start-up
+    c = world.restart(reconcile_markers=True)
+    assert world.markers("a", 0) == [] and c.next_deadline_ms() == world.now + 1000
+    world.partitions[("a", 0)].failing = False
+    world.now += 1000
+    c.tick()
+    assert world.markers("a", 0) == [Marker(101, 0, True, 0)]
+    assert c.next_deadline_ms() == world.state().last_update_ms + c.id_expiration_ms  # nothing left to retry
