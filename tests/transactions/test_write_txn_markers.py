@@ -10,7 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kbroker.testing import RunningBroker
+import pytest
+
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.list_offsets_request import ListOffsetsRequest
@@ -23,6 +25,7 @@ from tests.kafka.test_transactions_kafka import (  # noqa: F401 (brokers is a fi
     init_retrying,
     settled,
 )
+from tests.security.test_handler_authorization import ADMIN, STANDARD, allow, make_broker, run, send
 from tests.transactions.test_transaction_apis import add_partitions
 
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -138,15 +141,23 @@ def test_write_txn_markers_answers_as_kafka(brokers: dict[str, str]) -> None:  #
     assert seen["kafka"] == seen["kbroker"]
 
 
-def test_write_txn_markers_needs_alter_or_cluster_action(tmp_path: Path) -> None:
-    acls = {
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
-        "allow.everyone.if.no.acl.found": "false",
-    }
-    with RunningBroker(tmp_path, acls) as broker, WireClient(broker.bootstrap) as client:
-        answer = write_markers(client, marker(UNKNOWN_PRODUCER, 0, {"any": [0, 1]}))
-        assert answer == [
-            (UNKNOWN_PRODUCER, "any", 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-            (UNKNOWN_PRODUCER, "any", 1, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-        ]
+@pytest.mark.parametrize("granted", [None, AclOperation.ALTER, AclOperation.CLUSTER_ACTION, AclOperation.WRITE])
+def test_write_txn_markers_needs_alter_or_cluster_action(tmp_path: Path, granted: AclOperation | None) -> None:
+    broker = make_broker(
+        tmp_path,
+        {"authorizer.class.name": STANDARD, "super.users": ADMIN, "allow.everyone.if.no.acl.found": "false"},
+    )
+    try:
+        run(lambda: broker.topics.create("allowed", 2, {}))
+        if granted is not None:
+            allow(broker, ResourceType.CLUSTER, CLUSTER_NAME, granted)
+        request = WriteTxnMarkersRequest(markers=[marker(UNKNOWN_PRODUCER, 0, {"allowed": [0, 1]})])
+        answer = send(broker, 27, 1, request)
+        codes = [(p.partition_index, p.error_code) for m in answer.markers for t in m.topics for p in t.partitions]
+        authorized = granted in (AclOperation.ALTER, AclOperation.CLUSTER_ACTION)
+        expected = ErrorCode.NONE if authorized else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert codes == [(0, expected), (1, expected)]
+        partition = broker.topics.partition("allowed", 0)
+        assert partition is not None and partition.log_end_offset == (1 if authorized else 0)  # the marker
+    finally:
+        broker.close()
