@@ -19,13 +19,16 @@ from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from protocol.records import Record, build_batch
+from tests.commands.test_transactions import open_transaction
 from tests.kafka.test_transactions_kafka import (  # noqa: F401 (brokers is a fixture)
     brokers,
     create_topic,
     init_retrying,
     settled,
 )
-from tests.security.test_handler_authorization import ADMIN, STANDARD, allow, make_broker, run, send
+from tests.security.test_handler_authorization import ADMIN, STANDARD, allow, make_broker, send
+from tests.security.test_handler_authorization import run as run_in_trio
+from tests.transactions.test_hanging_transactions import kafka_transactions, run_tool  # noqa: F401 (a fixture)
 from tests.transactions.test_transaction_apis import add_partitions
 
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -148,7 +151,7 @@ def test_write_txn_markers_needs_alter_or_cluster_action(tmp_path: Path, granted
         {"authorizer.class.name": STANDARD, "super.users": ADMIN, "allow.everyone.if.no.acl.found": "false"},
     )
     try:
-        run(lambda: broker.topics.create("allowed", 2, {}))
+        run_in_trio(lambda: broker.topics.create("allowed", 2, {}))
         if granted is not None:
             allow(broker, ResourceType.CLUSTER, CLUSTER_NAME, granted)
         request = WriteTxnMarkersRequest(markers=[marker(UNKNOWN_PRODUCER, 0, {"allowed": [0, 1]})])
@@ -161,3 +164,24 @@ def test_write_txn_markers_needs_alter_or_cluster_action(tmp_path: Path, granted
         assert partition is not None and partition.log_end_offset == (1 if authorized else 0)  # the marker
     finally:
         broker.close()
+
+
+def test_kafka_transactions_tool_aborts_an_open_transaction_on_both(
+    brokers: dict[str, str],  # noqa: F811
+    kafka_transactions: list[str],  # noqa: F811
+) -> None:
+    """kafka-transactions.sh find-hanging does not count a transaction its coordinator holds; abort ends it."""
+    run = uuid.uuid4().hex[:8]
+    seen = {}
+    for name, bootstrap in brokers.items():
+        with WireClient(bootstrap) as client:
+            create_topic(client, f"tool-{run}")
+        pid, epoch = open_transaction(bootstrap, f"tool-{run}", f"tool-{run}")
+        found = run_tool(kafka_transactions, bootstrap, "find-hanging", "--topic", f"tool-{run}")
+        aborted = run_tool(
+            kafka_transactions, bootstrap, "abort", "--topic", f"tool-{run}", "--partition", "0", "--start-offset", "0"
+        )
+        with WireClient(bootstrap) as client:
+            stable = offsets(client, f"tool-{run}", 1), offsets(client, f"tool-{run}", 0)
+        seen[name] = found[1:], aborted, stable
+    assert seen["kbroker"] == seen["kafka"] == ([], [], (2, 2))
