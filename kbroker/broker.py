@@ -131,7 +131,8 @@ class Broker:
                 sync=config["log.flush.interval.messages"] == 1,
                 runtime=self.coordinator_runtime,
             )
-            self.transactions.recover()  # transactions a crash left half-ended get their markers
+            # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
+            self.transactions.recover(reconcile_markers=isinstance(self.logs, LogManager) and not self.logs.clean_start)
         except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked
             self.logs.close()
             self.offsets.close()

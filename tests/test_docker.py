@@ -202,8 +202,8 @@ def test_entrypoint_runs_any_other_command() -> None:
     assert run.returncode == 0
     commands = re.search(r"\{([a-z,-]+)\}", run.stdout)
     assert commands is not None and commands.group(1).split(",") == [
-        *("serve", "health", "certs", "topics", "produce", "consume", "groups", "configs", "acls", "mirror"),
-        "console",
+        *("serve", "health", "certs", "topics", "produce", "consume", "groups", "configs", "acls", "transactions"),
+        *("mirror", "console"),
     ]
 
 

@@ -24,6 +24,7 @@ def test_every_set_is_fetched_with_its_pinned_versions() -> None:
         "kafka-4.3.1",
         "kafka-clients-3.9.0",
         "kafka-clients-4.3.0",
+        "kafka-tools-4.3.1",
         "spark-kafka",
     ]
     names = {name: {jar.name for jar in maven_artifacts.jars(name)} for name in maven_artifacts.sets()}
@@ -31,6 +32,7 @@ def test_every_set_is_fetched_with_its_pinned_versions() -> None:
     assert any(n.startswith("log4j-slf4j-impl-") for n in names["kafka-4.3.1"])  # Kafka's log goes somewhere
     assert "kafka-clients-3.9.0.jar" in names["kafka-clients-3.9.0"]
     assert "kafka-clients-4.3.0.jar" in names["kafka-clients-4.3.0"]
+    assert "kafka-tools-4.3.1.jar" in names["kafka-tools-4.3.1"]  # kafka-transactions.sh (TransactionsCommand)
     for clients in ("kafka-clients-3.9.0", "kafka-clients-4.3.0"):  # every codec a producer may be asked for
         assert {n.split("-")[0] for n in names[clients]} >= {"lz4", "snappy", "zstd"}
     import pyspark
@@ -43,7 +45,7 @@ def test_an_unknown_set_is_one_line_naming_the_known_ones() -> None:
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
         "error: unknown Maven artifact set 'kafka-9.9.9'; known: "
-        "java-logging, kafka-4.3.1, kafka-clients-3.9.0, kafka-clients-4.3.0, spark-kafka"
+        "java-logging, kafka-4.3.1, kafka-clients-3.9.0, kafka-clients-4.3.0, kafka-tools-4.3.1, spark-kafka"
     ]
 
 

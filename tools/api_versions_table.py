@@ -34,7 +34,6 @@ GAP_REASONS = {
     "RenewDelegationToken": TOKENS,
     "ExpireDelegationToken": TOKENS,
     "DescribeDelegationToken": TOKENS,
-    "WriteTxnMarkers": "inter-broker markers; Admin abortTransaction is refused (UNSUPPORTED.md)",
     "UnregisterBroker": NOT_PLANNED_KRAFT,
     "AddRaftVoter": NOT_PLANNED_KRAFT,
     "RemoveRaftVoter": NOT_PLANNED_KRAFT,

@@ -11,6 +11,8 @@ The sets:
 - ``kafka-4.3.1``: the Apache Kafka broker (``kafka.Kafka``, ``kafka.tools.StorageTool``) with log4j2;
 - ``kafka-clients-3.9.0``, ``kafka-clients-4.3.0``: the Java client with its compression libraries; the
   4.3.0 jar also carries Kafka's message schemas, the input of tools/gen_messages.py;
+- ``kafka-tools-4.3.1``: Kafka's command-line tools (``kafka-transactions.sh`` is
+  ``org.apache.kafka.tools.TransactionsCommand``), run against kbroker in tests/transactions;
 - ``java-logging``: log4j2 as an SLF4J 2 provider, for a client's log when asked for;
 - ``spark-kafka``: spark-sql-kafka-0-10 and spark-token-provider-kafka-0-10 at the pinned pyspark's version
   (Spark's provided dependencies are pyspark's own jars).

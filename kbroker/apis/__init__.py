@@ -81,6 +81,7 @@ HANDLERS: dict[int, ApiHandler] = _table(
     (24, 0, 5, "transactions.handle_add_partitions_to_txn"),
     (25, 0, 4, "transactions.handle_add_offsets_to_txn"),
     (26, 0, 5, "transactions.handle_end_txn"),
+    (27, 1, 2, "txn_markers.handle_write_txn_markers"),
     (28, 0, 5, "transactions.handle_txn_offset_commit"),
     (29, 1, 3, "acls.handle_describe_acls"),
     (30, 1, 3, "acls.handle_create_acls"),

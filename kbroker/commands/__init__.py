@@ -10,6 +10,7 @@ of the parsed arguments returning the exit code) on each:
 - ``groups``: kbroker groups list|describe|delete|reset-offsets
 - ``configs``: kbroker configs describe|alter
 - ``acls``: kbroker acls list|create|delete
+- ``transactions``: kbroker transactions list|describe|find-hanging|abort
 - ``mirror``: kbroker mirror (kbroker/mirror/ does the work)
 - ``console``: kbroker console (kbroker/console/ does the work)
 
@@ -26,7 +27,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-COMMAND_MODULES = ("topics", "records", "groups", "configs", "acls", "mirror", "console")
+COMMAND_MODULES = ("topics", "records", "groups", "configs", "acls", "transactions", "mirror", "console")
 
 Runner = Callable[[argparse.Namespace], int]
 

@@ -33,6 +33,7 @@ from protocol.records import BatchHeader
 
 RETAINED_BATCHES = 5  # Kafka keeps metadata of the last five batches per producer (max.in.flight <= 5)
 NO_EPOCH = -1
+MAX_EPOCH = 32767  # Short.MAX_VALUE
 INT32_MAX = 2**31 - 1
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_KIND = "producer-snapshot"
@@ -172,7 +173,11 @@ class ProducerStateTable:
             return APPEND
         # Transaction version 2 bumps the epoch at every commit or abort: the marker carries the new one.
         too_old = producer_epoch <= entry.epoch if transaction_version >= 2 else producer_epoch < entry.epoch
-        if entry.epoch != NO_EPOCH and too_old:
+        # As Kafka: a TV2 marker at the current epoch with no transaction open is a retry, written all the same.
+        retried = producer_epoch == entry.epoch and (
+            entry.current_txn_first_offset == NO_OFFSET or entry.epoch == MAX_EPOCH
+        )
+        if entry.epoch != NO_EPOCH and too_old and not retried:
             return SequenceCheck(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"marker epoch {producer_epoch} of producer {producer_id} is not valid after its epoch {entry.epoch}",

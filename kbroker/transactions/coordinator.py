@@ -45,7 +45,9 @@ changes the state in memory, so a failed write changes nothing (the request answ
 answers a failed append to its transaction log, and the client finds the coordinator again and retries). At
 start-up the journal is replayed: a transaction in PrepareCommit/PrepareAbort is completed (its markers written
 again: a marker for a transaction the partition already ended is harmless) and an Ongoing one keeps its deadline,
-measured from its start on the wall clock. The journal is rewritten with the live state when it grows.
+measured from its start on the wall clock. The journal is rewritten with the live state when it grows. Each id
+keeps its last completed transaction (producer id, marker epoch, outcome, partitions): after an unclean stop the
+markers of those partitions that recovery cut off are written again (``reconcile_markers``).
 """
 
 from __future__ import annotations
@@ -110,18 +112,60 @@ class TransactionLogError(StorageError):
     """A transition could not be journalled; the state in memory is as it was."""
 
 
+class OpenTransaction(Protocol):
+    """A producer as a partition reports it (kbroker/storage's ProducerView)."""
+
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def current_txn_start_offset(self) -> int: ...
+
+
 class MarkerTarget(Protocol):
-    """What the coordinator needs of a partition (kbroker/storage's PartitionStore): appending a marker."""
+    """What the coordinator needs of a partition (kbroker/storage's PartitionStore): appending a marker, and the
+    producers it knows (to find the transactions it holds open)."""
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None
     ) -> Any: ...
+
+    def producers_view(self) -> Iterable[OpenTransaction]: ...
 
 
 class TransactionalOffsets(Protocol):
     """What the coordinator needs of the offset store: applying or dropping a transaction's pending offsets."""
 
     def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTransaction:
+    """The last transaction of an id that completed: the markers it wrote. Kept so that a restart after a crash
+    that lost a marker (a torn tail cut by log recovery) can write it again with the outcome decided."""
+
+    producer_id: int
+    marker_epoch: int  # the epoch the markers carry (TV2: the bumped one)
+    commit: bool
+    partitions: frozenset[tuple[str, int]]
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "pid": self.producer_id,
+            "epoch": self.marker_epoch,
+            "commit": self.commit,
+            "partitions": sorted([t, p] for t, p in self.partitions),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> CompletedTransaction:
+        return cls(
+            producer_id=int(record["pid"]),
+            marker_epoch=int(record["epoch"]),
+            commit=bool(record["commit"]),
+            partitions=frozenset((str(t), int(p)) for t, p in record["partitions"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +185,7 @@ class TransactionMetadata:
     start_ms: int = -1
     last_update_ms: int = -1
     transaction_version: int = 1  # 2 once the client ended a transaction with EndTxn v5
+    last_completed: CompletedTransaction | None = None
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -161,6 +206,7 @@ class TransactionMetadata:
             "start": self.start_ms,
             "update": self.last_update_ms,
             "tv": self.transaction_version,
+            **({"done": self.last_completed.to_record()} if self.last_completed is not None else {}),
         }
 
     @classmethod
@@ -179,6 +225,7 @@ class TransactionMetadata:
             start_ms=int(record["start"]),
             last_update_ms=int(record["update"]),
             transaction_version=int(record.get("tv", 1)),
+            last_completed=CompletedTransaction.from_record(record["done"]) if "done" in record else None,
         )
 
 
@@ -187,6 +234,16 @@ class ProducerIdAndEpoch:
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class _Repair:
+    """A marker reconciliation owes a partition (written again after a crash lost it); retried on the timer."""
+
+    transactional_id: str
+    producer_id: int
+    marker_epoch: int
+    commit: bool
 
 
 @dataclass(slots=True)
@@ -223,6 +280,7 @@ class TransactionCoordinator:
         self._runtime = runtime
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
+        self._pending_repairs: dict[tuple[str, int], _Repair] = {}  # markers a crash lost that failed again
         self._marker_retry_ms = 0  # wall time of the next retry of markers that failed
         # Each id's timer (a timeout or an expiry) by wall time: a heap whose superseded entries are skipped.
         self._timers: list[tuple[int, str]] = []
@@ -260,8 +318,9 @@ class TransactionCoordinator:
         for transactional_id, metadata in self.transactions.items():
             self._set_timer(transactional_id, metadata)
 
-    def recover(self) -> None:
-        """Complete the transactions a crash left in PrepareCommit/PrepareAbort (their markers written again)."""
+    def recover(self, *, reconcile_markers: bool = False) -> None:
+        """Complete the transactions a crash left in PrepareCommit/PrepareAbort (their markers written again); with
+        ``reconcile_markers`` (after an unclean shutdown) also write the markers the partitions lost."""
         for metadata in list(self.transactions.values()):
             if metadata.state.is_prepare:
                 log.info(
@@ -270,6 +329,100 @@ class TransactionCoordinator:
                     metadata.state.value,
                 )
                 self._write_markers_and_complete(metadata, set(metadata.partitions), set(metadata.groups))
+        if reconcile_markers:
+            self.reconcile_markers()
+
+    def reconcile_markers(self) -> int:
+        """Write again the markers of completed transactions that the partitions do not hold; how many were written.
+
+        The coordinator journals CompleteCommit/CompleteAbort after the markers are appended, but neither is
+        fsynced at each transaction: a crash can leave the journal saying complete while log recovery cut the
+        marker off a partition's torn tail. That partition then holds the transaction open for ever (the last
+        stable offset stuck, every other transactional producer's records invisible to read_committed). Kafka's
+        coordinator keeps sending markers until they are durable; here, at start-up, the partitions of each id's
+        last completed transaction (what a crash loses: the newest writes) are checked, and every transaction they
+        hold open that the coordinator does not consider ongoing there is ended: with the decided outcome if it is
+        that last completed transaction, else aborted, the outcome of an older one being unknown (as an operator's
+        ``kafka-transactions.sh abort`` would). A marker that cannot be written is retried on the timer. A
+        transaction of a producer the coordinator does not know, or on a partition not checked, is left for an
+        operator: ``kbroker transactions find-hanging`` lists it and ``kbroker transactions abort`` ends it
+        (KIP-664).
+        """
+        by_producer: dict[int, TransactionMetadata] = {}
+        partitions: set[tuple[str, int]] = set()
+        for metadata in self.transactions.values():
+            done = metadata.last_completed
+            if done is not None:
+                partitions |= done.partitions
+                by_producer.setdefault(done.producer_id, metadata)
+            if metadata.previous_producer_id != NO_PRODUCER_ID:
+                by_producer.setdefault(metadata.previous_producer_id, metadata)
+            by_producer[metadata.producer_id] = metadata
+        written = 0
+        now = self._now_ms()
+        for topic, index in sorted(partitions):
+            try:
+                target = self._partition(topic, index)
+                views = list(target.producers_view()) if target is not None else []
+            except (KafkaError, OSError, StorageError) as exc:
+                log.warning("%s-%d: its open transactions cannot be checked: %s", topic, index, exc)
+                continue
+            for view in views:
+                if view.current_txn_start_offset < 0:
+                    continue
+                owner = by_producer.get(view.producer_id)
+                if owner is None:
+                    continue
+                owed = self._owed_marker(owner, view, (topic, index))
+                if owed is None:
+                    continue
+                commit, epoch = owed
+                log.warning(
+                    "%s-%d: the transaction of producer %d (transactional id %r) starting at offset %d has no marker; "
+                    "writing its %s marker again",
+                    topic,
+                    index,
+                    view.producer_id,
+                    owner.transactional_id,
+                    view.current_txn_start_offset,
+                    "commit" if commit else "abort",
+                )
+                repair = _Repair(owner.transactional_id, view.producer_id, epoch, commit)
+                if self._repair(topic, index, repair, now):
+                    written += 1
+        return written
+
+    def _repair(self, topic: str, index: int, repair: _Repair, now: int) -> bool:
+        """Write a marker reconciliation owes; False if it failed and waits for a retry on the timer."""
+        written = self._write_marker_for(
+            repair.transactional_id, repair.producer_id, repair.marker_epoch, topic, index, repair.commit, now
+        )
+        if written:
+            self._pending_repairs.pop((topic, index), None)
+            return True
+        self._pending_repairs[(topic, index)] = repair
+        self._schedule_marker_retry(now)
+        return False
+
+    @staticmethod
+    def _owed_marker(
+        metadata: TransactionMetadata, view: OpenTransaction, partition: tuple[str, int]
+    ) -> tuple[bool, int] | None:
+        """The marker (commit?, epoch) owed to a transaction a partition holds open; None if it is still ongoing."""
+        if view.producer_id == metadata.producer_id and partition in metadata.partitions:
+            if metadata.state.is_prepare:
+                return None  # its markers are being written (retried on the timer)
+            if metadata.state is TxnState.ONGOING and view.producer_epoch >= metadata.producer_epoch:
+                return None  # the transaction in progress: its EndTxn or timeout writes the marker
+        done = metadata.last_completed
+        if (
+            done is not None
+            and done.producer_id == view.producer_id
+            and partition in done.partitions
+            and view.producer_epoch <= done.marker_epoch
+        ):
+            return done.commit, done.marker_epoch
+        return False, view.producer_epoch
 
     def _persist(self, metadata: TransactionMetadata | None, transactional_id: str) -> None:
         """Journal ``metadata`` (None: the id is gone), then make it the id's state; TransactionLogError if the
@@ -655,6 +808,9 @@ class TransactionCoordinator:
             partitions=frozenset(),
             groups=frozenset(),
             last_update_ms=now,
+            last_completed=CompletedTransaction(
+                metadata.producer_id, metadata.producer_epoch, commit, metadata.partitions
+            ),
         )
         if metadata.next_producer_id != NO_PRODUCER_ID:  # TV2 with the epoch exhausted: move to the new id
             completed = dataclasses.replace(
@@ -676,11 +832,18 @@ class TransactionCoordinator:
 
     def _write_marker(self, metadata: TransactionMetadata, topic: str, index: int, commit: bool, now: int) -> bool:
         """Append one marker; False if it must be retried."""
+        return self._write_marker_for(
+            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch, topic, index, commit, now
+        )
+
+    def _write_marker_for(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str, index: int, commit: bool, now: int
+    ) -> bool:
         try:
             target = self._partition(topic, index)
             if target is None:
                 return True  # the topic was deleted: Kafka drops the markers of unknown partitions too
-            result = target.append_marker(metadata.producer_id, metadata.producer_epoch, commit, COORDINATOR_EPOCH, now)
+            result = target.append_marker(producer_id, epoch, commit, COORDINATOR_EPOCH, now)
         except KafkaError as exc:
             code, message = exc.code, exc.message
         except (OSError, StorageError) as exc:
@@ -694,7 +857,7 @@ class TransactionCoordinator:
             # The partition knows a newer epoch of this producer (or is gone): as Kafka, the marker is dropped.
             log.warning(
                 "transactional id %r: %s marker for %s-%d not written: %s",
-                metadata.transactional_id,
+                transactional_id,
                 "commit" if commit else "abort",
                 topic,
                 index,
@@ -703,7 +866,7 @@ class TransactionCoordinator:
             return True
         log.warning(
             "transactional id %r: %s marker for %s-%d failed (%s: %s); retrying",
-            metadata.transactional_id,
+            transactional_id,
             "commit" if commit else "abort",
             topic,
             index,
@@ -754,7 +917,7 @@ class TransactionCoordinator:
         earliest = self._earliest_timer()
         if earliest is not None:
             deadlines.append(earliest[0])
-        if self._pending_markers:
+        if self._pending_markers or self._pending_repairs:
             deadlines.append(self._marker_retry_ms)
         if not deadlines:
             return None
@@ -772,6 +935,9 @@ class TransactionCoordinator:
         now_ms = self._now_ms()
         if now_ms < self._backoff_until_ms:
             return
+        if self._pending_repairs and self._marker_retry_ms <= now_ms:
+            for (topic, index), repair in list(self._pending_repairs.items()):
+                self._repair(topic, index, repair, now_ms)
         if self._pending_markers and self._marker_retry_ms <= now_ms:
             for transactional_id, pending in list(self._pending_markers.items()):
                 metadata = self.transactions.get(transactional_id)

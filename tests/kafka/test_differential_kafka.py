@@ -47,7 +47,6 @@ DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 EXPECTED_GAPS: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {
     "OffsetCommit": ((2, 10), (2, 9)),
     "OffsetFetch": ((1, 10), (1, 9)),
-    "WriteTxnMarkers": ((1, 2), None),
     "CreateDelegationToken": ((1, 3), None),
     "RenewDelegationToken": ((1, 2), None),
     "ExpireDelegationToken": ((1, 2), None),

@@ -33,10 +33,18 @@ class Marker:
     coordinator_epoch: int
 
 
+@dataclass(frozen=True)
+class Producer:
+    producer_id: int
+    producer_epoch: int
+    current_txn_start_offset: int
+
+
 @dataclass
 class FakePartition:
     markers: list[Marker] = field(default_factory=list)
     failing: bool = False
+    open: dict[int, Producer] = field(default_factory=dict)  # producer id -> its open transaction here
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None
@@ -44,7 +52,16 @@ class FakePartition:
         if self.failing:
             raise OSError(28, "No space left on device")
         self.markers.append(Marker(producer_id, producer_epoch, commit, coordinator_epoch))
+        self.open.pop(producer_id, None)
         return None
+
+    def producers_view(self) -> list[Producer]:
+        return list(self.open.values())
+
+    def lose_last_marker(self, first_offset: int, data_epoch: int) -> None:
+        """As log recovery cutting a torn marker off: the producer's transaction is open again."""
+        marker = self.markers.pop()
+        self.open[marker.producer_id] = Producer(marker.producer_id, data_epoch, first_offset)
 
 
 class World:
@@ -62,7 +79,7 @@ class World:
         self.next_pid += 1
         return self.next_pid
 
-    def start(self, **settings: int) -> TransactionCoordinator:
+    def start(self, reconcile_markers: bool = False, **settings: int) -> TransactionCoordinator:
         coordinator = TransactionCoordinator(
             self.data_dir,
             allocate_producer_id=self.allocate,
@@ -71,14 +88,14 @@ class World:
             wall_clock_ms=lambda: self.now,
             **settings,  # type: ignore[arg-type]
         )
-        coordinator.recover()
+        coordinator.recover(reconcile_markers=reconcile_markers)
         return coordinator
 
-    def restart(self, **settings: int) -> TransactionCoordinator:
+    def restart(self, reconcile_markers: bool = False, **settings: int) -> TransactionCoordinator:
         self.coordinator.close()
         self.offsets.close()
         self.offsets = OffsetStore(self.data_dir)
-        self.coordinator = self.start(**settings)
+        self.coordinator = self.start(reconcile_markers, **settings)
         return self.coordinator
 
     def markers(self, topic: str, partition: int) -> list[Marker]:
@@ -326,3 +343,75 @@ def test_a_torn_last_record_is_skipped_and_a_damaged_header_stops_start_up(world
     path.write_bytes(b"garbage" + data)
     with pytest.raises(DamagedFileError, match="transactions.journal"):
         world.start()
+
+
+# --- markers lost to a crash (issue #26) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_lost_marker_of_the_last_completed_transaction_is_written_again_after_an_unclean_stop(
+    world: World, commit: bool
+) -> None:
+    c = world.coordinator
+    init(world)
+    c.add_partitions(TID, 101, 0, [("a", 0), ("b", 1)])
+    assert c.end_transaction(TID, 101, 0, commit).error == ErrorCode.NONE
+    world.partitions[("a", 0)].lose_last_marker(first_offset=5, data_epoch=0)
+    world.restart()  # a clean start: nothing is checked
+    assert world.markers("a", 0) == [] and world.partitions[("a", 0)].open
+    world.restart(reconcile_markers=True)
+    assert world.markers("a", 0) == [Marker(101, 0, commit, 0)]
+    assert world.markers("b", 1) == [Marker(101, 0, commit, 0)]  # written once, before the crash
+    assert world.partitions[("a", 0)].open == {}
+    assert world.state().state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+
+
+def test_a_lost_tv2_marker_carries_the_bumped_epoch(world: World) -> None:
+    c = world.coordinator
+    init(world)
+    c.add_partitions(TID, 101, 0, [("a", 0)])
+    assert c.end_transaction(TID, 101, 0, True, transaction_version=2) == ProducerIdAndEpoch(ErrorCode.NONE, 101, 1)
+    world.partitions[("a", 0)].lose_last_marker(first_offset=0, data_epoch=0)
+    world.restart(reconcile_markers=True)
+    assert world.markers("a", 0) == [Marker(101, 1, True, 0)]
+
+
+def test_an_open_transaction_the_coordinator_no_longer_has_is_aborted_and_an_ongoing_one_is_left(
+    world: World,
+) -> None:
+    c = world.coordinator
+    init(world)
+    c.add_partitions(TID, 101, 0, [("a", 0)])
+    c.end_transaction(TID, 101, 0, True)
+    world.partitions[("a", 0)].lose_last_marker(first_offset=0, data_epoch=0)
+    init(world)  # a new instance (epoch 1) commits on b-0, then begins a transaction on a-1
+    c.add_partitions(TID, 101, 1, [("b", 0)])
+    c.end_transaction(TID, 101, 1, True)
+    assert c.init_producer_id("other", TIMEOUT) == ProducerIdAndEpoch(ErrorCode.NONE, 102, 0)
+    c.add_partitions("other", 102, 0, [("a", 0)])  # another id's commit on a-0 gets a-0 checked at restart
+    c.end_transaction("other", 102, 0, True)
+    del world.markers("a", 0)[:]
+    c.add_partitions(TID, 101, 1, [("a", 1)])
+    world.partitions[("a", 1)].open[101] = Producer(101, 1, 3)
+    world.partitions[("b", 1)].open[555] = Producer(555, 0, 7)  # a producer this coordinator does not know
+    world.restart(reconcile_markers=True)
+    # a-0's transaction of TID was not its last completed one: the coordinator aborts it (at its epoch, 0).
+    assert world.markers("a", 0) == [Marker(101, 0, False, 0)]
+    assert world.markers("a", 1) == [] and world.state().state is TxnState.ONGOING  # its EndTxn will end it
+    assert world.markers("b", 1) == [] and 555 in world.partitions[("b", 1)].open  # for find-hanging and abort
+
+
+def test_a_lost_marker_that_cannot_be_written_again_is_retried(world: World) -> None:
+    c = world.coordinator
+    init(world)
+    c.add_partitions(TID, 101, 0, [("a", 0)])
+    c.end_transaction(TID, 101, 0, True)
+    world.partitions[("a", 0)].lose_last_marker(first_offset=0, data_epoch=0)
+    world.partitions[("a", 0)].failing = True  # a full disk at start-up
+    c = world.restart(reconcile_markers=True)
+    assert world.markers("a", 0) == [] and c.next_deadline_ms() == world.now + 1000
+    world.partitions[("a", 0)].failing = False
+    world.now += 1000
+    c.tick()
+    assert world.markers("a", 0) == [Marker(101, 0, True, 0)]
+    assert c.next_deadline_ms() == world.state().last_update_ms + c.id_expiration_ms  # nothing left to retry

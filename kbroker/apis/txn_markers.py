@@ -1,0 +1,87 @@
+"""WriteTxnMarkers (key 27) v1-2: append commit or abort markers to partitions.
+
+In Kafka the transaction coordinator sends it to the partition leaders; here the coordinator writes its markers
+itself (every partition is local), so the request comes from an operator: Admin ``abortTransaction`` and
+``kafka-transactions.sh abort`` (KIP-664) end a hanging transaction with it, naming the producer id, epoch and
+coordinator epoch DescribeProducers reports. As Kafka, each partition's marker is appended as the coordinator's
+would be: a marker from an older producer epoch is INVALID_PRODUCER_EPOCH (with transaction version 2, v2's field,
+one not newer than the producer's), from an older coordinator epoch TRANSACTION_COORDINATOR_FENCED, and a marker
+for a producer with no open transaction is written all the same; an unknown partition is
+UNKNOWN_TOPIC_OR_PARTITION. The answer has one entry per producer id, as Kafka's (markers of the same producer are
+merged).
+
+Authorization as Kafka's: ALTER on the cluster, or else CLUSTER_ACTION on it; otherwise every partition is
+CLUSTER_AUTHORIZATION_FAILED and nothing is written.
+"""
+
+from __future__ import annotations
+
+from kbroker.apis.context import RequestContext
+from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+from protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
+
+MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
+TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
+PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+
+
+def _may_write_markers(ctx: RequestContext) -> bool:
+    authorizer = ctx.services.authorizer
+    if authorizer is None:
+        return True
+    # ALTER is asked first without logging a denial (Kafka's logIfDenied = false), then CLUSTER_ACTION.
+    if authorizer.authorize(ctx.principal, ctx.client_address, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return True
+    return ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _write_marker(
+    ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int
+) -> ErrorCode:
+    try:
+        plog = ctx.topics.partition(topic, index)
+    except KafkaError as exc:  # its files cannot be opened
+        return exc.code
+    if plog is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    transaction_version = marker.transaction_version if ctx.api_version >= 2 else 0
+    result = plog.append_marker(
+        marker.producer_id,
+        marker.producer_epoch,
+        marker.transaction_result,
+        marker.coordinator_epoch,
+        transaction_version=max(transaction_version, 1),
+    )
+    return ErrorCode(result.error_code)
+
+
+async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    authorized = _may_write_markers(ctx)
+    # producer id -> topic -> partition -> error, in the order first named (Kafka keys its answer by producer id)
+    by_producer: dict[int, dict[str, dict[int, ErrorCode]]] = {}
+    for marker in request.markers:
+        topics = by_producer.setdefault(marker.producer_id, {})
+        for topic in marker.topics:
+            partitions = topics.setdefault(topic.name, {})
+            for index in topic.partition_indexes:
+                if not authorized:
+                    partitions[index] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                else:
+                    partitions[index] = _write_marker(ctx, marker, topic.name, index)
+    return WriteTxnMarkersResponse(
+        markers=[
+            MarkerResult(
+                producer_id=producer_id,
+                topics=[
+                    TopicResult(
+                        name=name,
+                        partitions=[PartitionResult(partition_index=i, error_code=c) for i, c in partitions.items()],
+                    )
+                    for name, partitions in topics.items()
+                ],
+            )
+            for producer_id, topics in by_producer.items()
+        ]
+    )
