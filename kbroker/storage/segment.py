@@ -709,6 +709,9 @@ class Segment:
         are exactly what appending the remaining batches would have built.
         """
         cut = self.position_of(offset)
+        for corrupt in self.corrupt_ranges:
+            if corrupt.last_offset >= offset:  # it may hold offsets from ``offset`` on: it goes whole, as a batch
+                cut = min(cut, corrupt.position)
         if cut >= self.size:
             return
         fs.ftruncate(self._descriptor(), cut)
@@ -739,6 +742,8 @@ class Segment:
             del self._time_offsets[:]
             del self._time_timestamps[:]
         self._scan_tail(restart, check_crc=False)
+        if self.corrupt_ranges and self.corrupt_ranges[-1].end == cut:  # the offsets it stands for stay taken
+            self.next_offset = max(self.next_offset, self.corrupt_ranges[-1].last_offset + 1)
 
     def _track(self, header: BatchHeader, position: int) -> None:
         if header.max_timestamp > self.max_timestamp:

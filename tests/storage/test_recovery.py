@@ -369,3 +369,20 @@ def test_a_damaged_log_start_offset_file_starts_the_log_at_its_first_segment(
     again.delete_records(15)  # the operator's fix: the file is rewritten
     again.close()
     assert open_log(tmp_path, clean=True).log_start_offset == 15
+
+
+@pytest.mark.parametrize(("offset", "ranges_left"), [(20, []), (21, [(20, 20)]), (22, [(20, 20)])])
+def test_truncating_into_a_corrupt_range_removes_it_whole(
+    tmp_path: Path, offset: int, ranges_left: list[tuple[int, int]]
+) -> None:
+    crashed_log(tmp_path)
+    edit(segment_file(tmp_path, 13), _flip_value(7 * BATCH_SIZE))  # offset 20
+    recovered = open_log(tmp_path, clean=False)
+    recovered.truncate_to(offset)  # a follower dropping what its leader does not have
+    end = offset if ranges_left else 20
+    assert recovered.log_end_offset == end
+    assert [(r.first_offset, r.last_offset) for r in recovered.active.corrupt_ranges] == ranges_left
+    assert (tmp_path / "00000000000000000013.log.corrupt-ranges").exists() == bool(ranges_left)
+    assert recovered.append(batch(end), now_ms=T0).base_offset == end
+    lost = [20] if ranges_left else []
+    assert fetch_each_offset(recovered) == ([r for r in expected(end + 1) if r[0] not in lost], lost)
