@@ -12,8 +12,11 @@ offsets to move (long-polling fetches) subscribes to PartitionEvents instead of 
 
 Opening after an unclean stop validates, CRC included, every segment from the one holding the partition's
 recovery point (the offset below which all was fsynced, from recovery-point-offset-checkpoint), as Kafka's
-recovery does; the segments before it are trusted. A batch that turns out broken while serving answers
-CORRUPT_MESSAGE, as Kafka's log read does, for that partition only.
+recovery does; the segments before it are trusted. Kafka cuts the log at the first bad batch; here only a torn
+end of the log is cut (its bytes kept in a ``.corrupt`` file first), and a bad batch with valid ones after it
+stays in place as a corrupt range: reported at every start, its offsets answer CORRUPT_MESSAGE, the batches
+around it are served. A batch that turns out broken while serving answers CORRUPT_MESSAGE, as Kafka's log read
+does, for that partition only.
 
 Threads: everything runs on the event loop except ``flush``, which may run in a worker thread while the loop
 appends, rolls, truncates, swaps or deletes segments (see Segment's thread-safety contract).
@@ -369,7 +372,8 @@ class PartitionLog:
     ) -> None:
         """``clean``: the broker stopped cleanly, every segment and index is trusted. Otherwise the segments from
         the one holding ``recovery_point`` (everything below it was fsynced: the recovery-point-offset-checkpoint)
-        are validated batch by batch, CRC included, and cut after their last good batch, as Kafka's recovery."""
+        are validated batch by batch, CRC included, as Kafka's recovery; unlike it, only the end of the log is cut
+        (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover)."""
         self.topic = topic
         self.partition = partition
         self.directory = directory

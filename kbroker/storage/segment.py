@@ -41,7 +41,13 @@ from pathlib import Path
 
 from kbroker.storage import fs
 from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
-from kbroker.storage.files import DamagedFileError, StorageError, write_atomically, write_checked_json
+from kbroker.storage.files import (
+    DamagedFileError,
+    StorageError,
+    fsync_directory,
+    write_atomically,
+    write_checked_json,
+)
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 
@@ -399,7 +405,15 @@ class Segment:
             at = chunk.find(2, _MAGIC_AT)
             while 0 <= at and at - _MAGIC_AT + HEADER_SIZE <= len(chunk):
                 candidate = chunk_start + at - _MAGIC_AT
-                resumed = self._resumes_at(candidate, expected) if candidate != by_length else None
+                # Most candidates fail on their header alone, read from the chunk (no system call).
+                header = BatchHeader(*HEADER.unpack_from(chunk, at - _MAGIC_AT))
+                plausible = (
+                    header_problem(header) is None
+                    and expected <= header.base_offset
+                    and header.last_offset - self.base_offset <= _MAX_RELATIVE_OFFSET
+                    and candidate + header.size <= self.size
+                )
+                resumed = self._resumes_at(candidate, expected) if plausible and candidate != by_length else None
                 if resumed is not None:
                     return candidate, resumed
                 at = chunk.find(2, at + 1)
@@ -409,12 +423,12 @@ class Segment:
     def _cut_tail(self, position: int, expected: int, problem: str) -> int:
         """Cut the torn or corrupt end of the log at ``position``, its bytes first kept (fsynced) in a file aside:
         a crash before the cut leaves them in both places, and the next recovery finds the copy and cuts."""
-        data = self._pread(self.size - position, position)
-        aside = self._keep_aside(position, data)
+        length = self.size - position
+        aside = self._keep_aside(position)
         log.warning(
             "%s: truncating %d bytes of a torn or corrupt tail (%s); they held %s and are kept in %s",
             self.log_path,
-            len(data),
+            length,
             problem,
             self._offsets_by_headers(position, expected),
             aside,
@@ -422,20 +436,45 @@ class Segment:
         fs.ftruncate(self._descriptor(), position)
         self.size = position
         self._written_generation += 1
-        return len(data)
+        return length
 
-    def _keep_aside(self, position: int, data: bytes) -> Path:
-        stem = f"{self.log_path.name}.{position}-{position + len(data) - 1}"
+    def _keep_aside(self, position: int) -> Path:
+        """Copy the bytes from ``position`` to the end to a new ``.corrupt`` file (file and directory fsynced), or
+        find the copy a recovery that crashed before its cut made; its path."""
+        stem = f"{self.log_path.name}.{position}-{self.size - 1}"
         attempt = 0
         while True:
             path = self.directory / (stem + (f".{attempt}" if attempt else "") + CORRUPT_SUFFIX)
             if not path.exists():
                 break
-            if path.read_bytes() == data:
-                return path  # written by a recovery that crashed before it cut
+            if self._holds_tail(path, position):
+                return path
             attempt += 1
-        write_atomically(path, data, sync_directory=True)
+        tmp = path.with_name(path.name + ".tmp")  # removed by the next start if a crash leaves it
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                for at in range(position, self.size, _SCAN_CHUNK):
+                    fs.write_all(fd, self._pread(min(_SCAN_CHUNK, self.size - at), at))
+                fs.fsync(fd)
+            finally:
+                os.close(fd)
+            fs.replace(tmp, path)
+        except OSError:  # a full disk: nothing is cut, and the partition reports the error
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_directory(self.directory)
         return path
+
+    def _holds_tail(self, path: Path, position: int) -> bool:
+        """Whether ``path`` holds exactly the bytes of the log from ``position`` to its end."""
+        if path.stat().st_size != self.size - position:
+            return False
+        with open(path, "rb") as kept:
+            for at in range(position, self.size, _SCAN_CHUNK):
+                if kept.read(_SCAN_CHUNK) != self._pread(min(_SCAN_CHUNK, self.size - at), at):
+                    return False
+        return True
 
     def _offsets_by_headers(self, position: int, expected: int) -> str:
         """The offsets the bytes from ``position`` held, as far as their batch headers tell."""
