@@ -386,3 +386,16 @@ def test_truncating_into_a_corrupt_range_removes_it_whole(
     assert recovered.append(batch(end), now_ms=T0).base_offset == end
     lost = [20] if ranges_left else []
     assert fetch_each_offset(recovered) == ([r for r in expected(end + 1) if r[0] not in lost], lost)
+
+
+def test_a_full_disk_while_keeping_a_torn_tail_aside_cuts_nothing(tmp_path: Path) -> None:
+    crashed_log(tmp_path, 6)
+    log_file = segment_file(tmp_path, 0)
+    log_file.write_bytes(log_file.read_bytes()[: 5 * BATCH_SIZE + 40])
+    torn = log_file.read_bytes()
+    with fs.installed(FaultyFileSystem(disk_full=True)), pytest.raises(OSError, match="No space left"):
+        open_log(tmp_path, clean=False)
+    assert log_file.read_bytes() == torn and aside_files(tmp_path) == {} and not list(tmp_path.glob("*.tmp"))
+    recovered = open_log(tmp_path, clean=False)  # space again: the next start does it
+    assert fetch_each_offset(recovered) == (expected(5), [])
+    assert list(aside_files(tmp_path).values()) == [torn[5 * BATCH_SIZE :]]
