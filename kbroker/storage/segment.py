@@ -281,7 +281,9 @@ class Segment:
         were fsynced) the index files are loaded and checked against the log, rebuilt from the batch headers
         when missing or wrong (never used to cut data), and only the batches after the last index entry are
         read. Such a segment is never cut: batches that stop before the end of its file are damage, not a
-        torn write, and raise DamagedFileError naming the file and position (the bytes stay for the operator).
+        torn write: it is checked whole as below, but nothing is cut, and damage at the end of the log (where the
+        offsets it held are unknown) raises DamagedFileError naming the file and position (the bytes stay for the
+        operator).
         Otherwise (recovery after an unclean stop), or when the segment is known to hold corrupt ranges, every
         batch is read and its CRC checked and the indexes are rebuilt (``_recover``): a bad batch with valid ones
         after it becomes a CorruptRange, bad bytes at the end are cut (moved aside) only if ``tail_may_be_torn``
@@ -299,11 +301,18 @@ class Segment:
         start = self._resume_after_last_entry()
         good_end, problem = self._scan_tail(start, check_crc=False)
         if good_end != self.size:
-            raise DamagedFileError(
+            damage = DamagedFileError(
                 self.log_path,
                 f"{problem}; the batches before position {good_end} are intact, the {self.size - good_end} bytes "
                 "from there were fsynced and are left as they are",
             )
+            self._recover(tail_may_be_torn=False)  # fsynced: never cut; valid batches after the damage are served
+            tail = self.corrupt_ranges[-1] if self.corrupt_ranges else None
+            if tail_may_be_torn and (tail is None or tail.end == self.size):
+                # The end of the log: the offsets the damaged bytes held are unknown, and appending after them
+                # could give those offsets to new records. The operator decides.
+                raise damage
+            return 0
         time_problem = self._time_index_problem(time_index_loaded)
         if time_problem is not None:
             log.warning("%s: %s; rebuilding the indexes from the log", self.time_index_path, time_problem)

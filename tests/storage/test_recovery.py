@@ -399,3 +399,20 @@ def test_a_full_disk_while_keeping_a_torn_tail_aside_cuts_nothing(tmp_path: Path
     recovered = open_log(tmp_path, clean=False)  # space again: the next start does it
     assert fetch_each_offset(recovered) == (expected(5), [])
     assert list(aside_files(tmp_path).values()) == [torn[5 * BATCH_SIZE :]]
+
+
+def test_damage_found_in_a_fsynced_sealed_segment_is_kept_and_served_around(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plog = open_log(tmp_path, clean=True)
+    for i in range(COUNT):
+        plog.append(batch(i), now_ms=T0)
+    plog.close()  # a clean stop: every segment is trusted, only the batches after its last index entry are read
+    sealed = segment_file(tmp_path, 13)
+    edit(sealed, lambda data: struct.pack_into(">i", data, 12 * BATCH_SIZE + 8, 5))  # offset 25, the last batch
+    before = sealed.read_bytes()
+    with caplog.at_level(logging.ERROR, logger="kbroker.storage"):
+        again = open_log(tmp_path, clean=True)
+    assert f"{sealed} bytes {12 * BATCH_SIZE}..{13 * BATCH_SIZE - 1} (offsets 25..25) are corrupt" in caplog.text
+    assert fetch_each_offset(again) == ([r for r in expected() if r[0] != 25], [25])
+    assert sealed.read_bytes() == before
