@@ -3,7 +3,8 @@
 Kafka's OffsetCheckpointFile: a version line (0), a line with the number of entries, then one
 ``<topic> <partition> <offset>`` line per partition. The recovery point of a partition is the offset below
 which all of its log was fsynced: after an unclean stop only the segments from the one holding it are
-validated (CRC included) and cut at a torn or corrupt batch, the segments before it are trusted.
+validated (CRC included; a torn end of the log is cut, its bytes kept aside, and a corrupt batch with valid ones
+after it is kept in place and reported, see segment.py), the segments before it are trusted.
 
 The file is replaced atomically (file and directory fsynced). A damaged one is refused here with a one-line
 DamagedFileError; the log manager then recovers every segment, as Kafka does for a partition the file does

@@ -124,6 +124,12 @@ def cleanable_section(plog: PartitionLog, checkpoint: int | None, now_ms: int) -
         first_dirty = checkpoint  # a checkpoint outside the log (records deleted, log truncated) starts over
     sealed = plog.segments[:-1]
     bounds = [plog.active.base_offset, plog.last_stable_offset]
+    # A segment holding corrupt ranges is never rewritten (its bytes stay as recovery found them), and the keys
+    # of the records after it cannot be mapped over it: cleaning stops before it, as Kafka stops cleaning a log
+    # whose batches it cannot read. DeleteRecords past it (or retention) lets cleaning go on.
+    damaged = next((s.base_offset for s in sealed if s.corrupt_ranges), None)
+    if damaged is not None:
+        bounds.append(damaged)
     if config.min_compaction_lag_ms > 0:
         for segment in sealed:
             if segment.next_offset > first_dirty and segment.max_timestamp > now_ms - config.min_compaction_lag_ms:

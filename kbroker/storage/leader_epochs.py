@@ -16,6 +16,7 @@ change; changes are rare (a new leader epoch, a truncation).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,20 @@ class LeaderEpochCache:
         except UnicodeDecodeError:
             raise DamagedFileError(path, "not ASCII text") from None
         self._entries = _parse_checkpoint(path, text)
+
+    @classmethod
+    def rebuilt(cls, path: Path, batch_epochs: Iterable[tuple[int, int]], log_start_offset: int) -> LeaderEpochCache:
+        """The cache of a log whose file is lost or damaged, from its batches' (partition leader epoch, base offset)
+        in offset order, as Kafka's recovery assigns them: each newer epoch starts at its first batch. Written."""
+        cache = cls.__new__(cls)
+        cache.path = path
+        cache._entries = []
+        for epoch, base_offset in batch_epochs:
+            if epoch >= 0 and epoch > cache.latest_epoch:
+                cache._entries.append(EpochEntry(epoch, base_offset))
+        if not cache.truncate_from_start(log_start_offset):
+            cache._write()
+        return cache
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:

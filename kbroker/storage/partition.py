@@ -12,8 +12,11 @@ offsets to move (long-polling fetches) subscribes to PartitionEvents instead of 
 
 Opening after an unclean stop validates, CRC included, every segment from the one holding the partition's
 recovery point (the offset below which all was fsynced, from recovery-point-offset-checkpoint), as Kafka's
-recovery does; the segments before it are trusted. A batch that turns out broken while serving answers
-CORRUPT_MESSAGE, as Kafka's log read does, for that partition only.
+recovery does; the segments before it are trusted. Kafka cuts the log at the first bad batch; here only a torn
+end of the log is cut (its bytes kept in a ``.corrupt`` file first), and a bad batch with valid ones after it
+stays in place as a corrupt range: reported at every start, its offsets answer CORRUPT_MESSAGE, the batches
+around it are served. A batch that turns out broken while serving answers CORRUPT_MESSAGE, as Kafka's log read
+does, for that partition only.
 
 Threads: everything runs on the event loop except ``flush``, which may run in a worker thread while the loop
 appends, rolls, truncates, swaps or deletes segments (see Segment's thread-safety contract).
@@ -369,7 +372,8 @@ class PartitionLog:
     ) -> None:
         """``clean``: the broker stopped cleanly, every segment and index is trusted. Otherwise the segments from
         the one holding ``recovery_point`` (everything below it was fsynced: the recovery-point-offset-checkpoint)
-        are validated batch by batch, CRC included, and cut after their last good batch, as Kafka's recovery."""
+        are validated batch by batch, CRC included, as Kafka's recovery; unlike it, only the end of the log is cut
+        (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover)."""
         self.topic = topic
         self.partition = partition
         self.directory = directory
@@ -398,7 +402,7 @@ class PartitionLog:
         self.high_watermark_follows_appends = True
         self._reported_damage: set[str] = set()  # problems of segments found while serving, each logged once
         self._open(clean, recovery_point)
-        self.leader_epochs = LeaderEpochCache(directory / CHECKPOINT_FILE)
+        self.leader_epochs = self._load_leader_epochs()
         if not self.leader_epochs.entries:
             # Kafka writes the first entry when the replica becomes leader. Epoch 0 from the log start is what a
             # log without the file has (one written before epochs were kept too), so it is only assumed, and the
@@ -430,10 +434,13 @@ class PartitionLog:
                     self.directory, base, self.config.index_interval_bytes, created, descriptors=self.descriptors
                 )
                 self.segments.append(segment)
-                segment.load(trust_indexes=i < first_unsynced)
+                # Only the end of the log may be torn by a crash: a sealed segment was fsynced before the next
+                # one was made, so bad bytes in it are corruption, kept in place (see Segment._recover).
+                segment.load(trust_indexes=i < first_unsynced, tail_may_be_torn=i == len(bases) - 1)
                 if i >= first_unsynced and not segment.fsync():
                     # What was validated is made durable, so the recovery point may move past it.
                     raise StorageError(f"cannot fsync {segment.log_path} after recovering it")
+            self._keep_corrupt_ranges()
         except BaseException:
             for segment in self.segments:
                 segment.close()
@@ -444,8 +451,9 @@ class PartitionLog:
             )
         self._bases = [s.base_offset for s in self.segments]
         start_file = self.directory / LOG_START_OFFSET_FILE
-        stored_start = _read_log_start_offset(start_file) if start_file.exists() else 0
-        self._report_gaps(stored_start if start_file.exists() else None)
+        stored = self._stored_log_start_offset(start_file)
+        self._report_gaps(stored)
+        stored_start = stored if stored is not None else 0
         self.log_start_offset = max(stored_start, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         rebuild_from = self._load_txn_indexes(first_unsynced)
@@ -453,6 +461,71 @@ class PartitionLog:
         for segment in self.segments[:-1]:
             if segment.next_offset > rebuild_from:  # sealed and recovered: its file says what was rebuilt
                 write_segment_file(self.directory, segment.base_offset, self._txn_entries_of(segment))
+
+    def _keep_corrupt_ranges(self) -> None:
+        """Once every segment is loaded: give a range that ends a sealed segment the offsets up to the next one,
+        record each segment's ranges (so later starts check it again), and report each range, once per start."""
+        for segment, following in zip(self.segments, self.segments[1:], strict=False):
+            segment.set_corrupt_range_end(following.base_offset)
+        for segment in self.segments:
+            if not segment.corrupt_ranges and not segment.corrupt_ranges_path.exists():
+                continue
+            segment.save_corrupt_ranges()
+            for corrupt in segment.corrupt_ranges:
+                if corrupt.last_offset >= corrupt.first_offset:
+                    what_to_do = (
+                        f"kept in place, the batches around them are served and a fetch of these offsets answers "
+                        f"CORRUPT_MESSAGE; consumers continue once past them (seek to offset {corrupt.last_offset + 1},"
+                        f" or delete the records before it with DeleteRecords)"
+                    )
+                else:
+                    what_to_do = "kept in place and skipped"
+                log.error("%s-%d: %s; %s", self.topic, self.partition, corrupt.describe(segment.log_path), what_to_do)
+
+    def _stored_log_start_offset(self, path: Path) -> int | None:
+        """The log start offset file's offset (None if there is none). A damaged one is Kafka's case of an unreadable
+        log-start-offset-checkpoint: the log starts at its first segment's base offset, which loses nothing (the
+        records that DeleteRecords or retention had removed from that segment become readable again)."""
+        if not path.exists():
+            return None
+        try:
+            return _read_log_start_offset(path)
+        except (DamagedFileError, OSError) as exc:
+            log.error(
+                "%s-%d: the log start offset is unknown (%s); the log starts at its first segment's base offset %d, "
+                "as Kafka does with an unreadable log-start-offset-checkpoint. Records deleted below the old log "
+                "start offset in that segment are readable again: delete them again with DeleteRecords "
+                "(kafka-delete-records.sh), which rewrites %s",
+                self.topic,
+                self.partition,
+                exc,
+                self.segments[0].base_offset,
+                path,
+            )
+            return None
+
+    def _load_leader_epochs(self) -> LeaderEpochCache:
+        """The leader epoch cache from its file; a damaged file is rebuilt from the log (and rewritten): the
+        partition leader epoch each batch carries says which epoch wrote it, which Kafka's recovery reads too."""
+        path = self.directory / CHECKPOINT_FILE
+        try:
+            return LeaderEpochCache(path)
+        except (DamagedFileError, OSError) as exc:
+            problem = _describe(exc)
+        batch_epochs = (
+            (scanned.header.partition_leader_epoch, scanned.header.base_offset)
+            for segment in self.segments
+            for scanned in segment.scan(stop_on_error=True)  # a broken batch found later answers CORRUPT_MESSAGE
+        )
+        cache = LeaderEpochCache.rebuilt(path, batch_epochs, self.log_start_offset)
+        log.warning(
+            "%s-%d: %s; rebuilt it from the partition leader epochs of the log's batches: %s",
+            self.topic,
+            self.partition,
+            problem,
+            ", ".join(f"epoch {e.epoch} from offset {e.start_offset}" for e in cache.entries) or "no epochs yet",
+        )
+        return cache
 
     def _load_txn_indexes(self, first_unsynced: int) -> int:
         """Read the .txnindex files of the segments below the recovery point (fsynced when they were rolled);
@@ -491,6 +564,9 @@ class PartitionLog:
                 stored_start,
             )
         for before, after in zip(self.segments, self.segments[1:], strict=False):
+            tail = before.corrupt_ranges[-1] if before.corrupt_ranges else None
+            if tail is not None and tail.end == before.size and tail.last_offset == after.base_offset - 1:
+                continue  # corrupt bytes stand for these offsets: reported as such
             if before.next_offset < after.base_offset:
                 log.warning(
                     "%s-%d: offsets %d..%d are missing between %s and %s (a segment file was removed or cut)",
@@ -963,6 +1039,12 @@ class PartitionLog:
         if offset >= upper:
             return EMPTY_CHUNK
         i = self._segment_index_for(offset)
+        corrupt = self.segments[i].corrupt_range_at(offset)
+        if corrupt is not None:
+            raise DecodeError(
+                f"{corrupt.describe(self.segments[i].log_path)} (found at start-up; the next readable offset is "
+                f"{corrupt.last_offset + 1})"
+            )
         while i < len(self.segments) and self.segments[i].next_offset <= offset:
             i += 1  # the offset is in a gap after a segment's last batch
         if i == len(self.segments):
@@ -970,6 +1052,9 @@ class PartitionLog:
         segment = self.segments[i]
         start = segment.position_of(offset)
         end = segment.size if upper >= segment.next_offset else segment.position_of(upper)
+        corrupt_from = segment.corrupt_position_after(start)
+        if corrupt_from is not None:
+            end = min(end, corrupt_from)  # the batches before a corrupt range; the next read answers its error
         if end <= start:
             return EMPTY_CHUNK
         if end - start <= max_bytes:

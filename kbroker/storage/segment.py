@@ -15,10 +15,18 @@ it reads anyway), and a file that is missing or disagrees is rebuilt from the ba
 
 A segment being written by the log cleaner has its files named with a suffix (``.log.cleaned`` ...) until the
 partition log swaps it in (see PartitionLog.swap_segments).
+
+Recovery (``load`` of a segment that may hold unsynced writes) checks every batch's CRC and that offsets go up.
+A bad batch followed by valid ones (found by ``_next_valid_batch``) is corruption, not a torn write: its bytes
+stay where they are, as a CorruptRange that scans step over and reads refuse, listed in
+``<base>.log.corrupt-ranges`` so that every later start checks the segment again rather than trusting it. Only
+the end of the log may be torn by a crash: bytes cut there are first copied, fsynced, to
+``<base>.log.<from>-<to>.corrupt`` beside the segment (a name neither Kafka's loader nor kbroker's reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -33,7 +41,13 @@ from pathlib import Path
 
 from kbroker.storage import fs
 from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
-from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
+from kbroker.storage.files import (
+    DamagedFileError,
+    StorageError,
+    fsync_directory,
+    write_atomically,
+    write_checked_json,
+)
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 
@@ -46,6 +60,10 @@ _LOOKUP_CHUNK = 16 << 10  # lookups near an index entry read a few headers
 NO_TIMESTAMP = -1
 SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _MISSING = "missing"  # _load_index_files: no index files (a segment never sealed, or files removed)
+CORRUPT_RANGES_SUFFIX = ".log.corrupt-ranges"  # the damage recovery kept in place (see the module docstring)
+CORRUPT_SUFFIX = ".corrupt"  # bytes recovery cut from the end of the log, kept aside
+_MAGIC_AT = 16  # where a batch header holds its magic byte
+_MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the segment's base as int32
 
 
 def segment_name(base_offset: int) -> str:
@@ -56,6 +74,33 @@ def segment_name(base_offset: int) -> str:
 class ScannedBatch:
     position: int
     header: BatchHeader
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptRange:
+    """Bytes of a segment that are not a valid batch, kept in place because valid batches follow them.
+
+    ``first_offset``..``last_offset``: the offsets they stand for, from the end of the batch before to the start
+    of the batch after (none when ``last_offset`` < ``first_offset``). A range ending a sealed segment gets its
+    ``last_offset`` from the next segment's base offset (PartitionLog sets it; -1 until then).
+    """
+
+    position: int
+    end: int
+    first_offset: int
+    last_offset: int
+    problem: str
+
+    def holds(self, offset: int) -> bool:
+        return self.first_offset <= offset <= self.last_offset
+
+    def describe(self, log_path: Path) -> str:
+        offsets = (
+            f"offsets {self.first_offset}..{self.last_offset}"
+            if self.last_offset >= self.first_offset
+            else "no offsets"
+        )
+        return f"{log_path} bytes {self.position}..{self.end - 1} ({offsets}) are corrupt: {self.problem}"
 
 
 class SegmentTailDamaged(StorageError):
@@ -154,6 +199,8 @@ class Segment:
         self._time_timestamps = array("q")
         self._time_offsets = array("q")
         self._bytes_since_index = index_interval_bytes  # so the first batch is always indexed
+        self.corrupt_ranges: list[CorruptRange] = []
+        self._skips: dict[int, int] = {}  # position of each corrupt range -> its end, for scans to step over
 
     def _set_paths(self, suffix: str) -> None:
         name = segment_name(self.base_offset)
@@ -162,6 +209,7 @@ class Segment:
         self.time_index_path = self.directory / (name + ".timeindex" + suffix)
         # Written by the partition (txn_index.py), not here; listed so that swaps rename it with the segment.
         self.txn_index_path = self.directory / (name + ".txnindex" + suffix)
+        self.corrupt_ranges_path = self.directory / (name + CORRUPT_RANGES_SUFFIX + suffix)
 
     @property
     def dirty(self) -> bool:
@@ -226,27 +274,24 @@ class Segment:
 
     # --- opening ----------------------------------------------------------------------------------------
 
-    def load(self, *, trust_indexes: bool) -> int:
+    def load(self, *, trust_indexes: bool, tail_may_be_torn: bool = True) -> int:
         """Bring the in-memory state in line with the files; returns bytes truncated from a torn tail.
 
         With ``trust_indexes`` (a segment below the recovery point, or any after a clean shutdown: its bytes
         were fsynced) the index files are loaded and checked against the log, rebuilt from the batch headers
         when missing or wrong (never used to cut data), and only the batches after the last index entry are
         read. Such a segment is never cut: batches that stop before the end of its file are damage, not a
-        torn write, and raise DamagedFileError naming the file and position (the bytes stay for the operator).
-        Otherwise (recovery after an unclean stop) every batch is read and its CRC checked, the log is cut
-        after the last good batch, and the indexes are rebuilt.
+        torn write: it is checked whole as below, but nothing is cut, and damage at the end of the log (where the
+        offsets it held are unknown) raises DamagedFileError naming the file and position (the bytes stay for the
+        operator).
+        Otherwise (recovery after an unclean stop), or when the segment is known to hold corrupt ranges, every
+        batch is read and its CRC checked and the indexes are rebuilt (``_recover``): a bad batch with valid ones
+        after it becomes a CorruptRange, bad bytes at the end are cut (moved aside) only if ``tail_may_be_torn``
+        (the last segment of the log, not trusted), else kept as a range too.
         """
-        if not trust_indexes:
-            self._clear_indexes()
-            good_end, problem = self._scan_tail(0, check_crc=True)
-            truncated = self.size - good_end
-            if truncated:
-                log.warning("%s: truncating %d bytes of a torn or corrupt tail (%s)", self.log_path, truncated, problem)
-                fs.ftruncate(self._descriptor(), good_end)
-                self.size = good_end
-                self._written_generation += 1
-            return truncated
+        if not trust_indexes or self.corrupt_ranges_path.exists():
+            # A segment known to hold corrupt ranges is checked again: they are found from the bytes themselves.
+            return self._recover(tail_may_be_torn=tail_may_be_torn and not trust_indexes)
         index_problem = self._load_index_files()
         if index_problem is not None:
             self._clear_indexes()
@@ -256,11 +301,18 @@ class Segment:
         start = self._resume_after_last_entry()
         good_end, problem = self._scan_tail(start, check_crc=False)
         if good_end != self.size:
-            raise DamagedFileError(
+            damage = DamagedFileError(
                 self.log_path,
                 f"{problem}; the batches before position {good_end} are intact, the {self.size - good_end} bytes "
                 "from there were fsynced and are left as they are",
             )
+            self._recover(tail_may_be_torn=False)  # fsynced: never cut; valid batches after the damage are served
+            tail = self.corrupt_ranges[-1] if self.corrupt_ranges else None
+            if tail_may_be_torn and (tail is None or tail.end == self.size):
+                # The end of the log: the offsets the damaged bytes held are unknown, and appending after them
+                # could give those offsets to new records. The operator decides.
+                raise damage
+            return 0
         time_problem = self._time_index_problem(time_index_loaded)
         if time_problem is not None:
             log.warning("%s: %s; rebuilding the indexes from the log", self.time_index_path, time_problem)
@@ -270,6 +322,215 @@ class Segment:
         if index_problem is not None and self.index_path.exists():
             self.write_indexes()  # the next start finds them right
         return 0
+
+    # --- recovery ---------------------------------------------------------------------------------------
+
+    def _recover(self, *, tail_may_be_torn: bool) -> int:
+        """Check every batch (CRC, offsets going up), index the valid ones and find the corrupt ranges; returns the
+        bytes cut from a torn tail (kept aside first, see ``_cut_tail``)."""
+        self._clear_indexes()
+        self._set_corrupt_ranges([])
+        ranges: list[CorruptRange] = []
+        position, expected, truncated = 0, self.base_offset, 0
+        while True:
+            position, expected, problem = self._validate_from(position, expected)
+            if problem is None:
+                break
+            for prefix in (f"{self.log_path} position {position}: ", f"{self.log_path}: "):
+                problem = problem.removeprefix(prefix)  # the range names the file and position
+            found = self._next_valid_batch(position, expected)
+            if found is None:
+                if tail_may_be_torn:
+                    truncated = self._cut_tail(position, expected, problem)
+                else:
+                    ranges.append(CorruptRange(position, self.size, expected, -1, problem))
+                break
+            resumed, after = found
+            ranges.append(CorruptRange(position, resumed, expected, after.base_offset - 1, problem))
+            self._bytes_since_index = self.index_interval_bytes  # index the batch after the range
+            position = resumed
+        self._set_corrupt_ranges(ranges)
+        return truncated
+
+    def _validate_from(self, position: int, expected: int) -> tuple[int, int, str | None]:
+        """Index the valid batches from ``position``: (where they end, the next offset, why the next batch is not
+        valid or None at the end of the file)."""
+        try:
+            for scanned in self.scan(position, check_crc=True):
+                header = scanned.header
+                if header.base_offset < expected or header.last_offset - self.base_offset > _MAX_RELATIVE_OFFSET:
+                    problem = f"offsets {header.base_offset}..{header.last_offset} do not follow offset {expected - 1}"
+                    return scanned.position, expected, problem
+                self._track(header, scanned.position)
+                position, expected = scanned.position + header.size, header.next_offset
+        except DecodeError as exc:
+            return position, expected, str(exc)
+        return position, expected, None
+
+    def _valid_batch_at(self, position: int, expected: int) -> BatchHeader | None:
+        """The header of a whole batch at ``position`` with a good CRC and offsets from ``expected`` on, else None."""
+        header = self._header_at(position)
+        if header is None or header.base_offset < expected:
+            return None
+        if header.last_offset - self.base_offset > _MAX_RELATIVE_OFFSET:
+            return None
+        body = self._pread(header.size, position)
+        return header if len(body) == header.size and validate_crc(body) else None
+
+    def _resumes_at(self, position: int, expected: int) -> BatchHeader | None:
+        """Whether the log plausibly resumes at ``position`` after bad bytes: a valid batch there, followed by the end
+        of the file or by another batch that is valid too or whose base offset follows on exactly (a batch inside
+        a record's value may pass a CRC check, but seldom sits right before another)."""
+        header = self._valid_batch_at(position, expected)
+        if header is None:
+            return None
+        following = position + header.size
+        if following == self.size:
+            return header
+        successor = self._header_at(following)
+        if successor is None:
+            return None
+        if (
+            successor.base_offset == header.next_offset
+            or self._valid_batch_at(following, header.next_offset) is not None
+        ):
+            return header
+        return None
+
+    def _next_valid_batch(self, bad: int, expected: int) -> tuple[int, BatchHeader] | None:
+        """Where the log resumes after the bad batch at ``bad`` and the batch there, or None if nothing valid follows.
+
+        The bad batch's own length is tried first (bytes flipped inside its records leave it right); then every
+        position after it that holds a magic byte is tried, reading the file once, in chunks.
+        """
+        header = self._header_at(bad)
+        by_length = bad + header.size if header is not None else -1
+        resumed = self._resumes_at(by_length, expected) if 0 < by_length < self.size else None
+        if resumed is not None:
+            return by_length, resumed
+        chunk_start = bad + 1
+        while chunk_start + HEADER_SIZE <= self.size:
+            chunk = self._pread(min(_SCAN_CHUNK, self.size - chunk_start), chunk_start)
+            at = chunk.find(2, _MAGIC_AT)
+            while 0 <= at and at - _MAGIC_AT + HEADER_SIZE <= len(chunk):
+                candidate = chunk_start + at - _MAGIC_AT
+                # Most candidates fail on their header alone, read from the chunk (no system call).
+                header = BatchHeader(*HEADER.unpack_from(chunk, at - _MAGIC_AT))
+                plausible = (
+                    header_problem(header) is None
+                    and expected <= header.base_offset
+                    and header.last_offset - self.base_offset <= _MAX_RELATIVE_OFFSET
+                    and candidate + header.size <= self.size
+                )
+                resumed = self._resumes_at(candidate, expected) if plausible and candidate != by_length else None
+                if resumed is not None:
+                    return candidate, resumed
+                at = chunk.find(2, at + 1)
+            chunk_start += max(len(chunk) - HEADER_SIZE + 1, 1)  # overlap: a header may straddle two chunks
+        return None
+
+    def _cut_tail(self, position: int, expected: int, problem: str) -> int:
+        """Cut the torn or corrupt end of the log at ``position``, its bytes first kept (fsynced) in a file aside:
+        a crash before the cut leaves them in both places, and the next recovery finds the copy and cuts."""
+        length = self.size - position
+        aside = self._keep_aside(position)
+        log.warning(
+            "%s: truncating %d bytes of a torn or corrupt tail (%s); they held %s and are kept in %s",
+            self.log_path,
+            length,
+            problem,
+            self._offsets_by_headers(position, expected),
+            aside,
+        )
+        fs.ftruncate(self._descriptor(), position)
+        self.size = position
+        self._written_generation += 1
+        return length
+
+    def _keep_aside(self, position: int) -> Path:
+        """Copy the bytes from ``position`` to the end to a new ``.corrupt`` file (file and directory fsynced), or
+        find the copy a recovery that crashed before its cut made; its path."""
+        stem = f"{self.log_path.name}.{position}-{self.size - 1}"
+        attempt = 0
+        while True:
+            path = self.directory / (stem + (f".{attempt}" if attempt else "") + CORRUPT_SUFFIX)
+            if not path.exists():
+                break
+            if self._holds_tail(path, position):
+                return path
+            attempt += 1
+        tmp = path.with_name(path.name + ".tmp")  # removed by the next start if a crash leaves it
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                for at in range(position, self.size, _SCAN_CHUNK):
+                    fs.write_all(fd, self._pread(min(_SCAN_CHUNK, self.size - at), at))
+                fs.fsync(fd)
+            finally:
+                os.close(fd)
+            fs.replace(tmp, path)
+        except OSError:  # a full disk: nothing is cut, and the partition reports the error
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_directory(self.directory)
+        return path
+
+    def _holds_tail(self, path: Path, position: int) -> bool:
+        """Whether ``path`` holds exactly the bytes of the log from ``position`` to its end."""
+        if path.stat().st_size != self.size - position:
+            return False
+        with open(path, "rb") as kept:
+            for at in range(position, self.size, _SCAN_CHUNK):
+                if kept.read(_SCAN_CHUNK) != self._pread(min(_SCAN_CHUNK, self.size - at), at):
+                    return False
+        return True
+
+    def _offsets_by_headers(self, position: int, expected: int) -> str:
+        """The offsets the bytes from ``position`` held, as far as their batch headers tell."""
+        first, last = expected, -1
+        while position + HEADER_SIZE <= self.size:
+            header = BatchHeader(*HEADER.unpack_from(self._pread(HEADER_SIZE, position)))
+            if header_problem(header) is not None or header.base_offset < expected:
+                break
+            last, expected = header.last_offset, header.next_offset
+            position += header.size
+        if last < 0:
+            return f"offsets from {first} on (no readable header)"
+        return f"offsets {first}..{last} by their headers"
+
+    def _set_corrupt_ranges(self, ranges: list[CorruptRange]) -> None:
+        self.corrupt_ranges = ranges
+        self._skips = {r.position: r.end for r in ranges}
+
+    def set_corrupt_range_end(self, next_base_offset: int) -> None:
+        """The next segment starts at ``next_base_offset``: a range ending this segment stands for the offsets up to
+        it (PartitionLog calls this once every segment is loaded)."""
+        ranges = self.corrupt_ranges
+        if ranges and ranges[-1].last_offset < 0 and ranges[-1].end == self.size:
+            last = max(next_base_offset, ranges[-1].first_offset) - 1
+            ranges[-1] = dataclasses.replace(ranges[-1], last_offset=last)
+
+    def save_corrupt_ranges(self) -> None:
+        """Write (or remove, if there are none) the list of corrupt ranges: its presence makes every start check
+        the segment again rather than trust it."""
+        if not self.corrupt_ranges:
+            fs.unlink_if_exists(self.corrupt_ranges_path)
+            return
+        ranges = [[r.position, r.end, r.first_offset, r.last_offset, r.problem] for r in self.corrupt_ranges]
+        write_checked_json(self.corrupt_ranges_path, "corrupt-ranges", 1, {"ranges": ranges})
+
+    def corrupt_range_at(self, offset: int) -> CorruptRange | None:
+        for corrupt in self.corrupt_ranges:
+            if corrupt.holds(offset):
+                return corrupt
+        return None
+
+    def corrupt_position_after(self, position: int) -> int | None:
+        """Where the first corrupt range at or after ``position`` starts (reads stop there), or None."""
+        for corrupt in self.corrupt_ranges:
+            if corrupt.position >= position:
+                return corrupt.position
+        return None
 
     def _resume_after_last_entry(self) -> int:
         """Drop the last index entry (its batch and those after it are read again); where to read from."""
@@ -412,15 +673,22 @@ class Segment:
         """Batch headers from ``start`` (a batch boundary) up to ``end``, read ``chunk_size`` bytes at a time.
 
         A batch that is cut short, has a bad header or (with ``check_crc``) a bad CRC ends the scan when
-        ``stop_on_error``, and raises DecodeError otherwise.
+        ``stop_on_error``, and raises DecodeError otherwise. Corrupt ranges found by recovery are stepped over.
         """
         end = self.size if end is None else end
         position = start
+        skips = self._skips
         while position < end:
+            if position in skips:
+                position = skips[position]
+                continue
             chunk = self._pread(min(max(chunk_size, HEADER_SIZE), end - position), position)
             offset_in_chunk = 0
             progressed = False
             while offset_in_chunk + HEADER_SIZE <= len(chunk):
+                if skips and position in skips:
+                    progressed = True  # the outer loop steps over the range
+                    break
                 header = BatchHeader(*HEADER.unpack_from(chunk, offset_in_chunk))
                 problem = header_problem(header)
                 if problem is None and position + header.size > end:
@@ -489,11 +757,17 @@ class Segment:
         are exactly what appending the remaining batches would have built.
         """
         cut = self.position_of(offset)
+        for corrupt in self.corrupt_ranges:
+            if corrupt.last_offset >= offset:  # it may hold offsets from ``offset`` on: it goes whole, as a batch
+                cut = min(cut, corrupt.position)
         if cut >= self.size:
             return
         fs.ftruncate(self._descriptor(), cut)
         self.size = cut
         self._written_generation += 1
+        if self.corrupt_ranges:  # ``cut`` is a valid batch's position: each range is wholly before or after it
+            self._set_corrupt_ranges([r for r in self.corrupt_ranges if r.end <= cut])
+            self.save_corrupt_ranges()
         keep = bisect_right(self._index_positions, cut - 1)  # index entries of batches before the cut
         del self._index_offsets[keep:]
         del self._index_positions[keep:]
@@ -516,6 +790,8 @@ class Segment:
             del self._time_offsets[:]
             del self._time_timestamps[:]
         self._scan_tail(restart, check_crc=False)
+        if self.corrupt_ranges and self.corrupt_ranges[-1].end == cut:  # the offsets it stands for stay taken
+            self.next_offset = max(self.next_offset, self.corrupt_ranges[-1].last_offset + 1)
 
     def _track(self, header: BatchHeader, position: int) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -733,6 +1009,7 @@ class Segment:
         self.close()
         for path in self._paths():
             fs.unlink_if_exists(path)
+        fs.unlink_if_exists(self.corrupt_ranges_path)  # after the log: a crash between leaves a segment checked again
 
     def _paths(self) -> tuple[Path, Path, Path, Path]:
         return (self.log_path, self.index_path, self.time_index_path, self.txn_index_path)

@@ -275,13 +275,32 @@ def test_an_unclean_start_validates_every_segment_from_the_recovery_point(
         assert middle.stat().st_size == 13 * BATCH_SIZE
         assert again.high_watermark == COUNT
         return
-    # From the segment holding the recovery point on, every batch's CRC is checked: the bad one and those after
-    # it in its segment are cut; the later segment is kept, and the gap reported.
-    assert middle.stat().st_size == 7 * BATCH_SIZE
-    assert records(again) == expected(20) + expected(COUNT)[26:]
-    assert f"{middle}: truncating {6 * BATCH_SIZE} bytes of a torn or corrupt tail" in caplog.text
-    assert f"t-0: offsets 20..25 are missing between {middle} and {segment_path(tmp_path, 26, '.log')}" in caplog.text
+    # From the segment holding the recovery point on, every batch's CRC is checked. The bad batch has valid ones
+    # after it, so it is corruption, not a torn write: nothing is cut, the rest is served, and its offset answers
+    # CORRUPT_MESSAGE.
+    assert middle.stat().st_size == 13 * BATCH_SIZE
+    assert [r for r in records_around_damage(again) if r[0] != 20] == [r for r in expected() if r[0] != 20]
+    with pytest.raises(KafkaError) as info:
+        again.read(20, 1 << 20)
+    assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+    found = f"{middle} bytes {7 * BATCH_SIZE}..{8 * BATCH_SIZE - 1} (offsets 20..20) are corrupt: CRC mismatch"
+    assert f"t-0: {found}; kept in place" in caplog.text
+    assert "truncating" not in caplog.text and "missing" not in caplog.text
     assert again.append(batch(COUNT), now_ms=T0).base_offset == COUNT
+
+
+def records_around_damage(plog: PartitionLog) -> list[tuple[int, bytes | None]]:
+    """``records``, but offsets that answer CORRUPT_MESSAGE are left out."""
+    out: list[tuple[int, bytes | None]] = []
+    for offset in range(plog.log_start_offset, plog.high_watermark):
+        try:
+            data = plog.read(offset, 1).read_bytes()
+        except KafkaError as exc:
+            assert exc.code == ErrorCode.CORRUPT_MESSAGE
+            continue
+        for header, view in iter_batches(data):
+            out.extend((header.base_offset + r.offset_delta, r.value) for r in decode_records(view))
+    return sorted(set(out))
 
 
 def test_a_missing_middle_segment_is_reported_with_its_offsets_and_the_rest_served(
@@ -356,7 +375,8 @@ def test_a_damaged_checkpoint_is_reported_and_every_segment_validated(
         again = LogManager(tmp_path, {"segment.bytes": "1000"})
         reopened = again.get_partition("t", 0)
     assert f"damaged file {checkpoint}: 1 entries, but the file says 2 (cut short?)" in caplog.text
-    assert reopened is not None and reopened.segments[1].next_offset == 20
+    assert reopened is not None
+    assert [(r.first_offset, r.last_offset) for r in reopened.segments[1].corrupt_ranges] == [(20, 20)]
 
 
 def test_partitions_not_opened_after_an_unclean_start_are_still_recovered_next_time(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from kbroker.storage import LogConfig, PartitionEvent, PartitionLog
-from kbroker.storage.files import DamagedFileError
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, EpochEntry, LeaderEpochCache
 from kbroker.storage.segment import Segment
 from protocol.errors import ErrorCode, KafkaError
@@ -426,16 +425,37 @@ def test_a_log_written_before_epochs_were_kept_is_epoch_zero_from_its_start(tmp_
         ("0\nmany\n", "expected the entry count"),
     ],
 )
-def test_a_damaged_checkpoint_names_the_file(tmp_path: Path, content: str, problem: str) -> None:
-    plog = open_log(tmp_path)
-    plog.append(batch([b"a"]), now_ms=T0)
+def test_a_damaged_checkpoint_is_rebuilt_from_the_batches_epochs(
+    tmp_path: Path, content: str, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As Kafka's recovery assigns epochs from the batches' partition leader epochs: the partition stays available.
+    plog = two_record_log(tmp_path, batches=2)  # offsets 0..3 in epoch 0
+    plog.assign_leader_epoch(3)
+    for _ in range(2):
+        plog.append(batch([b"aa", b"bb"]), now_ms=T0)  # offsets 4..7 in epoch 3
+    plog.assign_leader_epoch(5)  # an epoch that wrote nothing leaves no trace in the batches
     plog.close()
     path = tmp_path / CHECKPOINT_FILE
     path.write_text(content)
-    with pytest.raises(DamagedFileError) as raised:
-        open_log(tmp_path)
-    assert raised.value.path == path
-    assert str(path) in str(raised.value) and problem in str(raised.value)
+    with caplog.at_level(logging.WARNING, logger="kbroker.storage"):
+        reopened = open_log(tmp_path, segment_bytes=3 * BATCH_SIZE)
+    assert epochs(reopened) == [(0, 0), (3, 4)]
+    assert reopened.end_offset_for_epoch(0) == (0, 4)
+    assert f"t-0: damaged file {path}: " in caplog.text and problem in caplog.text
+    assert LeaderEpochCache(path).entries == (EpochEntry(0, 0), EpochEntry(3, 4))  # rewritten
+    assert offsets_in(reopened) == list(range(8))
+
+
+def test_an_epoch_cache_rebuilt_after_deleterecords_starts_at_the_log_start(tmp_path: Path) -> None:
+    plog = two_record_log(tmp_path, batches=4)  # offsets 0..7 in epoch 0, segments [0..5] [6..]
+    plog.assign_leader_epoch(2)
+    plog.append(batch([b"aa", b"bb"]), now_ms=T0)  # offsets 8, 9
+    plog.delete_records(3)
+    plog.close()
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"\x00garbage")
+    reopened = open_log(tmp_path, segment_bytes=3 * BATCH_SIZE)
+    assert epochs(reopened) == [(0, 3), (2, 8)]
+    assert reopened.log_start_offset == 3
 
 
 def test_checkpoint_file_round_trip(tmp_path: Path) -> None:
