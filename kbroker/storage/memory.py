@@ -28,6 +28,7 @@ from kbroker.storage.partition import (
     OffsetOutOfRange,
     admit_batch,
     first_matching_record,
+    offset_of_max_timestamp,
     producer_answer,
     stored_form,
     wall_clock_ms,
@@ -454,18 +455,19 @@ class MemoryPartitionLog:
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """The record with the largest timestamp: (offset, timestamp), or None for an empty log."""
-        best: MemorySegment | None = None
-        for segment in self.segments:
-            if segment.max_timestamp != NO_TIMESTAMP and (best is None or segment.max_timestamp > best.max_timestamp):
-                best = segment
-        if best is None:
+        """ListOffsets MAX_TIMESTAMP by Kafka's rule, as PartitionLog.max_timestamp (the log start plays no part)."""
+        if not self.segments:
             return None
-        target = best.max_timestamp
-        index = best.first_batch_at_timestamp(target)
+        best = self.segments[0]
+        for segment in self.segments[1:]:
+            if segment.max_timestamp > best.max_timestamp:
+                best = segment
+        index = best.first_batch_at_timestamp(best.max_timestamp)
         if index is None:
             return None
-        return self._record_at_timestamp(best, index, lambda ts: ts == target)
+        header = best.headers[index]
+        offset = offset_of_max_timestamp(header, best.batches[index], f"{self.topic}-{self.partition}")
+        return None if offset is None else (offset, header.max_timestamp)
 
     def _record_at_timestamp(
         self, segment: MemorySegment, index: int, match: Callable[[int], bool]

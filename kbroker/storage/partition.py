@@ -53,7 +53,6 @@ from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, imp
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, ProducerView, snapshot_offsets
 from kbroker.storage.recompress import TopicCompression, rebuild_batch
 from kbroker.storage.segment import (
-    NO_TIMESTAMP,
     SEGMENT_FILE_SUFFIXES,
     FileRegion,
     ScannedBatch,
@@ -347,6 +346,23 @@ def first_matching_record(
         offset = header.base_offset + record.offset_delta
         if match(timestamp) and offset >= log_start_offset:
             return offset, timestamp
+    return None
+
+
+def offset_of_max_timestamp(header: BatchHeader, batch: bytes | None, where: str) -> int | None:
+    """Kafka's RecordBatch.offsetOfMaxTimestamp: the offset of the batch's first record whose timestamp is its max
+    timestamp (every record of a LogAppendTime batch carries that one), whatever the log start offset; None for
+    a batch without such a record. A batch that cannot be decoded answers its first offset, as a best effort."""
+    if batch is None:
+        return None
+    try:
+        records = decode_records(batch)
+    except DecodeError as exc:
+        log.warning("%s: cannot decode batch at %d: %s", where, header.base_offset, exc)
+        return header.base_offset
+    for record in records:
+        if header.is_log_append_time or header.base_timestamp + record.timestamp_delta == header.max_timestamp:
+            return header.base_offset + record.offset_delta
     return None
 
 
@@ -1000,18 +1016,21 @@ class PartitionLog:
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """The record with the largest timestamp: (offset, timestamp), or None for an empty log."""
-        best: Segment | None = None
-        for segment in self.segments:
-            if segment.max_timestamp != NO_TIMESTAMP and (best is None or segment.max_timestamp > best.max_timestamp):
-                best = segment
-        if best is None:
+        """ListOffsets MAX_TIMESTAMP as Kafka's UnifiedLog answers it: (offset, timestamp) of the first record
+        carrying the max timestamp of the first batch reaching the max timestamp of the first segment with the
+        largest one; None for an empty log. As in Kafka the log start offset plays no part: after DeleteRecords
+        within that segment the answer may lie below it (until the segment itself is deleted)."""
+        if not self.segments:
             return None
-        target = best.max_timestamp
-        header = best.first_batch_at_timestamp(target)
+        best = self.segments[0]
+        for segment in self.segments[1:]:
+            if segment.max_timestamp > best.max_timestamp:
+                best = segment
+        header = best.first_batch_at_timestamp(best.max_timestamp)
         if header is None:
             return None
-        return self._record_at_timestamp(best, header, lambda ts: ts == target)
+        offset = offset_of_max_timestamp(header, best.batch_at(header.base_offset), f"{self.topic}-{self.partition}")
+        return None if offset is None else (offset, header.max_timestamp)
 
     def _record_at_timestamp(
         self, segment: Segment, header: BatchHeader, match: Callable[[int], bool]

@@ -254,6 +254,34 @@ def test_offset_for_timestamp_looks_past_a_batch_that_matches_only_below_the_log
     assert plog.offset_for_timestamp(T0) == (2, T0 + 5)
 
 
+def test_max_timestamp_is_kafkas_first_record_whatever_the_log_start(make_log: LogFactory) -> None:
+    """Kafka's rule (tests/kafka/test_max_timestamp_kafka.py compares it live): the first segment with the largest
+    max timestamp, its first batch reaching it, that batch's first record carrying it, below the log start or not."""
+    plog = make_log(segment_bytes=300)
+    records = [Record(offset_delta=i, timestamp_delta=d, value=b"v") for i, d in enumerate((10, 90, 90))]
+    plog.append(bytearray(build_batch(records, base_timestamp=T0)), now_ms=T0)  # 0..2: +10, +90, +90
+    plog.append(batch([b"x" * 150], timestamp=T0 + 90), now_ms=T0)  # 3: +90, same segment
+    plog.append(batch([b"y" * 150, b"z"], timestamp=T0 + 80, step_ms=10), now_ms=T0)  # 4: +80, 5: +90, a new one
+    assert plog.max_timestamp() == (1, T0 + 90)
+    plog.delete_records(2)
+    assert plog.max_timestamp() == (1, T0 + 90)  # not the later duplicate at 2
+    plog.delete_records(4)  # segment 0 goes: the next segment's first record at +90
+    assert plog.max_timestamp() == (5, T0 + 90)
+    plog.delete_records(5)
+    assert plog.max_timestamp() == (5, T0 + 90)
+    # A LogAppendTime batch: every record carries its timestamp, the first one answers.
+    plog.append(batch([b"a", b"b"], timestamp=T0), now_ms=T0 + 500, timestamp_type_log_append=True)
+    assert plog.max_timestamp() == (6, T0 + 500)
+    plog.delete_records(7)
+    assert plog.max_timestamp() == (6, T0 + 500)
+
+
+def test_max_timestamp_of_records_without_timestamps(make_log: LogFactory) -> None:
+    plog = make_log()
+    plog.append(batch([b"a", b"b"], timestamp=-1, step_ms=0), now_ms=T0)
+    assert plog.max_timestamp() == (0, -1)  # as Kafka: no segment has more than -1, its first record answers
+
+
 # --- deleting --------------------------------------------------------------------------------------------------
 
 
