@@ -479,11 +479,12 @@ class MemoryPartitionLog:
     # --- deleting ---
 
     def delete_records(self, offset: int) -> None:
-        """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
+        """Move the log start offset to ``offset`` (DeleteRecords) and drop the segments wholly before it but the
+        active one, as PartitionLog.delete_records."""
         if offset <= self.log_start_offset:
             return
         self._set_log_start_offset(min(offset, self.log_end_offset))
-        self._delete_segments_before(self.log_start_offset)
+        self._delete_segments_before(self.log_start_offset, keep_active=True)
 
     def _set_log_start_offset(self, offset: int) -> None:
         self.log_start_offset = offset
@@ -496,10 +497,12 @@ class MemoryPartitionLog:
         # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
         self._move_high_watermark(max(self._high_watermark, offset))
 
-    def _delete_segments_before(self, offset: int) -> list[MemorySegment]:
+    def _delete_segments_before(self, offset: int, *, keep_active: bool = False) -> list[MemorySegment]:
         doomed = []
         while self.segments and self.segments[0].next_offset <= offset and self.segments[0].size > 0:
             if len(self.segments) == 1:
+                if keep_active:
+                    break
                 self.roll()
             doomed.append(self.segments.pop(0))
             self._bases.pop(0)
@@ -508,9 +511,10 @@ class MemoryPartitionLog:
         return doomed
 
     def apply_retention(self, now: int) -> list[MemorySegment]:
-        """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""
+        """Delete whole segments past retention.ms or beyond retention.bytes, and those DeleteRecords left wholly
+        below the log start (once they are not the active one); returns what was deleted."""
         if "delete" not in self.config.cleanup_policy:
-            return []
+            return self._delete_segments_before(self.log_start_offset, keep_active=True)
         new_start = self.log_start_offset
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
@@ -527,7 +531,7 @@ class MemoryPartitionLog:
                 excess -= segment.size
                 new_start = max(new_start, segment.next_offset)
         if new_start <= self.log_start_offset:
-            return []
+            return self._delete_segments_before(self.log_start_offset, keep_active=True)
         self._set_log_start_offset(new_start)
         return self._delete_segments_before(new_start)
 

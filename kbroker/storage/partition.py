@@ -1041,7 +1041,8 @@ class PartitionLog:
     # --- deleting ------------------------------------------------------------------------------------
 
     def delete_records(self, offset: int) -> None:
-        """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
+        """Move the log start offset to ``offset`` (DeleteRecords) and drop the segments wholly before it but the
+        active one: as in Kafka, that stays, whatever it holds, until rolled (then apply_retention deletes it)."""
         if offset <= self.log_start_offset:
             return
         if self.health.offline:
@@ -1054,13 +1055,13 @@ class PartitionLog:
             what = f"DeleteRecords on {self.topic}-{self.partition} (writing {self.directory / LOG_START_OFFSET_FILE})"
             self.health.write_failed(what, exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}") from None
-        self._delete_segments_quietly(self.log_start_offset)
+        self._delete_segments_quietly(self.log_start_offset, keep_active=True)
 
-    def _delete_segments_quietly(self, offset: int) -> list[Segment]:
+    def _delete_segments_quietly(self, offset: int, *, keep_active: bool = False) -> list[Segment]:
         """Delete segments wholly before the (already durable) log start ``offset``; a failure is only logged:
         the segments are below the log start, never read, and deleted again at the next attempt."""
         try:
-            return self._delete_segments_before(offset)
+            return self._delete_segments_before(offset, keep_active=keep_active)
         except (OSError, StorageError) as exc:
             log.warning(
                 "%s-%d: segments before offset %d not deleted yet: %s",
@@ -1079,10 +1080,12 @@ class PartitionLog:
         # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
         self._emit(self._advance_high_watermark(max(self._high_watermark, offset)))
 
-    def _delete_segments_before(self, offset: int) -> list[Segment]:
+    def _delete_segments_before(self, offset: int, *, keep_active: bool = False) -> list[Segment]:
         doomed = []
         while self.segments and self.segments[0].next_offset <= offset and self.segments[0].size > 0:
             if len(self.segments) == 1:
+                if keep_active:
+                    break
                 self.roll()
             doomed.append(self.segments.pop(0))
             self._bases.pop(0)
@@ -1273,9 +1276,12 @@ class PartitionLog:
             raise refuse("the replacements hold offsets beyond the replaced segments")
 
     def apply_retention(self, now: int) -> list[Segment]:
-        """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""
-        if "delete" not in self.config.cleanup_policy:
+        """Delete whole segments past retention.ms or beyond retention.bytes, and those DeleteRecords left wholly
+        below the log start (once they are not the active one); returns what was deleted."""
+        if self.health.offline:
             return []
+        if "delete" not in self.config.cleanup_policy:
+            return self._delete_segments_quietly(self.log_start_offset, keep_active=True)
         new_start = self.log_start_offset
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
@@ -1291,8 +1297,8 @@ class PartitionLog:
                     break
                 excess -= segment.size
                 new_start = max(new_start, segment.next_offset)
-        if new_start <= self.log_start_offset or self.health.offline:
-            return []
+        if new_start <= self.log_start_offset:
+            return self._delete_segments_quietly(self.log_start_offset, keep_active=True)
         try:
             self._set_log_start_offset(new_start)
         except OSError as exc:

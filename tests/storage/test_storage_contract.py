@@ -304,6 +304,25 @@ def test_delete_records_moves_the_log_start(make_log: LogFactory) -> None:
     assert values_of(plog.read(4, EVERYTHING).read_bytes()) == [(4, b"e")]
 
 
+def test_delete_records_to_the_log_end_keeps_the_active_segment_until_it_rolls(make_log: LogFactory) -> None:
+    """As Kafka: a segment is deleted for lying below the log start only once it has a next one, so the records
+    of the active segment still answer MAX_TIMESTAMP; after a roll, the next retention check deletes it."""
+    plog = make_log(segment_bytes=300)
+    plog.append(batch([b"a", b"b"], timestamp=T0 + 20, step_ms=-10), now_ms=T0)  # 0 at +20, 1 at +10
+    plog.delete_records(2)
+    assert (plog.log_start_offset, plog.log_end_offset, plog.read(2, EVERYTHING).size) == (2, 2, 0)
+    assert plog.max_timestamp() == (0, T0 + 20)
+    assert plog.apply_retention(T0) == []
+    plog.append(batch([b"c"], timestamp=T0), now_ms=T0)  # 2, same segment
+    assert consume_all(plog, 2) == [(2, b"c")]
+    plog.delete_records(3)
+    plog.append(batch([b"d" * 200], timestamp=T0), now_ms=T0)  # 3 rolls a new segment
+    assert plog.max_timestamp() == (0, T0 + 20)
+    assert [segment.base_offset for segment in plog.apply_retention(T0)] == [0]
+    assert plog.max_timestamp() == (3, T0)
+    assert consume_all(plog, 3) == [(3, b"d" * 200)]
+
+
 def test_retention_by_bytes_deletes_whole_sealed_segments(make_log: LogFactory) -> None:
     plog = make_log(segment_bytes=500, retention_bytes=1000)
     for i in range(20):
