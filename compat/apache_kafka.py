@@ -11,7 +11,7 @@ SIGKILL after a timeout.
     with ApacheKafka(tmp_path, {"num.partitions": "3"}) as kafka:
         client = KafkaProducer(bootstrap_servers=kafka.bootstrap)
 
-    python -m compat.apache_kafka [--dir DIR]     # run one in the foreground until Ctrl-C
+    python -m compat.apache_kafka [--dir DIR]     # run one in the foreground until Ctrl-C or SIGTERM
 
 The JVM gets Kafka's own default settings from kafka-server-start.sh (1 GB heap, G1 with 20 ms pauses);
 ``heap`` changes the heap.
@@ -105,6 +105,10 @@ def new_cluster_id() -> str:
     return cluster_id
 
 
+def _unblock_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 class ApacheKafka:
     """One Apache Kafka node (broker + controller) in ``directory``; ``start()``, ``stop()``, ``restart()``."""
 
@@ -194,9 +198,16 @@ class ApacheKafka:
         command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._log_options()]
         command += ["-cp", classpath, "kafka.Kafka", str(properties)]
         began = time.monotonic()
+        # A child inherits the signals its parent blocks (main() blocks SIGINT and SIGTERM): Kafka gets none blocked.
+        inherited = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_unblock_signals if inherited else None,  # only where main() blocked some: no threads
             )
         deadline = began + timeout
         while True:
@@ -256,14 +267,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="apache-kafka-"))
     overrides = dict(item.split("=", 1) for item in args.override)
+    # Blocked from the start, so that neither signal ends this process (Kafka runs in a session of its own and
+    # would be left running): sigwait takes it, then Kafka is stopped. One sent while Kafka starts waits for that.
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    kafka = ApacheKafka(directory, overrides)
     try:
-        kafka = ApacheKafka(directory, overrides).start()
+        kafka.start()
     except (KafkaUnavailable, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"Apache Kafka {KAFKA_VERSION} ready at {kafka.bootstrap} in {kafka.startup_seconds:.2f} s ({directory})")
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        pid = kafka.process.pid if kafka.process is not None else None
+        print(
+            f"Apache Kafka {KAFKA_VERSION} ready at {kafka.bootstrap} in {kafka.startup_seconds:.2f} s "
+            f"({directory}, pid {pid})",
+            flush=True,
+        )
+        signal.sigwait(stop_signals)
     finally:
         kafka.stop()
     return 0

@@ -27,6 +27,7 @@ import trio
 
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.security.scram_credentials import ConfiguredUsers
 from kbroker.server.connection import ListenerInfo, ServedListener, serve
 from kbroker.server.limits import raise_open_file_limit
 from kbroker.server.listener_security import ListenerSecurity, listener_security
@@ -51,7 +52,7 @@ class Settings:
     data_dir: Path
     listeners: ListenerPlan
     advertised: Endpoint | None = None
-    scram_users: tuple[tuple[str, str], ...] = ()  # ``--sasl-user``: stored as SCRAM credentials at start-up
+    scram_users: tuple[tuple[str, str], ...] = ()  # ``--sasl-user``: made the command line's SCRAM users at start-up
     console: tuple[str, int] | None = None  # ``--console HOST:PORT``: the web console, as one of the services
 
     @cached_property
@@ -143,12 +144,11 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
     main = plan.primary_listener
     broker = Broker(settings.config, settings.data_dir, main.advertised_address(bound[main.name]))
     try:
-        for user, password in settings.scram_users:
-            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-                broker.scram_credentials.set_password(user, mechanism, password)
+        scram_users = broker.scram_credentials.configure_users(settings.scram_users)
     except ValueError as exc:
         broker.close()
-        raise ConfigError(f"--sasl-user {user}: {exc}") from None
+        raise ConfigError(f"--sasl-user {exc}") from None
+    log_scram_users(scram_users)
     broker.listen = Endpoint(main.host, bound[main.name])
     broker.listeners = [(spec.name, Endpoint(spec.host, bound[spec.name])) for spec in plan.listeners]
     broker.advertised_by_listener = {spec.name: spec.advertised_address(bound[spec.name]) for spec in plan.listeners}
@@ -167,6 +167,18 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
 
         app.services.append(("console", ConsoleService.for_broker(broker, plan.listeners, settings.console)))
     return app
+
+
+def log_scram_users(users: ConfiguredUsers) -> None:
+    """Which SCRAM users exist, by who created them (names only, never a password)."""
+    if users.removed:
+        log.warning("SCRAM users deleted, no longer named by --sasl-user: %s", ", ".join(users.removed))
+    if users.from_command_line or users.from_api:
+        log.info(
+            "SCRAM users: from --sasl-user: %s; from AlterUserScramCredentials: %s",
+            ", ".join(users.from_command_line) or "none",
+            ", ".join(users.from_api) or "none",
+        )
 
 
 def write_ready_file(path: Path, address: Endpoint) -> None:

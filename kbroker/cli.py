@@ -50,7 +50,8 @@ def build_parser(client_commands: bool = True) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="USER:PASSWORD",
-        help="require SASL on the listener (PLAIN, SCRAM-SHA-256/512) and add this user (repeatable)",
+        help="require SASL on the listener (PLAIN, SCRAM-SHA-256/512) with this user (repeatable); users an "
+        "earlier start named and this one does not are removed",
     )
     serve.add_argument(
         "--tls",

@@ -7,6 +7,17 @@ are derived from it and it is dropped). Kafka keeps them in its metadata log; kb
 ``scram-credentials`` in the data directory, a checked file (kbroker/storage/files.py: kind, version, crc32c)
 rewritten atomically on every change, so a damaged file is refused with a one-line error instead of being misread.
 
+``kbroker serve --sasl-user`` is declarative (``configure_users``, at every start): the users it names get exactly
+its passwords, and the users an earlier start's ``--sasl-user`` created but this one does not name are deleted, so a
+user dropped from the command line no longer logs in. Users created through AlterUserScramCredentials stay, as in
+Kafka. The file therefore records which users are ``--sasl-user``'s (format version 2). A user stays
+``--sasl-user``'s when AlterUserScramCredentials later changes one of its credentials (the command line created
+it, so the command line removes it; its next start resets its passwords), and stops being so once the API deletes
+its last credential. A user the API created that ``--sasl-user`` then names becomes ``--sasl-user``'s.
+A version 1 file (kbroker before this distinction) is migrated on reading: a user whose credentials are exactly
+what ``--sasl-user`` writes (SCRAM-SHA-256 and SCRAM-SHA-512, both at 4096 iterations) is taken as
+``--sasl-user``'s, any other as the API's.
+
 ``alter`` validates and answers as Kafka 4.3's controller does (ScramControlManager): an empty user, an unknown
 mechanism, iterations outside 4096..16384, a user named twice in one request (in deletions, upsertions or both),
 deleting a credential that does not exist, each with Kafka's code and message, results listed in Kafka's order.
@@ -35,7 +46,8 @@ from protocol.errors import ErrorCode
 
 CREDENTIALS_FILE = "scram-credentials"
 CREDENTIALS_KIND = "scram-credentials"
-CREDENTIALS_FORMAT_VERSION = 1
+CREDENTIALS_FORMAT_VERSION = 2  # 2 records the users --sasl-user created; 1 did not (migrated on reading)
+SASL_USER_ITERATIONS = 4096  # what ``--sasl-user`` stores, for each of SCRAM_MECHANISMS
 MAX_ITERATIONS = 16384  # Kafka's controller caps iterations whatever the mechanism
 
 DUPLICATE_ALTERATION = "A user credential cannot be altered twice in the same request"
@@ -56,6 +68,16 @@ class Upsertion:
     iterations: int
     salt: bytes
     salted_password: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredUsers:
+    """What ``configure_users`` did and what is left: the ``--sasl-user`` users removed, then every user with a
+    credential, by who created it (names only)."""
+
+    removed: list[str]
+    from_command_line: list[str]
+    from_api: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,22 +120,44 @@ def _hashmap_order(keys: list[str], peak_size: int) -> list[str]:
     return java_hashmap_order(keys, java_string_hash, capacity)
 
 
+def _credential_for_password(user: str, mechanism: str, password: str, iterations: int) -> ScramCredential:
+    scram = SCRAM_MECHANISMS.get(mechanism)
+    problem = _validate_user_and_mechanism(user, scram.type if scram else 0)
+    if problem is None and scram is not None:
+        problem = _validate_iterations(scram.type, iterations)
+    if problem is not None or scram is None:
+        raise ValueError(problem[1] if problem else "Unknown SCRAM mechanism")
+    return credential_from_password(scram, password, iterations)
+
+
+def _written_by_sasl_user(credentials: dict[tuple[str, str], ScramCredential]) -> set[str]:
+    """The users of a version 1 file (which did not record who created them) taken as ``--sasl-user``'s: those
+    whose credentials are exactly the ones it writes, every SCRAM mechanism at SASL_USER_ITERATIONS."""
+    by_user: dict[str, dict[str, int]] = {}
+    for (user, mechanism), credential in credentials.items():
+        by_user.setdefault(user, {})[mechanism] = credential.iterations
+    shape = dict.fromkeys(SCRAM_MECHANISMS, SASL_USER_ITERATIONS)
+    return {user for user, iterations in by_user.items() if iterations == shape}
+
+
 class ScramCredentialStore:
     """Credentials by (user, mechanism name); ``data_dir`` None keeps them in memory only."""
 
     def __init__(self, data_dir: Path | None) -> None:
         self._path = data_dir / CREDENTIALS_FILE if data_dir is not None else None
-        self._credentials: dict[tuple[str, str], ScramCredential] = self._load()
+        self._credentials: dict[tuple[str, str], ScramCredential] = {}
+        self._command_line_users: set[str] = set()  # the users ``--sasl-user`` created (module docstring)
+        self._load()
 
     # --- persistence -------------------------------------------------------------------------------------------
 
-    def _load(self) -> dict[tuple[str, str], ScramCredential]:
+    def _load(self) -> None:
         if self._path is None or not self._path.exists():
-            return {}
-        _, payload = read_checked(self._path, CREDENTIALS_KIND, (CREDENTIALS_FORMAT_VERSION,))
+            return
+        version, payload = read_checked(self._path, CREDENTIALS_KIND, (1, CREDENTIALS_FORMAT_VERSION))
         try:
             document = json.loads(payload)
-            credentials = {}
+            credentials: dict[tuple[str, str], ScramCredential] = {}
             for item in document["credentials"]:
                 mechanism = item["mechanism"]
                 if mechanism not in SCRAM_MECHANISMS:
@@ -124,17 +168,26 @@ class ScramCredentialStore:
                     server_key=base64.b64decode(item["server_key"], validate=True),
                     iterations=int(item["iterations"]),
                 )
+            if version == 1:
+                command_line_users = _written_by_sasl_user(credentials)
+            else:
+                command_line_users = {str(user) for user in document["command_line_users"]}
+                if not command_line_users <= {user for user, _ in credentials}:
+                    raise ValueError("a --sasl-user user without credentials")
         except (ValueError, KeyError, TypeError, binascii.Error) as exc:
             raise DamagedFileError(self._path, f"unreadable credentials ({exc})") from None
-        return credentials
+        self._credentials = credentials
+        self._command_line_users = command_line_users
 
-    def _save_or_undo(self, before: dict[tuple[str, str], ScramCredential]) -> None:
-        """Persist the change just made in memory; if the file cannot be written, put ``before`` back and raise
-        ScramStoreError, so that no login is accepted (or refused) on a credential a restart would not have."""
+    def _save_or_undo(self, before: dict[tuple[str, str], ScramCredential], users_before: set[str]) -> None:
+        """Persist the change just made in memory; if the file cannot be written, put ``before`` (and the
+        ``--sasl-user`` users ``users_before``) back and raise ScramStoreError, so that no login is accepted (or
+        refused) on a credential a restart would not have."""
         try:
             self._save()
         except OSError as exc:
             self._credentials = before
+            self._command_line_users = users_before
             raise ScramStoreError(f"could not write the SCRAM credentials file {self._path}: {exc}") from exc
 
     def _save(self) -> None:
@@ -151,7 +204,8 @@ class ScramCredentialStore:
                     "iterations": credential.iterations,
                 }
                 for (user, mechanism), credential in sorted(self._credentials.items())
-            ]
+            ],
+            "command_line_users": sorted(self._command_line_users),
         }
         # Salted keys, not passwords, but enough for an offline guess: readable by the broker's user only.
         payload = json.dumps(document).encode()
@@ -164,16 +218,39 @@ class ScramCredentialStore:
 
     def set_password(self, user: str, mechanism: str, password: str, iterations: int = 4096) -> None:
         """Store ``user``'s credential for ``mechanism`` (a name, SCRAM-SHA-256 or SCRAM-SHA-512) from a password,
-        as ``kbroker serve --sasl-user`` does; ValueError, with Kafka's reason, for what the admin API refuses."""
-        scram = SCRAM_MECHANISMS.get(mechanism)
-        problem = _validate_user_and_mechanism(user, scram.type if scram else 0)
-        if problem is None and scram is not None:
-            problem = _validate_iterations(scram.type, iterations)
-        if problem is not None or scram is None:
-            raise ValueError(problem[1] if problem else "Unknown SCRAM mechanism")
+        leaving who created the user as it was; ValueError, with Kafka's reason, for what the admin API refuses."""
+        credential = _credential_for_password(user, mechanism, password, iterations)
         before = dict(self._credentials)
-        self._credentials[(user, mechanism)] = credential_from_password(scram, password, iterations)
-        self._save_or_undo(before)
+        self._credentials[(user, mechanism)] = credential
+        self._save_or_undo(before, set(self._command_line_users))
+
+    def configure_users(self, users: Sequence[tuple[str, str]]) -> ConfiguredUsers:
+        """Make ``users`` (``--sasl-user``'s (user, password) pairs) the users the command line created: each gets
+        both SCRAM mechanisms for its password, and those an earlier start created that ``users`` does not name
+        are deleted; one write of the file. ValueError "USER: reason" for a user the admin API would refuse
+        (nothing changed then); ScramStoreError if the file cannot be written (nothing changed either)."""
+        named = {user for user, _ in users}
+        fresh: dict[tuple[str, str], ScramCredential] = {}
+        for user, password in users:
+            for mechanism in SCRAM_MECHANISMS:
+                try:
+                    fresh[(user, mechanism)] = _credential_for_password(user, mechanism, password, SASL_USER_ITERATIONS)
+                except ValueError as exc:
+                    raise ValueError(f"{user}: {exc}") from None
+        removed = sorted(self._command_line_users - named)
+        before, users_before = dict(self._credentials), set(self._command_line_users)
+        for key in [key for key in self._credentials if key[0] in removed]:
+            del self._credentials[key]
+        self._credentials.update(fresh)
+        self._command_line_users = named
+        if self._credentials != before or named != users_before:
+            self._save_or_undo(before, users_before)
+        everyone = self.users()
+        return ConfiguredUsers(
+            removed=removed,
+            from_command_line=[user for user in everyone if user in named],
+            from_api=[user for user in everyone if user not in named],
+        )
 
     def users(self) -> list[str]:
         return sorted({user for user, _ in self._credentials})
@@ -219,7 +296,7 @@ class ScramCredentialStore:
 
         results: list[AlterResult] = []
         changed = False
-        before = dict(self._credentials)
+        before, users_before = dict(self._credentials), set(self._command_line_users)
         for user in _hashmap_order(list(to_delete), peak["delete"]):
             del self._credentials[(user, SCRAM_MECHANISMS_BY_TYPE[to_delete[user]].name)]
             results.append(AlterResult(user, ErrorCode.NONE, None))
@@ -240,7 +317,9 @@ class ScramCredentialStore:
             code, message = errors[user]
             results.append(AlterResult(user, code, message or None))
         if changed:
-            self._save_or_undo(before)  # ScramStoreError: nothing of this request was applied
+            # A --sasl-user user whose last credential the API deleted is no longer the command line's.
+            self._command_line_users &= {user for user, _ in self._credentials}
+            self._save_or_undo(before, users_before)  # ScramStoreError: nothing of this request was applied
         return results
 
     def describe(self, users: Sequence[str] | None) -> list[DescribeResult]:

@@ -28,6 +28,7 @@ from kbroker.storage.partition import (
     OffsetOutOfRange,
     admit_batch,
     first_matching_record,
+    offset_of_max_timestamp,
     producer_answer,
     stored_form,
     wall_clock_ms,
@@ -454,18 +455,19 @@ class MemoryPartitionLog:
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """The record with the largest timestamp: (offset, timestamp), or None for an empty log."""
-        best: MemorySegment | None = None
-        for segment in self.segments:
-            if segment.max_timestamp != NO_TIMESTAMP and (best is None or segment.max_timestamp > best.max_timestamp):
-                best = segment
-        if best is None:
+        """ListOffsets MAX_TIMESTAMP by Kafka's rule, as PartitionLog.max_timestamp (the log start plays no part)."""
+        if not self.segments:
             return None
-        target = best.max_timestamp
-        index = best.first_batch_at_timestamp(target)
+        best = self.segments[0]
+        for segment in self.segments[1:]:
+            if segment.max_timestamp > best.max_timestamp:
+                best = segment
+        index = best.first_batch_at_timestamp(best.max_timestamp)
         if index is None:
             return None
-        return self._record_at_timestamp(best, index, lambda ts: ts == target)
+        header = best.headers[index]
+        offset = offset_of_max_timestamp(header, best.batches[index], f"{self.topic}-{self.partition}")
+        return None if offset is None else (offset, header.max_timestamp)
 
     def _record_at_timestamp(
         self, segment: MemorySegment, index: int, match: Callable[[int], bool]
@@ -477,11 +479,12 @@ class MemoryPartitionLog:
     # --- deleting ---
 
     def delete_records(self, offset: int) -> None:
-        """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
+        """Move the log start offset to ``offset`` (DeleteRecords) and drop the segments wholly before it but the
+        active one, as PartitionLog.delete_records."""
         if offset <= self.log_start_offset:
             return
         self._set_log_start_offset(min(offset, self.log_end_offset))
-        self._delete_segments_before(self.log_start_offset)
+        self._delete_segments_before(self.log_start_offset, keep_active=True)
 
     def _set_log_start_offset(self, offset: int) -> None:
         self.log_start_offset = offset
@@ -494,10 +497,12 @@ class MemoryPartitionLog:
         # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
         self._move_high_watermark(max(self._high_watermark, offset))
 
-    def _delete_segments_before(self, offset: int) -> list[MemorySegment]:
+    def _delete_segments_before(self, offset: int, *, keep_active: bool = False) -> list[MemorySegment]:
         doomed = []
         while self.segments and self.segments[0].next_offset <= offset and self.segments[0].size > 0:
             if len(self.segments) == 1:
+                if keep_active:
+                    break
                 self.roll()
             doomed.append(self.segments.pop(0))
             self._bases.pop(0)
@@ -506,9 +511,10 @@ class MemoryPartitionLog:
         return doomed
 
     def apply_retention(self, now: int) -> list[MemorySegment]:
-        """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""
+        """Delete whole segments past retention.ms or beyond retention.bytes, and those DeleteRecords left wholly
+        below the log start (once they are not the active one); returns what was deleted."""
         if "delete" not in self.config.cleanup_policy:
-            return []
+            return self._delete_segments_before(self.log_start_offset, keep_active=True)
         new_start = self.log_start_offset
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
@@ -525,7 +531,7 @@ class MemoryPartitionLog:
                 excess -= segment.size
                 new_start = max(new_start, segment.next_offset)
         if new_start <= self.log_start_offset:
-            return []
+            return self._delete_segments_before(self.log_start_offset, keep_active=True)
         self._set_log_start_offset(new_start)
         return self._delete_segments_before(new_start)
 

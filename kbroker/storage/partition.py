@@ -56,7 +56,6 @@ from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, imp
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, ProducerView, snapshot_offsets
 from kbroker.storage.recompress import TopicCompression, rebuild_batch
 from kbroker.storage.segment import (
-    NO_TIMESTAMP,
     SEGMENT_FILE_SUFFIXES,
     FileRegion,
     ScannedBatch,
@@ -350,6 +349,23 @@ def first_matching_record(
         offset = header.base_offset + record.offset_delta
         if match(timestamp) and offset >= log_start_offset:
             return offset, timestamp
+    return None
+
+
+def offset_of_max_timestamp(header: BatchHeader, batch: bytes | None, where: str) -> int | None:
+    """Kafka's RecordBatch.offsetOfMaxTimestamp: the offset of the batch's first record whose timestamp is its max
+    timestamp (every record of a LogAppendTime batch carries that one), whatever the log start offset; None for
+    a batch without such a record. A batch that cannot be decoded answers its first offset, as a best effort."""
+    if batch is None:
+        return None
+    try:
+        records = decode_records(batch)
+    except DecodeError as exc:
+        log.warning("%s: cannot decode batch at %d: %s", where, header.base_offset, exc)
+        return header.base_offset
+    for record in records:
+        if header.is_log_append_time or header.base_timestamp + record.timestamp_delta == header.max_timestamp:
+            return header.base_offset + record.offset_delta
     return None
 
 
@@ -1085,18 +1101,21 @@ class PartitionLog:
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """The record with the largest timestamp: (offset, timestamp), or None for an empty log."""
-        best: Segment | None = None
-        for segment in self.segments:
-            if segment.max_timestamp != NO_TIMESTAMP and (best is None or segment.max_timestamp > best.max_timestamp):
-                best = segment
-        if best is None:
+        """ListOffsets MAX_TIMESTAMP as Kafka's UnifiedLog answers it: (offset, timestamp) of the first record
+        carrying the max timestamp of the first batch reaching the max timestamp of the first segment with the
+        largest one; None for an empty log. As in Kafka the log start offset plays no part: after DeleteRecords
+        within that segment the answer may lie below it (until the segment itself is deleted)."""
+        if not self.segments:
             return None
-        target = best.max_timestamp
-        header = best.first_batch_at_timestamp(target)
+        best = self.segments[0]
+        for segment in self.segments[1:]:
+            if segment.max_timestamp > best.max_timestamp:
+                best = segment
+        header = best.first_batch_at_timestamp(best.max_timestamp)
         if header is None:
             return None
-        return self._record_at_timestamp(best, header, lambda ts: ts == target)
+        offset = offset_of_max_timestamp(header, best.batch_at(header.base_offset), f"{self.topic}-{self.partition}")
+        return None if offset is None else (offset, header.max_timestamp)
 
     def _record_at_timestamp(
         self, segment: Segment, header: BatchHeader, match: Callable[[int], bool]
@@ -1107,7 +1126,8 @@ class PartitionLog:
     # --- deleting ------------------------------------------------------------------------------------
 
     def delete_records(self, offset: int) -> None:
-        """Move the log start offset to ``offset`` (DeleteRecords) and drop segments wholly before it."""
+        """Move the log start offset to ``offset`` (DeleteRecords) and drop the segments wholly before it but the
+        active one: as in Kafka, that stays, whatever it holds, until rolled (then apply_retention deletes it)."""
         if offset <= self.log_start_offset:
             return
         if self.health.offline:
@@ -1120,13 +1140,13 @@ class PartitionLog:
             what = f"DeleteRecords on {self.topic}-{self.partition} (writing {self.directory / LOG_START_OFFSET_FILE})"
             self.health.write_failed(what, exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}") from None
-        self._delete_segments_quietly(self.log_start_offset)
+        self._delete_segments_quietly(self.log_start_offset, keep_active=True)
 
-    def _delete_segments_quietly(self, offset: int) -> list[Segment]:
+    def _delete_segments_quietly(self, offset: int, *, keep_active: bool = False) -> list[Segment]:
         """Delete segments wholly before the (already durable) log start ``offset``; a failure is only logged:
         the segments are below the log start, never read, and deleted again at the next attempt."""
         try:
-            return self._delete_segments_before(offset)
+            return self._delete_segments_before(offset, keep_active=keep_active)
         except (OSError, StorageError) as exc:
             log.warning(
                 "%s-%d: segments before offset %d not deleted yet: %s",
@@ -1145,10 +1165,12 @@ class PartitionLog:
         # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
         self._emit(self._advance_high_watermark(max(self._high_watermark, offset)))
 
-    def _delete_segments_before(self, offset: int) -> list[Segment]:
+    def _delete_segments_before(self, offset: int, *, keep_active: bool = False) -> list[Segment]:
         doomed = []
         while self.segments and self.segments[0].next_offset <= offset and self.segments[0].size > 0:
             if len(self.segments) == 1:
+                if keep_active:
+                    break
                 self.roll()
             doomed.append(self.segments.pop(0))
             self._bases.pop(0)
@@ -1339,9 +1361,12 @@ class PartitionLog:
             raise refuse("the replacements hold offsets beyond the replaced segments")
 
     def apply_retention(self, now: int) -> list[Segment]:
-        """Delete whole segments past retention.ms or beyond retention.bytes; returns what was deleted."""
-        if "delete" not in self.config.cleanup_policy:
+        """Delete whole segments past retention.ms or beyond retention.bytes, and those DeleteRecords left wholly
+        below the log start (once they are not the active one); returns what was deleted."""
+        if self.health.offline:
             return []
+        if "delete" not in self.config.cleanup_policy:
+            return self._delete_segments_quietly(self.log_start_offset, keep_active=True)
         new_start = self.log_start_offset
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
@@ -1357,8 +1382,8 @@ class PartitionLog:
                     break
                 excess -= segment.size
                 new_start = max(new_start, segment.next_offset)
-        if new_start <= self.log_start_offset or self.health.offline:
-            return []
+        if new_start <= self.log_start_offset:
+            return self._delete_segments_quietly(self.log_start_offset, keep_active=True)
         try:
             self._set_log_start_offset(new_start)
         except OSError as exc:

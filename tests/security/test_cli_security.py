@@ -1,7 +1,8 @@
 """``kbroker certs`` then ``kbroker serve --sasl-user ... --tls DIR``: a secured dev broker in two commands.
 
 The users get PLAIN and both SCRAM mechanisms; ``--tls`` makes the listener SASL_SSL (SSL without users). Mistakes
-in the flags are one line and exit code 2, before anything is created.
+in the flags are one line and exit code 2, before anything is created. A user dropped from ``--sasl-user`` at a
+restart no longer logs in by any mechanism; one created through AlterUserScramCredentials stays.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.security.sasl.scram import SCRAM_MECHANISMS
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from tests.security.test_sasl_scram import Client
 
 SERVE = [sys.executable, "-m", "kbroker", "serve", "--listen", "127.0.0.1:0", "--log-level", "WARNING"]
 
 
 def start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     ready = tmp_path / "ready"
+    ready.unlink(missing_ok=True)  # a restart on the same data directory announces itself anew
     command = [*SERVE, "--data-dir", str(tmp_path / "data"), "--ready-file", str(ready), *flags]
     log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - the child writes it until stopped
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -100,6 +104,81 @@ def test_serve_with_sasl_users_without_tls(tmp_path: Path, stopper: list[subproc
     producer.produce("cli-sasl", b"v", on_delivery=lambda err, msg: delivered.append(msg.offset()))
     assert producer.flush(15) == 0
     assert delivered == [0]
+
+
+def scram_login(bootstrap: str, mechanism: str, user: str, password: str) -> ErrorCode:
+    """The outcome of a whole SCRAM exchange over the wire (the first error, or NONE once the final is accepted)."""
+    client_messages = Client(SCRAM_MECHANISMS[mechanism], user, password)
+    with WireClient(bootstrap) as client:
+        assert client.request(SaslHandshakeRequest(mechanism=mechanism), 1).error_code == ErrorCode.NONE
+        first = client.request(SaslAuthenticateRequest(auth_bytes=client_messages.first()), 2)
+        if first.error_code != ErrorCode.NONE:
+            return ErrorCode(first.error_code)
+        final, signature = client_messages.final(first.auth_bytes)
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=final), 2)
+        assert answer.error_code != ErrorCode.NONE or answer.auth_bytes == signature
+        return ErrorCode(answer.error_code)
+
+
+def librdkafka_delivers(bootstrap: str, mechanism: str, user: str, password: str) -> tuple[list[int], list[str]]:
+    """(offsets delivered, librdkafka's error names) for one record produced as ``user``."""
+    from confluent_kafka import KafkaError, Producer
+
+    delivered: list[int] = []
+    errors: list[str] = []
+
+    def on_error(error: KafkaError) -> None:
+        errors.append(error.name())
+
+    options = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "message.timeout.ms": 8000}
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "sasl.username": user, "sasl.password": password, **options},
+        error_cb=on_error,
+    )
+    producer.produce("cli-sasl", b"v", on_delivery=lambda err, msg: err is None and delivered.append(msg.offset()))
+    producer.flush(15)
+    return delivered, errors
+
+
+def test_a_user_dropped_from_sasl_user_no_longer_logs_in(
+    tmp_path: Path, stopper: list[subprocess.Popen[bytes]]
+) -> None:
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    process, bootstrap = start(tmp_path, "--sasl-user", "alice:alice-pw", "--sasl-user", "bob:bob-pw")
+    stopper.append(process)
+    assert scram_login(bootstrap, "SCRAM-SHA-512", "bob", "bob-pw") == ErrorCode.NONE
+    # carol is created through the admin API (by alice), as Kafka's users are.
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "alice",
+            "sasl.password": "alice-pw",
+        }
+    )
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion("carol", info, b"carol-pw")])
+    futures["carol"].result(15)
+    process.terminate()
+    assert process.wait(30) == 0
+
+    process, bootstrap = start(tmp_path, "--sasl-user", "alice:alice-pw", "--log-level", "INFO")
+    stopper.append(process)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        assert scram_login(bootstrap, mechanism, "bob", "bob-pw") == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert scram_login(bootstrap, mechanism, "alice", "alice-pw") == ErrorCode.NONE
+    assert scram_login(bootstrap, "SCRAM-SHA-256", "carol", "carol-pw") == ErrorCode.NONE
+    for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        delivered, errors = librdkafka_delivers(bootstrap, mechanism, "bob", "bob-pw")
+        assert delivered == [] and "_AUTHENTICATION" in errors, (mechanism, errors)
+    assert librdkafka_delivers(bootstrap, "SCRAM-SHA-512", "alice", "alice-pw") == ([0], [])
+
+    log = (tmp_path / "serve.log").read_text()
+    assert "SCRAM users deleted, no longer named by --sasl-user: bob\n" in log
+    assert "SCRAM users: from --sasl-user: alice; from AlterUserScramCredentials: carol\n" in log
+    assert "-pw" not in log  # names only, never a password
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from kbroker.security.sasl import SaslSettings, create_server
+from kbroker.security.sasl import SaslAuthenticationFailed, SaslSettings, create_server
 from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, salted_password
 from kbroker.security.scram_credentials import CREDENTIALS_FILE, ScramCredentialStore, Upsertion
 from kbroker.storage.files import DamagedFileError
@@ -103,6 +104,95 @@ def test_a_checksummed_file_with_bad_content_is_refused(tmp_path: Path) -> None:
 def test_set_password_refuses_what_the_api_refuses(user: str, mechanism: str, iterations: int, problem: str) -> None:
     with pytest.raises(ValueError, match=f"^{problem}$"):
         ScramCredentialStore(None).set_password(user, mechanism, "pw", iterations)
+
+
+# --- --sasl-user's users (ScramCredentialStore.configure_users) --------------------------------------------------
+
+
+def logs_in(store: ScramCredentialStore, mechanism: str, user: str, password: str) -> bool:
+    server = create_server(mechanism, SaslSettings(plain_users={}, scram_credentials=store))
+    client = Client(SCRAM_SHA_512 if mechanism == "SCRAM-SHA-512" else SCRAM_SHA_256, user, password)
+    try:
+        final, signature = client.final(server.evaluate_response(client.first()))
+        return server.evaluate_response(final) == signature
+    except SaslAuthenticationFailed:
+        return False
+
+
+def test_sasl_user_names_the_command_lines_users_at_each_start(tmp_path: Path) -> None:
+    first = ScramCredentialStore(tmp_path).configure_users([("alice", "a"), ("bob", "b")])
+    assert (first.removed, first.from_command_line, first.from_api) == ([], ["alice", "bob"], [])
+    ScramCredentialStore(tmp_path).alter([], [upsertion("carol", SHA512, 8192, "c")])
+
+    store = ScramCredentialStore(tmp_path)
+    second = store.configure_users([("alice", "a2")])
+    assert (second.removed, second.from_command_line, second.from_api) == (["bob"], ["alice"], ["carol"])
+    for reopened in (store, ScramCredentialStore(tmp_path)):
+        assert reopened.users() == ["alice", "carol"]
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            assert not logs_in(reopened, mechanism, "bob", "b")
+            assert logs_in(reopened, mechanism, "alice", "a2") and not logs_in(reopened, mechanism, "alice", "a")
+        assert logs_in(reopened, "SCRAM-SHA-512", "carol", "c")
+    # No --sasl-user at all: its users go, the API's stay.
+    third = ScramCredentialStore(tmp_path).configure_users([])
+    assert (third.removed, third.from_command_line, third.from_api) == (["alice"], [], ["carol"])
+    assert ScramCredentialStore(tmp_path).users() == ["carol"]
+
+
+def test_who_created_a_user_survives_api_changes_until_its_last_credential_goes(tmp_path: Path) -> None:
+    ScramCredentialStore(tmp_path).configure_users([("alice", "a"), ("bob", "b"), ("dave", "d")])
+    store = ScramCredentialStore(tmp_path)
+    # alice's password changed through the API: still the command line's, so dropping her from it removes her.
+    assert store.alter([], [upsertion("alice", SHA256, 4096, "api")])[0].error == 0
+    # bob deleted through the API, then created by it: now the API's.
+    assert [r.error for r in store.alter([("bob", SHA256)], [])] == [0]
+    assert [r.error for r in store.alter([("bob", SHA512)], [])] == [0]
+    assert store.alter([], [upsertion("bob", SHA256, 4096, "api")])[0].error == 0
+    # dave lost one mechanism only: still the command line's.
+    assert [r.error for r in store.alter([("dave", SHA512)], [])] == [0]
+    after = ScramCredentialStore(tmp_path).configure_users([])
+    assert (after.removed, after.from_api) == (["alice", "dave"], ["bob"])
+    assert logs_in(ScramCredentialStore(tmp_path), "SCRAM-SHA-256", "bob", "api")
+
+
+def test_a_version_1_file_is_migrated_by_the_shape_sasl_user_wrote(tmp_path: Path) -> None:
+    """kbroker before version 2 did not record who created a user: one with exactly --sasl-user's credentials
+    (both mechanisms, 4096 iterations) is taken as its, any other as the API's."""
+    from kbroker.storage.files import read_checked, write_checked
+
+    store = ScramCredentialStore(tmp_path)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        store.set_password("old-cli", mechanism, "o")
+    store.set_password("api-one", "SCRAM-SHA-256", "p")
+    store.set_password("api-both", "SCRAM-SHA-256", "q")
+    store.set_password("api-both", "SCRAM-SHA-512", "q", iterations=8192)
+    path = tmp_path / CREDENTIALS_FILE
+    _, payload = read_checked(path, "scram-credentials", (2,))
+    document = json.loads(payload)
+    del document["command_line_users"]
+    write_checked(path, "scram-credentials", 1, json.dumps(document).encode(), private=True)
+
+    migrated = ScramCredentialStore(tmp_path).configure_users([("new-cli", "n")])
+    assert migrated.removed == ["old-cli"]
+    assert (migrated.from_command_line, migrated.from_api) == (["new-cli"], ["api-both", "api-one"])
+    assert read_checked(path, "scram-credentials", (1, 2))[0] == 2
+    assert ScramCredentialStore(tmp_path).configure_users([]).removed == ["new-cli"]
+
+
+def test_a_version_2_file_naming_a_user_without_credentials_is_refused(tmp_path: Path) -> None:
+    from kbroker.storage.files import write_checked
+
+    document = {"credentials": [], "command_line_users": ["ghost"]}
+    write_checked(tmp_path / CREDENTIALS_FILE, "scram-credentials", 2, json.dumps(document).encode())
+    with pytest.raises(DamagedFileError, match="unreadable credentials"):
+        ScramCredentialStore(tmp_path)
+
+
+def test_sasl_user_refused_by_the_api_rules_changes_nothing(tmp_path: Path) -> None:
+    ScramCredentialStore(tmp_path).configure_users([("alice", "a")])
+    with pytest.raises(ValueError, match="^: Username must not be empty$"):
+        ScramCredentialStore(tmp_path).configure_users([("bob", "b"), ("", "x")])
+    assert ScramCredentialStore(tmp_path).configure_users([("alice", "a")]).removed == []
 
 
 # --- the APIs on a running kbroker -----------------------------------------------------------------------------

@@ -254,6 +254,34 @@ def test_offset_for_timestamp_looks_past_a_batch_that_matches_only_below_the_log
     assert plog.offset_for_timestamp(T0) == (2, T0 + 5)
 
 
+def test_max_timestamp_is_kafkas_first_record_whatever_the_log_start(make_log: LogFactory) -> None:
+    """Kafka's rule (tests/kafka/test_max_timestamp_kafka.py compares it live): the first segment with the largest
+    max timestamp, its first batch reaching it, that batch's first record carrying it, below the log start or not."""
+    plog = make_log(segment_bytes=300)
+    records = [Record(offset_delta=i, timestamp_delta=d, value=b"v") for i, d in enumerate((10, 90, 90))]
+    plog.append(bytearray(build_batch(records, base_timestamp=T0)), now_ms=T0)  # 0..2: +10, +90, +90
+    plog.append(batch([b"x" * 150], timestamp=T0 + 90), now_ms=T0)  # 3: +90, same segment
+    plog.append(batch([b"y" * 150, b"z"], timestamp=T0 + 80, step_ms=10), now_ms=T0)  # 4: +80, 5: +90, a new one
+    assert plog.max_timestamp() == (1, T0 + 90)
+    plog.delete_records(2)
+    assert plog.max_timestamp() == (1, T0 + 90)  # not the later duplicate at 2
+    plog.delete_records(4)  # segment 0 goes: the next segment's first record at +90
+    assert plog.max_timestamp() == (5, T0 + 90)
+    plog.delete_records(5)
+    assert plog.max_timestamp() == (5, T0 + 90)
+    # A LogAppendTime batch: every record carries its timestamp, the first one answers.
+    plog.append(batch([b"a", b"b"], timestamp=T0), now_ms=T0 + 500, timestamp_type_log_append=True)
+    assert plog.max_timestamp() == (6, T0 + 500)
+    plog.delete_records(7)
+    assert plog.max_timestamp() == (6, T0 + 500)
+
+
+def test_max_timestamp_of_records_without_timestamps(make_log: LogFactory) -> None:
+    plog = make_log()
+    plog.append(batch([b"a", b"b"], timestamp=-1, step_ms=0), now_ms=T0)
+    assert plog.max_timestamp() == (0, -1)  # as Kafka: no segment has more than -1, its first record answers
+
+
 # --- deleting --------------------------------------------------------------------------------------------------
 
 
@@ -274,6 +302,25 @@ def test_delete_records_moves_the_log_start(make_log: LogFactory) -> None:
     result = plog.append(batch([b"e"]), now_ms=T0)
     assert (result.base_offset, result.log_start_offset) == (4, 4)
     assert values_of(plog.read(4, EVERYTHING).read_bytes()) == [(4, b"e")]
+
+
+def test_delete_records_to_the_log_end_keeps_the_active_segment_until_it_rolls(make_log: LogFactory) -> None:
+    """As Kafka: a segment is deleted for lying below the log start only once it has a next one, so the records
+    of the active segment still answer MAX_TIMESTAMP; after a roll, the next retention check deletes it."""
+    plog = make_log(segment_bytes=300)
+    plog.append(batch([b"a", b"b"], timestamp=T0 + 20, step_ms=-10), now_ms=T0)  # 0 at +20, 1 at +10
+    plog.delete_records(2)
+    assert (plog.log_start_offset, plog.log_end_offset, plog.read(2, EVERYTHING).size) == (2, 2, 0)
+    assert plog.max_timestamp() == (0, T0 + 20)
+    assert plog.apply_retention(T0) == []
+    plog.append(batch([b"c"], timestamp=T0), now_ms=T0)  # 2, same segment
+    assert consume_all(plog, 2) == [(2, b"c")]
+    plog.delete_records(3)
+    plog.append(batch([b"d" * 200], timestamp=T0), now_ms=T0)  # 3 rolls a new segment
+    assert plog.max_timestamp() == (0, T0 + 20)
+    assert [segment.base_offset for segment in plog.apply_retention(T0)] == [0]
+    assert plog.max_timestamp() == (3, T0)
+    assert consume_all(plog, 3) == [(3, b"d" * 200)]
 
 
 def test_retention_by_bytes_deletes_whole_sealed_segments(make_log: LogFactory) -> None:
