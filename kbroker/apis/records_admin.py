@@ -1,7 +1,8 @@
 """DeleteRecords (21): move a partition's log start offset forward.
 
 Authorization as Kafka's: DELETE on each topic, else its partitions are TOPIC_AUTHORIZATION_FAILED whether the
-topic exists or not.
+topic exists or not. A topic whose cleanup.policy lacks ``delete`` (compact only) answers POLICY_VIOLATION before
+the offset is looked at, as Kafka's Partition.deleteRecordsOnLeader does.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
                 continue
             if plog is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if "delete" not in plog.config.cleanup_policy.split(","):
+                result.error_code = ErrorCode.POLICY_VIOLATION
                 continue
             offset = plog.high_watermark if part.offset == HIGH_WATERMARK else part.offset
             if offset < 0 or offset > plog.high_watermark:

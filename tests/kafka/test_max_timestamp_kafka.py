@@ -274,3 +274,44 @@ def test_max_timestamp_after_deleting_every_record(brokers: tuple[ApacheKafka, R
     wait_until(kafka_segment_gone(kafka, name, 4), "Kafka did not delete segment 4")
     wait_until(lambda: kbroker_segments(ours, name) == [7], "kbroker did not delete segment 4")
     assert max_timestamp_of_both(brokers, name, same_epochs=False) == (7, base + 1000)
+
+
+def test_delete_records_on_a_compact_only_topic_is_a_policy_violation(
+    brokers: tuple[ApacheKafka, RunningBroker],
+) -> None:
+    """Kafka refuses DeleteRecords unless cleanup.policy has ``delete``, before it looks at the offset."""
+    answers = {}
+    for policy in ("compact", "compact,delete"):
+        name = f"delete-records-{policy.replace(',', '-')}-{uuid.uuid4().hex[:8]}"
+        configs = [CreateTopicsRequest.CreatableTopicConfig(name="cleanup.policy", value=policy)]
+        topic = CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=1, replication_factor=1, configs=configs
+        )
+        for answer in ask_both(brokers, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7):
+            assert answer.topics[0].error_code == ErrorCode.NONE, answer.topics[0].error_message
+        wait_readable(brokers, name)
+        records = [Record(offset_delta=i, timestamp_delta=0, key=b"k%d" % i, value=b"v") for i in range(3)]
+        data = [ProduceRequest.PartitionProduceData(index=0, records=build_batch(records))]
+        produce_request = ProduceRequest(
+            acks=-1, timeout_ms=10_000, topic_data=[ProduceRequest.TopicProduceData(name=name, partition_data=data)]
+        )
+        for answer in ask_both(brokers, produce_request, 9):
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        for offset in (1, 99, -1):  # inside the log, past its end, the high watermark
+            partitions = [DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=offset)]
+            request = DeleteRecordsRequest(
+                topics=[DeleteRecordsRequest.DeleteRecordsTopic(name=name, partitions=partitions)], timeout_ms=10_000
+            )
+            kafka, ours = ask_both(brokers, request, 2)
+            theirs = kafka.topics[0].partitions[0]
+            mine = ours.topics[0].partitions[0]
+            assert (mine.error_code, mine.low_watermark) == (theirs.error_code, theirs.low_watermark)
+            answers[policy, offset] = theirs.error_code, theirs.low_watermark
+    assert answers == {
+        ("compact", 1): (ErrorCode.POLICY_VIOLATION, -1),
+        ("compact", 99): (ErrorCode.POLICY_VIOLATION, -1),
+        ("compact", -1): (ErrorCode.POLICY_VIOLATION, -1),
+        ("compact,delete", 1): (ErrorCode.NONE, 1),
+        ("compact,delete", 99): (ErrorCode.OFFSET_OUT_OF_RANGE, -1),
+        ("compact,delete", -1): (ErrorCode.NONE, 3),
+    }
