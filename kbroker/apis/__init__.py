@@ -53,41 +53,45 @@ class ApiHandler:
     def handle(self) -> Handler:
         """The handler, imported on first use; HandlerUnavailable if it cannot be imported now."""
         if self._handle is None:
-            module, _, function = self.target.rpartition(".")
-            try:
-                self._handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
-            except (OSError, ImportError) as exc:  # ImportError: a module it imports met the same EMFILE
-                raise HandlerUnavailable(f"cannot load the {self.name} handler: {self._failed(exc)}") from None
-            self._loaded()
+            reason = self._import()
+            if reason is not None:
+                self._log_failure(reason)
+                raise HandlerUnavailable(f"cannot load the {self.name} handler: {reason}")
+        assert self._handle is not None
         return self._handle
 
-    def load(self) -> bool:
-        """Import the handler and its request and response classes now; False if that failed (logged once)."""
-        try:
-            self.handle  # noqa: B018 - the property imports the handler's module
+    def load(self, *, quiet: bool = False) -> str | None:
+        """Import the handler and its request and response classes now: None once loaded, else why not (logged
+        once, unless ``quiet``: the caller reports it)."""
+        reason = self._import() if self._handle is None else None
+        if reason is None:
             schema = APIS[self.api_key]
-            schema.request_type()
-            schema.response_type()
-        except HandlerUnavailable:
-            return False
-        except (OSError, ImportError) as exc:
-            self._failed(exc)
-            return False
-        self._loaded()
-        return True
-
-    def _failed(self, exc: OSError | ImportError) -> str:
-        """Log why loading failed, once while the reason stays the same; returns the reason."""
-        reason = _describe(exc)
-        if reason != self._load_failure:
-            log.error("cannot load the %s handler: %s (its requests fail until it can be)", self.name, reason)
-            self._load_failure = reason
+            try:
+                schema.request_type()
+                schema.response_type()
+            except (OSError, ImportError) as exc:
+                reason = _describe(exc)
+        if reason is not None and not quiet:
+            self._log_failure(reason)
         return reason
 
-    def _loaded(self) -> None:
+    def _import(self) -> str | None:
+        """Import the handler's function: None if done, else why it failed."""
+        module, _, function = self.target.rpartition(".")
+        try:
+            self._handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+        except (OSError, ImportError) as exc:  # ImportError: a module it imports met the same EMFILE
+            return _describe(exc)
         if self._load_failure is not None:
             log.warning("the %s handler is loaded now", self.name)
             self._load_failure = None
+        return None
+
+    def _log_failure(self, reason: str) -> None:
+        """Log why loading failed, once while the reason stays the same."""
+        if reason != self._load_failure:
+            log.error("cannot load the %s handler: %s (its requests fail until it can be)", self.name, reason)
+            self._load_failure = reason
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version

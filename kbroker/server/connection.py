@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kbroker.apis import HANDLERS, unsupported_version_response
+from kbroker.apis import HANDLERS, ApiHandler, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.authenticator import SaslAuthenticator, Step
@@ -594,15 +594,28 @@ async def load_handlers() -> None:
     """
     await trio.sleep(HANDLER_LOAD_DELAY_S)
     pending = list(HANDLERS.values())
+    reported = False
     while True:
-        failed = []
+        failed: list[tuple[ApiHandler, str]] = []
         for handler in pending:
-            if not handler.load():
-                failed.append(handler)
+            reason = handler.load(quiet=True)
+            if reason is not None:
+                failed.append((handler, reason))
             await trio.lowlevel.checkpoint()
         if not failed:
+            if reported:
+                log.warning("every handler is loaded now")
             return
-        pending = failed
+        if not reported:  # one line for them all, not one per handler or per attempt
+            reported = True
+            log.error(
+                "%d of %d handlers could not be loaded yet (the first: %s); tried again every %g s",
+                len(failed),
+                len(HANDLERS),
+                failed[0][1],
+                HANDLER_LOAD_RETRY_S,
+            )
+        pending = [handler for handler, _ in failed]
         await trio.sleep(HANDLER_LOAD_RETRY_S)
 
 
