@@ -333,3 +333,16 @@ def test_the_app_keeps_serving_when_a_background_service_fails(tmp_path: Path, m
 
     trio.run(main)
     assert failing.starts >= 2
+
+
+def test_writes_failing_for_want_of_descriptors_never_take_the_directory_offline(tmp_path: Path) -> None:
+    """Out of descriptors is the process's limit (idle connections), gone when they close: the directory must not
+    stay offline until a restart for it. A full disk still takes it offline after FAILURE_LIMIT failures."""
+    health = LogDirHealth(tmp_path)
+    for _ in range(3 * LogDirHealth.FAILURE_LIMIT):
+        health.write_failed("append to t-0", OSError(errno.EMFILE, "Too many open files"))
+        health.write_failed("append to t-0", OSError(errno.ENFILE, "Too many open files in system"))
+    assert (health.failures_in_a_row, health.offline) == (0, False)
+    for _ in range(LogDirHealth.FAILURE_LIMIT):
+        health.write_failed("append to t-0", ENOSPC)
+    assert health.offline
