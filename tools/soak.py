@@ -1,9 +1,9 @@
 """Reliability soak: kill -9, disk-full and descriptor-exhaustion cycles under load, then count what was
 acknowledged and kept, and how often the broker exited on its own.
 
-    python tools/soak.py                          # every kind of cycle (about 10 minutes)
+    python tools/soak.py                          # every kind of cycle (about 7 minutes)
     python tools/soak.py --kills 20 --disk-full 2 # shorter
-    python tools/soak.py --cycles disk-full-held,descriptors --disk-full-hold 30   # the new kinds, a few minutes
+    python tools/soak.py --cycles disk-full-held,descriptors --disk-full-hold 30   # the new kinds, about a minute
     python tools/soak.py --out soak.json          # also write the figures as JSON
 
 One kbroker process (``python -m kbroker serve``) serves a 3-partition topic while, in this process, an
