@@ -5,7 +5,9 @@ broker through ``run``.
 Start-up: the listeners are bound, the Broker (storage, offsets, group coordinators) is built on the data
 directory, then the services are started one by one with ``nursery.start`` in a fixed order (retention, flush,
 the coordinators' timers, offset expiry, the log cleaner, then the server accepting connections);
-each reports ``started`` once it runs. Shutdown is in one place: ``App.drain`` stops accepting, lets every open
+each reports ``started`` once it runs. A background service that fails once started is logged and started again
+after a pause (``supervise``): no background failure ends the broker (the services already survive what their
+ticks meet; this is the last line). Shutdown is in one place: ``App.drain`` stops accepting, lets every open
 connection answer what it already received and close, waits for that up to a deadline, then ``App.stop``
 cancels every service at once.
 
@@ -37,6 +39,7 @@ from kbroker.services import Service, background_services
 log = logging.getLogger("kbroker")
 
 DRAIN_SECONDS = 5.0
+RESTART_SECONDS = (1.0, 30.0)  # a failed service is started again after 1 s, doubling up to 30 s
 
 
 class ListenError(Exception):
@@ -91,11 +94,16 @@ class App:
         self._scope = trio.CancelScope()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start every service in order, report started, and run until stopped (or a service fails)."""
+        """Start every service in order, report started, and run until stopped. A service failing at start-up
+        stops the start; a background one failing later is started again (the server is not: its listeners
+        close with it, and a failure there ends the broker)."""
         with self._scope:
             async with trio.open_nursery() as nursery:
                 for name, service in self.services:
-                    await nursery.start(service.run)
+                    if name == "server":
+                        await nursery.start(service.run)
+                    else:
+                        await nursery.start(supervise, name, service)
                     self.started.append(name)
                 task_status.started()
 
@@ -109,6 +117,55 @@ class App:
         with trio.move_on_after(grace_seconds):
             await self.server.finished.wait()
         self.stop()
+
+
+class _ReportOnce:
+    """Passes a service's first ``started`` on to whoever started it; a restarted service reports to nobody."""
+
+    def __init__(self, task_status: trio.TaskStatus[None]) -> None:
+        self.task_status: trio.TaskStatus[None] | None = task_status
+
+    @property
+    def reported(self) -> bool:
+        return self.task_status is None
+
+    def started(self, value: None = None) -> None:
+        task_status = self.task_status
+        if task_status is not None:
+            self.task_status = None
+            task_status.started(value)
+
+
+async def supervise(
+    name: str, service: Service, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run ``service``. What it raises before it reports started is raised (start-up fails); once started, an
+    exception ending it is logged (with its traceback the first time) and it is started again after a pause that
+    grows while it keeps failing."""
+    status = _ReportOnce(task_status)
+    logged: set[tuple[type[BaseException], str]] = set()
+    first_pause, max_pause = RESTART_SECONDS
+    pause = first_pause
+    while True:
+        began = trio.current_time()
+        try:
+            await service.run(task_status=status)
+        except Exception as exc:
+            if not status.reported:
+                raise
+            kind = (type(exc), str(exc))
+            if kind in logged:
+                log.error("service %s failed again: %s; restarting it in %g s", name, exc, pause)
+            else:
+                logged.add(kind)
+                log.exception("service %s failed; restarting it in %g s", name, pause)
+        else:
+            if not status.reported:
+                return  # it never started: nursery.start reports that
+            log.error("service %s stopped on its own; restarting it in %g s", name, pause)
+        await trio.sleep(pause)
+        # A service that ran a good while before failing starts again soon; one failing at once waits longer.
+        pause = first_pause if trio.current_time() - began > max_pause + pause else min(pause * 2, max_pause)
 
 
 async def open_listeners(settings: Settings) -> list[ServedListener]:

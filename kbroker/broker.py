@@ -82,7 +82,11 @@ class Broker:
             # ``logs``: another storage engine (the in-memory one in unit tests); the disk engine by default.
             self.logs: AnyLogStore = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
             # With log.flush.interval.messages=1 a commit is fsynced before it is acknowledged, as a produce is.
-            self.offsets = OffsetStore(data_dir, sync_commits=config["log.flush.interval.messages"] == 1)
+            self.offsets = OffsetStore(
+                data_dir,
+                sync_commits=config["log.flush.interval.messages"] == 1,
+                health=self.logs.dir_health if isinstance(self.logs, LogManager) else None,  # the journal's directory
+            )
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
             self.quotas = ClientQuotas(
                 data_dir, window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]

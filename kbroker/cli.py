@@ -275,8 +275,9 @@ DAMAGED_FILE_FIXES = {
 DAMAGED_FILE_FIX = "restore it from a backup, or move it out of the data directory"
 
 
-def error_line(exc: BaseException) -> str | None:
-    """The one line a start-up failure is reported with (None: not one of those, let it propagate)."""
+def error_line(exc: BaseException, data_dir: Path | None = None) -> str | None:
+    """The one line a start-up failure is reported with (None: not one of those, let it propagate). An OSError
+    that names no file (a failed write says only "No space left on device") names ``data_dir``."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # trio's nurseries wrap errors
         exc = exc.exceptions[0]
     if isinstance(exc, DamagedFileError):
@@ -286,7 +287,10 @@ def error_line(exc: BaseException) -> str | None:
     if isinstance(exc, ConfigError):
         return f"kbroker: configuration error: {exc}"
     if isinstance(exc, OSError):
-        where = f": {exc.filename}" if exc.filename is not None else ""
+        if exc.filename is not None:
+            where = f": {exc.filename}"
+        else:
+            where = f" (data directory {data_dir})" if data_dir is not None else ""
         return f"kbroker: {exc.strerror or exc}{where}"
     return None
 
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     except Exception as exc:
-        line = error_line(exc)
+        line = error_line(exc, settings.data_dir)
         if line is None:
             raise
         print(line, file=sys.stderr)

@@ -3,6 +3,11 @@
 
 The group coordinators' timers are one service of the same shape: the CoordinatorRuntime
 (kbroker.groups.runtime) the coordinators register with, which ticks each at its next deadline.
+
+Nothing a tick meets ends a service, let alone the broker: a full disk, a process out of descriptors or a bug
+fails that tick, which TickFailures logs once per kind of failure, and the next tick tries again. What a failed
+write means for the data directory (offline for writes after repeated failures) is decided by its health policy
+(LogDirHealth in kbroker/storage/partition.py), which a failed checkpoint feeds as a failed append does.
 """
 
 from __future__ import annotations
@@ -51,9 +56,51 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _flush_all(logs: list[PartitionLog]) -> None:
+class TickFailures:
+    """The failures of one service's ticks, logged once per kind (what failed, the exception's type and errno):
+    a condition that lasts (a full disk) is one line, not one per tick. A tick of the same work that succeeds
+    again is logged too, and a later failure of that kind is then logged again."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self._failing: dict[str, tuple[type[BaseException], int | None]] = {}  # what -> kind of its failure
+
+    def failed(self, what: str, exc: Exception) -> None:
+        kind = (type(exc), exc.errno if isinstance(exc, OSError) else None)
+        if self._failing.get(what) == kind:
+            log.debug("%s: %s failed again: %s", self.service, what, _describe(exc))
+            return
+        self._failing[what] = kind
+        if isinstance(exc, OSError | StorageError):
+            log.error("%s: %s failed, tried again later: %s", self.service, what, _describe(exc))
+        else:  # a bug: its traceback, once
+            log.exception("%s: %s failed unexpectedly, tried again later", self.service, what)
+
+    def succeeded(self, what: str) -> None:
+        if self._failing.pop(what, None) is not None:
+            log.warning("%s: %s works again", self.service, what)
+
+    @property
+    def failing(self) -> list[str]:
+        """What is failing now, for tests and status."""
+        return sorted(self._failing)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
+def _flush_all(logs: list[PartitionLog]) -> list[tuple[PartitionLog, Exception]]:
+    """fsync each log; one that fails does not keep the others from being flushed. Returns the failures."""
+    failed: list[tuple[PartitionLog, Exception]] = []
     for plog in logs:
-        plog.flush()
+        try:
+            plog.flush()
+        except Exception as exc:  # noqa: BLE001 - reported by the service, once per kind
+            failed.append((plog, exc))
+    return failed
 
 
 class RetentionService:
@@ -61,22 +108,41 @@ class RetentionService:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.failures = TickFailures("retention")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         interval = self.broker.config["log.retention.check.interval.ms"] / 1000
         task_status.started()
         while True:
             await trio.sleep(interval)
+            self.tick()
+
+    def tick(self) -> None:
+        try:
             deleted = self.broker.logs.apply_retention(_now_ms())
-            if deleted:
-                log.info("retention deleted %d segment(s)", len(deleted))
+        except Exception as exc:  # noqa: BLE001 - logged once per kind; the next check tries again
+            self.failures.failed("retention check", exc)
+            return
+        self.failures.succeeded("retention check")
+        if deleted:
+            log.info("retention deleted %d segment(s)", len(deleted))
 
 
 class FlushService:
-    """Honours flush.ms for partitions that have unflushed data; fsync runs off the event loop."""
+    """Honours flush.ms for partitions that have unflushed data (fsync runs off the event loop), and writes the
+    recovery-point checkpoint every log.flush.offset.checkpoint.interval.ms.
+
+    A checkpoint that cannot be written leaves the previous one in place (an unclean start then validates more of
+    each log, losing nothing) and is tried again at the next interval. It counts as a failed write of the data
+    directory, as a failed append does; one written counts as a write that succeeded. While the directory is
+    offline no checkpoint is written, as Kafka checkpoints only its online log directories.
+    """
+
+    CHECKPOINT = "recovery-point checkpoint"
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.failures = TickFailures("flush")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # A topic may set flush.ms below the broker's setting, so look at least once a second.
@@ -87,13 +153,43 @@ class FlushService:
         while True:
             await trio.sleep(max(interval_ms, 10) / 1000)
             now = _now_ms()
-            due = self.broker.logs.due_for_flush(now)
-            if due:
-                await trio.to_thread.run_sync(_flush_all, due)
+            await self.flush_due(now)
             if checkpoint_interval_ms > 0 and now >= next_checkpoint:
                 # What is fsynced need not be checked again after a crash (Kafka's recovery-point checkpoint).
                 next_checkpoint = now + checkpoint_interval_ms
-                await trio.to_thread.run_sync(self.broker.logs.checkpoint_recovery_points)
+                await self.checkpoint()
+
+    async def flush_due(self, now: int) -> None:
+        try:
+            due = self.broker.logs.due_for_flush(now)
+            failed = await trio.to_thread.run_sync(_flush_all, due) if due else []
+        except Exception as exc:  # noqa: BLE001 - logged once per kind; the next tick tries again
+            self.failures.failed("flush", exc)
+            return
+        self.failures.succeeded("flush")
+        failing = set()
+        for plog, error in failed:
+            failing.add(plog)
+            self.failures.failed(f"flush of {plog.topic}-{plog.partition}", error)
+        for plog in due:
+            if plog not in failing:
+                self.failures.succeeded(f"flush of {plog.topic}-{plog.partition}")
+
+    async def checkpoint(self) -> None:
+        logs = self.broker.logs
+        health = logs.dir_health if isinstance(logs, LogManager) else None
+        if health is not None and health.offline:
+            return
+        try:
+            await trio.to_thread.run_sync(logs.checkpoint_recovery_points)
+        except Exception as exc:  # noqa: BLE001 - logged once per kind; the next interval tries again
+            self.failures.failed(self.CHECKPOINT, exc)
+            if health is not None and isinstance(exc, OSError | StorageError):
+                health.write_failed(f"writing the {self.CHECKPOINT}", exc, logged=True)
+            return
+        self.failures.succeeded(self.CHECKPOINT)
+        if health is not None:
+            health.write_succeeded()
 
 
 class OffsetExpiryService:
@@ -101,14 +197,23 @@ class OffsetExpiryService:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.failures = TickFailures("offset-expiry")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         interval = self.broker.config["offsets.retention.check.interval.ms"] / 1000
-        retention_ms = self.broker.config["offsets.retention.minutes"] * 60_000
         task_status.started()
         while True:
             await trio.sleep(interval)
+            self.tick()
+
+    def tick(self) -> None:
+        retention_ms = self.broker.config["offsets.retention.minutes"] * 60_000
+        try:
             self.broker.expire_offsets(_now_ms(), retention_ms)
+        except Exception as exc:  # noqa: BLE001 - logged once per kind; the next check tries again
+            self.failures.failed("offset expiry", exc)
+            return
+        self.failures.succeeded("offset expiry")
 
 
 class LogCleanerService:
@@ -131,6 +236,7 @@ class LogCleanerService:
         self.uncleanable: dict[tuple[str, int], str] = {}
         self.passes = 0  # completed passes, for tests and status
         self.worker: trio.Process | None = None  # the cleaner's worker process, from the first pass on
+        self.failures = TickFailures("log-cleaner")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         logs = self.broker.logs
@@ -142,7 +248,14 @@ class LogCleanerService:
         task_status.started()
         try:
             while True:
-                if not await self.clean_dirtiest(logs):
+                try:
+                    cleaned = await self.clean_dirtiest(logs)
+                except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen error: logged once per kind
+                    self.failures.failed("cleaning", exc)
+                    cleaned = False
+                else:
+                    self.failures.succeeded("cleaning")
+                if not cleaned:
                     await trio.sleep(self.settings.backoff_ms / 1000)
         finally:
             await self.stop_worker()

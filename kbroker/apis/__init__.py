@@ -4,22 +4,36 @@ This table is the single source of truth: ApiVersions is derived from it, so the
 advertises can never drift from what it handles. Each API family lives in its own module, named here as
 "module.function" and imported on the first request that needs it: the broker answers its first
 Metadata request without loading the codecs of forty other APIs.
+
+A handler that cannot be imported (the process is out of descriptors, EMFILE, and cannot open its source) fails
+only the request that needed it: that request is answered UNKNOWN_SERVER_ERROR, as Kafka answers an unexpected
+server-side error, the failure is logged once, and the import is tried again on the next request.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from kbroker.apis.context import RequestContext
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS
 from protocol.messages.api_versions_response import ApiVersionsResponse
 
+log = logging.getLogger("kbroker.apis")
+
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class HandlerUnavailable(KafkaError):
+    """The handler's module could not be imported this time; the request is answered with this error."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
 
 
 @dataclass(slots=True)
@@ -29,6 +43,7 @@ class ApiHandler:
     max_version: int
     target: str  # "module.function" under kbroker.apis
     _handle: Handler | None = None
+    _load_failure: str | None = None  # why the last import failed, logged once until one succeeds
 
     @property
     def name(self) -> str:
@@ -36,13 +51,56 @@ class ApiHandler:
 
     @property
     def handle(self) -> Handler:
+        """The handler, imported on first use; HandlerUnavailable if it cannot be imported now."""
         if self._handle is None:
-            module, _, function = self.target.rpartition(".")
-            self._handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+            reason = self._import()
+            if reason is not None:
+                self._log_failure(reason)
+                raise HandlerUnavailable(f"cannot load the {self.name} handler: {reason}")
+        assert self._handle is not None
         return self._handle
+
+    def load(self, *, quiet: bool = False) -> str | None:
+        """Import the handler and its request and response classes now: None once loaded, else why not (logged
+        once, unless ``quiet``: the caller reports it)."""
+        reason = self._import() if self._handle is None else None
+        if reason is None:
+            schema = APIS[self.api_key]
+            try:
+                schema.request_type()
+                schema.response_type()
+            except (OSError, ImportError) as exc:
+                reason = _describe(exc)
+        if reason is not None and not quiet:
+            self._log_failure(reason)
+        return reason
+
+    def _import(self) -> str | None:
+        """Import the handler's function: None if done, else why it failed."""
+        module, _, function = self.target.rpartition(".")
+        try:
+            self._handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+        except (OSError, ImportError) as exc:  # ImportError: a module it imports met the same EMFILE
+            return _describe(exc)
+        if self._load_failure is not None:
+            log.warning("the %s handler is loaded now", self.name)
+            self._load_failure = None
+        return None
+
+    def _log_failure(self, reason: str) -> None:
+        """Log why loading failed, once while the reason stays the same."""
+        if reason != self._load_failure:
+            log.error("cannot load the %s handler: %s (its requests fail until it can be)", self.name, reason)
+            self._load_failure = reason
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
+
+
+def _describe(exc: OSError | ImportError) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
+    return str(exc)
 
 
 def _table(*entries: tuple[int, int, int, str]) -> dict[int, ApiHandler]:

@@ -23,6 +23,12 @@ answers a failed append to ``__consumer_offsets`` (KAFKA_STORAGE_ERROR becomes N
 ``sync_commits`` (the broker's log.flush.interval.messages is 1) each change is also fsynced before it is
 applied; otherwise the flush service and ``close`` fsync it. A failed fsync takes the store offline until the
 broker restarts (Kafka treats a failed fsync as fatal for the log dir): every later change is refused.
+
+The journal lives in the data directory and shares its health (LogDirHealth, kbroker/storage/partition.py), as
+Kafka's ``__consumer_offsets`` partitions live in a log dir: a failed journal write counts as a failed write of
+the directory, a failed fsync takes the directory offline, and while the directory is offline every change is
+refused (OffsetCommit then answers NOT_COORDINATOR, Kafka's answer when the append to an offline log dir fails
+with KAFKA_STORAGE_ERROR).
 """
 
 from __future__ import annotations
@@ -31,10 +37,13 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.journal import Journal
+
+if TYPE_CHECKING:
+    from kbroker.storage.partition import LogDirHealth
 
 log = logging.getLogger("kbroker.groups")
 
@@ -60,9 +69,11 @@ class CommittedOffset:
 
 
 class OffsetStore:
-    def __init__(self, data_dir: Path, *, sync_commits: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, sync_commits: bool = False, health: LogDirHealth | None = None) -> None:
+        """``health``: the data directory's (None: the store keeps only its own offline state)."""
         self.sync_commits = sync_commits
         self.offline_reason: str | None = None
+        self.health = health
         self.directory = data_dir / DIRECTORY
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / JOURNAL
@@ -147,11 +158,17 @@ class OffsetStore:
             return
         if self.offline_reason is not None:
             raise OffsetStoreError(f"{self.path} is offline until the broker restarts: {self.offline_reason}")
+        if self.health is not None and self.health.offline:
+            raise OffsetStoreError(f"data directory {self.health.path} is offline until the broker restarts")
         try:
             self._journal.append([_encode(e) for e in entries])
         except (OSError, StorageError) as exc:
             log.error("%s: writing %d offset change(s) failed: %s", self.path, len(entries), _describe(exc))
+            if self.health is not None:
+                self.health.write_failed(f"writing {self.path}", exc, logged=True)
             raise OffsetStoreError(f"writing {self.path} failed: {_describe(exc)}") from None
+        if self.health is not None:
+            self.health.write_succeeded()
         self._records += len(entries)
         if self.sync_commits:
             self._sync()
@@ -162,6 +179,8 @@ class OffsetStore:
         except OSError as exc:
             self.offline_reason = f"fsync failed: {_describe(exc)}"
             log.error("%s is offline until the broker restarts: %s", self.path, self.offline_reason)
+            if self.health is not None:
+                self.health.take_offline(f"fsync of {self.path} failed")
             raise OffsetStoreError(f"{self.path}: {self.offline_reason}") from None
 
     def _maybe_compact(self) -> None:

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kbroker.apis import HANDLERS, unsupported_version_response
+from kbroker.apis import HANDLERS, ApiHandler, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.authenticator import SaslAuthenticator, Step
@@ -579,6 +579,7 @@ def _is_disconnect(exc: BaseException) -> bool:
 
 
 HANDLER_LOAD_DELAY_S = 1.0
+HANDLER_LOAD_RETRY_S = 5.0  # a handler that could not be loaded (out of descriptors) is tried again this often
 
 
 async def load_handlers() -> None:
@@ -588,14 +589,34 @@ async def load_handlers() -> None:
     broker that has run out of descriptors could not open their source files: the first Metadata request
     after the limit was reached would fail, and a request whose codec is not loaded could not be decoded.
     It waits a moment first, so that the clients' first requests (which load their own handlers) are not
-    kept waiting behind it: the broker answers its first Metadata as soon as before.
+    kept waiting behind it: the broker answers its first Metadata as soon as before. One that cannot be loaded
+    yet (out of descriptors already) is tried again later; meanwhile a request needing it is answered with an error.
     """
     await trio.sleep(HANDLER_LOAD_DELAY_S)
-    for api_key, handler in HANDLERS.items():
-        handler.handle  # noqa: B018 - the property imports the handler's module
-        APIS[api_key].request_type()
-        APIS[api_key].response_type()
-        await trio.lowlevel.checkpoint()
+    pending = list(HANDLERS.values())
+    reported = False
+    while True:
+        failed: list[tuple[ApiHandler, str]] = []
+        for handler in pending:
+            reason = handler.load(quiet=True)
+            if reason is not None:
+                failed.append((handler, reason))
+            await trio.lowlevel.checkpoint()
+        if not failed:
+            if reported:
+                log.warning("every handler is loaded now")
+            return
+        if not reported:  # one line for them all, not one per handler or per attempt
+            reported = True
+            log.error(
+                "%d of %d handlers could not be loaded yet (the first: %s); tried again every %g s",
+                len(failed),
+                len(HANDLERS),
+                failed[0][1],
+                HANDLER_LOAD_RETRY_S,
+            )
+        pending = [handler for handler, _ in failed]
+        await trio.sleep(HANDLER_LOAD_RETRY_S)
 
 
 async def serve_connection(

@@ -37,7 +37,7 @@ def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = Fa
 
     ``private``: readable by the owner only (0600), for secrets such as the SCRAM credentials. On any failure (a
     full disk, a failed fsync or rename) ``path`` is left as it was, the temporary file is removed if possible, and
-    the OSError is raised.
+    the OSError is raised (naming the file, which a failed write or fsync does not).
     """
     tmp = path.with_name(path.name + ".tmp")
     mode = 0o600 if private else 0o644
@@ -51,11 +51,13 @@ def write_atomically(path: Path, data: str | bytes, *, sync_directory: bool = Fa
         finally:
             os.close(fd)
         fs.replace(tmp, path)
-    except OSError:
+    except OSError as exc:
         try:
             fs.unlink_if_exists(tmp)
         except OSError:
             pass  # a stray .tmp is removed when its directory is next opened
+        if exc.filename is None:  # a failed write or fsync names no file: say which one it was
+            exc.filename = str(tmp)
         raise
     if sync_directory:
         fsync_directory(path.parent)

@@ -34,6 +34,7 @@ what is read (up to the in-memory log end, never past a failed write) is what wa
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -102,7 +103,8 @@ class LogDirHealth:
     keep failing, when a failed write could not be undone, or after a failed fsync.
 
     Each failure is logged once, one line with the path and the error; while the directory stays offline
-    nothing more is logged.
+    nothing more is logged. A write that failed because the process ran out of descriptors (EMFILE, ENFILE) is
+    not counted: that is the process's limit, not the directory's fault, and it passes once connections close.
     """
 
     FAILURE_LIMIT = 10  # failed writes in a row (no write succeeding in between) before the directory goes offline
@@ -119,12 +121,15 @@ class LogDirHealth:
     def write_succeeded(self) -> None:
         self.failures_in_a_row = 0
 
-    def write_failed(self, what: str, exc: BaseException) -> None:
-        """A write that failed and was undone (nothing of it remains)."""
+    def write_failed(self, what: str, exc: BaseException, *, logged: bool = False) -> None:
+        """A write that failed and was undone (nothing of it remains); ``logged``: the caller reported it."""
         if self.offline:
             return
+        if not logged:
+            log.error("%s failed: %s", what, _describe(exc))
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+            return
         self.failures_in_a_row += 1
-        log.error("%s failed: %s", what, _describe(exc))
         if self.failures_in_a_row >= self.FAILURE_LIMIT:
             self.take_offline(f"{self.failures_in_a_row} writes in a row failed, the last: {what}: {_describe(exc)}")
 
@@ -138,6 +143,9 @@ class LogDirHealth:
         return AppendResult(
             ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: data directory {self.path} is offline"
         )
+
+
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 def _describe(exc: BaseException) -> str:

@@ -277,3 +277,34 @@ def test_ready_line_reports_time_since_process_start(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(10) == 0
+
+
+# --- a full disk at start-up (issue #26, item 7) ----------------------------------------------------------------
+
+
+def test_a_write_failing_at_start_up_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: "kbroker: No space left on device" and nothing else (a failed write names no file). The live case, a
+    full tmpfs, is in tests/broker/test_resource_exhaustion_live.py."""
+    from kbroker import cli
+    from kbroker.storage import fs
+    from kbroker.storage.fs import FaultyFileSystem
+
+    data_dir = tmp_path / "data"
+    with RunningBroker(data_dir):
+        pass
+    with fs.installed(FaultyFileSystem(disk_full=True)):
+        code = cli.main(["serve", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--log-level", "ERROR"])
+    assert code == 1
+    # The first write of a start: the producer id block is reserved before any id is handed out.
+    assert capsys.readouterr().err == f"kbroker: No space left on device: {data_dir / 'producer-id-block.tmp'}\n"
+
+
+def test_an_os_error_naming_no_file_names_the_data_directory() -> None:
+    from kbroker.cli import error_line
+
+    assert error_line(OSError(28, "No space left on device"), Path("/var/lib/kbroker")) == (
+        "kbroker: No space left on device (data directory /var/lib/kbroker)"
+    )
+    assert error_line(OSError(28, "No space left on device", "/d/f.tmp"), Path("/d")) == (
+        "kbroker: No space left on device: /d/f.tmp"
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import fs
+from kbroker.storage import LogManager, fs
 from kbroker.storage.fs import FaultyFileSystem
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -174,3 +174,76 @@ def test_deletions_that_cannot_be_written_answer_errors_and_delete_nothing(
         # Nothing was deleted: the commit and both records are still there.
         assert committed(client) == 1
         assert fetch_values(client) == [(0, b"a"), (1, b"b")]
+
+
+# --- the offsets journal shares the data directory's health (issue #26, item 7) --------------------------------
+
+
+def test_while_the_data_directory_is_offline_offset_commits_answer_not_coordinator_and_change_nothing(
+    tmp_path: Path, faulty: FaultyFileSystem
+) -> None:
+    """Before: a commit made while the directory was offline (space back, an fsync had failed) answered NONE.
+    Kafka 4.3's coordinators map the KAFKA_STORAGE_ERROR of an append to an offline log dir to NOT_COORDINATOR
+    (CoordinatorOperationExceptionHelper), as for a full disk."""
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        create(client, {"flush.messages": "1"})
+        assert produce(client, b"a") == (ErrorCode.NONE, 0)
+        assert commit(client, 1) == ErrorCode.NONE
+        faulty.nth[("fsync", faulty.counts.get("fsync", 0) + 1)] = "fsync"  # the next produce's fsync
+        assert produce(client, b"unsynced") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        assert broker.broker is not None and isinstance(broker.broker.logs, LogManager)
+        assert broker.broker.logs.dir_health.offline
+        writes = faulty.counts.get("write", 0)
+        assert commit(client, 5) == ErrorCode.NOT_COORDINATOR
+        assert faulty.counts.get("write", 0) == writes  # not even tried: the directory is offline
+        assert committed(client) == 1  # reads go on
+    with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+        assert committed(client) == 1
+        assert commit(client, 6) == ErrorCode.NONE  # writable again after the restart
+        assert committed(client) == 6
+
+
+def test_a_failed_fsync_of_the_offsets_journal_takes_the_data_directory_offline(
+    tmp_path: Path, faulty: FaultyFileSystem
+) -> None:
+    """The journal is in the data directory, as __consumer_offsets is in a Kafka log dir: an fsync failing there
+    is fatal for the directory, produces included."""
+    with (
+        RunningBroker(tmp_path, {"log.flush.interval.messages": "1"}) as broker,
+        WireClient(broker.bootstrap) as client,
+    ):
+        create(client)
+        assert produce(client, b"a") == (ErrorCode.NONE, 0)
+        faulty.nth[("fsync", faulty.counts.get("fsync", 0) + 1)] = "fsync"  # the next commit's fsync
+        assert commit(client, 1) == ErrorCode.NOT_COORDINATOR
+        assert produce(client, b"b") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        assert fetch_values(client) == [(0, b"a")]
+
+
+def test_failed_journal_writes_count_towards_taking_the_directory_offline(
+    tmp_path: Path, faulty: FaultyFileSystem
+) -> None:
+    from kbroker.groups.offsets import CommittedOffset, OffsetStore, OffsetStoreError
+    from kbroker.storage.partition import LogDirHealth
+
+    health = LogDirHealth(tmp_path)
+    store = OffsetStore(tmp_path, health=health)
+    commit_one = {(TOPIC, 0): CommittedOffset(1, -1, None, 0)}
+    faulty.disk_full = True
+    for _ in range(LogDirHealth.FAILURE_LIMIT - 1):
+        with pytest.raises(OffsetStoreError):
+            store.commit("g", commit_one)
+    assert (health.failures_in_a_row, health.offline) == (LogDirHealth.FAILURE_LIMIT - 1, False)
+    faulty.disk_full = False
+    store.commit("g", commit_one)  # a write that succeeds resets the count
+    assert health.failures_in_a_row == 0
+    faulty.disk_full = True
+    for _ in range(LogDirHealth.FAILURE_LIMIT):
+        with pytest.raises(OffsetStoreError):
+            store.commit("g", {(TOPIC, 0): CommittedOffset(2, -1, None, 0)})
+    assert health.offline
+    faulty.disk_full = False
+    with pytest.raises(OffsetStoreError, match=f"data directory {tmp_path} is offline until the broker restarts"):
+        store.commit("g", {(TOPIC, 0): CommittedOffset(3, -1, None, 0)})
+    assert store.get("g")[(TOPIC, 0)].offset == 1
+    store.close()
