@@ -372,6 +372,35 @@ def _txn_offset_commit(request: Any, version: int, code: ErrorCode, message: str
     )
 
 
+@_builder(27)
+def _write_txn_markers(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
+    """Every partition of every marker gets the code, one result per producer id (as Kafka's getErrorResponse)."""
+    r = _response(27)
+    by_producer: dict[int, dict[str, list[int]]] = {}
+    for marker in request.markers:
+        topics = by_producer.setdefault(marker.producer_id, {})
+        for topic in marker.topics:
+            partitions = topics.setdefault(topic.name, [])
+            partitions.extend(p for p in topic.partition_indexes if p not in partitions)
+    return r(
+        markers=[
+            r.WritableTxnMarkerResult(
+                producer_id=producer_id,
+                topics=[
+                    r.WritableTxnMarkerTopicResult(
+                        name=name,
+                        partitions=[
+                            r.WritableTxnMarkerPartitionResult(partition_index=p, error_code=code) for p in partitions
+                        ],
+                    )
+                    for name, partitions in topics.items()
+                ],
+            )
+            for producer_id, topics in by_producer.items()
+        ]
+    )
+
+
 @_builder(61)
 def _describe_producers(request: Any, version: int, code: ErrorCode, message: str | None) -> Any:
     r = _response(61)
