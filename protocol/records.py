@@ -13,11 +13,13 @@ epoch can be rewritten without recomputing it, but a LogAppendTime max timestamp
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
+from types import ModuleType
 from typing import NamedTuple
 
 from protocol import compression
@@ -61,6 +63,24 @@ def _load_crc32c() -> Callable[..., int]:
 
 
 crc32c = _load_crc32c()
+
+
+def _load_native() -> ModuleType | None:
+    """protocol._records_native, the C build of this module's per-record loops (protocol/_records_native.c),
+    or None: not built (``pip install -e .`` on a machine without a compiler), or KBROKER_PURE_PYTHON=1 set."""
+    if os.environ.get("KBROKER_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    import importlib
+
+    try:
+        return importlib.import_module("protocol._records_native")
+    except ImportError:
+        return None
+
+
+# The per-record loops below ask this first; it answers every valid batch and leaves the rest (anything that
+# fails, which the Python loops word) to them. Tests set it to None to run the Python loops.
+_native = _load_native()
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -366,11 +386,16 @@ def walk_records(body: bytes | memoryview, count: int, *, check_offsets: bool = 
     The produce path's walk: per record its length, timestamp delta and offset delta are read and the rest
     is jumped over, so a batch whose count or lengths lie is caught at a fraction of a full decode's cost.
     Keys, values and headers inside a record are not checked (Kafka's full decode checks them too). Raises
-    DecodeError with Kafka's message. A tight loop handles the common shapes; anything else (long varints,
-    negative deltas, an error) is walked again by the careful loop, which also words the error. Without
+    DecodeError with Kafka's message. The C loop (``_native``) answers any batch that passes; without it, or for
+    one that fails, a tight Python loop handles the common shapes and anything else (long varints, negative
+    deltas, an error) is walked again by the careful loop, which also words the error. Without
     ``check_offsets`` (an uncompressed batch: Kafka does not look at its offset deltas) the answer's
     ``offset_deltas_in_order`` is True whatever the deltas are.
     """
+    if _native is not None:
+        answer: RecordsWalk | None = _native.walk_records(body, count, check_offsets, RecordsWalk)
+        if answer is not None:
+            return answer
     try:
         walk = _fast_walk(body, count, check_offsets)
     except IndexError:  # ran off the end: the careful walk says where
@@ -518,6 +543,14 @@ def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord
 
     The log cleaner reads every record twice per pass: lengths and deltas go through ``_short_varint``.
     """
+    if _native is not None:
+        records: list[RawRecord] | None = _native.raw_records(body, count, RawRecord)
+        if records is not None:
+            return iter(records)
+    return _iter_raw_records(body, count)
+
+
+def _iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord]:
     end = len(body)
     pos = 0
     try:
@@ -567,6 +600,14 @@ def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     two deltas it skips and its key length; the rest is jumped over. DecodeError if the records or a key do not
     fit their lengths.
     """
+    if _native is not None:
+        native_found: list[int] | None = _native.keyless_record_indexes(body, count)
+        if native_found is not None:
+            return native_found
+    return _keyless_record_indexes(body, count)
+
+
+def _keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     found: list[int] = []
     end = len(body)
     pos = 0
