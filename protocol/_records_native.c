@@ -245,6 +245,52 @@ keyless_record_indexes(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return found;
 }
 
+/* One record as the log cleaner reads it (records.py's RawRecord, and where its key is). */
+typedef struct {
+    Py_ssize_t start, body_start, delta_end, end, key_at;
+    int64_t offset_delta, timestamp_delta, key_length, value_length;
+} raw_record;
+
+/* The record at ``pos``, read as _iter_raw_records reads it but with every field inside the record; 0 on
+ * success, -1 for anything _iter_raw_records might see otherwise. */
+static inline int
+read_raw_record(const uint8_t *body, Py_ssize_t pos, Py_ssize_t end, raw_record *record)
+{
+    int64_t length;
+    record->start = pos;
+    if (read_varint(body, &pos, end, &length) < 0 || length > end - pos || length < 3) {
+        return -1;
+    }
+    record->end = pos + (Py_ssize_t)length;
+    record->body_start = pos;
+    Py_ssize_t at = pos + 1; /* past the attributes */
+    if (read_varint(body, &at, record->end, &record->timestamp_delta) < 0
+        || read_varint(body, &at, record->end, &record->offset_delta) < 0) {
+        return -1;
+    }
+    record->delta_end = at;
+    if (read_varint(body, &at, record->end, &record->key_length) < 0) {
+        return -1;
+    }
+    record->key_at = at;
+    if (record->key_length >= 0) { /* any negative length is a null key, as Kafka's DefaultRecord reads it */
+        if (record->key_length > record->end - at) {
+            return -1;
+        }
+        at += (Py_ssize_t)record->key_length;
+    }
+    return read_varint(body, &at, record->end, &record->value_length);
+}
+
+static PyObject *
+record_key(const uint8_t *body, const raw_record *record)
+{
+    if (record->key_length < 0) {
+        return Py_NewRef(Py_None);
+    }
+    return PyBytes_FromStringAndSize((const char *)body + record->key_at, (Py_ssize_t)record->key_length);
+}
+
 /* raw_records(body, count, RawRecord) -> list[RawRecord] | None: records.py's _iter_raw_records, at once. */
 static PyObject *
 raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -266,7 +312,7 @@ raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     const uint8_t *body = view.buf;
     const Py_ssize_t end = view.len;
-    /* Each record takes at least 4 bytes: a count beyond that fails anyway, and must not size the list. */
+    /* Not sized by ``count``: a count larger than the records fails, and must not allocate. */
     PyObject *records = PyList_New(0);
     if (records == NULL) {
         PyBuffer_Release(&view);
@@ -274,48 +320,18 @@ raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t pos = 0, index;
     for (index = 0; index < count; index++) {
-        int64_t length, timestamp_delta, offset_delta, key_length, value_length;
-        const Py_ssize_t start = pos;
-        if (read_varint(body, &pos, end, &length) < 0 || length > end - pos || length < 3) {
+        raw_record raw;
+        if (read_raw_record(body, pos, end, &raw) < 0) {
             break;
         }
-        const Py_ssize_t record_end = pos + (Py_ssize_t)length;
-        const Py_ssize_t body_start = pos;
-        Py_ssize_t at = pos + 1; /* past the attributes */
-        if (read_varint(body, &at, record_end, &timestamp_delta) < 0
-            || read_varint(body, &at, record_end, &offset_delta) < 0) {
-            break;
-        }
-        const Py_ssize_t delta_end = at;
-        if (read_varint(body, &at, record_end, &key_length) < 0) {
-            break;
-        }
-        const Py_ssize_t key_at = at;
-        if (key_length >= 0) {
-            if (key_length > record_end - at) {
-                break;
-            }
-            at += (Py_ssize_t)key_length;
-        }
-        Py_ssize_t value_at = at;
-        if (read_varint(body, &value_at, record_end, &value_length) < 0) {
-            break;
-        }
-        PyObject *key;
-        if (key_length >= 0) {
-            key = PyBytes_FromStringAndSize((const char *)body + key_at, (Py_ssize_t)key_length);
-        }
-        else {
-            key = Py_NewRef(Py_None);
-        }
-        PyObject *items[8] = {PyLong_FromLongLong(offset_delta),
-                              PyLong_FromLongLong(timestamp_delta),
-                              key,
-                              PyBool_FromLong(value_length >= 0),
-                              PyLong_FromSsize_t(start),
-                              PyLong_FromSsize_t(body_start),
-                              PyLong_FromSsize_t(delta_end),
-                              PyLong_FromSsize_t(record_end)};
+        PyObject *items[8] = {PyLong_FromLongLong(raw.offset_delta),
+                              PyLong_FromLongLong(raw.timestamp_delta),
+                              record_key(body, &raw),
+                              PyBool_FromLong(raw.value_length >= 0),
+                              PyLong_FromSsize_t(raw.start),
+                              PyLong_FromSsize_t(raw.body_start),
+                              PyLong_FromSsize_t(raw.delta_end),
+                              PyLong_FromSsize_t(raw.end)};
         PyObject *record = NULL;
         int complete = 1;
         for (int i = 0; i < 8; i++) {
@@ -336,7 +352,7 @@ raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         Py_DECREF(record);
-        pos = record_end;
+        pos = raw.end;
     }
     PyBuffer_Release(&view);
     if (index != count || pos != end) {
@@ -344,6 +360,110 @@ raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     return records;
+}
+
+/* map_record_keys(body, count, base_offset, slots, from_offset, capacity, max_short_key, long_key, KeysMapped)
+ * -> KeysMapped | None: records.py's _map_record_keys. The records are all read before the map is touched, so
+ * that None (records Python must read, and fail on) leaves ``slots`` as it was. */
+static PyObject *
+map_record_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_arguments("map_record_keys", nargs, 9, args[8]) < 0) {
+        return NULL;
+    }
+    PyObject *slots = args[3], *long_key = args[7];
+    Py_ssize_t count = get_count(args[1]);
+    int base_overflow = 0, from_overflow = 0;
+    long long base_offset = PyLong_Check(args[2]) ? PyLong_AsLongLongAndOverflow(args[2], &base_overflow) : 0;
+    long long from_offset = PyLong_Check(args[4]) ? PyLong_AsLongLongAndOverflow(args[4], &from_overflow) : 0;
+    Py_ssize_t capacity = PyLong_Check(args[5]) ? PyLong_AsSsize_t(args[5]) : -1;
+    Py_ssize_t max_short_key = PyLong_Check(args[6]) ? PyLong_AsSsize_t(args[6]) : -1;
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (count < 0 || base_overflow || from_overflow || !PyLong_Check(args[2]) || !PyLong_Check(args[4]) || capacity < 0
+        || max_short_key < 0 || !PyDict_CheckExact(slots)) {
+        Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (get_bytes(args[0], &view) < 0) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    const uint8_t *body = view.buf;
+    const Py_ssize_t end = view.len;
+    Py_ssize_t pos = 0, index;
+    for (index = 0; index < count; index++) { /* first every record, and that its offset fits 64 bits */
+        raw_record raw;
+        long long offset;
+        if (read_raw_record(body, pos, end, &raw) < 0
+            || __builtin_add_overflow(base_offset, (long long)raw.offset_delta, &offset)) {
+            break;
+        }
+        pos = raw.end;
+    }
+    if (index != count || pos != end) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    long long mapped = 0, latest_offset = -1;
+    PyObject *stopped_at = Py_NewRef(Py_None);
+    pos = 0;
+    for (index = 0; index < count; index++) {
+        raw_record raw;
+        read_raw_record(body, pos, end, &raw);
+        pos = raw.end;
+        const long long offset = base_offset + raw.offset_delta;
+        if (raw.key_length < 0 || offset < from_offset) {
+            continue;
+        }
+        PyObject *key = record_key(body, &raw);
+        if (key != NULL && raw.key_length > max_short_key) {
+            Py_SETREF(key, PyObject_CallOneArg(long_key, key));
+        }
+        PyObject *number = key != NULL ? PyLong_FromLongLong(offset) : NULL;
+        if (number == NULL) {
+            Py_XDECREF(key);
+            goto failed;
+        }
+        if (PyDict_GET_SIZE(slots) >= capacity) {
+            int known = PyDict_Contains(slots, key);
+            if (known <= 0) {
+                Py_DECREF(key);
+                if (known < 0) {
+                    Py_DECREF(number);
+                    goto failed;
+                }
+                Py_SETREF(stopped_at, number);
+                break;
+            }
+        }
+        int stored = PyDict_SetItem(slots, key, number);
+        Py_DECREF(key);
+        Py_DECREF(number);
+        if (stored < 0) {
+            goto failed;
+        }
+        latest_offset = offset;
+        mapped++;
+    }
+    PyBuffer_Release(&view);
+    PyObject *items[3] = {stopped_at, PyLong_FromLongLong(mapped), PyLong_FromLongLong(latest_offset)};
+    if (items[1] == NULL || items[2] == NULL) {
+        Py_DECREF(items[0]);
+        Py_XDECREF(items[1]);
+        Py_XDECREF(items[2]);
+        return NULL;
+    }
+    return make_tuple((PyTypeObject *)args[8], items, 3);
+
+failed:
+    Py_XDECREF(stopped_at);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -355,6 +475,9 @@ static PyMethodDef methods[] = {
     {"raw_records", (PyCFunction)(void (*)(void))raw_records, METH_FASTCALL,
      "raw_records(body, count, record_type): every record as the log cleaner reads it, or None for Python to "
      "decide"},
+    {"map_record_keys", (PyCFunction)(void (*)(void))map_record_keys, METH_FASTCALL,
+     "map_record_keys(body, count, base_offset, slots, from_offset, capacity, max_short_key, long_key, "
+     "result_type): the log cleaner's offset map of one batch, or None (slots untouched) for Python to decide"},
     {NULL, NULL, 0, NULL},
 };
 

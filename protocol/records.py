@@ -593,6 +593,51 @@ def _iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecor
         raise DecodeError(f"{end - pos} bytes after the last record")
 
 
+class KeysMapped(NamedTuple):
+    """What ``map_record_keys`` did with one batch."""
+
+    stopped_at: int | None  # the offset of the first record the map had no room for; None if there was room
+    mapped: int  # how many records it mapped
+    latest_offset: int  # the offset of the last record it mapped; -1 for none
+
+
+def map_record_keys(
+    body: bytes | memoryview,
+    count: int,
+    base_offset: int,
+    slots: dict[bytes, int],
+    *,
+    from_offset: int,
+    capacity: int,
+    max_short_key: int,
+    long_key: Callable[[bytes], bytes],
+) -> KeysMapped:
+    """The log cleaner's offset map over the ``count`` records of ``body`` (a batch at ``base_offset``): for each
+    record with a key at ``from_offset`` or later, in order, ``slots[key] = offset``, a key longer than
+    ``max_short_key`` bytes stored as ``long_key(key)``. It stops at the first record whose key is new to a map
+    that already holds ``capacity`` keys. DecodeError as ``iter_raw_records``, once the records before it are in.
+    """
+    if _native is not None:
+        answer: KeysMapped | None = _native.map_record_keys(
+            body, count, base_offset, slots, from_offset, capacity, max_short_key, long_key, KeysMapped
+        )
+        if answer is not None:
+            return answer
+    mapped, latest_offset = 0, -1
+    for record in _iter_raw_records(body, count):
+        key = record.key
+        offset = base_offset + record.offset_delta
+        if key is None or offset < from_offset:
+            continue
+        if len(key) > max_short_key:
+            key = long_key(key)
+        if len(slots) >= capacity and key not in slots:
+            return KeysMapped(offset, mapped, latest_offset)
+        slots[key] = latest_offset = offset
+        mapped += 1
+    return KeysMapped(None, mapped, latest_offset)
+
+
 def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     """The indexes of the records of ``body`` whose key is null (a compacted topic refuses them).
 

@@ -28,8 +28,10 @@ from protocol.records import (
     Record,
     RecordsWalk,
     encode_record,
+    KeysMapped,
     iter_raw_records,
     keyless_record_indexes,
+    map_record_keys,
     walk_records,
 )
 from tests.records_loops import NATIVE
@@ -160,6 +162,59 @@ def test_damaged_records_get_python_s_answer_and_message(data: st.DataObject) ->
 @given(st.binary(max_size=64), st.integers(-2, 20))
 def test_arbitrary_bytes_get_python_s_answer_and_message(body: bytes, count: int) -> None:
     _check_native_against_python(body, count, valid=False)
+
+
+def _long_key(key: bytes) -> bytes:
+    return b"long:" + key[:3]
+
+
+def _map_outcome(
+    body: bytes | bytearray | memoryview, count: int, start: dict[bytes, int], **options: int
+) -> tuple[dict[bytes, int], tuple[str, Any]]:
+    """What map_record_keys leaves in a copy of ``start`` and what it answers (or raises)."""
+    slots = dict(start)
+    answer = _outcome(lambda: map_record_keys(body, count, slots=slots, long_key=_long_key, **options))
+    return slots, answer
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    record_lists(),
+    st.booleans(),
+    st.integers(0, 2**62),
+    st.integers(0, 30),
+    st.integers(0, 12),
+    st.integers(0, 20),
+    st.dictionaries(st.binary(max_size=4), st.integers(0, 99), max_size=5),
+)
+def test_the_c_offset_map_maps_as_python_does(
+    batch: list[Record],
+    damage: bool,
+    base_offset: int,
+    skipped: int,
+    max_short_key: int,
+    capacity: int,
+    start: dict[bytes, int],
+) -> None:
+    body = b"".join(encode_record(record) for record in batch)
+    if damage:
+        body = body[:-1]
+    options = {"base_offset": base_offset, "from_offset": base_offset + skipped, "capacity": capacity}
+    options["max_short_key"] = max_short_key
+    with pure_python():
+        python = _map_outcome(body, len(batch), start, **options)
+    assert _map_outcome(body, len(batch), start, **options) == python
+    assert NATIVE is not None
+    slots = dict(start)
+    native = NATIVE.map_record_keys(
+        body, len(batch), base_offset, slots, base_offset + skipped, capacity, max_short_key, _long_key, KeysMapped
+    )
+    if native is None:
+        assert damage or any(abs(record.offset_delta) >= 2**62 for record in batch)
+        assert slots == start  # untouched: Python maps and fails
+    else:
+        assert (slots, ("answer", native)) == python
 
 
 def _varint(value: int) -> bytes:

@@ -67,6 +67,7 @@ from protocol.records import (
     RawRecord,
     iter_batches,
     iter_raw_records,
+    map_record_keys,
     rebuild_batch,
     record_with_timestamp_delta,
 )
@@ -155,6 +156,11 @@ def wants_cleaning(plog: PartitionLog, section: CleanableSection) -> bool:
 # --- the offset map ----------------------------------------------------------------------------------------
 
 
+def _long_key_slot(key: bytes) -> bytes:
+    """The map's key for a key longer than MAX_SHORT_KEY."""
+    return hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
+
+
 class OffsetMap:
     """Key -> the offset of its latest record in the section mapped, up to a fixed number of keys."""
 
@@ -170,7 +176,7 @@ class OffsetMap:
 
     @staticmethod
     def slot(key: bytes) -> bytes:
-        return key if len(key) <= MAX_SHORT_KEY else hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
+        return key if len(key) <= MAX_SHORT_KEY else _long_key_slot(key)
 
     def put(self, key: bytes, offset: int) -> None:
         self.slots[self.slot(key)] = offset
@@ -422,19 +428,22 @@ def build_offset_map(
             if header.is_control:
                 tracker.marker(header, _marker_kind(batch))
             elif not tracker.data_batch(header):
-                # OffsetMap.put inlined: this loop runs for every record of the dirty section.
-                slots, capacity, base = offsets.slots, offsets.capacity, header.base_offset
-                for record in iter_raw_records(_records_body(header, batch), header.records_count):
-                    key = record.key
-                    offset = base + record.offset_delta
-                    if key is None or offset < start:
-                        continue
-                    if len(key) > MAX_SHORT_KEY:
-                        key = hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
-                    if len(slots) >= capacity and key not in slots:
-                        return offset  # the map holds the keys before this record
-                    slots[key] = offsets.latest_offset = offset
-                    stats.keys_mapped += 1
+                # OffsetMap.put for every record of the batch, in one call (in C where protocol.records can).
+                done = map_record_keys(
+                    _records_body(header, batch),
+                    header.records_count,
+                    header.base_offset,
+                    offsets.slots,
+                    from_offset=start,
+                    capacity=offsets.capacity,
+                    max_short_key=MAX_SHORT_KEY,
+                    long_key=_long_key_slot,
+                )
+                stats.keys_mapped += done.mapped
+                if done.mapped:
+                    offsets.latest_offset = done.latest_offset
+                if done.stopped_at is not None:
+                    return done.stopped_at  # the map holds the keys before this record
             covered = max(covered, header.next_offset)
     return covered
 
