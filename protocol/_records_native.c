@@ -291,6 +291,29 @@ record_key(const uint8_t *body, const raw_record *record)
     return PyBytes_FromStringAndSize((const char *)body + record->key_at, (Py_ssize_t)record->key_length);
 }
 
+/* records.py's RawRecord for ``raw``. */
+static PyObject *
+new_raw_record(PyTypeObject *record_type, const uint8_t *body, const raw_record *raw)
+{
+    PyObject *items[8] = {PyLong_FromLongLong(raw->offset_delta),
+                          PyLong_FromLongLong(raw->timestamp_delta),
+                          record_key(body, raw),
+                          PyBool_FromLong(raw->value_length >= 0),
+                          PyLong_FromSsize_t(raw->start),
+                          PyLong_FromSsize_t(raw->body_start),
+                          PyLong_FromSsize_t(raw->delta_end),
+                          PyLong_FromSsize_t(raw->end)};
+    for (int i = 0; i < 8; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 8; j++) {
+                Py_XDECREF(items[j]);
+            }
+            return NULL;
+        }
+    }
+    return make_tuple(record_type, items, 8);
+}
+
 /* raw_records(body, count, RawRecord) -> list[RawRecord] | None: records.py's _iter_raw_records, at once. */
 static PyObject *
 raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -324,27 +347,7 @@ raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (read_raw_record(body, pos, end, &raw) < 0) {
             break;
         }
-        PyObject *items[8] = {PyLong_FromLongLong(raw.offset_delta),
-                              PyLong_FromLongLong(raw.timestamp_delta),
-                              record_key(body, &raw),
-                              PyBool_FromLong(raw.value_length >= 0),
-                              PyLong_FromSsize_t(raw.start),
-                              PyLong_FromSsize_t(raw.body_start),
-                              PyLong_FromSsize_t(raw.delta_end),
-                              PyLong_FromSsize_t(raw.end)};
-        PyObject *record = NULL;
-        int complete = 1;
-        for (int i = 0; i < 8; i++) {
-            complete &= items[i] != NULL;
-        }
-        if (complete) {
-            record = make_tuple(record_type, items, 8);
-        }
-        else {
-            for (int i = 0; i < 8; i++) {
-                Py_XDECREF(items[i]);
-            }
-        }
+        PyObject *record = new_raw_record(record_type, body, &raw);
         if (record == NULL || PyList_Append(records, record) < 0) {
             Py_XDECREF(record);
             Py_DECREF(records);
@@ -360,6 +363,35 @@ raw_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     return records;
+}
+
+/* Whether all ``count`` records of the body are read by read_raw_record, end where it ends, and have offsets
+ * (``base_offset`` plus their delta) within 64 bits: then a second pass cannot fail on them. */
+static int
+all_records_readable(const uint8_t *body, Py_ssize_t end, Py_ssize_t count, long long base_offset)
+{
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        raw_record raw;
+        long long offset;
+        if (read_raw_record(body, pos, end, &raw) < 0
+            || __builtin_add_overflow(base_offset, (long long)raw.offset_delta, &offset)) {
+            return 0;
+        }
+        pos = raw.end;
+    }
+    return pos == end;
+}
+
+/* A record's key as the offset map holds it: itself, or ``long_key(key)`` when longer than ``max_short_key``. */
+static PyObject *
+map_key(const uint8_t *body, const raw_record *raw, Py_ssize_t max_short_key, PyObject *long_key)
+{
+    PyObject *key = record_key(body, raw);
+    if (key != NULL && raw->key_length > max_short_key) {
+        Py_SETREF(key, PyObject_CallOneArg(long_key, key));
+    }
+    return key;
 }
 
 /* map_record_keys(body, count, base_offset, slots, from_offset, capacity, max_short_key, long_key, KeysMapped)
@@ -395,20 +427,11 @@ map_record_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     const uint8_t *body = view.buf;
     const Py_ssize_t end = view.len;
-    Py_ssize_t pos = 0, index;
-    for (index = 0; index < count; index++) { /* first every record, and that its offset fits 64 bits */
-        raw_record raw;
-        long long offset;
-        if (read_raw_record(body, pos, end, &raw) < 0
-            || __builtin_add_overflow(base_offset, (long long)raw.offset_delta, &offset)) {
-            break;
-        }
-        pos = raw.end;
-    }
-    if (index != count || pos != end) {
+    if (!all_records_readable(body, end, count, base_offset)) {
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
+    Py_ssize_t pos = 0, index;
     long long mapped = 0, latest_offset = -1;
     PyObject *stopped_at = Py_NewRef(Py_None);
     pos = 0;
@@ -420,10 +443,7 @@ map_record_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (raw.key_length < 0 || offset < from_offset) {
             continue;
         }
-        PyObject *key = record_key(body, &raw);
-        if (key != NULL && raw.key_length > max_short_key) {
-            Py_SETREF(key, PyObject_CallOneArg(long_key, key));
-        }
+        PyObject *key = map_key(body, &raw, max_short_key, long_key);
         PyObject *number = key != NULL ? PyLong_FromLongLong(offset) : NULL;
         if (number == NULL) {
             Py_XDECREF(key);
@@ -466,6 +486,112 @@ failed:
     return NULL;
 }
 
+/* retained_records(body, count, base_offset, slots, mapped_up_to, retain_deletes, max_short_key, long_key,
+ * RawRecord) -> (list[RawRecord], bool) | None: records.py's _retained_records. */
+static PyObject *
+retained_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_arguments("retained_records", nargs, 9, args[8]) < 0) {
+        return NULL;
+    }
+    PyTypeObject *record_type = (PyTypeObject *)args[8];
+    PyObject *slots = args[3], *long_key = args[7];
+    Py_ssize_t count = get_count(args[1]);
+    int base_overflow = 0, mapped_overflow = 0;
+    long long base_offset = PyLong_Check(args[2]) ? PyLong_AsLongLongAndOverflow(args[2], &base_overflow) : 0;
+    long long mapped_up_to = PyLong_Check(args[4]) ? PyLong_AsLongLongAndOverflow(args[4], &mapped_overflow) : 0;
+    Py_ssize_t max_short_key = PyLong_Check(args[6]) ? PyLong_AsSsize_t(args[6]) : -1;
+    int retain_deletes = PyObject_IsTrue(args[5]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (count < 0 || base_overflow || mapped_overflow || !PyLong_Check(args[2]) || !PyLong_Check(args[4])
+        || max_short_key < 0 || !PyDict_CheckExact(slots)) {
+        Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (get_bytes(args[0], &view) < 0) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    const uint8_t *body = view.buf;
+    const Py_ssize_t end = view.len;
+    if (!all_records_readable(body, end, count, base_offset)) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    PyObject *kept = PyList_New(0);
+    if (kept == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int tombstones = 0;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        raw_record raw;
+        read_raw_record(body, pos, end, &raw);
+        pos = raw.end;
+        const long long offset = base_offset + raw.offset_delta;
+        const int has_value = raw.value_length >= 0;
+        if (offset <= mapped_up_to) {
+            if (raw.key_length < 0) {
+                continue; /* keyless, which a compacted topic cannot hold */
+            }
+            PyObject *key = map_key(body, &raw, max_short_key, long_key);
+            if (key == NULL) {
+                goto failed;
+            }
+            PyObject *latest = PyDict_GetItemWithError(slots, key); /* borrowed */
+            Py_DECREF(key);
+            if (latest == NULL && PyErr_Occurred()) {
+                goto failed;
+            }
+            if (latest != NULL) {
+                /* slots.get(key, -1) > offset, compared as Python compares them */
+                PyObject *here = PyLong_FromLongLong(offset);
+                int superseded = here != NULL ? PyObject_RichCompareBool(latest, here, Py_GT) : -1;
+                Py_XDECREF(here);
+                if (superseded < 0) {
+                    goto failed;
+                }
+                if (superseded) {
+                    continue;
+                }
+            }
+            else if (-1 > offset) {
+                continue;
+            }
+            if (!has_value && !retain_deletes) {
+                continue; /* a tombstone past its delete horizon */
+            }
+        }
+        tombstones |= !has_value;
+        PyObject *record = new_raw_record(record_type, body, &raw);
+        if (record == NULL || PyList_Append(kept, record) < 0) {
+            Py_XDECREF(record);
+            goto failed;
+        }
+        Py_DECREF(record);
+    }
+    PyBuffer_Release(&view);
+    PyObject *answer = PyTuple_New(2);
+    if (answer == NULL) {
+        Py_DECREF(kept);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(answer, 0, kept);
+    PyTuple_SET_ITEM(answer, 1, PyBool_FromLong(tombstones));
+    return answer;
+
+failed:
+    Py_DECREF(kept);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL,
      "walk_records(body, count, check_offsets, result_type): the records walk's answer, or None for Python to "
@@ -478,6 +604,10 @@ static PyMethodDef methods[] = {
     {"map_record_keys", (PyCFunction)(void (*)(void))map_record_keys, METH_FASTCALL,
      "map_record_keys(body, count, base_offset, slots, from_offset, capacity, max_short_key, long_key, "
      "result_type): the log cleaner's offset map of one batch, or None (slots untouched) for Python to decide"},
+    {"retained_records", (PyCFunction)(void (*)(void))retained_records, METH_FASTCALL,
+     "retained_records(body, count, base_offset, slots, mapped_up_to, retain_deletes, max_short_key, long_key, "
+     "record_type): the records the log cleaner keeps of one batch and whether one is a tombstone, or None for "
+     "Python to decide"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -638,6 +638,47 @@ def map_record_keys(
     return KeysMapped(None, mapped, latest_offset)
 
 
+def retained_records(
+    body: bytes | memoryview,
+    count: int,
+    base_offset: int,
+    slots: dict[bytes, int],
+    *,
+    mapped_up_to: int,
+    retain_deletes: bool,
+    max_short_key: int,
+    long_key: Callable[[bytes], bytes],
+) -> tuple[list[RawRecord], bool]:
+    """The records of ``body`` (a batch at ``base_offset``) the log cleaner keeps, and whether one of them is a
+    tombstone (null value). Against ``slots`` (``map_record_keys``' map, which covers offsets up to
+    ``mapped_up_to``) a record goes if it has no key, if its key has a later offset, or if it is a tombstone
+    and not ``retain_deletes``; a record past the map stays. DecodeError as ``iter_raw_records``."""
+    if _native is not None:
+        answer: tuple[list[RawRecord], bool] | None = _native.retained_records(
+            body, count, base_offset, slots, mapped_up_to, retain_deletes, max_short_key, long_key, RawRecord
+        )
+        if answer is not None:
+            return answer
+    kept: list[RawRecord] = []
+    tombstones = False
+    for record in _iter_raw_records(body, count):
+        offset = base_offset + record.offset_delta
+        if offset <= mapped_up_to:
+            key = record.key
+            if key is None:
+                continue  # keyless, which a compacted topic cannot hold
+            if len(key) > max_short_key:
+                key = long_key(key)
+            if slots.get(key, -1) > offset:
+                continue  # superseded
+            if not record.has_value and not retain_deletes:
+                continue  # a tombstone past its delete horizon
+        if not record.has_value:
+            tombstones = True
+        kept.append(record)
+    return kept, tombstones
+
+
 def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     """The indexes of the records of ``body`` whose key is null (a compacted topic refuses them).
 

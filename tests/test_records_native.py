@@ -24,14 +24,15 @@ from hypothesis import strategies as st
 from protocol import records
 from protocol.exceptions import DecodeError
 from protocol.records import (
+    KeysMapped,
     RawRecord,
     Record,
     RecordsWalk,
     encode_record,
-    KeysMapped,
     iter_raw_records,
     keyless_record_indexes,
     map_record_keys,
+    retained_records,
     walk_records,
 )
 from tests.records_loops import NATIVE
@@ -43,6 +44,9 @@ needs_native = pytest.mark.skipif(NATIVE is None, reason="protocol._records_nati
 INT64 = st.integers(-(2**63), 2**63 - 1)
 deltas = st.one_of(st.integers(-3, 300), st.integers(-(2**40), 2**40), INT64)
 optional_bytes = st.none() | st.binary(max_size=40)
+# Keys that repeat, among them one longer than the offset maps' short keys.
+KEYS = [b"", b"a", b"b", b"k" * 20]
+keys = st.none() | st.sampled_from(KEYS) | st.binary(max_size=40)
 
 
 @st.composite
@@ -54,7 +58,7 @@ def record_lists(draw: st.DrawFn) -> list[Record]:
         Record(
             offset_delta=index if in_order else draw(deltas),
             timestamp_delta=draw(deltas),
-            key=draw(optional_bytes),
+            key=draw(keys),
             value=draw(optional_bytes | st.binary(min_size=200, max_size=300)),
             headers=draw(st.lists(st.tuples(st.text(max_size=4), optional_bytes), max_size=2)),
             attributes=draw(st.integers(0, 255)),
@@ -215,6 +219,49 @@ def test_the_c_offset_map_maps_as_python_does(
         assert slots == start  # untouched: Python maps and fails
     else:
         assert (slots, ("answer", native)) == python
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    record_lists(),
+    st.booleans(),
+    st.integers(0, 2**62),
+    st.integers(-3, 40),
+    st.booleans(),
+    st.integers(0, 12),
+    st.dictionaries(st.sampled_from([*KEYS, _long_key(KEYS[-1])]) | st.binary(max_size=4), st.integers(-2, 60)),
+)
+def test_the_c_cleaning_keeps_what_python_keeps(
+    batch: list[Record],
+    damage: bool,
+    base_offset: int,
+    mapped: int,
+    retain_deletes: bool,
+    max_short_key: int,
+    latest: dict[bytes, int],
+) -> None:
+    body = b"".join(encode_record(record) for record in batch)
+    if damage:
+        body = body[:-1]
+    map_options = {"from_offset": base_offset, "capacity": 50, "max_short_key": max_short_key, "long_key": _long_key}
+    slots = {key: base_offset + offset for key, offset in latest.items()}
+    with pure_python():  # the cleaner maps the batch's keys before it cleans it: most keys point into it
+        _outcome(lambda: map_record_keys(body, len(batch), base_offset, slots, **map_options))
+    options: dict[str, Any] = {"mapped_up_to": base_offset + mapped, "retain_deletes": retain_deletes}
+    options.update(max_short_key=max_short_key, long_key=_long_key)
+    with pure_python():
+        python = _outcome(lambda: retained_records(body, len(batch), base_offset, slots, **options))
+    assert _outcome(lambda: retained_records(body, len(batch), base_offset, slots, **options)) == python
+    assert NATIVE is not None
+    native = NATIVE.retained_records(
+        body, len(batch), base_offset, slots, base_offset + mapped, retain_deletes, max_short_key, _long_key, RawRecord
+    )
+    if native is None:
+        assert damage or any(abs(record.offset_delta) >= 2**62 for record in batch)
+    else:
+        assert ("answer", native) == python
+        assert all(type(record) is RawRecord for record in native[0])
 
 
 def _varint(value: int) -> bytes:

@@ -70,6 +70,7 @@ from protocol.records import (
     map_record_keys,
     rebuild_batch,
     record_with_timestamp_delta,
+    retained_records,
 )
 
 if TYPE_CHECKING:
@@ -637,32 +638,21 @@ class _Pass:
         if tracker.data_batch(header):
             return self._emptied(header)
         body = _records_body(header, batch)
-        kept: list[RawRecord] = []
-        total = 0
-        tombstones = False
-        retain_deletes = horizon is None or self.now_ms < horizon
-        slots, mapped_up_to, base = offsets.slots, offsets.latest_offset, header.base_offset
-        for record in iter_raw_records(body, header.records_count):
-            total += 1
-            offset = base + record.offset_delta
-            if offset <= mapped_up_to:
-                key = record.key
-                if key is None:
-                    continue  # keyless, which a compacted topic cannot hold
-                if len(key) > MAX_SHORT_KEY:
-                    key = hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
-                if slots.get(key, -1) > offset:
-                    continue  # superseded
-                if not record.has_value and not retain_deletes:
-                    continue  # a tombstone past its delete horizon
-            if not record.has_value:
-                tombstones = True
-            kept.append(record)
+        kept, tombstones = retained_records(
+            body,
+            header.records_count,
+            header.base_offset,
+            offsets.slots,
+            mapped_up_to=offsets.latest_offset,
+            retain_deletes=horizon is None or self.now_ms < horizon,
+            max_short_key=MAX_SHORT_KEY,
+            long_key=_long_key_slot,
+        )
         self.stats.records_kept += len(kept)
         if not kept:
             return self._emptied(header)
         needs_horizon = tombstones and horizon is None
-        if len(kept) == total and not needs_horizon:
+        if len(kept) == header.records_count and not needs_horizon:  # every record read: the count is theirs
             return batch
         return self._with_records(header, batch, kept, set_horizon=needs_horizon, body=body)
 
