@@ -592,6 +592,77 @@ failed:
     return NULL;
 }
 
+/* builder_timestamp_deltas(body, count) -> (int, int) | False | None: records.py's _builder_timestamp_deltas,
+ * False where it answers None (records not as Kafka's builder writes them), None where Python must decide. */
+static PyObject *
+builder_timestamp_deltas(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "builder_timestamp_deltas() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t count = get_count(args[1]);
+    Py_buffer view;
+    if (count < 0) {
+        Py_RETURN_NONE;
+    }
+    if (get_bytes(args[0], &view) < 0) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    const uint8_t *body = view.buf;
+    const Py_ssize_t end = view.len;
+    Py_ssize_t pos = 0, index;
+    int64_t lowest = 0, highest = 0;
+    int verdict = -1; /* -1: Python decides, 0: not the builder's layout, 1: the deltas */
+    for (index = 0; index < count; index++) {
+        int64_t length, timestamp_delta, offset_delta;
+        if (read_varint(body, &pos, end, &length) < 0 || length > end - pos || length < 3) {
+            break;
+        }
+        const Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        if (body[pos] != 0) { /* attributes: Kafka writes 0 */
+            verdict = 0;
+            break;
+        }
+        Py_ssize_t at = pos + 1;
+        if (read_varint(body, &at, record_end, &timestamp_delta) < 0) {
+            break;
+        }
+        if (index == 0 && timestamp_delta != 0) {
+            verdict = 0;
+            break;
+        }
+        if (timestamp_delta > highest) {
+            highest = timestamp_delta;
+        }
+        if (timestamp_delta < lowest) {
+            lowest = timestamp_delta;
+        }
+        if (read_varint(body, &at, record_end, &offset_delta) < 0) {
+            break;
+        }
+        if (offset_delta != (int64_t)index) {
+            verdict = 0;
+            break;
+        }
+        pos = record_end;
+    }
+    if (index == count && pos == end) {
+        verdict = 1;
+    }
+    PyBuffer_Release(&view);
+    if (verdict < 0) {
+        Py_RETURN_NONE;
+    }
+    if (verdict == 0) {
+        Py_RETURN_FALSE;
+    }
+    return Py_BuildValue("(LL)", (long long)lowest, (long long)highest);
+}
+
 static PyMethodDef methods[] = {
     {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL,
      "walk_records(body, count, check_offsets, result_type): the records walk's answer, or None for Python to "
@@ -608,6 +679,9 @@ static PyMethodDef methods[] = {
      "retained_records(body, count, base_offset, slots, mapped_up_to, retain_deletes, max_short_key, long_key, "
      "record_type): the records the log cleaner keeps of one batch and whether one is a tombstone, or None for "
      "Python to decide"},
+    {"builder_timestamp_deltas", (PyCFunction)(void (*)(void))builder_timestamp_deltas, METH_FASTCALL,
+     "builder_timestamp_deltas(body, count): the smallest and largest timestamp delta of records as Kafka's "
+     "builder writes them, False for other records, or None for Python to decide"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -679,6 +679,65 @@ def retained_records(
     return kept, tombstones
 
 
+def builder_timestamp_deltas(body: bytes | memoryview, count: int) -> tuple[int, int] | None:
+    """(smallest, largest) timestamp delta when the records are already what Kafka's builder writes (attributes
+    0, offset delta = index, the first timestamp delta 0), so broker-side recompression can keep their bytes;
+    None to re-encode them (kbroker/storage/recompress.py).
+
+    Only each record's length, attributes and two deltas are read: the validator walked the framing already.
+    """
+    if _native is not None:
+        answer: tuple[int, int] | bool | None = _native.builder_timestamp_deltas(body, count)
+        if answer is False:  # read in C: not the builder's records
+            return None
+        if answer is not None:
+            return answer  # type: ignore[return-value]  # never True
+    return _builder_timestamp_deltas(body, count)
+
+
+def _builder_timestamp_deltas(body: bytes | memoryview, count: int) -> tuple[int, int] | None:
+    pos = 0
+    lowest = highest = 0
+    try:
+        for index in range(count):
+            length, pos = _trusted_varint(body, pos)
+            end = pos + length
+            if body[pos]:  # attributes: Kafka writes 0
+                return None
+            delta, pos = _trusted_varint(body, pos + 1)
+            if index == 0:
+                if delta:
+                    return None
+            elif delta > highest:
+                highest = delta
+            elif delta < lowest:
+                lowest = delta
+            offset_delta, _ = _trusted_varint(body, pos)
+            if offset_delta != index:
+                return None
+            pos = end
+    except IndexError:  # framing the walk would have refused: the careful path words the problem
+        return None
+    return lowest, highest
+
+
+def _trusted_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos`` and the position after it, in records already walked (IndexError if not)."""
+    byte = buf[pos]
+    if byte < 0x80:  # nearly always: lengths under 64, small deltas
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint longer than 10 bytes")
+
+
 def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     """The indexes of the records of ``body`` whose key is null (a compacted topic refuses them).
 

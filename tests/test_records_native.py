@@ -28,6 +28,7 @@ from protocol.records import (
     RawRecord,
     Record,
     RecordsWalk,
+    builder_timestamp_deltas,
     encode_record,
     iter_raw_records,
     keyless_record_indexes,
@@ -262,6 +263,38 @@ def test_the_c_cleaning_keeps_what_python_keeps(
     else:
         assert ("answer", native) == python
         assert all(type(record) is RawRecord for record in native[0])
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists(), st.sampled_from(["builder", "attributes", "first delta", "offsets", "damaged"]))
+def test_the_c_recompression_check_keeps_what_python_keeps(batch: list[Record], change: str) -> None:
+    """Records as Kafka's builder writes them (attributes 0, offset delta = index, the first timestamp delta 0)
+    keep their bytes when broker-side recompression rebuilds their batch; C and Python must agree which do."""
+    for index, record in enumerate(batch):
+        record.attributes, record.offset_delta = 0, index
+    batch[0].timestamp_delta = 0
+    if change == "attributes":
+        batch[-1].attributes = 1
+    elif change == "first delta":
+        batch[0].timestamp_delta = 1
+    elif change == "offsets":
+        batch[-1].offset_delta += 1
+    body = b"".join(encode_record(record) for record in batch)
+    if change == "damaged":
+        body = body[:-1]
+    with pure_python():
+        python = _outcome(lambda: builder_timestamp_deltas(body, len(batch)))
+    assert _outcome(lambda: builder_timestamp_deltas(body, len(batch))) == python
+    assert NATIVE is not None
+    native = NATIVE.builder_timestamp_deltas(body, len(batch))
+    if change == "builder":
+        deltas = [record.timestamp_delta for record in batch]
+        assert native == python[1] == (min(deltas), max(deltas))
+    elif change == "damaged":
+        assert native is None or native is False and python == ("answer", None)
+    else:
+        assert native is False and python == ("answer", None)
 
 
 def _varint(value: int) -> bytes:
