@@ -1,5 +1,6 @@
-/* The per-record loops of protocol/records.py in C: the produce path's walk, the compacted-topic key check and
- * the log cleaner's record listing.
+/* The per-record loops of protocol/records.py in C: the produce path's walk (walk_records), the compacted-topic
+ * key check (keyless_record_indexes), broker-side recompression's check (builder_timestamp_deltas) and the log
+ * cleaner's (raw_records, map_record_keys, retained_records).
  *
  * Each function answers only what the pure-Python version would answer without an error, and returns None for
  * anything else: an error, or a shape it does not take (a varint of more than 64 bits, a buffer that is not
