@@ -13,11 +13,13 @@ epoch can be rewritten without recomputing it, but a LogAppendTime max timestamp
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
+from types import ModuleType
 from typing import NamedTuple
 
 from protocol import compression
@@ -61,6 +63,24 @@ def _load_crc32c() -> Callable[..., int]:
 
 
 crc32c = _load_crc32c()
+
+
+def _load_native() -> ModuleType | None:
+    """protocol._records_native, the C build of this module's per-record loops (protocol/_records_native.c),
+    or None: not built (``pip install -e .`` on a machine without a compiler), or KBROKER_PURE_PYTHON=1 set."""
+    if os.environ.get("KBROKER_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    import importlib
+
+    try:
+        return importlib.import_module("protocol._records_native")
+    except ImportError:
+        return None
+
+
+# The per-record loops below ask this first; it answers every valid batch and leaves the rest (anything that
+# fails, which the Python loops word) to them. Tests set it to None to run the Python loops.
+_native = _load_native()
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -366,11 +386,16 @@ def walk_records(body: bytes | memoryview, count: int, *, check_offsets: bool = 
     The produce path's walk: per record its length, timestamp delta and offset delta are read and the rest
     is jumped over, so a batch whose count or lengths lie is caught at a fraction of a full decode's cost.
     Keys, values and headers inside a record are not checked (Kafka's full decode checks them too). Raises
-    DecodeError with Kafka's message. A tight loop handles the common shapes; anything else (long varints,
-    negative deltas, an error) is walked again by the careful loop, which also words the error. Without
+    DecodeError with Kafka's message. The C loop (``_native``) answers any batch that passes; without it, or for
+    one that fails, a tight Python loop handles the common shapes and anything else (long varints, negative
+    deltas, an error) is walked again by the careful loop, which also words the error. Without
     ``check_offsets`` (an uncompressed batch: Kafka does not look at its offset deltas) the answer's
     ``offset_deltas_in_order`` is True whatever the deltas are.
     """
+    if _native is not None:
+        answer: RecordsWalk | None = _native.walk_records(body, count, check_offsets, RecordsWalk)
+        if answer is not None:
+            return answer
     try:
         walk = _fast_walk(body, count, check_offsets)
     except IndexError:  # ran off the end: the careful walk says where
@@ -518,6 +543,14 @@ def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord
 
     The log cleaner reads every record twice per pass: lengths and deltas go through ``_short_varint``.
     """
+    if _native is not None:
+        records: list[RawRecord] | None = _native.raw_records(body, count, RawRecord)
+        if records is not None:
+            return iter(records)
+    return _iter_raw_records(body, count)
+
+
+def _iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord]:
     end = len(body)
     pos = 0
     try:
@@ -560,6 +593,151 @@ def iter_raw_records(body: bytes | memoryview, count: int) -> Iterator[RawRecord
         raise DecodeError(f"{end - pos} bytes after the last record")
 
 
+class KeysMapped(NamedTuple):
+    """What ``map_record_keys`` did with one batch."""
+
+    stopped_at: int | None  # the offset of the first record the map had no room for; None if there was room
+    mapped: int  # how many records it mapped
+    latest_offset: int  # the offset of the last record it mapped; -1 for none
+
+
+def map_record_keys(
+    body: bytes | memoryview,
+    count: int,
+    base_offset: int,
+    slots: dict[bytes, int],
+    *,
+    from_offset: int,
+    capacity: int,
+    max_short_key: int,
+    long_key: Callable[[bytes], bytes],
+) -> KeysMapped:
+    """The log cleaner's offset map over the ``count`` records of ``body`` (a batch at ``base_offset``): for each
+    record with a key at ``from_offset`` or later, in order, ``slots[key] = offset``, a key longer than
+    ``max_short_key`` bytes stored as ``long_key(key)``. It stops at the first record whose key is new to a map
+    that already holds ``capacity`` keys. DecodeError as ``iter_raw_records``, once the records before it are in.
+    """
+    if _native is not None:
+        answer: KeysMapped | None = _native.map_record_keys(
+            body, count, base_offset, slots, from_offset, capacity, max_short_key, long_key, KeysMapped
+        )
+        if answer is not None:
+            return answer
+    mapped, latest_offset = 0, -1
+    for record in _iter_raw_records(body, count):
+        key = record.key
+        offset = base_offset + record.offset_delta
+        if key is None or offset < from_offset:
+            continue
+        if len(key) > max_short_key:
+            key = long_key(key)
+        if len(slots) >= capacity and key not in slots:
+            return KeysMapped(offset, mapped, latest_offset)
+        slots[key] = latest_offset = offset
+        mapped += 1
+    return KeysMapped(None, mapped, latest_offset)
+
+
+def retained_records(
+    body: bytes | memoryview,
+    count: int,
+    base_offset: int,
+    slots: dict[bytes, int],
+    *,
+    mapped_up_to: int,
+    retain_deletes: bool,
+    max_short_key: int,
+    long_key: Callable[[bytes], bytes],
+) -> tuple[list[RawRecord], bool]:
+    """The records of ``body`` (a batch at ``base_offset``) the log cleaner keeps, and whether one of them is a
+    tombstone (null value). Against ``slots`` (``map_record_keys``' map, which covers offsets up to
+    ``mapped_up_to``) a record goes if it has no key, if its key has a later offset, or if it is a tombstone
+    and not ``retain_deletes``; a record past the map stays. DecodeError as ``iter_raw_records``."""
+    if _native is not None:
+        answer: tuple[list[RawRecord], bool] | None = _native.retained_records(
+            body, count, base_offset, slots, mapped_up_to, retain_deletes, max_short_key, long_key, RawRecord
+        )
+        if answer is not None:
+            return answer
+    kept: list[RawRecord] = []
+    tombstones = False
+    for record in _iter_raw_records(body, count):
+        offset = base_offset + record.offset_delta
+        if offset <= mapped_up_to:
+            key = record.key
+            if key is None:
+                continue  # keyless, which a compacted topic cannot hold
+            if len(key) > max_short_key:
+                key = long_key(key)
+            if slots.get(key, -1) > offset:
+                continue  # superseded
+            if not record.has_value and not retain_deletes:
+                continue  # a tombstone past its delete horizon
+        if not record.has_value:
+            tombstones = True
+        kept.append(record)
+    return kept, tombstones
+
+
+def builder_timestamp_deltas(body: bytes | memoryview, count: int) -> tuple[int, int] | None:
+    """(smallest, largest) timestamp delta when the records are already what Kafka's builder writes (attributes
+    0, offset delta = index, the first timestamp delta 0), so broker-side recompression can keep their bytes;
+    None to re-encode them (kbroker/storage/recompress.py).
+
+    Only each record's length, attributes and two deltas are read: the validator walked the framing already.
+    """
+    if _native is not None:
+        answer: tuple[int, int] | bool | None = _native.builder_timestamp_deltas(body, count)
+        if answer is False:  # read in C: not the builder's records
+            return None
+        if answer is not None:
+            return answer  # type: ignore[return-value]  # never True
+    return _builder_timestamp_deltas(body, count)
+
+
+def _builder_timestamp_deltas(body: bytes | memoryview, count: int) -> tuple[int, int] | None:
+    pos = 0
+    lowest = highest = 0
+    try:
+        for index in range(count):
+            length, pos = _trusted_varint(body, pos)
+            end = pos + length
+            if body[pos]:  # attributes: Kafka writes 0
+                return None
+            delta, pos = _trusted_varint(body, pos + 1)
+            if index == 0:
+                if delta:
+                    return None
+            elif delta > highest:
+                highest = delta
+            elif delta < lowest:
+                lowest = delta
+            offset_delta, _ = _trusted_varint(body, pos)
+            if offset_delta != index:
+                return None
+            pos = end
+    except IndexError:  # framing the walk would have refused: the careful path words the problem
+        return None
+    return lowest, highest
+
+
+def _trusted_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos`` and the position after it, in records already walked (IndexError if not)."""
+    byte = buf[pos]
+    if byte < 0x80:  # nearly always: lengths under 64, small deltas
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint longer than 10 bytes")
+
+
 def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     """The indexes of the records of ``body`` whose key is null (a compacted topic refuses them).
 
@@ -567,6 +745,14 @@ def keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     two deltas it skips and its key length; the rest is jumped over. DecodeError if the records or a key do not
     fit their lengths.
     """
+    if _native is not None:
+        native_found: list[int] | None = _native.keyless_record_indexes(body, count)
+        if native_found is not None:
+            return native_found
+    return _keyless_record_indexes(body, count)
+
+
+def _keyless_record_indexes(body: bytes | memoryview, count: int) -> list[int]:
     found: list[int] = []
     end = len(body)
     pos = 0

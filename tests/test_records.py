@@ -31,6 +31,10 @@ from protocol.records import (
     parse_control_record,
     validate_crc,
 )
+from tests.records_loops import records_loops  # noqa: F401 (a fixture)
+
+# Every test here runs with the C loops of protocol/_records_native.c and with the pure-Python ones.
+pytestmark = pytest.mark.usefixtures("records_loops")
 
 CODECS = [Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD]
 optional_bytes = st.none() | st.binary(max_size=300)

@@ -67,8 +67,10 @@ from protocol.records import (
     RawRecord,
     iter_batches,
     iter_raw_records,
+    map_record_keys,
     rebuild_batch,
     record_with_timestamp_delta,
+    retained_records,
 )
 
 if TYPE_CHECKING:
@@ -155,6 +157,11 @@ def wants_cleaning(plog: PartitionLog, section: CleanableSection) -> bool:
 # --- the offset map ----------------------------------------------------------------------------------------
 
 
+def _long_key_slot(key: bytes) -> bytes:
+    """The map's key for a key longer than MAX_SHORT_KEY."""
+    return hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
+
+
 class OffsetMap:
     """Key -> the offset of its latest record in the section mapped, up to a fixed number of keys."""
 
@@ -170,7 +177,7 @@ class OffsetMap:
 
     @staticmethod
     def slot(key: bytes) -> bytes:
-        return key if len(key) <= MAX_SHORT_KEY else hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
+        return key if len(key) <= MAX_SHORT_KEY else _long_key_slot(key)
 
     def put(self, key: bytes, offset: int) -> None:
         self.slots[self.slot(key)] = offset
@@ -422,19 +429,22 @@ def build_offset_map(
             if header.is_control:
                 tracker.marker(header, _marker_kind(batch))
             elif not tracker.data_batch(header):
-                # OffsetMap.put inlined: this loop runs for every record of the dirty section.
-                slots, capacity, base = offsets.slots, offsets.capacity, header.base_offset
-                for record in iter_raw_records(_records_body(header, batch), header.records_count):
-                    key = record.key
-                    offset = base + record.offset_delta
-                    if key is None or offset < start:
-                        continue
-                    if len(key) > MAX_SHORT_KEY:
-                        key = hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
-                    if len(slots) >= capacity and key not in slots:
-                        return offset  # the map holds the keys before this record
-                    slots[key] = offsets.latest_offset = offset
-                    stats.keys_mapped += 1
+                # OffsetMap.put for every record of the batch, in one call (in C where protocol.records can).
+                done = map_record_keys(
+                    _records_body(header, batch),
+                    header.records_count,
+                    header.base_offset,
+                    offsets.slots,
+                    from_offset=start,
+                    capacity=offsets.capacity,
+                    max_short_key=MAX_SHORT_KEY,
+                    long_key=_long_key_slot,
+                )
+                stats.keys_mapped += done.mapped
+                if done.mapped:
+                    offsets.latest_offset = done.latest_offset
+                if done.stopped_at is not None:
+                    return done.stopped_at  # the map holds the keys before this record
             covered = max(covered, header.next_offset)
     return covered
 
@@ -628,32 +638,21 @@ class _Pass:
         if tracker.data_batch(header):
             return self._emptied(header)
         body = _records_body(header, batch)
-        kept: list[RawRecord] = []
-        total = 0
-        tombstones = False
-        retain_deletes = horizon is None or self.now_ms < horizon
-        slots, mapped_up_to, base = offsets.slots, offsets.latest_offset, header.base_offset
-        for record in iter_raw_records(body, header.records_count):
-            total += 1
-            offset = base + record.offset_delta
-            if offset <= mapped_up_to:
-                key = record.key
-                if key is None:
-                    continue  # keyless, which a compacted topic cannot hold
-                if len(key) > MAX_SHORT_KEY:
-                    key = hashlib.md5(key, usedforsecurity=False).digest() + LONG_KEY_MARK
-                if slots.get(key, -1) > offset:
-                    continue  # superseded
-                if not record.has_value and not retain_deletes:
-                    continue  # a tombstone past its delete horizon
-            if not record.has_value:
-                tombstones = True
-            kept.append(record)
+        kept, tombstones = retained_records(
+            body,
+            header.records_count,
+            header.base_offset,
+            offsets.slots,
+            mapped_up_to=offsets.latest_offset,
+            retain_deletes=horizon is None or self.now_ms < horizon,
+            max_short_key=MAX_SHORT_KEY,
+            long_key=_long_key_slot,
+        )
         self.stats.records_kept += len(kept)
         if not kept:
             return self._emptied(header)
         needs_horizon = tombstones and horizon is None
-        if len(kept) == total and not needs_horizon:
+        if len(kept) == header.records_count and not needs_horizon:  # every record read: the count is theirs
             return batch
         return self._with_records(header, batch, kept, set_horizon=needs_horizon, body=body)
 

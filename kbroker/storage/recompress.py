@@ -43,6 +43,7 @@ from protocol.records import (
     TRANSACTIONAL_BIT,
     BatchHeader,
     Record,
+    builder_timestamp_deltas,
     decode_records,
     encode_record,
 )
@@ -119,7 +120,7 @@ def rebuild_batch(
         raise ValueError("compression.type=producer keeps batches as sent")
     body = decompressed_records(batch, header, max_decompressed)
     count = header.records_count
-    deltas = None if header.is_log_append_time else _timestamp_deltas_if_kept(body, count)
+    deltas = None if header.is_log_append_time else builder_timestamp_deltas(body, count)
     if deltas is not None:
         records: bytes | memoryview = body
         base_timestamp = header.base_timestamp
@@ -147,54 +148,6 @@ def rebuild_batch(
         attributes=attributes,
     )
     return rebuilt, BatchHeader.parse(rebuilt)
-
-
-def _timestamp_deltas_if_kept(body: bytes | memoryview, count: int) -> tuple[int, int] | None:
-    """(smallest, largest) timestamp delta when the records are already what Kafka's builder writes (attributes
-    0, offset delta = index, the first timestamp delta 0), so their bytes can be kept; None to re-encode them.
-
-    Only each record's length, attributes and two deltas are read: the validator walked the framing already.
-    """
-    pos = 0
-    lowest = highest = 0
-    try:
-        for index in range(count):
-            length, pos = _varint(body, pos)
-            end = pos + length
-            if body[pos]:  # attributes: Kafka writes 0
-                return None
-            delta, pos = _varint(body, pos + 1)
-            if index == 0:
-                if delta:
-                    return None
-            elif delta > highest:
-                highest = delta
-            elif delta < lowest:
-                lowest = delta
-            offset_delta, _ = _varint(body, pos)
-            if offset_delta != index:
-                return None
-            pos = end
-    except IndexError:  # framing the walk would have refused: the careful path words the problem
-        return None
-    return lowest, highest
-
-
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at ``pos`` and the position after it."""
-    byte = buf[pos]
-    if byte < 0x80:  # nearly always: lengths under 64, small deltas
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    raw = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise IndexError("varint longer than 10 bytes")
 
 
 def _reencoded(

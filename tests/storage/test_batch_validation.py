@@ -22,6 +22,10 @@ from protocol.records import (
     validate_crc,
     walk_records,
 )
+from tests.records_loops import records_loops  # noqa: F401 (a fixture)
+
+# Every test here runs with the C loops of protocol/_records_native.c and with the pure-Python ones.
+pytestmark = pytest.mark.usefixtures("records_loops")
 
 
 def _batch(count: int = 2) -> bytearray:
