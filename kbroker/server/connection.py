@@ -59,6 +59,7 @@ from kbroker.apis import HANDLERS, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.authenticator import SaslAuthenticator, Step
+from kbroker.server import offload
 from kbroker.server.idle import IdleReaper
 from kbroker.server.limits import accept_failure_message
 from kbroker.server.listener_security import PLAINTEXT_SECURITY, ListenerSecurity, new_authenticator
@@ -68,7 +69,7 @@ from kbroker.server.throttling import answer_under_quotas, client_throttles
 from kbroker.server.tls import ServerTLSStream
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
-from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, decode_request, encode_response
+from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, encode_response
 from protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -261,12 +262,12 @@ class Connection:
             return False
         if self.sasl is not None and self.sasl.raw_tokens:  # after SaslHandshake v0: a bare SASL token
             return await self._raw_sasl_token(bytes(frame))
+        self.idle_since = None  # decoding and handling: never idle, however long it takes
         try:
-            request = decode_request(frame)
+            request = await offload.decode(frame)
         except DecodeError as exc:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False
-        self.idle_since = None  # handling: never idle, however long it takes
         self._request_size = SIZE_PREFIX + len(frame)
         started = perf_counter()  # kafka_network_requestmetrics_totaltimems: from here to the answer written
         try:
@@ -352,14 +353,14 @@ class Connection:
             response = await handler.handle(context, body)
             if response is None:  # acks=0 produce: Kafka sends nothing back
                 return None
-            return encode_response(response, key, version, request.correlation_id)
+            return await offload.encode(response, key, version, request.correlation_id)
         # 4. error mapping
         except KafkaError as exc:
             log.debug("%s v%d from %s failed: %r", handler.name, version, self.peer, exc)
-            return self._error_answer(request, body, exc.code, exc.message)
+            return await self._error_answer(request, body, exc.code, exc.message)
         except Exception:
             log.exception("handler for %s v%d failed (client %s)", handler.name, version, self.peer)
-            return self._error_answer(request, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
+            return await self._error_answer(request, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
 
     async def _authentication_answer(self, request: Request, body: Any, step: Step) -> SplicedOutput | None:
         """The answer to a request of the SASL exchange (handshake or token), and what follows it."""
@@ -372,7 +373,7 @@ class Connection:
             raise _Close
         if isinstance(step.response, tuple):  # a request out of turn: its own API's error answer
             code, message = step.response
-            return self._error_answer(request, body, code, message)
+            return await self._error_answer(request, body, code, message)
         return encode_response(step.response, request.api_key, request.api_version, request.correlation_id)
 
     async def _raw_sasl_token(self, token: bytes) -> bool:
@@ -433,7 +434,7 @@ class Connection:
         self.idle_since = trio.current_time()
         return True
 
-    def _error_answer(self, request: Request, body: Any, code: ErrorCode, message: str | None) -> SplicedOutput:
+    async def _error_answer(self, request: Request, body: Any, code: ErrorCode, message: str | None) -> SplicedOutput:
         key, version = request.api_key, request.api_version
         if key == PRODUCE and getattr(body, "acks", None) == 0:
             # As Kafka: an acks=0 producer reads no answer, so the only way to tell it is to close.
@@ -442,7 +443,7 @@ class Connection:
         try:
             response = error_response(key, version, body, code, message)
             if response is not None:
-                return encode_response(response, key, version, request.correlation_id)
+                return await offload.encode(response, key, version, request.correlation_id)
         except Exception:
             log.exception("error answer for %s v%d failed (client %s)", APIS[key].name, version, self.peer)
             raise _Close from None
