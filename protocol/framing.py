@@ -133,7 +133,10 @@ class FrameTooLarge(DecodeError):
     """A size prefix above the configured limit (socket.request.max.bytes)."""
 
 
-_FIRST_LARGE_ALLOCATION = 1 << 20
+# A large frame's first block: no more than that is allocated before its bytes arrive. It then doubles each time
+# it fills, so what a frame holds is never more than twice what was received (plus this block): a size prefix
+# announcing 100 MB followed by one byte costs 64 KiB, not the megabyte it once did.
+_FIRST_LARGE_ALLOCATION = 64 * 1024
 
 
 class FrameBuffer:
@@ -247,6 +250,11 @@ class FrameBuffer:
         unconsumed = self._end - self._start
         self._chunk[:unconsumed] = self._chunk[self._start : self._end]
         self._start, self._end = 0, unconsumed
+
+    @property
+    def midframe(self) -> bool:
+        """Part of a frame is here and the rest is still to come (meaningful once next_frame() returned None)."""
+        return self._frame is not None or self._end > self._start
 
     @property
     def pending(self) -> int:

@@ -60,7 +60,7 @@ from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.authenticator import SaslAuthenticator, Step
 from kbroker.server import offload
-from kbroker.server.idle import IdleReaper
+from kbroker.server.idle import IDLE_SETTING, RECEIVE_SETTING, IdleReaper
 from kbroker.server.limits import accept_failure_message
 from kbroker.server.listener_security import PLAINTEXT_SECURITY, ListenerSecurity, new_authenticator
 from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
@@ -142,7 +142,9 @@ class Connection:
         # The server's reaper closes idle connections; a connection run on its own brings its own.
         self._reaper = reaper
         self.idle_since: float | None = None  # last bytes in or out; None while a request is handled
+        self.receiving_since: float | None = None  # when the request still arriving began (or reading resumed)
         self._idle_scope = trio.CancelScope()  # cancelled by the reaper: idle for connections.max.idle.ms
+        self._expired_by = IDLE_SETTING  # or RECEIVE_SETTING: the request took too long to arrive
         self._sending = False
         self._buffer: FrameBuffer | None = None
         # The pool is the server's, shared by every connection; without one, this connection has no bound.
@@ -177,7 +179,7 @@ class Connection:
                     await self._serve_watched(self._reaper)
                 else:
                     async with trio.open_nursery() as nursery:  # run on its own: a reaper for this one only
-                        reaper = IdleReaper(broker.config["connections.max.idle.ms"])
+                        reaper = IdleReaper(broker.config[IDLE_SETTING], broker.config[RECEIVE_SETTING])
                         nursery.start_soon(reaper.run)
                         await self._serve_watched(reaper)
                         nursery.cancel_scope.cancel()
@@ -205,8 +207,10 @@ class Connection:
         if self._mute_scope is not None:
             self._mute_scope.cancel()  # draining: no point holding a throttled client any longer
 
-    def expire(self) -> None:
-        """The reaper's verdict: no bytes moved for connections.max.idle.ms (never called while handling)."""
+    def expire(self, setting: str) -> None:
+        """The reaper's verdict: no bytes moved for connections.max.idle.ms, or a request took longer than
+        kbroker.request.receive.timeout.ms to arrive (never called while handling)."""
+        self._expired_by = setting
         self._idle_scope.cancel()
 
     async def _serve_watched(self, reaper: IdleReaper) -> None:
@@ -218,11 +222,20 @@ class Connection:
         finally:
             reaper.forget(self)
         if self._idle_scope.cancelled_caught:
-            self._log_expired(round(reaper.idle_seconds * 1000))
+            self._log_expired(reaper)
 
-    def _log_expired(self, idle_ms: int) -> None:
+    def _log_expired(self, reaper: IdleReaper) -> None:
         pending = self._buffer.pending if self._buffer is not None else 0
-        if self._sending:
+        idle_ms = round(reaper.idle_seconds * 1000)
+        if self._expired_by == RECEIVE_SETTING:
+            log.info(
+                "closing connection from %s: a request was still arriving after %s=%d (%d bytes received)",
+                self.peer,
+                RECEIVE_SETTING,
+                round(reaper.receive_seconds * 1000),
+                pending,
+            )
+        elif self._sending:
             log.info(
                 "closing connection from %s: it read none of its response for connections.max.idle.ms=%d",
                 self.peer,
@@ -472,6 +485,10 @@ class Connection:
 
     async def _read_frame(self, buffer: FrameBuffer) -> bytearray | None:
         while (frame := buffer.next_frame()) is None:
+            if self.receiving_since is None and buffer.midframe:
+                # A request has begun (or reading resumes after handling, a memory wait or a mute): from now
+                # on it has kbroker.request.receive.timeout.ms to arrive whole (kbroker/server/idle.py).
+                self.receiving_since = trio.current_time()
             try:
                 if self._socket is not None:
                     # Straight into the frame buffer: a large request is never copied in user space.
@@ -502,7 +519,8 @@ class Connection:
                 self.idle_since = None
                 self._reserved.append(await self.memory.reserve(self._to_reserve))
                 self._to_reserve = 0
-                self.idle_since = trio.current_time()
+                self.idle_since = self.receiving_since = trio.current_time()
+        self.receiving_since = None  # the frame is whole; what follows it starts the clock at the next read
         return frame
 
     def _count_frames(self, data: bytes | bytearray | memoryview) -> None:
@@ -663,7 +681,7 @@ async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[Serv
     ]
     counter = 0
     memory = RequestMemory.from_setting(broker.config["queued.max.request.bytes"])
-    reaper = IdleReaper(broker.config["connections.max.idle.ms"])
+    reaper = IdleReaper(broker.config[IDLE_SETTING], broker.config[RECEIVE_SETTING])
 
     def next_id() -> int:
         nonlocal counter
