@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from protocol._codec import Buffer, SplicedOutput
+from protocol._codec import DECODE_FAILURES, Buffer, SplicedOutput, read_uvarint
 from protocol.exceptions import DecodeError, UnsupportedVersionError
 from protocol.messages import APIS, ApiSchema
 from protocol.messages.request_header import RequestHeader
@@ -85,6 +85,75 @@ def decode_request(frame: Buffer) -> Request:
     assert api is not None
     body, end = api.request_type().decode(frame, api_version, pos)
     return Request(header, api, body, len(frame) - end)
+
+
+PRODUCE_KEY = 0
+_PRODUCE_FLEXIBLE = 9  # compact lengths and tagged fields from this version
+_PRODUCE_TOPIC_IDS = 13  # topics named by id from this version
+_INT16 = struct.Struct(">h")
+
+
+def produce_partitions(frame: Buffer, enough: int) -> int:
+    """How many partitions a Produce request frame names, counted until there are ``enough``.
+
+    Far cheaper than decoding: record sets are skipped by their length, nothing is built. A large Produce is
+    usually a few large record sets (quick to decode), sometimes a great many small ones (slow): this tells
+    which. An unreadable frame counts as ``enough``; decoding it reports what is wrong.
+    """
+    try:
+        _, version, _ = peek_request_header(frame)
+        produce = APIS[PRODUCE_KEY]
+        if not produce.valid_versions[0] <= version <= produce.valid_versions[1]:
+            return 0  # its body is not decoded at all
+        _, pos = RequestHeader.decode(frame, request_header_version(produce, version))
+        flexible = version >= _PRODUCE_FLEXIBLE
+        pos = _skip_string(frame, pos, flexible) + 6  # transactional_id, acks, timeout_ms
+        topics, pos = _array_length(frame, pos, flexible)
+        count = 0
+        for _ in range(topics):
+            pos = pos + 16 if version >= _PRODUCE_TOPIC_IDS else _skip_string(frame, pos, flexible)
+            partitions, pos = _array_length(frame, pos, flexible)
+            count += partitions
+            if count >= enough:
+                return count
+            for _ in range(partitions):
+                pos = _skip_string(frame, pos + 4, flexible, long=True)  # index, then the records' length
+                if flexible:
+                    pos = _skip_tagged_fields(frame, pos)
+            if flexible:
+                pos = _skip_tagged_fields(frame, pos)
+        return count
+    except (DecodeError, *DECODE_FAILURES):
+        return enough
+
+
+def _skip_string(frame: Buffer, pos: int, flexible: bool, long: bool = False) -> int:
+    """Past a (nullable) string or byte field: compact, else with an int16 (``long``: int32) length."""
+    if flexible:
+        length, pos = read_uvarint(frame, pos)
+        return pos + max(length - 1, 0)
+    if long:
+        (length,) = _SIZE.unpack_from(frame, pos)
+        return pos + 4 + max(length, 0)
+    (length,) = _INT16.unpack_from(frame, pos)
+    return pos + 2 + max(length, 0)
+
+
+def _array_length(frame: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        length, pos = read_uvarint(frame, pos)
+        return length - 1, pos
+    (length,) = _SIZE.unpack_from(frame, pos)
+    return length, pos + 4
+
+
+def _skip_tagged_fields(frame: Buffer, pos: int) -> int:
+    count, pos = read_uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
+        pos += size
+    return pos
 
 
 def encode_request(body: Any, api_version: int, correlation_id: int, client_id: str | None = "kbroker") -> bytes:
@@ -273,6 +342,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "peek_request_header",
+    "produce_partitions",
     "request_header_version",
     "response_header_version",
 ]

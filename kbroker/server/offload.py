@@ -3,10 +3,12 @@
 The codecs are pure Python: a 10 MB Fetch naming 300,000 partitions takes about 0.3 s to decode and its
 answer more than a second to encode, and on the event loop that is time in which no other connection is
 served. A request frame of ``LARGE_FRAME_BYTES`` or more is decoded in a worker thread, and so is any answer
-with ``LARGE_RESPONSE_ITEMS`` or more array elements (counted two levels deep, stopping as soon as there are
+with ``MANY_ITEMS`` or more array elements (counted two levels deep, stopping as soon as there are
 enough) encoded in one. The worker still holds the GIL while it works, but Python hands the GIL over every
 ``sys.getswitchinterval()`` (5 ms), so the event loop keeps serving the other connections meanwhile. Smaller
-messages stay on the loop: a thread hand-off costs about 70 us, more than their whole decode.
+messages stay on the loop: a thread hand-off costs about 100 us, more than their whole decode. So does a large
+Produce naming fewer than ``MANY_ITEMS`` partitions: its record sets are bytes, decoded in microseconds, and
+counting its partitions (protocol.framing.produce_partitions skips the record sets) takes a few microseconds.
 
 One worker at a time (a capacity limiter per trio run): several huge requests wait for each other, not the
 loop for all of them. The handler between decode and encode runs on the loop, in turns (kbroker/apis/turns.py).
@@ -22,10 +24,10 @@ from typing import Any
 import trio
 
 from protocol._codec import Struct
-from protocol.framing import Request, SplicedOutput, decode_request, encode_response
+from protocol.framing import PRODUCE_KEY, Request, SplicedOutput, decode_request, encode_response, produce_partitions
 
 LARGE_FRAME_BYTES = 64 * 1024  # a Fetch of about 2,000 partitions, decoded in about 2 ms
-LARGE_RESPONSE_ITEMS = 2000  # array elements of an answer; a few milliseconds to encode
+MANY_ITEMS = 2000  # array elements of an answer, or partitions of a Produce: milliseconds of work
 
 _WORKER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("kbroker_codec_worker")
 
@@ -40,15 +42,17 @@ def _worker() -> trio.CapacityLimiter:
 
 
 async def decode(frame: bytearray) -> Request:
-    """``decode_request``, in the worker for a large frame."""
-    if len(frame) < LARGE_FRAME_BYTES:
+    """``decode_request``, in the worker for a large frame (a Produce only if it names many partitions)."""
+    if len(frame) < LARGE_FRAME_BYTES or (
+        frame[1] == PRODUCE_KEY and frame[0] == 0 and produce_partitions(frame, MANY_ITEMS) < MANY_ITEMS
+    ):
         return decode_request(frame)
     return await trio.to_thread.run_sync(decode_request, frame, limiter=_worker())
 
 
 async def encode(body: Any, api_key: int, api_version: int, correlation_id: int) -> SplicedOutput:
     """``encode_response``, in the worker for a large answer."""
-    if array_items(body, LARGE_RESPONSE_ITEMS) < LARGE_RESPONSE_ITEMS:
+    if array_items(body, MANY_ITEMS) < MANY_ITEMS:
         return encode_response(body, api_key, api_version, correlation_id)
     return await trio.to_thread.run_sync(encode_response, body, api_key, api_version, correlation_id, limiter=_worker())
 

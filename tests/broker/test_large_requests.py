@@ -9,6 +9,7 @@ thread (kbroker/server/offload.py) and its handler takes turns with the other co
 
 from __future__ import annotations
 
+import gc
 import socket
 import statistics
 import struct
@@ -72,7 +73,8 @@ def _exchange(sock: socket.socket, frame: bytes) -> bytearray:
 
 
 def _latencies_during(broker: BrokerProcess, work: threading.Thread) -> list[float]:
-    """Metadata round trips of another client, back to back, for as long as ``work`` runs."""
+    """Metadata round trips of another client, back to back, for as long as ``work`` runs (it only sends and
+    receives bytes: decoding a huge answer here would stall this process, not the broker)."""
     latencies: list[float] = []
     with WireClient(broker.bootstrap, timeout=30) as other:
         request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)])
@@ -103,6 +105,8 @@ def test_a_fetch_of_300000_partitions_does_not_stall_other_clients(process_broke
         ],
     )
     frame = encode_request(fetch, 12, 99)
+    del fetch
+    gc.collect()  # the client's own garbage collections must not count: its heap is small again
     assert len(frame) > 9_000_000
     answers: list[bytearray] = []
 
@@ -121,19 +125,20 @@ def test_a_fetch_of_300000_partitions_does_not_stall_other_clients(process_broke
     assert len(latencies) > 20, latencies
 
 
-def test_a_metadata_request_for_100000_topics_does_not_stall_other_clients(process_broker: BrokerProcess) -> None:
-    topics = 100_000
+def test_a_metadata_request_for_200000_topics_does_not_stall_other_clients(process_broker: BrokerProcess) -> None:
+    topics = 200_000
     metadata = MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=f"unknown-{i}") for i in range(topics)],
         allow_auto_topic_creation=False,
     )
     frame = encode_request(metadata, 12, 98)
+    del metadata
+    gc.collect()  # the client's own garbage collections must not count: its heap is small again
     answers: list[bytearray] = []
 
     def big_metadata() -> None:
         with socket.create_connection(("127.0.0.1", process_broker.port), timeout=60) as sock:
-            for _ in range(2):
-                answers.append(_exchange(sock, frame))
+            answers.append(_exchange(sock, frame))
 
     latencies = _latencies_during(process_broker, threading.Thread(target=big_metadata))
     for frame_answer in answers:
