@@ -7,6 +7,7 @@ runs again and again during a large request, and not at all during a small one. 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,15 @@ from typing import Any
 import pytest
 import trio
 
+from kbroker.apis.configs import handle_describe_configs
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.fetch import handle_fetch
+from kbroker.apis.group_offsets import handle_offset_commit, handle_offset_fetch
+from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
+from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.apis.metadata import handle_metadata
 from kbroker.apis.produce import handle_produce
+from kbroker.apis.records_admin import handle_delete_records
 from kbroker.apis.topics import handle_create_topics
 from kbroker.apis.turns import Turns
 from kbroker.broker import Broker, Endpoint
@@ -27,9 +33,15 @@ from kbroker.storage import MemoryLogStore
 from protocol.errors import ErrorCode
 from protocol.framing import decode_response, encode_request, produce_partitions
 from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.delete_records_request import DeleteRecordsRequest
+from protocol.messages.describe_configs_request import DescribeConfigsRequest
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
+from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.offset_commit_request import OffsetCommitRequest
+from protocol.messages.offset_fetch_request import OffsetFetchRequest
+from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
 
@@ -153,6 +165,124 @@ def test_a_produce_to_a_few_partitions_takes_no_turn(broker: Broker) -> None:
     answer, others_ran = beside_a_counter(lambda: handle_produce(context(broker, 0, 9), produce_of(PARTITIONS)))
     assert [p.error_code for t in answer.responses for p in t.partition_responses] == [ErrorCode.NONE] * PARTITIONS
     assert others_ran == 0
+
+
+MANY = 5_000  # partitions (or topics) of a large request: a few turns' worth
+# The counter runs once per turn taken, except that trio may run it after the handler's last turn has ended.
+TURNS = MANY // 1000 - 1
+
+
+def test_list_offsets_of_many_partitions_takes_turns(broker: Broker) -> None:
+    wanted = [ListOffsetsRequest.ListOffsetsPartition(partition_index=i, timestamp=-1) for i in range(MANY)]
+    request = ListOffsetsRequest(
+        replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=TOPIC, partitions=wanted)]
+    )
+    answer, others_ran = beside_a_counter(lambda: handle_list_offsets(context(broker, 2, 7), request))
+    rows = [(p.partition_index, p.error_code, p.offset) for t in answer.topics for p in t.partitions]
+    assert rows == [(i, ErrorCode.NONE, 0) for i in range(PARTITIONS)] + [
+        (i, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1) for i in range(PARTITIONS, MANY)
+    ]
+    assert others_ran >= TURNS
+
+
+def test_list_offsets_refuses_40000_duplicates_in_linear_time(broker: Broker) -> None:
+    distinct = 20_000  # each asked twice: the refusals were found by scanning a list, 20,000 times 20,000 / 2
+    wanted = [
+        ListOffsetsRequest.ListOffsetsPartition(partition_index=i % distinct, timestamp=-1) for i in range(2 * distinct)
+    ]
+    request = ListOffsetsRequest(
+        replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=TOPIC, partitions=wanted)]
+    )
+    started = time.perf_counter()
+    answer = trio.run(handle_list_offsets, context(broker, 2, 7), request)
+    took = time.perf_counter() - started
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in answer.topics] == [
+        (TOPIC, [(i, ErrorCode.INVALID_REQUEST) for i in range(distinct)])
+    ]
+    assert took < 3.0  # about 0.1 s; it was 3.5 s, and 14 s for twice as many
+
+
+def test_offset_commit_and_fetch_of_many_partitions_take_turns(broker: Broker) -> None:
+    commit = OffsetCommitRequest(
+        group_id="g",
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=TOPIC,
+                partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=i, committed_offset=10 + i)
+                    for i in range(MANY)
+                ],
+            )
+        ],
+    )
+    committed, others_ran = beside_a_counter(lambda: handle_offset_commit(context(broker, 8, 8), commit))
+    codes = [(p.partition_index, p.error_code) for t in committed.topics for p in t.partitions]
+    assert codes == [(i, ErrorCode.NONE) for i in range(PARTITIONS)] + [
+        (i, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in range(PARTITIONS, MANY)
+    ]
+    assert others_ran >= TURNS
+    fetch = OffsetFetchRequest(
+        group_id="g",
+        topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=list(range(MANY)))],
+    )
+    fetched, others_ran = beside_a_counter(lambda: handle_offset_fetch(context(broker, 9, 7), fetch))
+    offsets = [(p.partition_index, p.committed_offset) for t in fetched.topics for p in t.partitions]
+    assert offsets == [(i, 10 + i) for i in range(PARTITIONS)] + [(i, -1) for i in range(PARTITIONS, MANY)]
+    assert others_ran >= 2 * TURNS  # the offsets, then the answer
+
+
+def test_delete_records_and_offset_for_leader_epoch_of_many_partitions_take_turns(broker: Broker) -> None:
+    delete = DeleteRecordsRequest(
+        topics=[
+            DeleteRecordsRequest.DeleteRecordsTopic(
+                name=TOPIC,
+                partitions=[
+                    DeleteRecordsRequest.DeleteRecordsPartition(partition_index=i, offset=0) for i in range(MANY)
+                ],
+            )
+        ],
+        timeout_ms=1000,
+    )
+    deleted, others_ran = beside_a_counter(lambda: handle_delete_records(context(broker, 21, 2), delete))
+    rows = [(p.partition_index, p.error_code, p.low_watermark) for t in deleted.topics for p in t.partitions]
+    assert rows == [(i, ErrorCode.NONE, 0) for i in range(PARTITIONS)] + [
+        (i, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1) for i in range(PARTITIONS, MANY)
+    ]
+    assert others_ran >= TURNS
+    epochs = OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+                topic=TOPIC,
+                partitions=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=i, leader_epoch=0)
+                    for i in range(MANY)
+                ],
+            )
+        ],
+    )
+    ends, others_ran = beside_a_counter(lambda: handle_offset_for_leader_epoch(context(broker, 23, 4), epochs))
+    rows = [(p.partition, p.error_code, p.end_offset) for t in ends.topics for p in t.partitions]
+    assert rows == [(i, ErrorCode.NONE, 0) for i in range(PARTITIONS)] + [
+        (i, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1) for i in range(PARTITIONS, MANY)
+    ]
+    assert others_ran >= TURNS
+
+
+def test_describe_configs_of_many_topics_takes_turns(broker: Broker) -> None:
+    names = [TOPIC] + [f"unknown-{i}" for i in range(MANY)]
+    request = DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name=name, configuration_keys=None)
+            for name in names
+        ]
+    )
+    answer, others_ran = beside_a_counter(lambda: handle_describe_configs(context(broker, 32, 4), request))
+    assert [(r.resource_name, r.error_code) for r in answer.results] == [(TOPIC, ErrorCode.NONE)] + [
+        (name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for name in names[1:]
+    ]
+    assert "retention.ms" in {c.name for c in answer.results[0].configs}
+    assert others_ran >= TURNS
 
 
 def test_turns_let_others_run_once_per_turn() -> None:
