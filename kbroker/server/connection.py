@@ -360,7 +360,7 @@ class Connection:
                     context,
                     body,
                     self._request_size,
-                    lambda answer: encode_response(answer, key, version, request.correlation_id),
+                    lambda answer: offload.encode(answer, key, version, request.correlation_id),
                 )
                 return encoded
             response = await handler.handle(context, body)
