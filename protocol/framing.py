@@ -203,9 +203,11 @@ class FrameTooLarge(DecodeError):
 
 
 # A large frame's first block: no more than that is allocated before its bytes arrive. It then doubles each time
-# it fills, so what a frame holds is never more than twice what was received (plus this block): a size prefix
-# announcing 100 MB followed by one byte costs 64 KiB, not the megabyte it once did.
+# it fills, by 4 MiB at most, so a frame never holds more than twice what was received and never more than 4 MiB
+# beyond it (plus this block): a size prefix announcing 100 MB followed by one byte costs 64 KiB, not the
+# megabyte it once did, and the request memory pool (kbroker/server/memory.py) can count what is held.
 _FIRST_LARGE_ALLOCATION = 64 * 1024
+_MAX_GROWTH = 4 * 1024 * 1024
 
 
 class FrameBuffer:
@@ -251,7 +253,7 @@ class FrameBuffer:
             if self._filled == len(self._frame):
                 # Grown as bytes arrive, not allocated whole from the size prefix: four bytes claiming
                 # 100 MB must not cost 100 MB.
-                self._frame += bytes(min(len(self._frame), self._frame_size - len(self._frame)))
+                self._frame += bytes(min(len(self._frame), _MAX_GROWTH, self._frame_size - len(self._frame)))
             return memoryview(self._frame)[self._filled :]
         return memoryview(self._chunk)[self._end :]
 
@@ -319,6 +321,12 @@ class FrameBuffer:
         unconsumed = self._end - self._start
         self._chunk[:unconsumed] = self._chunk[self._start : self._end]
         self._start, self._end = 0, unconsumed
+
+    @property
+    def unfilled(self) -> int:
+        """Bytes allocated for the large frame being received that have not arrived yet (at most as many as
+        have, plus the first block)."""
+        return len(self._frame) - self._filled if self._frame is not None else 0
 
     @property
     def midframe(self) -> bool:

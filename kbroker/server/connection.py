@@ -33,9 +33,9 @@ through a request (Kafka has no separate read timeout; its idle timer is that ti
 client stopped reading a response. A request being handled is never cut off. A connection only notes the
 time of its last activity; one task for the whole server closes the idle ones (kbroker/server/idle.py).
 
-Request memory (``queued.max.request.bytes``): every connection reserves each request's size from one pool
-before reading its body and gives it back once the request is answered; while the pool is exhausted the
-connection reads nothing more (kbroker/server/memory.py).
+Request memory (``queued.max.request.bytes``): every connection counts the bytes it receives in one pool
+and gives a request's bytes back once it is answered; while the pool is full the connection reads nothing
+more, unless its unfinished request is the oldest (kbroker/server/memory.py).
 
 Client quotas (kbroker/quotas.py, kbroker/server/throttling.py): while any is set, each request is measured
 against its client's quotas; a client over one gets throttle_time_ms in its answer and the connection reads
@@ -48,7 +48,6 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -63,7 +62,7 @@ from kbroker.server import offload
 from kbroker.server.idle import IDLE_SETTING, RECEIVE_SETTING, IdleReaper
 from kbroker.server.limits import accept_failure_message
 from kbroker.server.listener_security import PLAINTEXT_SECURITY, ListenerSecurity, new_authenticator
-from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
+from kbroker.server.memory import SIZE_PREFIX, RequestMemory
 from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
 from kbroker.server.throttling import answer_under_quotas, client_throttles
 from kbroker.server.tls import ServerTLSStream
@@ -149,9 +148,9 @@ class Connection:
         self._buffer: FrameBuffer | None = None
         # The pool is the server's, shared by every connection; without one, this connection has no bound.
         self.memory = memory if memory is not None else RequestMemory(None)
-        self._frame_sizes = FrameSizes() if self.memory.bounded else None
-        self._reserved: deque[int] = deque()  # per frame received and not yet answered: bytes reserved
-        self._to_reserve = 0  # a frame still arriving whose size is known but not yet reserved
+        self._bounded = self.memory.bounded
+        self._held = 0  # bytes received and counted in the pool, given back as their requests are answered
+        self._unfilled = 0  # of it, allocated for a large frame and not received yet
         self._request_size = 0  # the frame being handled, size prefix included (the produce byte quota's measure)
         self._throttle_ms = 0  # what the request just handled earned its client under its quotas
         self._mute_scope: trio.CancelScope | None = None
@@ -190,8 +189,9 @@ class Connection:
                 # Whatever went wrong ends this connection only; the broker and other clients carry on.
                 log.error("connection from %s failed", self.peer, exc_info=exc)
         finally:
-            while self._reserved:  # what it received and never answered goes back to the pool
-                self.memory.release(self._reserved.popleft())
+            self.memory.received(self)  # an unfinished request no longer holds the others back
+            self.memory.release(self._held)  # what it received and never answered goes back to the pool
+            self._held = 0
             broker.connection_closed(self.id)
 
     def stop_reading(self) -> None:
@@ -261,8 +261,9 @@ class Connection:
         buffer = self._buffer = FrameBuffer(limit)
         while await self._serve_one(buffer):
             # The request and its frame are gone with _serve_one's frame: their memory goes back to the pool.
-            if self._reserved:
-                self.memory.release(self._reserved.popleft())
+            answered = min(self._request_size, self._held)
+            self._held -= answered
+            self.memory.release(answered)
 
     async def _serve_one(self, buffer: FrameBuffer) -> bool:
         """Read, handle and answer one request; False once the connection is to end."""
@@ -273,6 +274,7 @@ class Connection:
             return False
         if frame is None:
             return False
+        self._request_size = SIZE_PREFIX + len(frame)
         if self.sasl is not None and self.sasl.raw_tokens:  # after SaslHandshake v0: a bare SASL token
             return await self._raw_sasl_token(bytes(frame))
         self.idle_since = None  # decoding and handling: never idle, however long it takes
@@ -281,7 +283,6 @@ class Connection:
         except DecodeError as exc:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False
-        self._request_size = SIZE_PREFIX + len(frame)
         started = perf_counter()  # kafka_network_requestmetrics_totaltimems: from here to the answer written
         try:
             response = await self.handle(request)
@@ -489,14 +490,13 @@ class Connection:
                 # A request has begun (or reading resumes after handling, a memory wait or a mute): from now
                 # on it has kbroker.request.receive.timeout.ms to arrive whole (kbroker/server/idle.py).
                 self.receiving_since = trio.current_time()
+            if self._bounded:
+                await self._wait_for_memory(buffer.midframe)
             try:
                 if self._socket is not None:
                     # Straight into the frame buffer: a large request is never copied in user space.
                     with buffer.read_buffer() as target:  # released before the buffer may grow again
                         count = await self._socket.recv_into(target)
-                        if count and self._frame_sizes is not None:
-                            with target[:count] as received:
-                                self._count_frames(received)
                     if not count:
                         return None
                     buffer.commit(count)
@@ -506,35 +506,32 @@ class Connection:
                     data = await self.stream.receive_some(RECEIVE_SIZE)
                     if not data:  # end of stream (stop_reading() cancels the read: _next_frame returns None)
                         return None
-                    if self._frame_sizes is not None:
-                        self._count_frames(data)
+                    count = len(data)
                     buffer.feed(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return None
+            if self._bounded:
+                # What arrived, and what the frame buffer set aside for the rest of a large frame: memory held.
+                unfilled = buffer.unfilled
+                self._held += self.memory.take(count + unfilled - self._unfilled)
+                self._unfilled = unfilled
             self.idle_since = trio.current_time()  # bytes arrived: not idle
-            if self._to_reserve:
-                # Its size is known, the rest of it is not read yet: wait for room in the pool first, so
-                # reading stops (and TCP holds the client back) while memory is exhausted. The client is
-                # not idle while the broker keeps it waiting: the idle clock restarts after the wait.
-                self.idle_since = None
-                self._reserved.append(await self.memory.reserve(self._to_reserve))
-                self._to_reserve = 0
-                self.idle_since = self.receiving_since = trio.current_time()
         self.receiving_since = None  # the frame is whole; what follows it starts the clock at the next read
+        if self._bounded:
+            self.memory.received(self)
         return frame
 
-    def _count_frames(self, data: bytes | bytearray | memoryview) -> None:
-        """Account the frames whose size prefixes are in ``data`` (just received) with the memory pool."""
-        assert self._frame_sizes is not None and self._buffer is not None
-        sizes = self._frame_sizes.observe(data)
-        limit = self._buffer.max_frame_size  # before SASL authentication completes, sasl.server.max.receive.size
-        for index, size in enumerate(sizes):
-            if not 0 <= size <= limit:
-                return  # the frame buffer refuses it and the connection ends: nothing to reserve
-            if index == len(sizes) - 1 and self._frame_sizes.inside_frame:
-                self._to_reserve = SIZE_PREFIX + size  # reserved (waiting if need be) before reading on
-            else:
-                self._reserved.append(self.memory.take(SIZE_PREFIX + size))  # already here whole
+    async def _wait_for_memory(self, midframe: bool) -> None:
+        """Before reading on: wait while the request pool is full (kbroker/server/memory.py). Reading stops, so
+        TCP holds the client back; it is not idle while the broker keeps it waiting, and the clocks restart."""
+        if midframe:
+            self.memory.receiving(self)
+        if not self.memory.may_read(self):
+            self.idle_since = None
+            await self.memory.room_for(self)
+            self.idle_since = trio.current_time()
+            if self.receiving_since is not None:
+                self.receiving_since = self.idle_since
 
     async def _send(self, data: bytes | bytearray) -> None:
         self._sending = True
