@@ -656,6 +656,16 @@ CONFIG_DEFS: list[ConfigDef] = [
         B,
         described=False,
     ),
+    ConfigDef(
+        "kbroker.request.receive.timeout.ms",
+        "LONG",
+        "60000",
+        Int(-LONG_MAX - 1, LONG_MAX),
+        "Close a connection whose request has not arrived whole this long after its first bytes (negative: never); "
+        "clients give up on a request after their request.timeout.ms, 30 s by default.",
+        B,
+        described=False,
+    ),
     # --- Kafka broker keys not described by kbroker: the listener keys (read by kbroker/server/listeners.py, which
     # validates them further), then keys with no meaning here, accepted with a warning so a Kafka
     # server.properties works ---

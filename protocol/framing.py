@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from protocol._codec import Buffer, SplicedOutput
+from protocol._codec import DECODE_FAILURES, Buffer, SplicedOutput, read_uvarint
 from protocol.exceptions import DecodeError, UnsupportedVersionError
 from protocol.messages import APIS, ApiSchema
 from protocol.messages.request_header import RequestHeader
@@ -87,6 +87,75 @@ def decode_request(frame: Buffer) -> Request:
     return Request(header, api, body, len(frame) - end)
 
 
+PRODUCE_KEY = 0
+_PRODUCE_FLEXIBLE = 9  # compact lengths and tagged fields from this version
+_PRODUCE_TOPIC_IDS = 13  # topics named by id from this version
+_INT16 = struct.Struct(">h")
+
+
+def produce_partitions(frame: Buffer, enough: int) -> int:
+    """How many partitions a Produce request frame names, counted until there are ``enough``.
+
+    Far cheaper than decoding: record sets are skipped by their length, nothing is built. A large Produce is
+    usually a few large record sets (quick to decode), sometimes a great many small ones (slow): this tells
+    which. An unreadable frame counts as ``enough``; decoding it reports what is wrong.
+    """
+    try:
+        _, version, _ = peek_request_header(frame)
+        produce = APIS[PRODUCE_KEY]
+        if not produce.valid_versions[0] <= version <= produce.valid_versions[1]:
+            return 0  # its body is not decoded at all
+        _, pos = RequestHeader.decode(frame, request_header_version(produce, version))
+        flexible = version >= _PRODUCE_FLEXIBLE
+        pos = _skip_string(frame, pos, flexible) + 6  # transactional_id, acks, timeout_ms
+        topics, pos = _array_length(frame, pos, flexible)
+        count = 0
+        for _ in range(topics):
+            pos = pos + 16 if version >= _PRODUCE_TOPIC_IDS else _skip_string(frame, pos, flexible)
+            partitions, pos = _array_length(frame, pos, flexible)
+            count += partitions
+            if count >= enough:
+                return count
+            for _ in range(partitions):
+                pos = _skip_string(frame, pos + 4, flexible, long=True)  # index, then the records' length
+                if flexible:
+                    pos = _skip_tagged_fields(frame, pos)
+            if flexible:
+                pos = _skip_tagged_fields(frame, pos)
+        return count
+    except (DecodeError, *DECODE_FAILURES):
+        return enough
+
+
+def _skip_string(frame: Buffer, pos: int, flexible: bool, long: bool = False) -> int:
+    """Past a (nullable) string or byte field: compact, else with an int16 (``long``: int32) length."""
+    if flexible:
+        length, pos = read_uvarint(frame, pos)
+        return pos + max(length - 1, 0)
+    if long:
+        (length,) = _SIZE.unpack_from(frame, pos)
+        return pos + 4 + max(length, 0)
+    (length,) = _INT16.unpack_from(frame, pos)
+    return pos + 2 + max(length, 0)
+
+
+def _array_length(frame: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        length, pos = read_uvarint(frame, pos)
+        return length - 1, pos
+    (length,) = _SIZE.unpack_from(frame, pos)
+    return length, pos + 4
+
+
+def _skip_tagged_fields(frame: Buffer, pos: int) -> int:
+    count, pos = read_uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
+        pos += size
+    return pos
+
+
 def encode_request(body: Any, api_version: int, correlation_id: int, client_id: str | None = "kbroker") -> bytes:
     """A whole request frame, size prefix included (for clients and tests)."""
     api = APIS[body.API_KEY]
@@ -133,7 +202,12 @@ class FrameTooLarge(DecodeError):
     """A size prefix above the configured limit (socket.request.max.bytes)."""
 
 
-_FIRST_LARGE_ALLOCATION = 1 << 20
+# A large frame's first block: no more than that is allocated before its bytes arrive. It then doubles each time
+# it fills, by 4 MiB at most, so a frame never holds more than twice what was received and never more than 4 MiB
+# beyond it (plus this block): a size prefix announcing 100 MB followed by one byte costs 64 KiB, not the
+# megabyte it once did, and the request memory pool (kbroker/server/memory.py) can count what is held.
+_FIRST_LARGE_ALLOCATION = 64 * 1024
+_MAX_GROWTH = 4 * 1024 * 1024
 
 
 class FrameBuffer:
@@ -179,7 +253,7 @@ class FrameBuffer:
             if self._filled == len(self._frame):
                 # Grown as bytes arrive, not allocated whole from the size prefix: four bytes claiming
                 # 100 MB must not cost 100 MB.
-                self._frame += bytes(min(len(self._frame), self._frame_size - len(self._frame)))
+                self._frame += bytes(min(len(self._frame), _MAX_GROWTH, self._frame_size - len(self._frame)))
             return memoryview(self._frame)[self._filled :]
         return memoryview(self._chunk)[self._end :]
 
@@ -249,6 +323,17 @@ class FrameBuffer:
         self._start, self._end = 0, unconsumed
 
     @property
+    def unfilled(self) -> int:
+        """Bytes allocated for the large frame being received that have not arrived yet (at most as many as
+        have, plus the first block)."""
+        return len(self._frame) - self._filled if self._frame is not None else 0
+
+    @property
+    def midframe(self) -> bool:
+        """Part of a frame is here and the rest is still to come (meaningful once next_frame() returned None)."""
+        return self._frame is not None or self._end > self._start
+
+    @property
     def pending(self) -> int:
         """Bytes received that are not yet part of a frame handed out."""
         completed = sum(len(f) + 4 for f in self._ready)
@@ -265,6 +350,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "peek_request_header",
+    "produce_partitions",
     "request_header_version",
     "response_header_version",
 ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.turns import Turns
 from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import validate_topic_name
@@ -207,7 +208,9 @@ def describe_broker_configs(
 async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     refused = []
+    turns = Turns()  # many resources: other connections run as it goes (kbroker/apis/turns.py)
     for resource in request.resources:
+        await turns.step()
         result = DescribeConfigsResponse.DescribeConfigsResult(
             error_code=ErrorCode.NONE,
             error_message=None,
@@ -265,6 +268,7 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
             )
             for e in entries
         ]
+        await turns.step(len(result.configs))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results + refused)
 
 

@@ -30,6 +30,7 @@ import trio
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.list_offsets import leader_epoch_error
+from kbroker.apis.turns import Turns
 from kbroker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -68,7 +69,8 @@ class Wanted:
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     uses_ids = ctx.api_version >= TOPIC_IDS_VERSION
-    requested = _requested(ctx, request, uses_ids)
+    turns = Turns()  # a fetch naming many partitions lets other connections run as it goes (kbroker/apis/turns.py)
+    requested = await _requested(ctx, request, uses_ids, turns)
     session: FetchSession | None = None
     create_session = False
     if ctx.api_version >= 7:
@@ -94,13 +96,13 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
             else:
                 cache.touch(session, now_ms)
                 session.epoch = next_epoch(session.epoch)
-                requested = _session_partitions(ctx, session, uses_ids, requested)
+                requested = await _session_partitions(ctx, session, uses_ids, requested, turns)
 
     denied = _denied_topics(ctx, request, requested) if ctx.services.authorizer is not None else None
     keys = [(w.name, w.partition) for w in requested if w.name is not None and not (denied and w.name in denied)]
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        answers, total_bytes, has_error = _read_all(ctx, request, requested, denied)
+        answers, total_bytes, has_error = await _read_all(ctx, request, requested, turns, denied)
         if (
             total_bytes >= request.min_bytes
             or has_error
@@ -109,20 +111,23 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
             or not keys
         ):
             break
-        await _wait_for_data(ctx, keys, deadline, read_committed=request.isolation_level == READ_COMMITTED)
+        await _wait_for_data(ctx, keys, deadline, turns, read_committed=request.isolation_level == READ_COMMITTED)
     if total_bytes:
         _count_bytes_out(ctx, answers)
 
     session_id = NO_SESSION
     if session is not None:
-        answers = _incremental(session, answers)
+        answers = await _incremental(session, answers, turns)
         session_id = session.id
     elif create_session and answers:
-        partitions = {w.key: _cached(w, data) for w, data in answers}
+        partitions = {}
+        for wanted, data in answers:
+            partitions[wanted.key] = _cached(wanted, data)
+            await turns.step()
         created = ctx.fetch_sessions.create(int(time.time() * 1000), uses_ids, partitions)
         session_id = created.id if created is not None else NO_SESSION
     return FetchResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=_by_topic(answers)
+        throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=await _by_topic(answers, turns)
     )
 
 
@@ -149,7 +154,7 @@ def _session_error(code: ErrorCode) -> FetchResponse:
 
 
 async def _wait_for_data(
-    ctx: RequestContext, keys: list[tuple[str, int]], deadline: float, *, read_committed: bool
+    ctx: RequestContext, keys: list[tuple[str, int]], deadline: float, turns: Turns, *, read_committed: bool
 ) -> None:
     """Until a partition's readable end moves (the high watermark, or the last stable offset for read_committed),
     the broker starts draining, or the deadline."""
@@ -169,6 +174,7 @@ async def _wait_for_data(
                 continue
             if plog is not None:
                 unsubscribes.append(plog.subscribe(on_change))
+            await turns.step()
         with trio.move_on_at(deadline):
             await woken.wait()
     finally:
@@ -176,7 +182,7 @@ async def _wait_for_data(
             unsubscribe()
 
 
-def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool) -> list[Wanted]:
+async def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool, turns: Turns) -> list[Wanted]:
     out = []
     for topic in request.topics:
         if uses_ids:
@@ -198,6 +204,7 @@ def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool) -> li
                     part.current_leader_epoch,
                 )
             )
+            await turns.step()
     return out
 
 
@@ -209,13 +216,14 @@ def _forgotten(request: FetchRequest, uses_ids: bool) -> list[PartitionKey]:
     ]
 
 
-def _session_partitions(
-    ctx: RequestContext, session: FetchSession, uses_ids: bool, requested: list[Wanted]
+async def _session_partitions(
+    ctx: RequestContext, session: FetchSession, uses_ids: bool, requested: list[Wanted], turns: Turns
 ) -> list[Wanted]:
     """Every partition of the session, in its order, with the fetch positions it has cached."""
     by_key = {w.key: w for w in requested}
     out = []
-    for key, cached in session.partitions.items():
+    for key, cached in list(session.partitions.items()):  # a copy: other requests run between turns
+        await turns.step()
         known = by_key.get(key)
         if known is not None:
             out.append(known)
@@ -238,12 +246,13 @@ def _cached(wanted: Wanted, data: PartitionData) -> CachedPartition:
     return cached
 
 
-def _incremental(
-    session: FetchSession, answers: list[tuple[Wanted, PartitionData]]
+async def _incremental(
+    session: FetchSession, answers: list[tuple[Wanted, PartitionData]], turns: Turns
 ) -> list[tuple[Wanted, PartitionData]]:
     """Only the partitions with news, remembering what was told; they move to the end of the session."""
     kept = []
     for wanted, data in answers:
+        await turns.step()
         cached = session.partitions.get(wanted.key)
         if cached is None:
             continue
@@ -255,9 +264,12 @@ def _incremental(
     return kept
 
 
-def _by_topic(answers: list[tuple[Wanted, PartitionData]]) -> list[FetchResponse.FetchableTopicResponse]:
+async def _by_topic(
+    answers: list[tuple[Wanted, PartitionData]], turns: Turns
+) -> list[FetchResponse.FetchableTopicResponse]:
     topics: list[FetchResponse.FetchableTopicResponse] = []
     for wanted, data in answers:
+        await turns.step()
         if not topics or topics[-1].topic_id != wanted.topic_id or topics[-1].topic != wanted.topic:
             topics.append(
                 FetchResponse.FetchableTopicResponse(topic=wanted.topic, topic_id=wanted.topic_id, partitions=[])
@@ -282,8 +294,8 @@ def _partition_error(index: int, code: ErrorCode) -> PartitionData:
     )
 
 
-def _read_all(
-    ctx: RequestContext, request: FetchRequest, wanted: list[Wanted], denied: set[str] | None = None
+async def _read_all(
+    ctx: RequestContext, request: FetchRequest, wanted: list[Wanted], turns: Turns, denied: set[str] | None = None
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     read_committed = request.isolation_level == READ_COMMITTED
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -295,6 +307,7 @@ def _read_all(
     unknown_ids: list[tuple[Wanted, PartitionData]] = []
     unknown: list[tuple[Wanted, PartitionData]] = []
     for part in wanted:
+        await turns.step()
         if part.name is None:
             unknown_ids.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
             continue

@@ -11,8 +11,10 @@ DELETE on the group and READ on each topic.
 from __future__ import annotations
 
 import time
+from typing import TypeVar
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.turns import Turns
 from kbroker.groups.offsets import CommittedOffset, OffsetStoreError
 from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -53,11 +55,13 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     commits: dict[tuple[str, int], CommittedOffset] = {}
     topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
     unreadable: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []  # Kafka answers these first
+    turns = Turns()  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
     for topic in request.topics:
         info = ctx.topics.topic(topic.name)
         readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         partitions = []
         for part in topic.partitions:
+            await turns.step()
             code = check if readable else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if code == ErrorCode.NONE:
                 if info is None or not 0 <= part.partition_index < info.partitions:
@@ -94,8 +98,12 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False
+async def _fetch_group(
+    ctx: RequestContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    turns: Turns,
+    require_stable: bool = False,
 ) -> list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]:
     """Each wanted partition's committed offset; with ``require_stable`` (KIP-447) a partition that an open
     transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT and no offset, so the client retries.
@@ -109,13 +117,15 @@ def _fetch_group(
             by_topic.setdefault(topic, []).append(partition)
         wanted = [(topic, partitions) for topic, partitions in by_topic.items() if _may_describe_topic(ctx, topic)]
     else:
-        denied = [(topic, partitions) for topic, partitions in wanted if not _may_describe_topic(ctx, topic)]
+        denied = [entry for entry in wanted if not _may_describe_topic(ctx, entry[0])]
         if denied:
-            wanted = [entry for entry in wanted if entry not in denied]
+            denied_ids = {id(entry) for entry in denied}  # by identity: a list scan per topic is quadratic
+            wanted = [entry for entry in wanted if id(entry) not in denied_ids]
     result = []
     for topic, partitions in wanted:
         rows: list[tuple[int, CommittedOffset | None, ErrorCode]] = []
         for partition in partitions:
+            await turns.step()
             if require_stable and offsets.has_pending(group_id, topic, partition):
                 rows.append((partition, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
             else:
@@ -126,8 +136,33 @@ def _fetch_group(
     return result
 
 
+_Answer = TypeVar(
+    "_Answer", OffsetFetchResponse.OffsetFetchResponsePartitions, OffsetFetchResponse.OffsetFetchResponsePartition
+)
+
+
+async def _answers(
+    answer: type[_Answer], rows: list[tuple[int, CommittedOffset | None, ErrorCode]], turns: Turns
+) -> list[_Answer]:
+    """A topic's partitions as OffsetFetch answers them (v8+ and the older layout have the same fields)."""
+    out = []
+    for partition, committed, code in rows:
+        out.append(
+            answer(
+                partition_index=partition,
+                committed_offset=committed.offset if committed else -1,
+                committed_leader_epoch=committed.leader_epoch if committed else -1,
+                metadata=committed.metadata if committed else "",
+                error_code=code,
+            )
+        )
+        await turns.step()
+    return out
+
+
 async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     version = ctx.api_version
+    turns = Turns()  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
     if version >= 8:
         groups = []
         for group in request.groups:
@@ -151,18 +186,9 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
             topics = [
                 OffsetFetchResponse.OffsetFetchResponseTopics(
                     name=topic,
-                    partitions=[
-                        OffsetFetchResponse.OffsetFetchResponsePartitions(
-                            partition_index=p,
-                            committed_offset=c.offset if c else -1,
-                            committed_leader_epoch=c.leader_epoch if c else -1,
-                            metadata=c.metadata if c else "",
-                            error_code=code,
-                        )
-                        for p, c, code in rows
-                    ],
+                    partitions=await _answers(OffsetFetchResponse.OffsetFetchResponsePartitions, rows, turns),
                 )
-                for topic, rows in _fetch_group(ctx, group.group_id, wanted, request.require_stable)
+                for topic, rows in await _fetch_group(ctx, group.group_id, wanted, turns, request.require_stable)
             ]
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
@@ -173,21 +199,12 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    stable = version >= 7 and request.require_stable
     legacy_topics = [  # before v8: one group, its topics at the top level
         OffsetFetchResponse.OffsetFetchResponseTopic(
-            name=topic,
-            partitions=[
-                OffsetFetchResponse.OffsetFetchResponsePartition(
-                    partition_index=p,
-                    committed_offset=c.offset if c else -1,
-                    committed_leader_epoch=c.leader_epoch if c else -1,
-                    metadata=c.metadata if c else "",
-                    error_code=code,
-                )
-                for p, c, code in rows
-            ],
+            name=topic, partitions=await _answers(OffsetFetchResponse.OffsetFetchResponsePartition, rows, turns)
         )
-        for topic, rows in _fetch_group(ctx, request.group_id, wanted, version >= 7 and request.require_stable)
+        for topic, rows in await _fetch_group(ctx, request.group_id, wanted, turns, stable)
     ]
     return OffsetFetchResponse(throttle_time_ms=0, topics=legacy_topics, error_code=ErrorCode.NONE)
 

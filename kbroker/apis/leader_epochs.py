@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.list_offsets import leader_epoch_error
+from kbroker.apis.turns import Turns
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
@@ -38,6 +39,7 @@ async def handle_offset_for_leader_epoch(
     topics = []
     unauthorized = []
     replica = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+    turns = Turns()  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
     for topic in request.topics:
         if not replica and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic):
             unauthorized.append(
@@ -51,6 +53,7 @@ async def handle_offset_for_leader_epoch(
             continue
         answers = []
         for part in topic.partitions:
+            await turns.step()
             try:
                 plog = ctx.topics.partition(topic.topic, part.partition)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.turns import Turns
 from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets_request import ListOffsetsRequest
@@ -52,20 +53,27 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
         for topic in denied
     ]
     topics = []
+    turns = Turns()  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
     # As Kafka: a partition asked for more than once gets one INVALID_REQUEST answer instead.
-    seen = Counter((topic.name, part.partition_index) for topic in request.topics for part in topic.partitions)
+    seen: Counter[tuple[str, int]] = Counter()
+    for topic in request.topics:
+        seen.update((topic.name, part.partition_index) for part in topic.partitions)
+        await turns.step(len(topic.partitions))
     duplicates: dict[str, list[PartitionResponse]] = {}
+    refused_once: set[tuple[str, int]] = set()  # the duplicates already answered (a set: there may be 100,000s)
     for topic in request.topics:
         if id(topic) in denied_ids:
             continue
         partitions = []
         for part in topic.partitions:
+            await turns.step()
             response = PartitionResponse(partition_index=part.partition_index, timestamp=-1, offset=-1)
-            if seen[(topic.name, part.partition_index)] > 1:
-                answered = duplicates.setdefault(topic.name, [])
-                if all(r.partition_index != part.partition_index for r in answered):
+            key = (topic.name, part.partition_index)
+            if seen[key] > 1:
+                if key not in refused_once:
+                    refused_once.add(key)
                     response.error_code = ErrorCode.INVALID_REQUEST
-                    answered.append(response)
+                    duplicates.setdefault(topic.name, []).append(response)
                 continue
             try:
                 plog = ctx.topics.partition(topic.name, part.partition_index)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.turns import Turns
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode
@@ -81,19 +82,20 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     denied_create: list[MetadataResponse.MetadataResponseTopic] = []
     denied_describe: list[MetadataResponse.MetadataResponseTopic] = []
     requested = request.topics or []  # the named topics (when not all_topics)
+    turns = Turns()  # many topics: other connections run as it goes (kbroker/apis/turns.py)
     by_id_too_early = version < 12 and any(t.name is None or t.topic_id not in (None, NO_TOPIC_ID) for t in requested)
     if by_id_too_early:
         # As Kafka: v10 and v11 carry topic ids and nullable names in the schema, but only v12 may use them.
         topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in requested]
     elif all_topics:
-        topics = [
-            topic_metadata(ctx, info, with_operations)
-            for info in ctx.topics.all()
-            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name)
-        ]
+        for listed in ctx.topics.all():
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, listed.name):
+                topics.append(topic_metadata(ctx, listed, with_operations))
+            await turns.step(1 + listed.partitions)
     else:
         may_create_any = None  # CREATE on the cluster, asked once and only if a topic would be auto-created
         for wanted in requested:
+            await turns.step()
             if wanted.name is None:
                 info = ctx.topics.topic_by_id(wanted.topic_id)
                 if info is None:
@@ -128,6 +130,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                         topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, operations))
                         continue
             topics.append(topic_metadata(ctx, info, with_operations))
+            await turns.step(info.partitions)
     cluster_operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         # As Kafka: 0 for a principal that may not describe the cluster.

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.turns import Turns
 from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
@@ -30,6 +31,8 @@ from protocol.messages.produce_response import ProduceResponse
 from protocol.records import HEADER_SIZE, TRANSACTIONAL_BIT, BatchHeader
 
 log = logging.getLogger("kbroker.produce")
+
+PARTITIONS_PER_TURN = 200  # validating and appending a batch takes tens of microseconds
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 _ATTRIBUTES_LOW = 22  # the low byte of a batch's int16 attributes, where the transactional bit is
@@ -55,9 +58,10 @@ def _error(
     )
 
 
-def _has_transactional_batch(request: ProduceRequest) -> bool:
+async def _has_transactional_batch(request: ProduceRequest, turns: Turns) -> bool:
     for topic_data in request.topic_data:
         for part in topic_data.partition_data:
+            await turns.step()
             records = part.records
             if records is not None and len(records) >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
                 return True
@@ -89,7 +93,8 @@ def _transaction_error(
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     authorizing = ctx.services.authorizer is not None  # the hot path's one check when nobody configured ACLs
-    if (request.transactional_id is None or authorizing) and _has_transactional_batch(request):
+    turns = Turns(PARTITIONS_PER_TURN)  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
+    if (request.transactional_id is None or authorizing) and await _has_transactional_batch(request, turns):
         # As Kafka: transactional records need a transactional id the client may WRITE (the whole request).
         if request.transactional_id is None or not ctx.authorize(
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
@@ -107,9 +112,9 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         if authorizing and (by_id and info is not None or not by_id):
             name = info.name if info is not None else topic_data.name
             if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name):
-                results = [
-                    _error(part.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for part in topic_data.partition_data
-                ]
+                for part in topic_data.partition_data:
+                    results.append(_error(part.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    await turns.step()
                 topics.append(
                     ProduceResponse.TopicProduceResponse(
                         name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results
@@ -117,6 +122,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 )
                 continue
         for part in topic_data.partition_data:
+            await turns.step()
             if acks not in (-1, 0, 1):
                 results.append(_error(part.index, ErrorCode.INVALID_REQUIRED_ACKS))
                 continue

@@ -8,6 +8,7 @@ the offset is looked at, as Kafka's Partition.deleteRecordsOnLeader does.
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.turns import Turns
 from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_records_request import DeleteRecordsRequest
@@ -18,10 +19,12 @@ HIGH_WATERMARK = -1  # an offset of -1 means "up to the high watermark"
 
 async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
+    turns = Turns()  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
     for topic in request.topics:
         partitions = []
         deletable = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
+            await turns.step()
             result = DeleteRecordsResponse.DeleteRecordsPartitionResult(
                 partition_index=part.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )

@@ -33,9 +33,9 @@ through a request (Kafka has no separate read timeout; its idle timer is that ti
 client stopped reading a response. A request being handled is never cut off. A connection only notes the
 time of its last activity; one task for the whole server closes the idle ones (kbroker/server/idle.py).
 
-Request memory (``queued.max.request.bytes``): every connection reserves each request's size from one pool
-before reading its body and gives it back once the request is answered; while the pool is exhausted the
-connection reads nothing more (kbroker/server/memory.py).
+Request memory (``queued.max.request.bytes``): every connection counts the bytes it receives in one pool
+and gives a request's bytes back once it is answered; while the pool is full the connection reads nothing
+more, unless its unfinished request is the oldest (kbroker/server/memory.py).
 
 Client quotas (kbroker/quotas.py, kbroker/server/throttling.py): while any is set, each request is measured
 against its client's quotas; a client over one gets throttle_time_ms in its answer and the connection reads
@@ -48,7 +48,6 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -59,16 +58,17 @@ from kbroker.apis import HANDLERS, ApiHandler, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.authenticator import SaslAuthenticator, Step
-from kbroker.server.idle import IdleReaper
+from kbroker.server import offload
+from kbroker.server.idle import IDLE_SETTING, RECEIVE_SETTING, IdleReaper
 from kbroker.server.limits import accept_failure_message
 from kbroker.server.listener_security import PLAINTEXT_SECURITY, ListenerSecurity, new_authenticator
-from kbroker.server.memory import SIZE_PREFIX, FrameSizes, RequestMemory
+from kbroker.server.memory import SIZE_PREFIX, RequestMemory
 from kbroker.server.sending import send_bytes, send_spliced, send_spliced_to_stream
 from kbroker.server.throttling import answer_under_quotas, client_throttles
 from kbroker.server.tls import ServerTLSStream
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
-from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, decode_request, encode_response
+from protocol.framing import FrameBuffer, FrameTooLarge, Request, SplicedOutput, encode_response
 from protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -141,14 +141,16 @@ class Connection:
         # The server's reaper closes idle connections; a connection run on its own brings its own.
         self._reaper = reaper
         self.idle_since: float | None = None  # last bytes in or out; None while a request is handled
+        self.receiving_since: float | None = None  # when the request still arriving began (or reading resumed)
         self._idle_scope = trio.CancelScope()  # cancelled by the reaper: idle for connections.max.idle.ms
+        self._expired_by = IDLE_SETTING  # or RECEIVE_SETTING: the request took too long to arrive
         self._sending = False
         self._buffer: FrameBuffer | None = None
         # The pool is the server's, shared by every connection; without one, this connection has no bound.
         self.memory = memory if memory is not None else RequestMemory(None)
-        self._frame_sizes = FrameSizes() if self.memory.bounded else None
-        self._reserved: deque[int] = deque()  # per frame received and not yet answered: bytes reserved
-        self._to_reserve = 0  # a frame still arriving whose size is known but not yet reserved
+        self._bounded = self.memory.bounded
+        self._held = 0  # bytes received and counted in the pool, given back as their requests are answered
+        self._unfilled = 0  # of it, allocated for a large frame and not received yet
         self._request_size = 0  # the frame being handled, size prefix included (the produce byte quota's measure)
         self._throttle_ms = 0  # what the request just handled earned its client under its quotas
         self._mute_scope: trio.CancelScope | None = None
@@ -176,7 +178,7 @@ class Connection:
                     await self._serve_watched(self._reaper)
                 else:
                     async with trio.open_nursery() as nursery:  # run on its own: a reaper for this one only
-                        reaper = IdleReaper(broker.config["connections.max.idle.ms"])
+                        reaper = IdleReaper(broker.config[IDLE_SETTING], broker.config[RECEIVE_SETTING])
                         nursery.start_soon(reaper.run)
                         await self._serve_watched(reaper)
                         nursery.cancel_scope.cancel()
@@ -187,8 +189,9 @@ class Connection:
                 # Whatever went wrong ends this connection only; the broker and other clients carry on.
                 log.error("connection from %s failed", self.peer, exc_info=exc)
         finally:
-            while self._reserved:  # what it received and never answered goes back to the pool
-                self.memory.release(self._reserved.popleft())
+            self.memory.received(self)  # an unfinished request no longer holds the others back
+            self.memory.release(self._held)  # what it received and never answered goes back to the pool
+            self._held = 0
             broker.connection_closed(self.id)
 
     def stop_reading(self) -> None:
@@ -204,8 +207,10 @@ class Connection:
         if self._mute_scope is not None:
             self._mute_scope.cancel()  # draining: no point holding a throttled client any longer
 
-    def expire(self) -> None:
-        """The reaper's verdict: no bytes moved for connections.max.idle.ms (never called while handling)."""
+    def expire(self, setting: str) -> None:
+        """The reaper's verdict: no bytes moved for connections.max.idle.ms, or a request took longer than
+        kbroker.request.receive.timeout.ms to arrive (never called while handling)."""
+        self._expired_by = setting
         self._idle_scope.cancel()
 
     async def _serve_watched(self, reaper: IdleReaper) -> None:
@@ -217,11 +222,20 @@ class Connection:
         finally:
             reaper.forget(self)
         if self._idle_scope.cancelled_caught:
-            self._log_expired(round(reaper.idle_seconds * 1000))
+            self._log_expired(reaper)
 
-    def _log_expired(self, idle_ms: int) -> None:
+    def _log_expired(self, reaper: IdleReaper) -> None:
         pending = self._buffer.pending if self._buffer is not None else 0
-        if self._sending:
+        idle_ms = round(reaper.idle_seconds * 1000)
+        if self._expired_by == RECEIVE_SETTING:
+            log.info(
+                "closing connection from %s: a request was still arriving after %s=%d (%d bytes received)",
+                self.peer,
+                RECEIVE_SETTING,
+                round(reaper.receive_seconds * 1000),
+                pending,
+            )
+        elif self._sending:
             log.info(
                 "closing connection from %s: it read none of its response for connections.max.idle.ms=%d",
                 self.peer,
@@ -247,8 +261,9 @@ class Connection:
         buffer = self._buffer = FrameBuffer(limit)
         while await self._serve_one(buffer):
             # The request and its frame are gone with _serve_one's frame: their memory goes back to the pool.
-            if self._reserved:
-                self.memory.release(self._reserved.popleft())
+            answered = min(self._request_size, self._held)
+            self._held -= answered
+            self.memory.release(answered)
 
     async def _serve_one(self, buffer: FrameBuffer) -> bool:
         """Read, handle and answer one request; False once the connection is to end."""
@@ -259,15 +274,15 @@ class Connection:
             return False
         if frame is None:
             return False
+        self._request_size = SIZE_PREFIX + len(frame)
         if self.sasl is not None and self.sasl.raw_tokens:  # after SaslHandshake v0: a bare SASL token
             return await self._raw_sasl_token(bytes(frame))
+        self.idle_since = None  # decoding and handling: never idle, however long it takes
         try:
-            request = decode_request(frame)
+            request = await offload.decode(frame)
         except DecodeError as exc:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False
-        self.idle_since = None  # handling: never idle, however long it takes
-        self._request_size = SIZE_PREFIX + len(frame)
         started = perf_counter()  # kafka_network_requestmetrics_totaltimems: from here to the answer written
         try:
             response = await self.handle(request)
@@ -346,20 +361,20 @@ class Connection:
                     context,
                     body,
                     self._request_size,
-                    lambda answer: encode_response(answer, key, version, request.correlation_id),
+                    lambda answer: offload.encode(answer, key, version, request.correlation_id),
                 )
                 return encoded
             response = await handler.handle(context, body)
             if response is None:  # acks=0 produce: Kafka sends nothing back
                 return None
-            return encode_response(response, key, version, request.correlation_id)
+            return await offload.encode(response, key, version, request.correlation_id)
         # 4. error mapping
         except KafkaError as exc:
             log.debug("%s v%d from %s failed: %r", handler.name, version, self.peer, exc)
-            return self._error_answer(request, body, exc.code, exc.message)
+            return await self._error_answer(request, body, exc.code, exc.message)
         except Exception:
             log.exception("handler for %s v%d failed (client %s)", handler.name, version, self.peer)
-            return self._error_answer(request, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
+            return await self._error_answer(request, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
 
     async def _authentication_answer(self, request: Request, body: Any, step: Step) -> SplicedOutput | None:
         """The answer to a request of the SASL exchange (handshake or token), and what follows it."""
@@ -372,7 +387,7 @@ class Connection:
             raise _Close
         if isinstance(step.response, tuple):  # a request out of turn: its own API's error answer
             code, message = step.response
-            return self._error_answer(request, body, code, message)
+            return await self._error_answer(request, body, code, message)
         return encode_response(step.response, request.api_key, request.api_version, request.correlation_id)
 
     async def _raw_sasl_token(self, token: bytes) -> bool:
@@ -433,7 +448,7 @@ class Connection:
         self.idle_since = trio.current_time()
         return True
 
-    def _error_answer(self, request: Request, body: Any, code: ErrorCode, message: str | None) -> SplicedOutput:
+    async def _error_answer(self, request: Request, body: Any, code: ErrorCode, message: str | None) -> SplicedOutput:
         key, version = request.api_key, request.api_version
         if key == PRODUCE and getattr(body, "acks", None) == 0:
             # As Kafka: an acks=0 producer reads no answer, so the only way to tell it is to close.
@@ -442,7 +457,7 @@ class Connection:
         try:
             response = error_response(key, version, body, code, message)
             if response is not None:
-                return encode_response(response, key, version, request.correlation_id)
+                return await offload.encode(response, key, version, request.correlation_id)
         except Exception:
             log.exception("error answer for %s v%d failed (client %s)", APIS[key].name, version, self.peer)
             raise _Close from None
@@ -471,14 +486,17 @@ class Connection:
 
     async def _read_frame(self, buffer: FrameBuffer) -> bytearray | None:
         while (frame := buffer.next_frame()) is None:
+            if self.receiving_since is None and buffer.midframe:
+                # A request has begun (or reading resumes after handling, a memory wait or a mute): from now
+                # on it has kbroker.request.receive.timeout.ms to arrive whole (kbroker/server/idle.py).
+                self.receiving_since = trio.current_time()
+            if self._bounded:
+                await self._wait_for_memory(buffer.midframe)
             try:
                 if self._socket is not None:
                     # Straight into the frame buffer: a large request is never copied in user space.
                     with buffer.read_buffer() as target:  # released before the buffer may grow again
                         count = await self._socket.recv_into(target)
-                        if count and self._frame_sizes is not None:
-                            with target[:count] as received:
-                                self._count_frames(received)
                     if not count:
                         return None
                     buffer.commit(count)
@@ -488,34 +506,32 @@ class Connection:
                     data = await self.stream.receive_some(RECEIVE_SIZE)
                     if not data:  # end of stream (stop_reading() cancels the read: _next_frame returns None)
                         return None
-                    if self._frame_sizes is not None:
-                        self._count_frames(data)
+                    count = len(data)
                     buffer.feed(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return None
+            if self._bounded:
+                # What arrived, and what the frame buffer set aside for the rest of a large frame: memory held.
+                unfilled = buffer.unfilled
+                self._held += self.memory.take(count + unfilled - self._unfilled)
+                self._unfilled = unfilled
             self.idle_since = trio.current_time()  # bytes arrived: not idle
-            if self._to_reserve:
-                # Its size is known, the rest of it is not read yet: wait for room in the pool first, so
-                # reading stops (and TCP holds the client back) while memory is exhausted. The client is
-                # not idle while the broker keeps it waiting: the idle clock restarts after the wait.
-                self.idle_since = None
-                self._reserved.append(await self.memory.reserve(self._to_reserve))
-                self._to_reserve = 0
-                self.idle_since = trio.current_time()
+        self.receiving_since = None  # the frame is whole; what follows it starts the clock at the next read
+        if self._bounded:
+            self.memory.received(self)
         return frame
 
-    def _count_frames(self, data: bytes | bytearray | memoryview) -> None:
-        """Account the frames whose size prefixes are in ``data`` (just received) with the memory pool."""
-        assert self._frame_sizes is not None and self._buffer is not None
-        sizes = self._frame_sizes.observe(data)
-        limit = self._buffer.max_frame_size  # before SASL authentication completes, sasl.server.max.receive.size
-        for index, size in enumerate(sizes):
-            if not 0 <= size <= limit:
-                return  # the frame buffer refuses it and the connection ends: nothing to reserve
-            if index == len(sizes) - 1 and self._frame_sizes.inside_frame:
-                self._to_reserve = SIZE_PREFIX + size  # reserved (waiting if need be) before reading on
-            else:
-                self._reserved.append(self.memory.take(SIZE_PREFIX + size))  # already here whole
+    async def _wait_for_memory(self, midframe: bool) -> None:
+        """Before reading on: wait while the request pool is full (kbroker/server/memory.py). Reading stops, so
+        TCP holds the client back; it is not idle while the broker keeps it waiting, and the clocks restart."""
+        if midframe:
+            self.memory.receiving(self)
+        if not self.memory.may_read(self):
+            self.idle_since = None
+            await self.memory.room_for(self)
+            self.idle_since = trio.current_time()
+            if self.receiving_since is not None:
+                self.receiving_since = self.idle_since
 
     async def _send(self, data: bytes | bytearray) -> None:
         self._sending = True
@@ -683,7 +699,7 @@ async def serve(broker: Broker, listeners: list[trio.SocketListener] | list[Serv
     ]
     counter = 0
     memory = RequestMemory.from_setting(broker.config["queued.max.request.bytes"])
-    reaper = IdleReaper(broker.config["connections.max.idle.ms"])
+    reaper = IdleReaper(broker.config[IDLE_SETTING], broker.config[RECEIVE_SETTING])
 
     def next_id() -> int:
         nonlocal counter

@@ -110,7 +110,7 @@ async def answer_under_quotas(
     context: RequestContext,
     body: Any,
     request_size: int,
-    encode: Callable[[Any], SplicedOutput],
+    encode: Callable[[Any], Awaitable[SplicedOutput]],
 ) -> tuple[SplicedOutput | None, int]:
     """The encoded answer (None for acks=0) and the throttle time in ms this request earned its client."""
     quotas = context.quotas
@@ -129,11 +129,11 @@ async def answer_under_quotas(
         byte_throttle = quotas.record(PRODUCER_BYTE_RATE, user, client_id, request_size)
     if response is None:
         return None, byte_throttle
-    encoded = encode(response)
+    encoded = await encode(response)
     if key == FETCH:
         byte_throttle = quotas.record(CONSUMER_BYTE_RATE, user, client_id, len(encoded) + encoded.spliced_length)
     throttle = max(request_throttle, byte_throttle)
     if throttle > 0 and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = max(response.throttle_time_ms, throttle)
-        encoded = encode(response)
+        encoded = await encode(response)
     return encoded, throttle

@@ -212,3 +212,63 @@ def test_idle_and_half_sent_sockets_are_closed_and_others_kept(broker_factory: A
     with socket.create_connection((host, int(port)), timeout=30) as fresh:  # the broker still serves
         fresh.sendall(API_VERSIONS_REQUEST)
         assert len(fresh.recv(65536)) > 4
+
+
+def test_a_request_trickling_in_is_dropped_after_the_receive_timeout(tmp_path: Path, server_log: _Records) -> None:
+    async def client(stream: trio.abc.Stream) -> bool:
+        await stream.send_all(API_VERSIONS_REQUEST)  # answered: the clock runs only while a request arrives
+        await _answer(stream, FrameBuffer())
+        await trio.sleep(5)
+        # Then a size prefix announcing 1000 bytes and one byte a second: never idle for connections.max.idle.ms.
+        await stream.send_all(struct.pack(">i", 1000))
+        for _ in range(20):
+            await trio.sleep(1)
+            try:
+                await stream.send_all(b"x")
+            except trio.BrokenResourceError:
+                return True
+        return await _ends(stream)
+
+    settings = {"connections.max.idle.ms": "6000", "kbroker.request.receive.timeout.ms": "3500"}
+    ended, saw_end = _run_connection(tmp_path, settings, client)
+    assert saw_end
+    assert ended == pytest.approx(5 + 3.5)  # 3.5 s after the first bytes of the trickling request
+    assert (
+        "closing connection from ?: a request was still arriving after kbroker.request.receive.timeout.ms=3500 "
+        "(7 bytes received)"
+    ) in server_log.messages
+
+
+def test_a_request_handled_for_long_does_not_count_against_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handler = HANDLERS[12]
+
+    async def slow_heartbeat(context: RequestContext, request: Any) -> Any:
+        await trio.sleep(30)  # ten times kbroker.request.receive.timeout.ms
+        return HeartbeatResponse(error_code=0)
+
+    monkeypatch.setattr(handler, "_handle", slow_heartbeat)
+    heartbeat = encode_request(HeartbeatRequest(group_id="g", generation_id=1, member_id="m"), 0, 7)
+
+    async def client(stream: trio.abc.Stream) -> bool:
+        # The heartbeat, then half of the next request at once: it waits behind the heartbeat being handled.
+        await stream.send_all(heartbeat + API_VERSIONS_REQUEST[:5])
+        frames = FrameBuffer()
+        await _answer(stream, frames)
+        assert trio.current_time() == pytest.approx(30)
+        await trio.sleep(2)  # within the 3 s allowed from when reading resumed
+        await stream.send_all(API_VERSIONS_REQUEST[5:])
+        correlation_id, _ = decode_response(await _answer(stream, frames), 18, 0)
+        assert correlation_id == 1
+        return await _ends(stream)
+
+    settings = {"connections.max.idle.ms": "10000", "kbroker.request.receive.timeout.ms": "3000"}
+    ended, saw_end = _run_connection(tmp_path, settings, client)
+    assert saw_end
+    assert ended == pytest.approx(32 + 10)  # then idle, as before
+
+
+def test_the_receive_timeout_is_a_kbroker_setting_with_a_minute_by_default() -> None:
+    assert BrokerConfig({})["kbroker.request.receive.timeout.ms"] == 60000
+    assert BrokerConfig({"kbroker.request.receive.timeout.ms": "-1"})["kbroker.request.receive.timeout.ms"] == -1

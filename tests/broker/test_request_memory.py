@@ -1,7 +1,8 @@
 """queued.max.request.bytes (kbroker/server/memory.py): one pool bounds the bytes of requests received and not yet
-answered over every connection. A connection reserves a request's size before reading its body and stops
-reading while the pool is full; what it reserved comes back once the request is answered, or when the
-connection ends (closed by the client, or dropped for idleness halfway through a request)."""
+answered over every connection. A connection counts the bytes it receives, not the sizes their prefixes
+announce, and stops reading while the pool is full unless its unfinished request is the oldest; what it counted
+comes back once the request is answered, or when the connection ends (closed by the client, or dropped for
+idleness halfway through a request)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
-from hypothesis import strategies as st
 
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.server.connection import Connection
-from kbroker.server.memory import FrameSizes, RequestMemory
+from kbroker.server.memory import RequestMemory
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.framing import FrameBuffer, decode_response, encode_request
@@ -28,64 +27,38 @@ from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
 
-# --- the frame follower -------------------------------------------------------------------------------------
-
-
-@given(
-    sizes=st.lists(st.integers(0, 300), max_size=8),
-    cuts=st.lists(st.integers(0, 3000), max_size=12),
-)
-def test_frame_sizes_are_found_wherever_the_stream_is_cut(sizes: list[int], cuts: list[int]) -> None:
-    stream = b"".join(struct.pack(">i", size) + bytes([7]) * size for size in sizes)
-    points = sorted({min(cut, len(stream)) for cut in cuts} | {0, len(stream)})
-    follower = FrameSizes()
-    seen: list[int] = []
-    for start, end in zip(points, points[1:], strict=False):
-        seen += follower.observe(stream[start:end])
-    assert seen == sizes
-    assert not follower.inside_frame
-
-
-def test_a_frame_still_arriving_is_reported_until_its_last_byte() -> None:
-    follower = FrameSizes()
-    assert follower.observe(struct.pack(">i", 5) + b"abc") == [5]
-    assert follower.inside_frame
-    assert follower.observe(b"de" + struct.pack(">i", 2)[:3]) == []  # the rest, then most of a prefix
-    assert not follower.inside_frame
-    assert follower.observe(struct.pack(">i", 2)[3:] + b"x") == [2]
-    assert follower.inside_frame
-
-
 # --- the pool -----------------------------------------------------------------------------------------------
 
 
-def test_the_pool_serves_waiters_in_order_and_a_cancelled_wait_reserves_nothing() -> None:
+def test_a_full_pool_lets_only_the_oldest_unfinished_request_read_on() -> None:
     async def main() -> None:
         pool = RequestMemory(100)
-        granted: list[str] = []
+        oldest, younger, idle = object(), object(), object()
+        pool.receiving(oldest)
+        pool.receiving(younger)
+        assert pool.take(60) + pool.take(50) == 110  # over: bytes are counted as they come, not refused
+        assert (pool.may_read(oldest), pool.may_read(younger), pool.may_read(idle)) == (True, False, False)
+        resumed: list[str] = []
 
-        async def reserve(name: str, size: int) -> None:
-            await pool.reserve(size)
-            granted.append(name)
+        async def wait(name: str, connection: object) -> None:
+            await pool.room_for(connection)
+            resumed.append(name)
 
-        assert await pool.reserve(60) == 60
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(reserve, "fifty", 50)
+            nursery.start_soon(wait, "younger", younger)
+            nursery.start_soon(wait, "idle", idle)
             await trio.testing.wait_all_tasks_blocked()
-            nursery.start_soon(reserve, "ten", 10)  # would fit, but waits its turn behind fifty
+            assert (resumed, pool.waits) == ([], 2)
+            pool.received(oldest)  # whole: the younger request is the oldest now
             await trio.testing.wait_all_tasks_blocked()
-            with trio.CancelScope() as cancelled:
-                cancelled.cancel()
-                await pool.reserve(30)  # cancelled in the queue: never reserved
-            assert (granted, pool.used, pool.waits) == ([], 60, 3)
-            pool.release(60)
+            assert resumed == ["younger"]
+            pool.release(60)  # answered: room again for anyone
             await trio.testing.wait_all_tasks_blocked()
-            assert (sorted(granted), pool.used) == (["fifty", "ten"], 60)  # both granted, then run in any order
-        assert pool.take(70) == 70  # bytes already received are counted even beyond the bound
-        assert pool.used == 130
+            assert (resumed, pool.used) == (["younger", "idle"], 50)
         assert RequestMemory.from_setting(-1).bounded is False
         assert RequestMemory.from_setting(0).bounded is False
-        assert await RequestMemory(None).reserve(10**9) == 0
+        unbounded = RequestMemory(None)
+        assert (unbounded.take(10**9), unbounded.may_read(idle), unbounded.used) == (0, True, 0)
 
     trio.run(main)
 
@@ -153,47 +126,51 @@ def _connect(running: RunningBroker) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=30)
 
 
-def test_a_request_that_does_not_fit_waits_until_memory_is_released(broker_factory: Any) -> None:
+def test_a_full_pool_stops_reading_until_the_oldest_request_is_answered(broker_factory: Any) -> None:
     running: RunningBroker = broker_factory(LIMITS)
     _create_topic(running, "big")
-    first, second = _produce_frame("big", 1, 160_000), _produce_frame("big", 2, 160_000)
-    with _connect(running) as a, _connect(running) as b:
-        a.sendall(first[:1000])
-        _until(lambda: _pool(running).used == len(first), "the first request reserved")
-        # The second does not fit beside the first (2 x 160 kB > 300 kB): its connection stops reading.
-        sender = threading.Thread(target=b.sendall, args=(second,))
+    first, second, third = (_produce_frame("big", n, 160_000) for n in (1, 2, 3))
+    with _connect(running) as a, _connect(running) as b, _connect(running) as c:
+        a.sendall(first[:150_000])
+        # Counted: what arrived, and the part of its frame buffer allocated for what has not (held all the same).
+        _until(lambda: _pool(running).used >= 150_000, "the first request's bytes counted")
+        b.sendall(second[:150_000])
+        _until(lambda: _pool(running).used >= 300_000, "the second request's bytes counted: the pool is full")
+        # A third request does not begin to be read while the pool is full: its connection stops reading.
+        sender = threading.Thread(target=c.sendall, args=(third,))
         sender.start()
-        _until(lambda: _pool(running).waits == 1, "the second request waits for memory")
-        assert _pool(running).used == len(first)
-        a.sendall(first[1000:])  # the first completes, is answered, and its memory goes back
+        _until(lambda: _pool(running).waits >= 1, "the third request waits for memory")
+        assert _pool(running).used == 2 * len(first)  # both frame buffers have grown to their requests' size
+        a.sendall(first[150_000:])  # the oldest request may always read on: it completes and is answered
         assert _produced_offset(a, 1) == 0
+        b.sendall(second[150_000:])  # then there is room for both others, in whichever order they complete
         sender.join(30)
-        assert _produced_offset(b, 2) == 1
+        assert {_produced_offset(b, 2), _produced_offset(c, 3)} == {1, 2}
         pool = _pool(running)
         _until(lambda: pool.used == 0, "all memory released")
-        assert pool.waits == 1
 
 
-def test_memory_of_a_connection_that_goes_away_midway_is_released(broker_factory: Any) -> None:
+def test_a_request_that_stops_midway_holds_only_what_it_sent(broker_factory: Any) -> None:
     running: RunningBroker = broker_factory({**LIMITS, "connections.max.idle.ms": "500"})
     _create_topic(running, "gone")
     first, second, third = (_produce_frame("gone", n, 160_000) for n in (1, 2, 3))
     closed = _connect(running)
     closed.sendall(first[:1000])
     pool = _pool(running)
-    _until(lambda: pool.used == len(first), "the first request reserved")
-    closed.close()  # the client goes away halfway: its reservation is returned
+    # What arrived and the frame buffer's first block (64 KiB), not the 160 kB announced.
+    _until(lambda: 1000 <= pool.used < 70_000, "what arrived is counted")
+    closed.close()  # the client goes away halfway: its bytes are given back
     assert running.broker is not None
     broker = running.broker
     _until(lambda: pool.used == 0 and not broker.open_connections, "memory released on close")
-    with _connect(running) as stalled, _connect(running) as waiting:
+    with _connect(running) as stalled, _connect(running) as other:
         stalled.sendall(second[:1000])  # and stops sending: dropped after connections.max.idle.ms
-        _until(lambda: pool.used == len(second), "the stalled request reserved")
-        waiting.sendall(third)  # waits for memory, then is served once the stalled connection is dropped
-        assert _produced_offset(waiting, 3) == 0
+        _until(lambda: 1000 <= pool.used < 70_000, "the stalled request's bytes counted")
+        other.sendall(third)  # served at once: a stalled announcement does not hold the pool
+        assert _produced_offset(other, 3) == 0
+        assert pool.waits == 0
         assert stalled.recv(1) == b""
     _until(lambda: pool.used == 0, "all memory released")
-    assert pool.waits == 1  # the third request did wait for the stalled one
 
 
 def test_without_a_bound_nothing_is_counted(tmp_path: Any) -> None:
