@@ -283,6 +283,12 @@ class Connection:
         except DecodeError as exc:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False
+        except OSError as exc:
+            # The request's codec is imported on first use: out of descriptors (EMFILE) it cannot be, and the
+            # request cannot be read to answer it. Like an unreadable request it ends this connection only; the
+            # client retries and the import is tried again then.
+            log.warning("closing connection from %s: cannot load the request's codec: %s", self.peer, exc)
+            return False
         started = perf_counter()  # kafka_network_requestmetrics_totaltimems: from here to the answer written
         try:
             response = await self.handle(request)

@@ -21,6 +21,7 @@ from kbroker.apis import ApiHandler, HandlerUnavailable
 from kbroker.server import connection as connection_module
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
+from protocol import messages
 from protocol.errors import ErrorCode
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 
@@ -131,3 +132,38 @@ def test_the_request_is_answered_with_the_error_and_the_connection_goes_on(
         answered = client.request(DescribeClusterRequest(), 0)  # the same connection: it was not closed
         assert answered.error_code == ErrorCode.NONE
         assert [b.port for b in answered.brokers] == [int(broker.bootstrap.rsplit(":", 1)[1])]
+
+
+def test_a_request_codec_that_cannot_be_imported_closes_only_that_connection(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The request's codec is imported on first use too: out of descriptors, the request cannot be read, so its
+    connection is closed with one warning (no traceback), and the codec loads once descriptors are back."""
+    caplog.set_level(logging.INFO, logger="kbroker")
+    codec = "protocol.messages.describe_cluster_request"
+    failing = OutOfDescriptors()
+
+    def import_module(name: str, package: str | None = None) -> ModuleType:
+        if name == codec and failing.failing:
+            raise OSError(errno.EMFILE, "Too many open files", "/protocol/messages/describe_cluster_request.py")
+        return importlib.import_module(name, package)
+
+    monkeypatch.setattr(messages, "importlib", type("importlib", (), {"import_module": staticmethod(import_module)}))
+    messages._message_class.cache_clear()  # this process may have loaded the codec already
+    with RunningBroker(tmp_path / "data") as broker:
+        with WireClient(broker.bootstrap) as client, pytest.raises(ConnectionError):
+            client.request(DescribeClusterRequest(), 0)
+        closing = [r for r in caplog.records if "cannot load the request's codec" in r.getMessage()]
+        assert [(r.levelname, r.exc_info) for r in closing] == [("WARNING", None)]
+        assert (
+            closing[0]
+            .getMessage()
+            .endswith(
+                "cannot load the request's codec: [Errno 24] Too many open files: "
+                "'/protocol/messages/describe_cluster_request.py'"
+            )
+        )
+        failing.failing = False
+        with WireClient(broker.bootstrap) as client:
+            assert client.request(DescribeClusterRequest(), 0).error_code == ErrorCode.NONE
+    messages._message_class.cache_clear()
