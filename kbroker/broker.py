@@ -26,7 +26,6 @@ from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
-from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, TopicInfo
 from kbroker.storage.api import AnyLogStore, PartitionStore
@@ -100,9 +99,14 @@ class Broker:
         except BaseException:
             self._data_dir_lock.release()
             raise
-        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py); None: allow all.
+        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py, imported only
+        # then); None: allow all.
+        self.authorizer: Authorizer | None = None
         try:
-            self.authorizer: Authorizer | None = StandardAuthorizer.from_config(config, data_dir)
+            if str(config["authorizer.class.name"]).strip():
+                from kbroker.security.authorizer import StandardAuthorizer
+
+                self.authorizer = StandardAuthorizer.from_config(config, data_dir)
         except BaseException:  # a damaged ACL file: nothing was started, the data directory is released
             self._data_dir_lock.release()
             raise
