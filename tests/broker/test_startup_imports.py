@@ -10,7 +10,13 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
+
+from kbroker.broker import Broker, Endpoint
+from kbroker.config import BrokerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,3 +72,18 @@ def test_serve_is_ready_without_the_code_only_some_configs_and_later_requests_ne
     loaded = modules_when_ready(tmp_path)
     assert {"trio", "kbroker.broker", "kbroker.server.connection", "kbroker.storage.manager"} <= loaded
     assert sorted(loaded & set(DEFERRED)) == []
+
+
+def test_a_group_coordinator_made_after_start_up_ages_offsets_from_the_broker_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = Broker(BrokerConfig.load(None, []), tmp_path / "data", Endpoint("127.0.0.1", 9092))
+    try:
+        assert "groups" not in vars(broker)  # made by the first request that needs it, not at start-up
+        started_ms = broker.started_ms
+        monkeypatch.setattr(time, "time", lambda: started_ms / 1000 + 3600)  # the first group request, an hour on
+        # A group unknown since start-up has its offsets age from the broker's start, not from this moment.
+        assert broker.groups.offset_expiry_base_ms("a-group-from-before-the-restart") == started_ms
+        assert broker.group_router.classic is broker.groups
+    finally:
+        broker.close()
