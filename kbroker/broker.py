@@ -9,26 +9,23 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from kbroker.config import BrokerConfig
 from kbroker.fetch_sessions import FetchSessionCache
-from kbroker.groups.assignors import TopicMetadata
-from kbroker.groups.consumer_group import ConsumerGroupCoordinator
-from kbroker.groups.coordinator import GroupCoordinator
 from kbroker.groups.offsets import OffsetStore
-from kbroker.groups.router import GroupRouter
 from kbroker.groups.runtime import CoordinatorRuntime
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
-from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, TopicInfo
 from kbroker.storage.api import AnyLogStore, PartitionStore
@@ -41,6 +38,11 @@ from kbroker.storage.files import (
 )
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
+
+if TYPE_CHECKING:
+    from kbroker.groups.consumer_group import ConsumerGroupCoordinator
+    from kbroker.groups.coordinator import GroupCoordinator
+    from kbroker.groups.router import GroupRouter
 
 log = logging.getLogger("kbroker")
 
@@ -76,6 +78,7 @@ class Broker:
         self.advertised_by_listener: dict[str, Endpoint] = {}
         self.listeners: list[tuple[str, Endpoint]] = []  # (name, bound address) of each listener served
         self.node_id: int = config["node.id"]
+        self.started_ms = int(time.time() * 1000)  # the group coordinator, made later, ages offsets from here
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:
             self.cluster_id = self._load_meta()
@@ -96,9 +99,14 @@ class Broker:
         except BaseException:
             self._data_dir_lock.release()
             raise
-        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py); None: allow all.
+        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py, imported only
+        # then); None: allow all.
+        self.authorizer: Authorizer | None = None
         try:
-            self.authorizer: Authorizer | None = StandardAuthorizer.from_config(config, data_dir)
+            if str(config["authorizer.class.name"]).strip():
+                from kbroker.security.authorizer import StandardAuthorizer
+
+                self.authorizer = StandardAuthorizer.from_config(config, data_dir)
         except BaseException:  # a damaged ACL file: nothing was started, the data directory is released
             self._data_dir_lock.release()
             raise
@@ -107,23 +115,6 @@ class Broker:
         self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
         # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
         self.coordinator_runtime = CoordinatorRuntime()
-        self.groups = GroupCoordinator(
-            min_session_timeout_ms=config["group.min.session.timeout.ms"],
-            max_session_timeout_ms=config["group.max.session.timeout.ms"],
-            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
-            max_size=config["group.max.size"],
-            runtime=self.coordinator_runtime,
-        )
-        self.consumer_groups = ConsumerGroupCoordinator(
-            topics=lambda: (TopicMetadata(t.topic_id, t.name, t.partitions) for t in self.logs.topics()),
-            session_timeout_ms=config["group.consumer.session.timeout.ms"],
-            heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
-            max_size=config["group.consumer.max.size"],
-            assignors=config["group.consumer.assignors"].split(","),
-            classic=self.groups,
-            runtime=self.coordinator_runtime,
-        )
-        self.group_router = GroupRouter(self.groups, self.consumer_groups, self.offsets)  # a group id's kind
         try:
             self.transactions = TransactionCoordinator(
                 data_dir,
@@ -146,6 +137,48 @@ class Broker:
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection
         self._drain_listeners: set[Callable[[], None]] = set()
+
+    # --- group coordinators: made by the first request (or check) that needs one --------------------------
+    # Their state is in memory only (committed offsets are in ``offsets``), so nothing is lost by making them
+    # late, and ``kbroker serve`` answers its first requests without importing them (about 10 ms). The group
+    # handlers import their modules (kbroker.server.connection.load_handlers does so soon after start-up).
+
+    @cached_property
+    def groups(self) -> GroupCoordinator:
+        """The classic group coordinator (JoinGroup, SyncGroup, Heartbeat...)."""
+        from kbroker.groups.coordinator import GroupCoordinator
+
+        return GroupCoordinator(
+            min_session_timeout_ms=self.config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=self.config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=self.config["group.initial.rebalance.delay.ms"],
+            max_size=self.config["group.max.size"],
+            runtime=self.coordinator_runtime,
+            started_ms=self.started_ms,
+        )
+
+    @cached_property
+    def consumer_groups(self) -> ConsumerGroupCoordinator:
+        """The KIP-848 consumer group coordinator (ConsumerGroupHeartbeat)."""
+        from kbroker.groups.assignors import TopicMetadata
+        from kbroker.groups.consumer_group import ConsumerGroupCoordinator
+
+        return ConsumerGroupCoordinator(
+            topics=lambda: (TopicMetadata(t.topic_id, t.name, t.partitions) for t in self.logs.topics()),
+            session_timeout_ms=self.config["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=self.config["group.consumer.heartbeat.interval.ms"],
+            max_size=self.config["group.consumer.max.size"],
+            assignors=self.config["group.consumer.assignors"].split(","),
+            classic=self.groups,
+            runtime=self.coordinator_runtime,
+        )
+
+    @cached_property
+    def group_router(self) -> GroupRouter:
+        """Which coordinator a group id belongs to."""
+        from kbroker.groups.router import GroupRouter
+
+        return GroupRouter(self.groups, self.consumer_groups, self.offsets)
 
     def advertised_for(self, listener: str) -> Endpoint:
         """The address clients of ``listener`` are given (Kafka answers with the listener a request came in on)."""
@@ -228,7 +261,8 @@ class Broker:
 
     def begin_drain(self) -> None:
         self.draining = True
-        self.groups.wake_all()
+        if "groups" in self.__dict__:  # made by a group request: its waiting joins answer now
+            self.groups.wake_all()
         self.accepting.cancel()
         for connection in list(self.open_connections.values()):
             connection.stop_reading()  # each answers what it already received, then closes

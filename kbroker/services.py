@@ -13,35 +13,23 @@ write means for the data directory (offline for writes after repeated failures) 
 from __future__ import annotations
 
 import logging
-import pickle
 import subprocess
 import sys
 import time
-from typing import Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from kbroker.broker import Broker
 from kbroker.storage import PartitionLog
-from kbroker.storage.cleaner import (
-    CleanableSection,
-    CleanerAborted,
-    CleanerCheckpoints,
-    CleanerSettings,
-    CleanJob,
-    CleanResult,
-    JobResult,
-    cleanable_section,
-    describe,
-    materialize,
-    remove_cleaned_files,
-    wants_cleaning,
-)
-from kbroker.storage.cleaner_worker import FRAME_LENGTH, frame
 from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.manager import LogManager
 from kbroker.storage.partition import SegmentSwapInterrupted
 from protocol.errors import KafkaError
+
+if TYPE_CHECKING:
+    from kbroker.storage.cleaner import CleanableSection, CleanerCheckpoints, CleanerSettings, CleanJob, JobResult
 
 log = logging.getLogger("kbroker")
 
@@ -220,31 +208,40 @@ class LogCleanerService:
     """Compacts the partitions of compacted topics (kbroker/storage/cleaner.py), the dirtiest first, one at a
     time: the pass runs in a worker process (kbroker/storage/cleaner_worker.py), the swap on the event loop.
     With nothing to clean it sleeps log.cleaner.backoff.ms. A partition whose pass fails on bad data is left
-    alone until a restart, as Kafka marks such a partition uncleanable."""
+    alone until a restart, as Kafka marks such a partition uncleanable.
+
+    The cleaner's code (kbroker/storage/cleaner.py) and its checkpoint file are loaded by the first pass that has
+    a compacted partition to look at, not at start-up."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        config = broker.config
-        self.settings = CleanerSettings(
-            enabled=config["log.cleaner.enable"],
-            dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
-            load_factor=config["log.cleaner.io.buffer.load.factor"],
-            io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
-            backoff_ms=config["log.cleaner.backoff.ms"],
-        )
-        self.checkpoints: CleanerCheckpoints | None = None
+        self.enabled: bool = broker.config["log.cleaner.enable"]
+        self.backoff_seconds: float = broker.config["log.cleaner.backoff.ms"] / 1000
+        self.checkpoints: CleanerCheckpoints | None = None  # read at the first pass with a compacted partition
         self.uncleanable: dict[tuple[str, int], str] = {}
         self.passes = 0  # completed passes, for tests and status
         self.worker: trio.Process | None = None  # the cleaner's worker process, from the first pass on
         self.failures = TickFailures("log-cleaner")
 
+    @cached_property
+    def settings(self) -> CleanerSettings:
+        from kbroker.storage.cleaner import CleanerSettings
+
+        config = self.broker.config
+        return CleanerSettings(
+            enabled=self.enabled,
+            dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
+            load_factor=config["log.cleaner.io.buffer.load.factor"],
+            io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+            backoff_ms=config["log.cleaner.backoff.ms"],
+        )
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         logs = self.broker.logs
-        if not self.settings.enabled or not isinstance(logs, LogManager):
+        if not self.enabled or not isinstance(logs, LogManager):
             # The in-memory engine keeps every record: compaction rewrites segment files.
             task_status.started()
             await trio.sleep_forever()
-        self.checkpoints = CleanerCheckpoints(logs.data_dir)
         task_status.started()
         try:
             while True:
@@ -256,15 +253,21 @@ class LogCleanerService:
                 else:
                     self.failures.succeeded("cleaning")
                 if not cleaned:
-                    await trio.sleep(self.settings.backoff_ms / 1000)
+                    await trio.sleep(self.backoff_seconds)
         finally:
             await self.stop_worker()
 
     def _dirtiest(self, logs: LogManager) -> tuple[PartitionLog, CleanableSection] | None:
-        assert self.checkpoints is not None
+        compacted = list(logs.compacted_partitions())
+        if not compacted:
+            return None
+        from kbroker.storage.cleaner import CleanerCheckpoints, cleanable_section, wants_cleaning
+
+        if self.checkpoints is None:
+            self.checkpoints = CleanerCheckpoints(logs.data_dir)
         now = _now_ms()
         best: tuple[PartitionLog, CleanableSection] | None = None
-        for plog in logs.compacted_partitions():
+        for plog in compacted:
             if plog.health.offline or (plog.topic, plog.partition) in self.uncleanable:
                 continue
             section = cleanable_section(plog, self.checkpoints.get(plog.topic, plog.partition), now)
@@ -281,6 +284,15 @@ class LogCleanerService:
         if chosen is None:
             return False
         plog, section = chosen
+        from kbroker.storage.cleaner import (
+            CleanerAborted,
+            CleanJob,
+            CleanResult,
+            describe,
+            materialize,
+            remove_cleaned_files,
+        )
+
         job = CleanJob.for_log(plog, section, self.settings, _now_ms())
         result: CleanResult | None = None
         keep_files = False  # the pass's files are the log's (swapped in), or a restart's to recover
@@ -335,6 +347,13 @@ class LogCleanerService:
         """``run_job`` in the worker process (kbroker/storage/cleaner_worker.py): its own interpreter and core.
         Started at the first pass and kept; cancelled (shutdown) or failing, it is killed and the caller removes
         what it wrote."""
+        try:  # imported at the first pass, not at start-up; out of descriptors, the next pass tries again
+            import pickle
+
+            from kbroker.storage.cleaner import CleanerAborted, JobResult
+            from kbroker.storage.cleaner_worker import FRAME_LENGTH, frame
+        except (OSError, ImportError) as exc:
+            raise WorkerLost(f"cannot load the cleaner worker's modules: {exc}") from None
         if self.worker is None:
             try:
                 self.worker = await trio.lowlevel.open_process(

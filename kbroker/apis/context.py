@@ -69,7 +69,7 @@ class HandlerServices:
     config: BrokerConfig
     cluster: Cluster
     topics: TopicService
-    groups: GroupRouter
+    group_router: Callable[[], GroupRouter]  # the broker's, made by the first request that needs it (``groups``)
     fetch_sessions: FetchSessionCache
     producer_ids: ProducerIds
     transactions: TransactionCoordinator
@@ -84,7 +84,7 @@ class HandlerServices:
             config=broker.config,
             cluster=broker,
             topics=broker.topics,
-            groups=broker.group_router,
+            group_router=lambda: broker.group_router,
             fetch_sessions=broker.fetch_sessions,
             producer_ids=broker,
             transactions=broker.transactions,
@@ -93,6 +93,10 @@ class HandlerServices:
             authorizer=broker.authorizer,
             metrics=broker.metrics,
         )
+
+    @property
+    def groups(self) -> GroupRouter:
+        return self.group_router()
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ import logging
 from kbroker.apis.context import RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from kbroker.security.sasl import scram  # noqa: F401 - the store imports it on first use: loaded with the handler
 from kbroker.security.scram_credentials import ScramStoreError, Upsertion
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest

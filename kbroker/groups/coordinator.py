@@ -206,6 +206,7 @@ class GroupCoordinator:
         clock: Callable[[], float] = trio.current_time,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         runtime: CoordinatorRuntime | None = None,
+        started_ms: int | None = None,
     ) -> None:
         self.groups: dict[str, Group] = {}
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -214,7 +215,8 @@ class GroupCoordinator:
         self.max_size = max_size
         self.clock = clock
         self.wall_clock_ms = wall_clock_ms
-        self.started_ms = wall_clock_ms()
+        # The broker's start (offsets of groups unknown since then age from it): now, unless made later.
+        self.started_ms = wall_clock_ms() if started_ms is None else started_ms
         # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
         self.runtime = runtime if runtime is not None else CoordinatorRuntime()
         self.runtime.register(self)

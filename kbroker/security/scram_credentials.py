@@ -32,17 +32,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from kbroker.quotas import java_hashmap_order, java_string_hash
-from kbroker.security.sasl.scram import (
-    SCRAM_MECHANISMS,
-    SCRAM_MECHANISMS_BY_TYPE,
-    ScramCredential,
-    credential_from_password,
-    credential_from_salted_password,
-)
 from kbroker.storage.files import DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kbroker.security.sasl.scram import ScramCredential
 
 CREDENTIALS_FILE = "scram-credentials"
 CREDENTIALS_KIND = "scram-credentials"
@@ -54,6 +52,14 @@ DUPLICATE_ALTERATION = "A user credential cannot be altered twice in the same re
 DELETE_MISSING = "Attempt to delete a user credential that does not exist"
 DESCRIBE_DUPLICATE = "Cannot describe SCRAM credentials for the same user twice in a single request: "
 DESCRIBE_MISSING = "Attempt to describe a user credential that does not exist: "
+
+
+def _scram() -> ModuleType:
+    """kbroker/security/sasl/scram.py (the mechanisms and their key derivation), imported by the first credential
+    read or made: a broker without SCRAM users starts without it."""
+    from kbroker.security.sasl import scram
+
+    return scram
 
 
 class ScramStoreError(OSError):
@@ -98,13 +104,13 @@ class DescribeResult:
 def _validate_user_and_mechanism(user: str, mechanism: int) -> tuple[ErrorCode, str] | None:
     if not user:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    if mechanism not in SCRAM_MECHANISMS_BY_TYPE:
+    if mechanism not in _scram().SCRAM_MECHANISMS_BY_TYPE:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
     return None
 
 
 def _validate_iterations(mechanism: int, iterations: int) -> tuple[ErrorCode, str] | None:
-    if iterations < SCRAM_MECHANISMS_BY_TYPE[mechanism].min_iterations:
+    if iterations < _scram().SCRAM_MECHANISMS_BY_TYPE[mechanism].min_iterations:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
     if iterations > MAX_ITERATIONS:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
@@ -121,13 +127,13 @@ def _hashmap_order(keys: list[str], peak_size: int) -> list[str]:
 
 
 def _credential_for_password(user: str, mechanism: str, password: str, iterations: int) -> ScramCredential:
-    scram = SCRAM_MECHANISMS.get(mechanism)
+    scram = _scram().SCRAM_MECHANISMS.get(mechanism)
     problem = _validate_user_and_mechanism(user, scram.type if scram else 0)
     if problem is None and scram is not None:
         problem = _validate_iterations(scram.type, iterations)
     if problem is not None or scram is None:
         raise ValueError(problem[1] if problem else "Unknown SCRAM mechanism")
-    return credential_from_password(scram, password, iterations)
+    return _scram().credential_from_password(scram, password, iterations)
 
 
 def _written_by_sasl_user(credentials: dict[tuple[str, str], ScramCredential]) -> set[str]:
@@ -136,7 +142,7 @@ def _written_by_sasl_user(credentials: dict[tuple[str, str], ScramCredential]) -
     by_user: dict[str, dict[str, int]] = {}
     for (user, mechanism), credential in credentials.items():
         by_user.setdefault(user, {})[mechanism] = credential.iterations
-    shape = dict.fromkeys(SCRAM_MECHANISMS, SASL_USER_ITERATIONS)
+    shape = dict.fromkeys(_scram().SCRAM_MECHANISMS, SASL_USER_ITERATIONS)
     return {user for user, iterations in by_user.items() if iterations == shape}
 
 
@@ -160,9 +166,9 @@ class ScramCredentialStore:
             credentials: dict[tuple[str, str], ScramCredential] = {}
             for item in document["credentials"]:
                 mechanism = item["mechanism"]
-                if mechanism not in SCRAM_MECHANISMS:
+                if mechanism not in _scram().SCRAM_MECHANISMS:
                     raise ValueError(f"unknown mechanism {mechanism!r}")
-                credentials[(str(item["user"]), mechanism)] = ScramCredential(
+                credentials[(str(item["user"]), mechanism)] = _scram().ScramCredential(
                     salt=base64.b64decode(item["salt"], validate=True),
                     stored_key=base64.b64decode(item["stored_key"], validate=True),
                     server_key=base64.b64decode(item["server_key"], validate=True),
@@ -232,7 +238,7 @@ class ScramCredentialStore:
         named = {user for user, _ in users}
         fresh: dict[tuple[str, str], ScramCredential] = {}
         for user, password in users:
-            for mechanism in SCRAM_MECHANISMS:
+            for mechanism in _scram().SCRAM_MECHANISMS:
                 try:
                     fresh[(user, mechanism)] = _credential_for_password(user, mechanism, password, SASL_USER_ITERATIONS)
                 except ValueError as exc:
@@ -271,7 +277,7 @@ class ScramCredentialStore:
                 errors[user] = (ErrorCode.DUPLICATE_RESOURCE, DUPLICATE_ALTERATION)
                 continue
             problem = _validate_user_and_mechanism(user, mechanism)
-            if problem is None and (user, SCRAM_MECHANISMS_BY_TYPE[mechanism].name) not in self._credentials:
+            if problem is None and (user, _scram().SCRAM_MECHANISMS_BY_TYPE[mechanism].name) not in self._credentials:
                 problem = ErrorCode.RESOURCE_NOT_FOUND, DELETE_MISSING
             if problem is not None:
                 errors[user] = problem
@@ -298,7 +304,7 @@ class ScramCredentialStore:
         changed = False
         before, users_before = dict(self._credentials), set(self._command_line_users)
         for user in _hashmap_order(list(to_delete), peak["delete"]):
-            del self._credentials[(user, SCRAM_MECHANISMS_BY_TYPE[to_delete[user]].name)]
+            del self._credentials[(user, _scram().SCRAM_MECHANISMS_BY_TYPE[to_delete[user]].name)]
             results.append(AlterResult(user, ErrorCode.NONE, None))
             changed = True
         for user in _hashmap_order(list(to_upsert), peak["upsert"]):
@@ -307,8 +313,8 @@ class ScramCredentialStore:
                 # Kafka's HMAC refuses an empty key ("Empty key"): an unexpected error, reported without a message.
                 errors[user] = (ErrorCode.UNKNOWN_SERVER_ERROR, "")
                 continue
-            scram = SCRAM_MECHANISMS_BY_TYPE[upsertion.mechanism]
-            self._credentials[(user, scram.name)] = credential_from_salted_password(
+            scram = _scram().SCRAM_MECHANISMS_BY_TYPE[upsertion.mechanism]
+            self._credentials[(user, scram.name)] = _scram().credential_from_salted_password(
                 scram, upsertion.salt, upsertion.salted_password, upsertion.iterations
             )
             results.append(AlterResult(user, ErrorCode.NONE, None))
@@ -326,7 +332,7 @@ class ScramCredentialStore:
         """A DescribeUserScramCredentials answer: every user with a credential when ``users`` is None or empty."""
         requested: dict[str, bool] = {}  # user -> named more than once
         if not users:
-            for mechanism in SCRAM_MECHANISMS:
+            for mechanism in _scram().SCRAM_MECHANISMS:
                 for user in sorted(u for u, m in self._credentials if m == mechanism):
                     requested.setdefault(user, False)
         else:
@@ -339,7 +345,7 @@ class ScramCredentialStore:
                 continue
             found = [
                 (scram.type, credential.iterations)
-                for scram in SCRAM_MECHANISMS.values()
+                for scram in _scram().SCRAM_MECHANISMS.values()
                 if (credential := self._credentials.get((user, scram.name))) is not None
             ]
             if found:

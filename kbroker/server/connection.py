@@ -57,7 +57,6 @@ import trio
 from kbroker.apis import HANDLERS, ApiHandler, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
-from kbroker.security.authenticator import SaslAuthenticator, Step
 from kbroker.server import offload
 from kbroker.server.idle import IDLE_SETTING, RECEIVE_SETTING, IdleReaper
 from kbroker.server.limits import accept_failure_message
@@ -73,6 +72,7 @@ from protocol.messages import APIS
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
+    from kbroker.security.authenticator import SaslAuthenticator, Step
 
 log = logging.getLogger("kbroker.server")
 

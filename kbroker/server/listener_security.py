@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kbroker.config import BrokerConfig, ConfigError
-from kbroker.security.authenticator import SaslAuthenticator, SaslListener
 from kbroker.server.listeners import ListenerSpec
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
+    from kbroker.security.authenticator import SaslAuthenticator, SaslListener
 
 log = logging.getLogger("kbroker.server")
 
@@ -83,6 +83,8 @@ def _tls(listener: str, protocol: str, config: BrokerConfig) -> tuple[ssl.SSLCon
 
 
 def _sasl(listener: str, config: BrokerConfig) -> SaslListener:
+    # The SASL code is imported for SASL listeners only, here at start-up (not by a connection's first request).
+    from kbroker.security.authenticator import SaslListener
     from kbroker.security.sasl.jaas import parse_jaas_config
 
     mechanisms = tuple(m for m in config.for_listener(listener, "sasl.enabled.mechanisms").split(",") if m)
@@ -145,4 +147,6 @@ def _sasl(listener: str, config: BrokerConfig) -> SaslListener:
 
 def new_authenticator(sasl: SaslListener, broker: Broker) -> SaslAuthenticator:
     """A connection's authenticator on a SASL listener: SCRAM checks the broker's stored credentials."""
+    from kbroker.security.authenticator import SaslAuthenticator
+
     return SaslAuthenticator(sasl, broker.scram_credentials)
