@@ -277,6 +277,12 @@ class Connection:
         self._request_size = SIZE_PREFIX + len(frame)
         if self.sasl is not None and self.sasl.raw_tokens:  # after SaslHandshake v0: a bare SASL token
             return await self._raw_sasl_token(bytes(frame))
+        # A huge request's objects are freed when _answer returns, before the collector runs again.
+        with offload.collector_paused(frame):
+            return await self._answer(frame)
+
+    async def _answer(self, frame: bytearray) -> bool:
+        """Decode, handle and answer one request frame; False once the connection is to end."""
         self.idle_since = None  # decoding and handling: never idle, however long it takes
         try:
             request = await offload.decode(frame)

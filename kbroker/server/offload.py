@@ -19,6 +19,10 @@ for it (handlers build their answers afresh; none shares a response object with 
 
 from __future__ import annotations
 
+import gc
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -41,13 +45,69 @@ def _worker() -> trio.CapacityLimiter:
         return limiter
 
 
-async def decode(frame: bytearray) -> Request:
-    """``decode_request``, in the worker for a large frame (a Produce only if it names many partitions)."""
-    if len(frame) < LARGE_FRAME_BYTES or (
+def is_huge(frame: bytearray) -> bool:
+    """A frame whose decode is worth a worker: a large one, but a Produce only if it names many partitions."""
+    return len(frame) >= LARGE_FRAME_BYTES and not (
         frame[1] == PRODUCE_KEY and frame[0] == 0 and produce_partitions(frame, MANY_ITEMS) < MANY_ITEMS
-    ):
+    )
+
+
+async def decode(frame: bytearray) -> Request:
+    """``decode_request``, in the worker for a huge frame."""
+    if not is_huge(frame):
         return decode_request(frame)
     return await trio.to_thread.run_sync(decode_request, frame, limiter=_worker())
+
+
+class _CollectorPause:
+    """Python's cyclic garbage collector, paused while huge requests are in hand.
+
+    Decoding a 300,000-partition Fetch makes millions of objects, and every time the objects made since the last
+    full collection reach a quarter of all objects, CPython 3.11 walks every object in one go, holding the GIL
+    (about 0.3 s here, in whichever thread allocates): the event loop stops that long, a worker thread or not.
+    The request's objects hold no reference cycles and are freed by reference counting when it is answered, so
+    the collector has nothing to find in them: it is paused from the decode to the answer and resumed when the
+    last huge request in hand is done. So that a stream of overlapping huge requests cannot keep it off for good,
+    a pause longer than ``LONGEST_S`` collects once before it goes on.
+    """
+
+    LONGEST_S = 10.0
+
+    def __init__(self) -> None:
+        self.holders = 0
+        self.since = 0.0
+        self.was_enabled = True
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        now = time.monotonic()
+        if self.holders == 0:
+            self.was_enabled = gc.isenabled()
+            self.since = now
+            gc.disable()
+        elif now - self.since > self.LONGEST_S and self.was_enabled:
+            gc.collect()
+            self.since = now
+        self.holders += 1
+        try:
+            yield
+        finally:
+            self.holders -= 1
+            if self.holders == 0 and self.was_enabled:
+                gc.enable()
+
+
+_COLLECTOR_PAUSE = _CollectorPause()
+
+
+@contextmanager
+def collector_paused(frame: bytearray) -> Iterator[None]:
+    """Around decoding, handling and answering ``frame``: the collector paused if it is huge (see _CollectorPause)."""
+    if not is_huge(frame):
+        yield
+        return
+    with _COLLECTOR_PAUSE.held():
+        yield
 
 
 async def encode(body: Any, api_key: int, api_version: int, correlation_id: int) -> SplicedOutput:
