@@ -2,8 +2,11 @@
 
 A fetch that finds fewer than min_bytes waits until max_wait_ms for one of its partitions' readable end to
 move: it subscribes to the partitions' events (kbroker/storage), so nothing polls and no writer has to
-remember to wake it. Record data is not read
-here: each partition's answer is a region of a segment file that the connection sends with sendfile.
+remember to wake it. Large record data is not read here: such a partition's answer is a region of a segment
+file that the connection sends with sendfile. The first INLINE_RECORD_BYTES of an answer are read into it
+instead: a consumer that keeps up fetches a few small batches at a time, and a region costs more system calls
+(dup, sendfile, close, a send before and after it) than copying them, and holds the answer back until each
+has run.
 Fetch sessions (KIP-227, v7+) are in fetch_sessions.py.
 
 isolation_level=1 (read_committed) reads up to the last stable offset instead of the high watermark, waits
@@ -51,6 +54,7 @@ READ_COMMITTED = 1
 TOPIC_IDS_VERSION = 13
 NO_TOPIC_ID = uuid.UUID(int=0)
 PartitionData = FetchResponse.PartitionData
+INLINE_RECORD_BYTES = 64 * 1024  # per answer: record data up to this much is read, not sent with sendfile
 
 
 @dataclass(slots=True)
@@ -299,6 +303,7 @@ async def _read_all(
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     read_committed = request.isolation_level == READ_COMMITTED
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    inline_left = INLINE_RECORD_BYTES
     total = 0
     has_error = False
     answers = []
@@ -354,7 +359,11 @@ async def _read_all(
             has_error = True
             answers.append((part, _partition_error(part.partition, exc.code)))
             continue
-        data.records = chunk.region()  # sent from the segment file as it is (sendfile)
+        if chunk.size <= inline_left:  # in the answer itself, which then goes out in one send
+            data.records = chunk.read_bytes()
+            inline_left -= chunk.size
+        else:
+            data.records = chunk.region()  # sent from the segment file as it is (sendfile)
         if read_committed:
             # As Kafka: a read_committed answer lists the aborted transactions its records overlap, so the
             # client drops them; an empty list (never null) when there are none or no records.

@@ -32,6 +32,11 @@ class PartitionEvent(enum.Flag):
     STABLE_OFFSET = enum.auto()  # the last stable offset moved forward
 
 
+# Every combination of the flags, made once: ``|`` or a call on a Flag runs Python code (a microsecond or two),
+# and every append sends an event. ``PARTITION_EVENTS[bits]`` is the event of those bits.
+PARTITION_EVENTS = tuple(PartitionEvent(bits) for bits in range(1 << len(PartitionEvent)))
+
+
 PartitionEventListener = Callable[[PartitionEvent], None]
 
 

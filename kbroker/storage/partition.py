@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.storage import fs
-from kbroker.storage.api import PartitionEvent, PartitionEventListener
+from kbroker.storage.api import PARTITION_EVENTS, PartitionEvent, PartitionEventListener
 from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.files import (
     DamagedFileError,
@@ -96,6 +96,10 @@ SWAP_SUFFIX = ".swap"  # a replacement segment committed to take the place of th
 LOG_START_OFFSET_FILE = "log-start-offset"
 PARTITION_METADATA_FILE = "partition.metadata"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+# The flags' bits, to combine an append's events as integers (PARTITION_EVENTS turns them into the event).
+_APPENDED = PartitionEvent.APPENDED.value
+_HIGH_WATERMARK = PartitionEvent.HIGH_WATERMARK.value
+_STABLE_OFFSET = PartitionEvent.STABLE_OFFSET.value
 
 
 class LogDirHealth:
@@ -400,6 +404,7 @@ class PartitionLog:
         (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover)."""
         self.topic = topic
         self.partition = partition
+        self._name = f"{topic}-{partition}"  # as refusals name it (made once, not for every append)
         self.directory = directory
         self.config = config
         # Shared by every partition of the data directory (LogManager passes it); a lone log has its own.
@@ -752,15 +757,15 @@ class PartitionLog:
 
     def _advance_high_watermark(self, offset: int) -> PartitionEvent:
         """Set the high watermark (and the stable offset with it); the events that apply, not yet sent."""
-        changed = PartitionEvent(0)
+        changed = 0
         if offset != self._high_watermark:
             self._high_watermark = offset
-            changed |= PartitionEvent.HIGH_WATERMARK
+            changed = _HIGH_WATERMARK
         stable = self._stable_offset_for(offset)
         if stable != self._last_stable_offset:
             self._last_stable_offset = stable
-            changed |= PartitionEvent.STABLE_OFFSET
-        return changed
+            changed |= _STABLE_OFFSET
+        return PARTITION_EVENTS[changed]
 
     # --- leader epochs -------------------------------------------------------------------------------
 
@@ -834,9 +839,7 @@ class PartitionLog:
         """Append one record batch, given its header if the caller validated it (kbroker/storage/validation.py)."""
         if now_ms is None:
             now_ms = wall_clock_ms()
-        admitted = admit_batch(
-            batch, header, self.config, now_ms, timestamp_type_log_append, f"{self.topic}-{self.partition}"
-        )
+        admitted = admit_batch(batch, header, self.config, now_ms, timestamp_type_log_append, self._name)
         if isinstance(admitted, AppendResult):
             return admitted
         header = admitted
@@ -866,18 +869,18 @@ class PartitionLog:
             log_append_time_ms=append_time if append_time is not None else -1,
             log_start_offset=self.log_start_offset,
         )
-        moved = PartitionEvent(0)
+        moved = 0
         if self.high_watermark_follows_appends:
-            moved = self._advance_high_watermark(self.log_end_offset)
-        self._emit(PartitionEvent.APPENDED | moved)
+            moved = self._advance_high_watermark(self.log_end_offset)._value_
+        self._emit(PARTITION_EVENTS[_APPENDED | moved])
         return result
 
     def _write_batch(self, batch: bytearray | memoryview, header: BatchHeader, now_ms: int) -> AppendResult | None:
         """Roll if due and write the batch: None when written, else the failure answer (nothing was written)."""
-        what = f"roll of {self.topic}-{self.partition} at offset {header.base_offset}"
+        rolling = True  # what failed, named only if something does (not formatted for every append)
         try:
             self._maybe_roll(len(batch), now_ms)  # a failed roll leaves the old segment active
-            what = f"append to {self.active.log_path}"
+            rolling = False
             if self.leader_epochs.latest_epoch != header.partition_leader_epoch:
                 # The first batch of this epoch (Kafka does it here too); a failed append leaves it harmless.
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
@@ -886,6 +889,11 @@ class PartitionLog:
             self.health.take_offline(str(exc))
             return self.health.storage_error(self.topic, self.partition)
         except (OSError, StorageError) as exc:
+            what = (
+                f"roll of {self.topic}-{self.partition} at offset {header.base_offset}"
+                if rolling
+                else f"append to {self.active.log_path}"
+            )
             self.health.write_failed(what, exc)
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}")
         self.health.write_succeeded()
@@ -978,7 +986,7 @@ class PartitionLog:
             moved = self._advance_high_watermark(self.log_end_offset)
         else:
             moved = self._advance_high_watermark(self._high_watermark)  # the stable offset may move alone
-        self._emit(PartitionEvent.APPENDED | moved)
+        self._emit(PARTITION_EVENTS[_APPENDED | moved._value_])
         return AppendResult(
             base_offset=base_offset,
             log_append_time_ms=now_ms if log_append else -1,

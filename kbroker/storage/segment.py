@@ -57,6 +57,10 @@ _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _SCAN_CHUNK = 1 << 20  # recovery and index rebuilds read everything
 _LOOKUP_CHUNK = 16 << 10  # lookups near an index entry read a few headers
+# Positions of the batches this segment appended last, by base offset: where a caught-up consumer's next fetch
+# starts, found without reading the headers after the last index entry. Forgotten whole when full (re-learnt
+# from the next appends), so a segment holds at most this many.
+_RECENT_APPENDS = 64
 NO_TIMESTAMP = -1
 SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _MISSING = "missing"  # _load_index_files: no index files (a segment never sealed, or files removed)
@@ -199,6 +203,7 @@ class Segment:
         self._time_timestamps = array("q")
         self._time_offsets = array("q")
         self._bytes_since_index = index_interval_bytes  # so the first batch is always indexed
+        self._recent_positions: dict[int, int] = {}  # base offset -> position of batches appended last
         self.corrupt_ranges: list[CorruptRange] = []
         self._skips: dict[int, int] = {}  # position of each corrupt range -> its end, for scans to step over
 
@@ -445,6 +450,7 @@ class Segment:
         fs.ftruncate(self._descriptor(), position)
         self.size = position
         self._written_generation += 1
+        self._recent_positions.clear()
         return length
 
     def _keep_aside(self, position: int) -> Path:
@@ -548,6 +554,7 @@ class Segment:
     def _clear_indexes(self) -> None:
         for arr in (self._index_offsets, self._index_positions, self._time_timestamps, self._time_offsets):
             del arr[:]
+        self._recent_positions.clear()
         self.max_timestamp = NO_TIMESTAMP
         self._bytes_since_index = self.index_interval_bytes
 
@@ -737,6 +744,10 @@ class Segment:
         self.size += len(batch)
         self._written_generation += 1  # after the write: an fsync that reads it covers these bytes
         self._track(header, position)
+        recent = self._recent_positions
+        if len(recent) >= _RECENT_APPENDS:
+            recent.clear()
+        recent[header.base_offset] = position
         return position
 
     def _cut_back(self, size: int, cause: OSError) -> None:
@@ -765,6 +776,7 @@ class Segment:
         fs.ftruncate(self._descriptor(), cut)
         self.size = cut
         self._written_generation += 1
+        self._recent_positions.clear()
         if self.corrupt_ranges:  # ``cut`` is a valid batch's position: each range is wholly before or after it
             self._set_corrupt_ranges([r for r in self.corrupt_ranges if r.end <= cut])
             self.save_corrupt_ranges()
@@ -820,6 +832,9 @@ class Segment:
             return 0
         if offset >= self.next_offset:
             return self.size
+        recent = self._recent_positions.get(offset)
+        if recent is not None:  # the batch starting at ``offset``: every batch before it ends below it
+            return recent
         try:
             return self._position_from_index(offset)
         except _StaleIndexEntry as stale:
@@ -926,6 +941,7 @@ class Segment:
 
     def write_indexes(self) -> None:
         """Write the index files (written whole, then renamed into place)."""
+        self._recent_positions.clear()  # a roll seals the segment with this: a sealed one remembers none
         index = bytearray()
         for offset, position in zip(self._index_offsets, self._index_positions, strict=True):
             index += _INDEX_ENTRY.pack(offset - self.base_offset, position)

@@ -166,7 +166,9 @@ def test_a_failed_roll_keeps_the_old_segment_active_and_the_append_retries(
     assert plog.append(first, now_ms=T0).base_offset == 0
     # The roll writes the index files first (write_atomically: a write of the .index.tmp): fill the disk there.
     faulty.disk_full = True
-    assert plog.append(batch(b"y" * 100), now_ms=T0).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    failed = plog.append(batch(b"y" * 100), now_ms=T0)
+    assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert failed.error_message is not None and failed.error_message.startswith("roll of t-0 at offset 1 failed: ")
     assert len(plog.segments) == 1 and not list(tmp_path.glob("*.tmp"))
     faulty.disk_full = False
     assert plog.append(batch(b"y" * 100), now_ms=T0).base_offset == 1
