@@ -134,7 +134,8 @@ def cleanable_section(plog: PartitionLog, checkpoint: int | None, now_ms: int) -
         bounds.append(damaged)
     if config.min_compaction_lag_ms > 0:
         for segment in sealed:
-            if segment.next_offset > first_dirty and segment.max_timestamp > now_ms - config.min_compaction_lag_ms:
+            young = segment.largest_timestamp() > now_ms - config.min_compaction_lag_ms
+            if segment.next_offset > first_dirty and young:
                 bounds.append(segment.base_offset)
                 break
     first_uncleanable = max(first_dirty, min(bounds))

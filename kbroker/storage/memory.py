@@ -77,6 +77,7 @@ class MemorySegment:
     last_offsets: list[int] = field(default_factory=list)  # for bisecting by offset
     ends: list[int] = field(default_factory=list)  # position just after each batch
     max_timestamp: int = NO_TIMESTAMP
+    modified_ms: int = 0  # wall clock of the last append, as a file's modification time
 
     @property
     def size(self) -> int:
@@ -92,6 +93,11 @@ class MemorySegment:
         self.last_offsets.append(header.last_offset)
         self.ends.append(self.size + len(batch))
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self.modified_ms = wall_clock_ms()
+
+    def largest_timestamp(self) -> int:
+        """As Segment.largest_timestamp: the largest record timestamp, else when the segment was last written."""
+        return self.max_timestamp if self.max_timestamp >= 0 else max(self.created_ms, self.modified_ms)
 
     def keep_first(self, count: int) -> None:
         """Drop every batch after the first ``count`` (truncation)."""
@@ -519,7 +525,7 @@ class MemoryPartitionLog:
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
             for segment in self.segments:
-                if segment.size == 0 or now - segment.max_timestamp <= retention_ms:
+                if segment.size == 0 or now - segment.largest_timestamp() <= retention_ms:
                     break
                 new_start = segment.next_offset
         retention_bytes = self.config.retention_bytes

@@ -1387,7 +1387,7 @@ class PartitionLog:
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
             for segment in self.segments:
-                if segment.size == 0 or now - segment.max_timestamp <= retention_ms:
+                if segment.size == 0 or now - segment.largest_timestamp() <= retention_ms:
                     break
                 new_start = segment.next_offset
         retention_bytes = self.config.retention_bytes

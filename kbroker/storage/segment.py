@@ -32,6 +32,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -916,6 +917,18 @@ class Segment:
             if exc.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
             return self._pread(size, position)  # no descriptor to spare: the bytes themselves
+
+    def largest_timestamp(self) -> int:
+        """Kafka's LogSegment.largestTimestamp, by which retention.ms and the compaction lag age a segment: its
+        largest record timestamp or, when its records carry none (-1, which CreateTime accepts), when its file was
+        last modified. A segment whose file cannot be looked at counts as modified now: nothing is deleted on a
+        guess."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        try:
+            return os.stat(self.log_path).st_mtime_ns // 1_000_000
+        except OSError:
+            return int(time.time() * 1000)
 
     def first_batch_at_timestamp(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is at least ``timestamp``, or None."""

@@ -284,9 +284,7 @@ def test_delete_records_on_a_compact_only_topic_is_a_policy_violation(
     for policy in ("compact", "compact,delete"):
         name = f"delete-records-{policy.replace(',', '-')}-{uuid.uuid4().hex[:8]}"
         configs = [CreateTopicsRequest.CreatableTopicConfig(name="cleanup.policy", value=policy)]
-        topic = CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=1, replication_factor=1, configs=configs
-        )
+        topic = CreateTopicsRequest.CreatableTopic(name=name, num_partitions=1, replication_factor=1, configs=configs)
         for answer in ask_both(brokers, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7):
             assert answer.topics[0].error_code == ErrorCode.NONE, answer.topics[0].error_message
         wait_readable(brokers, name)

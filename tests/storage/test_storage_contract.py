@@ -354,6 +354,20 @@ def test_retention_by_time_deletes_everything_old_and_appends_continue(make_log:
     assert values_of(plog.read(6, EVERYTHING).read_bytes()) == [(6, b"y")]
 
 
+def test_retention_by_time_ages_records_without_timestamps_by_when_they_were_written(make_log: LogFactory) -> None:
+    """Records with timestamp -1 (NO_TIMESTAMP, which CreateTime accepts): Kafka ages their segment by its file's
+    modification time (LogSegment.largestTimestamp). kbroker took -1 for the age and deleted them at once."""
+    plog = make_log(retention_ms=60_000, segment_bytes=500)
+    for _ in range(4):
+        plog.append(batch([b"x" * 100, b"y"], timestamp=-1, step_ms=0), now_ms=T0)
+    written = int(time.time() * 1000)
+    assert plog.apply_retention(written) == []
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 8)
+    assert plog.apply_retention(written + 30_000) == []
+    assert len(plog.apply_retention(written + 120_000)) == 2  # a minute after the last write: gone
+    assert (plog.log_start_offset, plog.log_end_offset) == (8, 8)
+
+
 def test_retention_respects_cleanup_policy_compact(make_log: LogFactory) -> None:
     plog = make_log(retention_ms=0, cleanup_policy="compact", segment_bytes=200)
     for _ in range(4):
