@@ -4,9 +4,15 @@ through IncrementalAlterConfigs, and refusals as one line with the broker's erro
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from tests.commands.conftest import Cli
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -106,10 +112,27 @@ def test_broker_configs(cli: Cli, cluster: str, kind: str) -> None:
         )
         return
     assert (altered.exit_code, altered.stdout) == (0, f"Completed updating config for broker {broker_id}.\n")
-    try:
+
+    def dynamic_configs() -> list[dict[str, object]]:
         document = cli("configs", "describe", "--broker", broker_id, "--bootstrap", cluster, "-o", "json").json()
-        assert document["configs"] == [entry("log.cleaner.threads", "2", "DYNAMIC_BROKER_CONFIG")]
+        return list(document["configs"])
+
+    altered_entry = [entry("log.cleaner.threads", "2", "DYNAMIC_BROKER_CONFIG")]
+    try:
+        # Kafka's controller accepts the change, the broker applies it once the metadata record reaches it.
+        assert settled(dynamic_configs, altered_entry) == altered_entry
     finally:  # the Apache Kafka JVM is shared by the session
         removed = cli("configs", "alter", "--broker", "--delete", "log.cleaner.threads", "--bootstrap", cluster)
     assert removed.exit_code == 0
-    assert cli("configs", "describe", "--broker", "--bootstrap", cluster, "-o", "json").json()["configs"] == []
+    assert settled(dynamic_configs, []) == []
+
+
+def settled(read: Callable[[], T], wanted: T, timeout: float = 15.0) -> T:
+    """``read()`` once it equals ``wanted`` (Kafka applies a config change a moment after answering), else its
+    last value after ``timeout`` seconds, for the assertion to show."""
+    deadline = time.monotonic() + timeout
+    value = read()
+    while value != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = read()
+    return value

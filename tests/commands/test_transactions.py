@@ -55,7 +55,14 @@ def open_transaction(bootstrap: str, transactional_id: str, topic: str) -> tuple
             timeout_ms=10_000,
             topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=data)],
         )
-        produced = client.request(request, 9).responses[0].partition_responses[0]
+        # A busy Kafka names the new topic's leader a moment before that broker serves the partition: it answers
+        # NOT_LEADER_OR_FOLLOWER, which every client retries; nothing was written, so sequence 0 is sent again.
+        deadline = time.monotonic() + 30
+        while True:
+            produced = client.request(request, 9).responses[0].partition_responses[0]
+            if produced.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert (produced.error_code, produced.base_offset) == (ErrorCode.NONE, 0)
     return pid, epoch
 
