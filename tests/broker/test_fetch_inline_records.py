@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.fetch import INLINE_RECORD_BYTES, handle_fetch
 from kbroker.apis.produce import handle_produce
 from kbroker.apis.topics import handle_create_topics
@@ -27,6 +26,7 @@ from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch, decode_records, iter_batches
+from tests.broker.test_handlers_in_memory import context
 
 FETCH_VERSION = 12
 
@@ -38,18 +38,6 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
         yield broker
     finally:
         broker.close()
-
-
-def context(broker: Broker, api_key: int, api_version: int) -> RequestContext:
-    return RequestContext(
-        services=HandlerServices.of(broker),
-        api_key=api_key,
-        api_version=api_version,
-        correlation_id=1,
-        client_id="unit-test",
-        client_host="127.0.0.1:40000",
-        connection_id=1,
-    )
 
 
 def setup_topic(broker: Broker, value_sizes: dict[int, list[int]]) -> None:

@@ -16,7 +16,6 @@ import pytest
 import trio
 
 from kbroker.apis.configs import handle_describe_configs
-from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.fetch import handle_fetch
 from kbroker.apis.group_offsets import handle_offset_commit, handle_offset_fetch
 from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
@@ -44,6 +43,7 @@ from protocol.messages.offset_fetch_request import OffsetFetchRequest
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
+from tests.broker.test_handlers_in_memory import context
 
 TOPIC = "t"
 PARTITIONS = 3
@@ -61,18 +61,6 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
         yield broker
     finally:
         broker.close()
-
-
-def context(broker: Broker, api_key: int, api_version: int) -> RequestContext:
-    return RequestContext(
-        services=HandlerServices.of(broker),
-        api_key=api_key,
-        api_version=api_version,
-        correlation_id=1,
-        client_id="unit-test",
-        client_host="127.0.0.1:40000",
-        connection_id=1,
-    )
 
 
 def beside_a_counter(work: Callable[[], Awaitable[Any]]) -> tuple[Any, int]:
