@@ -366,19 +366,9 @@ def first_matching_record(
 
 def offset_of_max_timestamp(header: BatchHeader, batch: bytes | None, where: str) -> int | None:
     """Kafka's RecordBatch.offsetOfMaxTimestamp: the offset of the batch's first record whose timestamp is its max
-    timestamp (every record of a LogAppendTime batch carries that one), whatever the log start offset; None for
-    a batch without such a record. A batch that cannot be decoded answers its first offset, as a best effort."""
-    if batch is None:
-        return None
-    try:
-        records = decode_records(batch)
-    except DecodeError as exc:
-        log.warning("%s: cannot decode batch at %d: %s", where, header.base_offset, exc)
-        return header.base_offset
-    for record in records:
-        if header.is_log_append_time or header.base_timestamp + record.timestamp_delta == header.max_timestamp:
-            return header.base_offset + record.offset_delta
-    return None
+    timestamp, whatever the log start offset (first_matching_record with no lower bound)."""
+    found = first_matching_record(header, batch, 0, lambda timestamp: timestamp == header.max_timestamp, where)
+    return None if found is None else found[0]
 
 
 def wall_clock_ms() -> int:
