@@ -278,14 +278,15 @@ class Connection:
         if self.sasl is not None and self.sasl.raw_tokens:  # after SaslHandshake v0: a bare SASL token
             return await self._raw_sasl_token(bytes(frame))
         # A huge request's objects are freed when _answer returns, before the collector runs again.
-        with offload.collector_paused(frame):
-            return await self._answer(frame)
+        huge = offload.is_huge(frame)  # counting a large Produce's partitions once, for both
+        with offload.collector_paused(frame, huge):
+            return await self._answer(frame, huge)
 
-    async def _answer(self, frame: bytearray) -> bool:
+    async def _answer(self, frame: bytearray, huge: bool) -> bool:
         """Decode, handle and answer one request frame; False once the connection is to end."""
         self.idle_since = None  # decoding and handling: never idle, however long it takes
         try:
-            request = await offload.decode(frame)
+            request = await offload.decode(frame, huge)
         except DecodeError as exc:
             log.warning("closing connection from %s: unparseable request: %s", self.peer, exc)
             return False

@@ -52,9 +52,9 @@ def is_huge(frame: bytearray) -> bool:
     )
 
 
-async def decode(frame: bytearray) -> Request:
-    """``decode_request``, in the worker for a huge frame."""
-    if not is_huge(frame):
+async def decode(frame: bytearray, huge: bool | None = None) -> Request:
+    """``decode_request``, in the worker for a huge frame (``huge``: is_huge(frame), if the caller has it)."""
+    if not (is_huge(frame) if huge is None else huge):
         return decode_request(frame)
     return await trio.to_thread.run_sync(decode_request, frame, limiter=_worker())
 
@@ -101,9 +101,10 @@ _COLLECTOR_PAUSE = _CollectorPause()
 
 
 @contextmanager
-def collector_paused(frame: bytearray) -> Iterator[None]:
-    """Around decoding, handling and answering ``frame``: the collector paused if it is huge (see _CollectorPause)."""
-    if not is_huge(frame):
+def collector_paused(frame: bytearray, huge: bool | None = None) -> Iterator[None]:
+    """Around decoding, handling and answering ``frame``: the collector paused if it is huge (see _CollectorPause;
+    ``huge``: is_huge(frame), if the caller has it)."""
+    if not (is_huge(frame) if huge is None else huge):
         yield
         return
     with _COLLECTOR_PAUSE.held():
