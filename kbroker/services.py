@@ -135,16 +135,17 @@ class FlushService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # A topic may set flush.ms below the broker's setting, so look at least once a second.
         interval_ms = min(self.broker.config["log.flush.interval.ms"], 1000)
-        checkpoint_interval_ms = self.broker.config["log.flush.offset.checkpoint.interval.ms"]
-        next_checkpoint = _now_ms() + checkpoint_interval_ms
+        checkpoint_interval = self.broker.config["log.flush.offset.checkpoint.interval.ms"] / 1000
+        # Scheduled on trio's monotonic clock: a wall clock set back must not hold checkpoints off.
+        next_checkpoint = trio.current_time() + checkpoint_interval
         task_status.started()
         while True:
             await trio.sleep(max(interval_ms, 10) / 1000)
-            now = _now_ms()
-            await self.flush_due(now)
-            if checkpoint_interval_ms > 0 and now >= next_checkpoint:
+            await self.flush_due(_now_ms())
+            now = trio.current_time()
+            if checkpoint_interval > 0 and now >= next_checkpoint:
                 # What is fsynced need not be checked again after a crash (Kafka's recovery-point checkpoint).
-                next_checkpoint = now + checkpoint_interval_ms
+                next_checkpoint = now + checkpoint_interval
                 await self.checkpoint()
 
     async def flush_due(self, now: int) -> None:

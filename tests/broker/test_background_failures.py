@@ -102,8 +102,16 @@ def _service(kind: str, script: Script, tmp_path: Path) -> Any:
     return service
 
 
+async def _inline(sync_fn: Callable[..., Any], *args: Any, **_: Any) -> Any:
+    await trio.lowlevel.checkpoint()
+    return sync_fn(*args)
+
+
 def _run_until(service: Any, done: Callable[[], bool]) -> None:
-    """Run the service (on a mock clock) until ``done``; an exception escaping it fails the test."""
+    """Run the service (on a mock clock) until ``done``; an exception escaping it fails the test.
+
+    Work a service sends to a thread runs inline: while a thread runs, every task is blocked and an autojumping
+    mock clock would race to the next deadline, on a loaded machine as far as the test's own."""
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -113,7 +121,9 @@ def _run_until(service: Any, done: Callable[[], bool]) -> None:
                     await trio.sleep(0.5)
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trio.to_thread, "run_sync", _inline)
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 @pytest.fixture

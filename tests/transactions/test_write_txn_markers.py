@@ -6,6 +6,7 @@ on the cluster required."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,14 @@ def produce_transactional(client: WireClient, tid: str, topic: str, pid: int, ep
             )
         ],
     )
-    answer = client.request(request, 9).responses[0].partition_responses[0]
+    deadline = time.monotonic() + 30
+    while True:
+        answer = client.request(request, 9).responses[0].partition_responses[0]
+        # A busy Kafka can name the leader in Metadata before its replica manager leads the new partition; a
+        # producer retries NOT_LEADER_OR_FOLLOWER (nothing was written), and so does this.
+        if answer.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert answer.error_code == ErrorCode.NONE
     return int(answer.base_offset)
 
