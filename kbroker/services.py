@@ -166,19 +166,18 @@ class FlushService:
 
     async def checkpoint(self) -> None:
         logs = self.broker.logs
-        health = logs.dir_health if isinstance(logs, LogManager) else None
-        if health is not None and health.offline:
+        health = logs.dir_health
+        if health.offline:
             return
         try:
             await trio.to_thread.run_sync(logs.checkpoint_recovery_points)
         except Exception as exc:  # noqa: BLE001 - logged once per kind; the next interval tries again
             self.failures.failed(self.CHECKPOINT, exc)
-            if health is not None and isinstance(exc, OSError | StorageError):
+            if isinstance(exc, OSError | StorageError):
                 health.write_failed(f"writing the {self.CHECKPOINT}", exc, logged=True)
             return
         self.failures.succeeded(self.CHECKPOINT)
-        if health is not None:
-            health.write_succeeded()
+        health.write_succeeded()
 
 
 class OffsetExpiryService:
@@ -239,8 +238,8 @@ class LogCleanerService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         logs = self.broker.logs
-        if not self.enabled or not isinstance(logs, LogManager):
-            # The in-memory engine keeps every record: compaction rewrites segment files.
+        if not self.enabled or not logs.durable:
+            # The cleaner's worker reads and writes segment files: logs kept in memory keep every record.
             task_status.started()
             await trio.sleep_forever()
         task_status.started()

@@ -45,16 +45,16 @@ from pathlib import Path
 
 from kbroker.storage import fs
 from kbroker.storage.api import PARTITION_EVENTS, PartitionEvent, PartitionEventListener
+from kbroker.storage.backend import LOG_START_OFFSET_FILE, FileBackend, LogBackend
 from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.files import (
     DamagedFileError,
     StorageError,
     fsync_directory,
     read_log_start_offset,
-    write_log_start_offset,
 )
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
-from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, ProducerView, snapshot_offsets
+from kbroker.storage.producer_state import ProducerStateTable, ProducerView, snapshot_offsets
 from kbroker.storage.recompress import TopicCompression, rebuild_batch
 from kbroker.storage.segment import (
     SEGMENT_FILE_SUFFIXES,
@@ -68,7 +68,6 @@ from kbroker.storage.txn_index import (
     AbortedTxn,
     read_marker,
     read_segment_file,
-    txn_index_path,
     write_segment_file,
 )
 from kbroker.storage.validation import (
@@ -93,7 +92,6 @@ log = logging.getLogger("kbroker.storage")
 LEADER_EPOCH = 0  # the epoch of a partition that never changed leader
 CLEANED_SUFFIX = ".cleaned"  # a replacement segment being written, not part of the log yet
 SWAP_SUFFIX = ".swap"  # a replacement segment committed to take the place of the segments it covers
-LOG_START_OFFSET_FILE = "log-start-offset"
 PARTITION_METADATA_FILE = "partition.metadata"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 # The flags' bits, to combine an append's events as integers (PARTITION_EVENTS turns them into the event).
@@ -387,11 +385,15 @@ class PartitionLog:
         health: LogDirHealth | None = None,
         recovery_point: int = 0,
         descriptors: DescriptorCache | None = None,
+        backend: LogBackend | None = None,
     ) -> None:
         """``clean``: the broker stopped cleanly, every segment and index is trusted. Otherwise the segments from
         the one holding ``recovery_point`` (everything below it was fsynced: the recovery-point-offset-checkpoint)
         are validated batch by batch, CRC included, as Kafka's recovery; unlike it, only the end of the log is cut
-        (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover)."""
+        (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover).
+
+        ``backend``: where the bytes live (kbroker/storage/backend.py); by default files in ``directory``. A log
+        whose backend is not durable starts empty (``directory`` only names it)."""
         self.topic = topic
         self.partition = partition
         self._name = f"{topic}-{partition}"  # as refusals name it (made once, not for every append)
@@ -401,7 +403,7 @@ class PartitionLog:
         self.health = health if health is not None else LogDirHealth(directory.parent)
         # The broker's open segment files, a bounded set (LogManager passes it); a lone log has its own.
         self.descriptors = descriptors if descriptors is not None else DescriptorCache()
-        directory.mkdir(parents=True, exist_ok=True)
+        self.backend: LogBackend = backend if backend is not None else FileBackend(directory, self.descriptors)
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.producers = ProducerStateTable()
@@ -420,8 +422,14 @@ class PartitionLog:
         # and moves the high watermark with update_high_watermark.
         self.high_watermark_follows_appends = True
         self._reported_damage: set[str] = set()  # problems of segments found while serving, each logged once
-        self._open(clean, recovery_point)
-        self.leader_epochs = self._load_leader_epochs()
+        if self.backend.durable:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._open(clean, recovery_point)
+            self.leader_epochs = self._load_leader_epochs()
+        else:
+            self.segments = [self.backend.new_segment(0, config.index_interval_bytes, wall_clock_ms())]
+            self._bases = [0]
+            self.leader_epochs = LeaderEpochCache(None)
         if not self.leader_epochs.entries:
             # Kafka writes the first entry when the replica becomes leader. Epoch 0 from the log start is what a
             # log without the file has (one written before epochs were kept too), so it is only assumed, and the
@@ -912,19 +920,13 @@ class PartitionLog:
             raise StorageError(f"cannot roll {self.topic}-{self.partition}: fsync of {old.log_path} failed")
         old.write_indexes()  # on failure the old segment stays active and its index files are rebuilt if needed
         # Durable before the next segment exists: a segment below the recovery point is trusted with its file.
-        write_segment_file(self.directory, old.base_offset, self._txn_entries_of(old))
-        segment = Segment(
-            self.directory,
-            old.next_offset,
-            self.config.index_interval_bytes,
-            now or wall_clock_ms(),
-            descriptors=self.descriptors,
-        )
+        self.backend.save_txn_index(old.base_offset, self._txn_entries_of(old))
+        segment = self.backend.new_segment(old.next_offset, self.config.index_interval_bytes, now or wall_clock_ms())
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
         self.producers.expire((now or wall_clock_ms()) - PRODUCER_ID_EXPIRATION_MS)
         try:
-            self.producers.write_snapshot(self.directory, segment.base_offset)
+            self.backend.save_producer_snapshot(self.producers, segment.base_offset)
         except OSError as exc:  # the roll is done; a missing snapshot only means rebuilding from the log
             log.warning("%s-%d: producer snapshot not written: %s", self.topic, self.partition, _describe(exc))
         log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, segment.base_offset)
@@ -1165,7 +1167,7 @@ class PartitionLog:
 
     def _set_log_start_offset(self, offset: int) -> None:
         # Durable (file and directory fsynced) before DeleteRecords answers: a crash must not bring records back.
-        write_log_start_offset(self.directory / LOG_START_OFFSET_FILE, offset)
+        self.backend.save_log_start_offset(offset)
         self.log_start_offset = offset
         self.leader_epochs.truncate_from_start(offset)
         # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
@@ -1182,7 +1184,7 @@ class PartitionLog:
             self._bases.pop(0)
         for segment in doomed:
             segment.delete()
-            fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))  # the aborted index goes too
+            self.backend.remove_txn_index(segment.base_offset)  # the aborted index goes too
             log.info("%s-%d: deleted %s", self.topic, self.partition, segment)
         if doomed:
             self.aborted.drop_before(self.segments[0].base_offset)
@@ -1205,7 +1207,7 @@ class PartitionLog:
         # Newest first, so a crash part-way leaves a shorter prefix of the log, never a gap.
         for segment in reversed(self.segments[keep + 1 :]):
             segment.delete()
-            fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))
+            self.backend.remove_txn_index(segment.base_offset)
         del self.segments[keep + 1 :]
         del self._bases[keep + 1 :]
         cut = self.segments[keep]
@@ -1213,20 +1215,18 @@ class PartitionLog:
         if not cut.fsync():
             self.health.take_offline(f"fsync of {cut.log_path} failed")
             raise StorageError(f"cannot fsync {cut.log_path} after truncating it to offset {offset}")
-        if cut.index_path.exists():
+        if cut.has_index_files():
             cut.write_indexes()  # a sealed segment's index files would point past the cut
-        fsync_directory(self.directory)
+        self.backend.sync_directory()
         end = self.log_end_offset
         log.info("%s-%d: truncated to offset %d (log end offset %d)", self.topic, self.partition, offset, end)
         if end < self.log_start_offset:  # the cut removed a batch that held the log start offset
             self._set_log_start_offset(end)
         self._high_watermark = min(self._high_watermark, end)
         self.leader_epochs.truncate_from_end(end)
-        for snapshot in snapshot_offsets(self.directory):
-            if snapshot >= end:
-                (self.directory / f"{snapshot:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        self.backend.remove_producer_snapshots_from(end)
         self.aborted.drop_from(end)
-        write_segment_file(self.directory, cut.base_offset, self._txn_entries_of(cut))
+        self.backend.save_txn_index(cut.base_offset, self._txn_entries_of(cut))
         self.producers = ProducerStateTable()
         self._rebuild_producer_state()
         self._last_stable_offset = self._stable_offset_for(self._high_watermark)  # open transactions rebuilt
@@ -1235,16 +1235,8 @@ class PartitionLog:
 
     def new_cleaned_segment(self, base_offset: int) -> Segment:
         """An empty replacement segment (``<base>.log.cleaned``) for the caller to fill, then swap in."""
-        for suffix in SEGMENT_FILE_SUFFIXES:  # left over from an attempt that was given up
-            (self.directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
-        return Segment(
-            self.directory,
-            base_offset,
-            self.config.index_interval_bytes,
-            wall_clock_ms(),
-            CLEANED_SUFFIX,
-            self.descriptors,
-        )
+        self.backend.discard_replacement(base_offset, CLEANED_SUFFIX)  # left over from an attempt given up
+        return self.backend.new_segment(base_offset, self.config.index_interval_bytes, wall_clock_ms(), CLEANED_SUFFIX)
 
     def swap_segments(
         self,
@@ -1282,11 +1274,11 @@ class PartitionLog:
                 if not segment.fsync():
                     raise StorageError(f"cannot fsync {segment.log_path} before swapping it in")
                 segment.write_indexes()
-        fsync_directory(self.directory)  # a failure up to here changed nothing: the caller removes the replacements
+        self.backend.sync_directory()  # a failure up to here changed nothing: the caller removes the replacements
         try:
             for segment in replacements:
                 segment.rename_suffix(SWAP_SUFFIX)
-            fsync_directory(self.directory)  # committed
+            self.backend.sync_directory()  # committed
         except (OSError, StorageError) as exc:
             # Some files may carry .swap now: only a restart's recovery may decide (it undoes the swap while a
             # .log.cleaned is left, else completes it), so nothing more is written here until then.
@@ -1304,10 +1296,10 @@ class PartitionLog:
         try:
             for segment in replaced:
                 segment.delete()
-            fsync_directory(self.directory)
+            self.backend.sync_directory()
             for segment in replacements:
                 segment.rename_suffix("")
-            fsync_directory(self.directory)
+            self.backend.sync_directory()
             self._rewrite_txn_index_files(replaced, replacements)
         except (OSError, StorageError) as exc:
             raise self._swap_interrupted(exc) from exc  # a restart completes the swap from the .swap files
@@ -1330,11 +1322,11 @@ class PartitionLog:
         kept = {s.base_offset for s in replacements}
         for segment in replaced:
             if segment.base_offset not in kept:
-                fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))
+                self.backend.remove_txn_index(segment.base_offset)
         for i, segment in enumerate(replacements):
             # A replacement covers offsets up to the next one's base (compaction may leave gaps).
             end = replacements[i + 1].base_offset if i + 1 < len(replacements) else replaced[-1].next_offset
-            write_segment_file(self.directory, segment.base_offset, self.aborted.in_range(segment.base_offset, end))
+            self.backend.save_txn_index(segment.base_offset, self.aborted.in_range(segment.base_offset, end))
 
     def _check_swap(self, replaced: list[Segment], replacements: list[Segment]) -> None:
         def refuse(problem: str) -> ValueError:
@@ -1352,7 +1344,7 @@ class PartitionLog:
             raise refuse("the replaced segments are not contiguous segments of the log, in order")
         if any(s.suffix != CLEANED_SUFFIX or s.closed for s in replacements):
             raise refuse("replacements must be open segments made by new_cleaned_segment")
-        pending = {p.name for p in self.directory.glob("*.log" + CLEANED_SUFFIX)}
+        pending = self.backend.pending_replacements(CLEANED_SUFFIX)
         if pending != {s.log_path.name for s in replacements}:
             # Recovery reads any .cleaned file as part of an uncommitted swap, so no others may exist.
             raise refuse(f"other cleaned segments are pending: {sorted(pending)}")
@@ -1410,8 +1402,8 @@ class PartitionLog:
                 if not self.sync():
                     raise StorageError(f"fsync of {self.topic}-{self.partition} failed")
                 self.active.write_indexes()
-                write_segment_file(self.directory, self.active.base_offset, self._txn_entries_of(self.active))
-                self.producers.write_snapshot(self.directory, self.log_end_offset)
+                self.backend.save_txn_index(self.active.base_offset, self._txn_entries_of(self.active))
+                self.backend.save_producer_snapshot(self.producers, self.log_end_offset)
         except (OSError, StorageError) as exc:
             self.health.take_offline(f"closing {self.topic}-{self.partition} failed: {_describe(exc)}")
         finally:

@@ -124,7 +124,7 @@ class OpenTransaction(Protocol):
 
 
 class MarkerTarget(Protocol):
-    """What the coordinator needs of a partition (kbroker/storage's PartitionStore): appending a marker, and the
+    """What the coordinator needs of a partition (kbroker/storage's PartitionLog): appending a marker, and the
     producers it knows (to find the transactions it holds open)."""
 
     def append_marker(

@@ -72,6 +72,7 @@ def _fake_logs(**work: Callable[..., Any]) -> SimpleNamespace:
         apply_retention=lambda now: [],
         due_for_flush=lambda now: [],
         checkpoint_recovery_points=lambda: None,
+        dir_health=LogDirHealth(Path("data")),  # never written: the failures here stay below its limit
     )
     for name, function in work.items():
         setattr(logs, name, function)

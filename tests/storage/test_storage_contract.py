@@ -1,5 +1,5 @@
-"""The storage contract: every case runs against the disk engine (PartitionLog in tmp_path) and the in-memory
-engine (MemoryPartitionLog), which must give the same offsets, bytes, errors and events."""
+"""The storage contract: every case runs the one log engine (PartitionLog) over the file backend (in tmp_path) and
+the memory backend (kbroker/storage/memory.py), which must give the same offsets, bytes, errors and events."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import LogConfig, MemoryPartitionLog, OffsetOutOfRange, PartitionLog
-from kbroker.storage.api import PartitionEvent, PartitionStore
+from kbroker.storage import LogConfig, OffsetOutOfRange, PartitionLog
+from kbroker.storage.api import PartitionEvent
+from kbroker.storage.memory import MemoryBackend
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader, Record, build_batch, decode_records, iter_batches
 
@@ -18,18 +19,18 @@ T0 = 1_700_000_000_000
 EVERYTHING = 1 << 20
 APPEND_EVENT = PartitionEvent.APPENDED | PartitionEvent.HIGH_WATERMARK | PartitionEvent.STABLE_OFFSET
 
-LogFactory = Callable[..., PartitionStore]
+LogFactory = Callable[..., PartitionLog]
 
 
-@pytest.fixture(params=["disk", "memory"])
+@pytest.fixture(params=["file", "memory"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogFactory:
     """``make_log(**config)``: an empty partition log of the engine under test, with LogConfig(**config)."""
 
-    def make(**config: int | str) -> PartitionStore:
+    def make(**config: int | str) -> PartitionLog:
         settings = LogConfig(**config)  # type: ignore[arg-type]
-        if request.param == "disk":
+        if request.param == "file":
             return PartitionLog("t", 0, tmp_path / "t-0", settings, clean=True)
-        return MemoryPartitionLog("t", 0, settings)
+        return PartitionLog("t", 0, Path("t-0"), settings, clean=True, backend=MemoryBackend(Path("t-0")))
 
     return make
 
@@ -62,7 +63,7 @@ def headers_of(data: bytes) -> list[BatchHeader]:
     return [header for header, _ in iter_batches(data)]
 
 
-def consume_all(plog: PartitionStore, start: int, max_bytes: int = EVERYTHING) -> list[tuple[int, bytes | None]]:
+def consume_all(plog: PartitionLog, start: int, max_bytes: int = EVERYTHING) -> list[tuple[int, bytes | None]]:
     """Every record from ``start`` to the log end, read the way a consumer does (chunk after chunk)."""
     out: list[tuple[int, bytes | None]] = []
     position = start
