@@ -20,6 +20,13 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.durable.files import (
+    DamagedFileError,
+    lock_data_dir,
+    read_offset_file,
+    write_atomically,
+    write_offset_file,
+)
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.runtime import CoordinatorRuntime
@@ -28,13 +35,6 @@ from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
 from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
-from kbroker.storage.files import (
-    DamagedFileError,
-    lock_data_dir,
-    read_offset_file,
-    write_atomically,
-    write_offset_file,
-)
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.broker import Broker
+from kbroker.durable.files import DamagedFileError, StorageError
 from kbroker.storage import PartitionLog
-from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.manager import LogManager
 from kbroker.storage.partition import SegmentSwapInterrupted
 from protocol.errors import KafkaError

@@ -1,6 +1,6 @@
 """Committed offsets, durable across restarts.
 
-Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/storage/journal.py):
+Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/durable/journal.py):
 one checksummed record per change (a commit, a deleted offset, a deleted group), each a compact JSON object,
 a request's changes appended with a single write. A crash loses at most a torn last record; a damaged record
 is skipped and the ones after it are kept. When the journal holds many superseded records it is rewritten
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbroker.storage.files import DamagedFileError, StorageError
-from kbroker.storage.journal import Journal
+from kbroker.durable.files import DamagedFileError, StorageError
+from kbroker.durable.journal import Journal
 
 if TYPE_CHECKING:
     from kbroker.storage.partition import LogDirHealth

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from kbroker.storage import fs
+from kbroker.durable import fs
+from kbroker.durable.files import fsync_directory, write_log_start_offset
 from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import fsync_directory, write_log_start_offset
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, snapshot_offsets
 from kbroker.storage.segment import SEGMENT_FILE_SUFFIXES, Segment
 from kbroker.storage.txn_index import txn_index_path, write_segment_file

@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kbroker.durable.files import DamagedFileError, StorageError, write_atomically
 from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
 from kbroker.storage.partition import CLEANED_SUFFIX, wall_clock_ms
 from kbroker.storage.segment import SEGMENT_FILE_SUFFIXES, Segment
 from kbroker.storage.txn_index import AbortedTxn, encode_entries, read_marker

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError, write_atomically
+from kbroker.durable.files import DamagedFileError, write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 CHECKPOINT_VERSION = 0

@@ -27,9 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
-from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import (
+from kbroker.durable.files import (
     LEGACY_VERSION,
     DamagedFileError,
     StorageError,
@@ -38,6 +36,8 @@ from kbroker.storage.files import (
     write_atomically,
     write_checked_json,
 )
+from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
+from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.memory import MemoryBackend
 from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
 from protocol.errors import ErrorCode, KafkaError

@@ -43,16 +43,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage import fs
-from kbroker.storage.api import PARTITION_EVENTS, PartitionEvent, PartitionEventListener
-from kbroker.storage.backend import LOG_START_OFFSET_FILE, FileBackend, LogBackend
-from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import (
+from kbroker.durable import fs
+from kbroker.durable.files import (
     DamagedFileError,
     StorageError,
     fsync_directory,
     read_log_start_offset,
 )
+from kbroker.storage.api import PARTITION_EVENTS, PartitionEvent, PartitionEventListener
+from kbroker.storage.backend import LOG_START_OFFSET_FILE, FileBackend, LogBackend
+from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
 from kbroker.storage.producer_state import ProducerStateTable, ProducerView, snapshot_offsets
 from kbroker.storage.recompress import TopicCompression, rebuild_batch

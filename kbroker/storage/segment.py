@@ -40,15 +40,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage import fs
-from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
-from kbroker.storage.files import (
+from kbroker.durable import fs
+from kbroker.durable.files import (
     DamagedFileError,
     StorageError,
     fsync_directory,
     write_atomically,
     write_checked_json,
 )
+from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 

@@ -20,11 +20,12 @@ import trio.testing
 
 from kbroker import app
 from kbroker.config import BrokerConfig
+from kbroker.durable import fs
+from kbroker.durable.fs import FaultyFileSystem
 from kbroker.server.listeners import plaintext_listener
 from kbroker.services import FlushService, LogCleanerService, OffsetExpiryService, RetentionService
-from kbroker.storage import LogManager, fs
+from kbroker.storage import LogManager
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint
-from kbroker.storage.fs import FaultyFileSystem
 from kbroker.storage.partition import LogDirHealth
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")

@@ -28,6 +28,7 @@ from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.durable.files import DamagedFileError, write_checked
 from kbroker.security import scram_credentials as scram_store_module
 from kbroker.security.acls import (
     AclBinding,
@@ -46,7 +47,6 @@ from kbroker.security.scram_credentials import ScramCredentialStore, ScramStoreE
 from kbroker.server.listener_security import listener_security
 from kbroker.server.listeners import ListenerSpec
 from kbroker.storage import LogManager
-from kbroker.storage.files import DamagedFileError, write_checked
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from protocol.messages.delete_topics_request import DeleteTopicsRequest

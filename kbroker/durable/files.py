@@ -28,7 +28,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from kbroker.storage import fs
+from kbroker.durable import fs
 from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 
