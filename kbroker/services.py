@@ -7,7 +7,7 @@ The group coordinators' timers are one service of the same shape: the Coordinato
 Nothing a tick meets ends a service, let alone the broker: a full disk, a process out of descriptors or a bug
 fails that tick, which TickFailures logs once per kind of failure, and the next tick tries again. What a failed
 write means for the data directory (offline for writes after repeated failures) is decided by its health policy
-(LogDirHealth in kbroker/storage/partition.py), which a failed checkpoint feeds as a failed append does.
+(LogDirHealth in kbroker/storage/log.py), which a failed checkpoint feeds as a failed append does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from kbroker.broker import Broker
 from kbroker.durable.files import DamagedFileError, StorageError
 from kbroker.storage import PartitionLog
 from kbroker.storage.manager import LogManager
-from kbroker.storage.partition import SegmentSwapInterrupted
+from kbroker.storage.swap import SegmentSwapInterrupted
 from protocol.errors import KafkaError
 
 if TYPE_CHECKING:

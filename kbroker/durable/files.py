@@ -75,6 +75,13 @@ class StorageError(Exception):
     """The data directory or a file in it cannot be used; the message is one line that names the path."""
 
 
+def describe_error(exc: BaseException) -> str:
+    """A failed file operation in a few words: an OSError's reason and file, else the message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
+    return str(exc)
+
+
 class DataDirError(StorageError):
     """The data directory is missing and cannot be created, is not a directory, is not writable, or is in use."""
 

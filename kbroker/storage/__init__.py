@@ -5,8 +5,8 @@ files in the data directory, or memory for fast handler tests (``LogManager.in_m
 """
 
 from kbroker.storage.api import PartitionEvent, PartitionEventListener
+from kbroker.storage.log import AppendResult, LogConfig, OffsetOutOfRange, PartitionLog, ReadChunk
 from kbroker.storage.manager import LogManager, TopicInfo, validate_topic_name
-from kbroker.storage.partition import AppendResult, LogConfig, OffsetOutOfRange, PartitionLog, ReadChunk
 from kbroker.storage.segment import Segment
 
 __all__ = [

@@ -9,7 +9,7 @@ what it stores goes through its backend:
 - ``MemoryBackend`` (kbroker/storage/memory.py): segments keep their bytes in memory and nothing is durable, for
   fast unit tests of handlers; a fetch then answers bytes instead of a file region.
 
-Only a file-backed log is ever reopened, so recovery (PartitionLog._open) reads the directory itself.
+Only a file-backed log is ever reopened, so recovery (kbroker/storage/loader.py) reads the directory itself.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from kbroker.durable.files import (
 )
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
 from kbroker.storage.descriptors import DescriptorCache
+from kbroker.storage.log import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
 from kbroker.storage.memory import MemoryBackend
-from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 
@@ -126,7 +126,7 @@ class LogManager:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self._pending: set[str] = set()  # topics being created
-        # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see partition.py.
+        # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see log.py.
         self.dir_health = LogDirHealth(self.data_dir)
         # Every partition's segments share one bounded set of open files (made here, on the event loop).
         self.descriptors = DescriptorCache(open_segment_files)

@@ -10,12 +10,11 @@ and Segment's own code. A read answers the bytes themselves where the file backe
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.segment import Segment
+from kbroker.storage.segment import Segment, wall_clock_ms
 
 if TYPE_CHECKING:
     from kbroker.storage.producer_state import ProducerStateTable
@@ -35,7 +34,7 @@ class MemorySegment(Segment):
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
         position = self.size
         self._data += batch
-        self._written_ms = int(time.time() * 1000)
+        self._written_ms = wall_clock_ms()
         self._appended(batch, header, position)
         return position
 

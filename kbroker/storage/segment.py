@@ -71,6 +71,10 @@ _MAGIC_AT = 16  # where a batch header holds its magic byte
 _MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the segment's base as int32
 
 
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 

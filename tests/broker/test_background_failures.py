@@ -26,7 +26,7 @@ from kbroker.server.listeners import plaintext_listener
 from kbroker.services import FlushService, LogCleanerService, OffsetExpiryService, RetentionService
 from kbroker.storage import LogManager
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint
-from kbroker.storage.partition import LogDirHealth
+from kbroker.storage.log import LogDirHealth
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 EMFILE = OSError(errno.EMFILE, "Too many open files", "/data/recovery-point-offset-checkpoint.tmp")

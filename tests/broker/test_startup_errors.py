@@ -23,7 +23,8 @@ from kbroker.config import BrokerConfig
 from kbroker.durable.files import LOCK_FILE, DamagedFileError, DataDirError, DataDirLock, lock_data_dir
 from kbroker.health import check
 from kbroker.storage import LogManager
-from kbroker.storage.partition import LOG_START_OFFSET_FILE, LogConfig, PartitionLog
+from kbroker.storage.backend import LOG_START_OFFSET_FILE
+from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.producer_state import ProducerStateTable
 from kbroker.testing import BrokerProcess, RunningBroker
 

@@ -225,7 +225,7 @@ def test_failed_journal_writes_count_towards_taking_the_directory_offline(
     tmp_path: Path, faulty: FaultyFileSystem
 ) -> None:
     from kbroker.groups.offsets import CommittedOffset, OffsetStore, OffsetStoreError
-    from kbroker.storage.partition import LogDirHealth
+    from kbroker.storage.log import LogDirHealth
 
     health = LogDirHealth(tmp_path)
     store = OffsetStore(tmp_path, health=health)

@@ -27,8 +27,8 @@ from kbroker.durable.files import (
     write_offset_file,
 )
 from kbroker.storage import LogConfig, LogManager, PartitionLog
+from kbroker.storage.backend import LOG_START_OFFSET_FILE
 from kbroker.storage.manager import TOPICS_FILE
-from kbroker.storage.partition import LOG_START_OFFSET_FILE
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, BatchMetadata, ProducerEntry, ProducerStateTable
 from protocol.records import Record, build_batch, crc32c
 

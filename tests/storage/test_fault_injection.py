@@ -25,7 +25,7 @@ from kbroker.durable.fs import FaultKind, FaultyFileSystem, SimulatedCrash
 from kbroker.durable.journal import Journal, JournalTailDamaged
 from kbroker.groups.offsets import CommittedOffset, OffsetStore, OffsetStoreError
 from kbroker.storage import LogConfig, PartitionLog
-from kbroker.storage.partition import LogDirHealth
+from kbroker.storage.log import LogDirHealth
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch, decode_records, iter_batches
 
