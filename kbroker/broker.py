@@ -20,6 +20,13 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.durable.files import (
+    DamagedFileError,
+    lock_data_dir,
+    read_offset_file,
+    write_atomically,
+    write_offset_file,
+)
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.runtime import CoordinatorRuntime
@@ -27,15 +34,7 @@ from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
 from kbroker.security.scram_credentials import ScramCredentialStore
-from kbroker.storage import LogManager, TopicInfo
-from kbroker.storage.api import AnyLogStore, PartitionStore
-from kbroker.storage.files import (
-    DamagedFileError,
-    lock_data_dir,
-    read_offset_file,
-    write_atomically,
-    write_offset_file,
-)
+from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
 
@@ -68,7 +67,7 @@ def new_cluster_id() -> str:
 
 class Broker:
     def __init__(
-        self, config: BrokerConfig, data_dir: Path, advertised: Endpoint, *, logs: AnyLogStore | None = None
+        self, config: BrokerConfig, data_dir: Path, advertised: Endpoint, *, logs: LogManager | None = None
     ) -> None:
         self.config = config
         self.data_dir = data_dir
@@ -82,13 +81,13 @@ class Broker:
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:
             self.cluster_id = self._load_meta()
-            # ``logs``: another storage engine (the in-memory one in unit tests); the disk engine by default.
-            self.logs: AnyLogStore = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
+            # ``logs``: a store given by the caller (one kept in memory, in unit tests); files in data_dir by default.
+            self.logs = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
             # With log.flush.interval.messages=1 a commit is fsynced before it is acknowledged, as a produce is.
             self.offsets = OffsetStore(
                 data_dir,
                 sync_commits=config["log.flush.interval.messages"] == 1,
-                health=self.logs.dir_health if isinstance(self.logs, LogManager) else None,  # the journal's directory
+                health=self.logs.dir_health if self.logs.durable else None,  # the journal's directory
             )
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
             self.quotas = ClientQuotas(
@@ -127,7 +126,7 @@ class Broker:
                 runtime=self.coordinator_runtime,
             )
             # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
-            self.transactions.recover(reconcile_markers=isinstance(self.logs, LogManager) and not self.logs.clean_start)
+            self.transactions.recover(reconcile_markers=not self.logs.clean_start)
         except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked
             self.logs.close()
             self.offsets.close()
@@ -230,7 +229,7 @@ class Broker:
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.topic(name)
 
-    def partition(self, topic: str, partition: int) -> PartitionStore | None:
+    def partition(self, topic: str, partition: int) -> PartitionLog | None:
         return self.topics.partition(topic, partition)
 
     # --- shutdown wake-ups ------------------------------------------------------------------------------

@@ -287,7 +287,7 @@ def error_line(exc: BaseException, data_dir: Path | None = None) -> str | None:
     """The one line a start-up failure is reported with (None: not one of those, let it propagate). An OSError
     that names no file (a failed write says only "No space left on device") names ``data_dir``."""
     from kbroker.app import ListenError
-    from kbroker.storage.files import DamagedFileError, StorageError
+    from kbroker.durable.files import DamagedFileError, StorageError
 
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # trio's nurseries wrap errors
         exc = exc.exceptions[0]

@@ -246,8 +246,7 @@ def _log_families(broker: Broker, hosted: int) -> Iterator[Family]:
         start.add(plog.log_start_offset, **labels)
         end.add(plog.log_end_offset, **labels)
         high_watermark.add(plog.high_watermark, **labels)
-        if hasattr(plog, "segments"):  # the in-memory engine (unit tests) has none
-            segments.add(len(plog.segments), **labels)
+        segments.add(len(plog.segments), **labels)
     yield from gauges
     prefix = "kafka_server_replicamanager_"
     for name, value, help_text in (

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from kbroker.storage.files import read_checked, write_checked
+from kbroker.durable.files import read_checked, write_checked
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kbroker.quotas")

@@ -7,7 +7,7 @@ The group coordinators' timers are one service of the same shape: the Coordinato
 Nothing a tick meets ends a service, let alone the broker: a full disk, a process out of descriptors or a bug
 fails that tick, which TickFailures logs once per kind of failure, and the next tick tries again. What a failed
 write means for the data directory (offline for writes after repeated failures) is decided by its health policy
-(LogDirHealth in kbroker/storage/partition.py), which a failed checkpoint feeds as a failed append does.
+(LogDirHealth in kbroker/storage/log.py), which a failed checkpoint feeds as a failed append does.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.broker import Broker
+from kbroker.durable.files import DamagedFileError, StorageError
 from kbroker.storage import PartitionLog
-from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.manager import LogManager
-from kbroker.storage.partition import SegmentSwapInterrupted
+from kbroker.storage.swap import SegmentSwapInterrupted
 from protocol.errors import KafkaError
 
 if TYPE_CHECKING:
@@ -166,19 +166,18 @@ class FlushService:
 
     async def checkpoint(self) -> None:
         logs = self.broker.logs
-        health = logs.dir_health if isinstance(logs, LogManager) else None
-        if health is not None and health.offline:
+        health = logs.dir_health
+        if health.offline:
             return
         try:
             await trio.to_thread.run_sync(logs.checkpoint_recovery_points)
         except Exception as exc:  # noqa: BLE001 - logged once per kind; the next interval tries again
             self.failures.failed(self.CHECKPOINT, exc)
-            if health is not None and isinstance(exc, OSError | StorageError):
+            if isinstance(exc, OSError | StorageError):
                 health.write_failed(f"writing the {self.CHECKPOINT}", exc, logged=True)
             return
         self.failures.succeeded(self.CHECKPOINT)
-        if health is not None:
-            health.write_succeeded()
+        health.write_succeeded()
 
 
 class OffsetExpiryService:
@@ -239,8 +238,8 @@ class LogCleanerService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         logs = self.broker.logs
-        if not self.enabled or not isinstance(logs, LogManager):
-            # The in-memory engine keeps every record: compaction rewrites segment files.
+        if not self.enabled or not logs.durable:
+            # The cleaner's worker reads and writes segment files: logs kept in memory keep every record.
             task_status.started()
             await trio.sleep_forever()
         task_status.started()

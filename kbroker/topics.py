@@ -15,8 +15,7 @@ import trio
 
 from kbroker.config import BrokerConfig
 from kbroker.groups.offsets import OffsetStore
-from kbroker.storage import TopicInfo
-from kbroker.storage.api import AnyLogStore, PartitionStore
+from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker")
@@ -27,7 +26,7 @@ def unknown_topic(name: str) -> KafkaError:
 
 
 class TopicService:
-    def __init__(self, logs: AnyLogStore, offsets: OffsetStore, config: BrokerConfig) -> None:
+    def __init__(self, logs: LogManager, offsets: OffsetStore, config: BrokerConfig) -> None:
         self.logs = logs
         self.offsets = offsets
         self.config = config
@@ -49,7 +48,7 @@ class TopicService:
     def exists_or_pending(self, name: str) -> bool:
         return self.logs.topic(name) is not None or self.logs.is_pending(name)
 
-    def partition(self, topic: str, partition: int) -> PartitionStore | None:
+    def partition(self, topic: str, partition: int) -> PartitionLog | None:
         """The partition's log (opened on first use); None if there is no such partition.
 
         Raises KafkaError KAFKA_STORAGE_ERROR if its files cannot be opened.

@@ -30,8 +30,8 @@ from typing import Protocol
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.durable.files import read_checked_json, write_checked_json
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from kbroker.storage.files import read_checked_json, write_checked_json
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.update_features_request import UpdateFeaturesRequest
 from protocol.messages.update_features_response import UpdateFeaturesResponse

@@ -1,6 +1,6 @@
 """Committed offsets, durable across restarts.
 
-Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/storage/journal.py):
+Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/durable/journal.py):
 one checksummed record per change (a commit, a deleted offset, a deleted group), each a compact JSON object,
 a request's changes appended with a single write. A crash loses at most a torn last record; a damaged record
 is skipped and the ones after it are kept. When the journal holds many superseded records it is rewritten
@@ -24,7 +24,7 @@ answers a failed append to ``__consumer_offsets`` (KAFKA_STORAGE_ERROR becomes N
 applied; otherwise the flush service and ``close`` fsync it. A failed fsync takes the store offline until the
 broker restarts (Kafka treats a failed fsync as fatal for the log dir): every later change is refused.
 
-The journal lives in the data directory and shares its health (LogDirHealth, kbroker/storage/partition.py), as
+The journal lives in the data directory and shares its health (LogDirHealth, kbroker/storage/log.py), as
 Kafka's ``__consumer_offsets`` partitions live in a log dir: a failed journal write counts as a failed write of
 the directory, a failed fsync takes the directory offline, and while the directory is offline every change is
 refused (OffsetCommit then answers NOT_COORDINATOR, Kafka's answer when the append to an offline log dir fails
@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbroker.storage.files import DamagedFileError, StorageError
-from kbroker.storage.journal import Journal
+from kbroker.durable.files import DamagedFileError, StorageError
+from kbroker.durable.journal import Journal
 
 if TYPE_CHECKING:
-    from kbroker.storage.partition import LogDirHealth
+    from kbroker.storage.log import LogDirHealth
 
 log = logging.getLogger("kbroker.groups")
 

@@ -18,7 +18,7 @@ by principal, so a decision costs a few dictionary look-ups and a scan of the AC
 ``User:*`` on the matching resources, whatever the number of ACLs; nothing derived from them is cached, so a
 create or a delete is seen by the next decision.
 
-They are kept in ``acls`` in the data directory, a checked file (kbroker/storage/files.py) rewritten whole on
+They are kept in ``acls`` in the data directory, a checked file (kbroker/durable/files.py) rewritten whole on
 every change before the change is answered, so a restart keeps them.
 """
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kbroker.durable.files import DamagedFileError, read_checked, write_checked
 from kbroker.security.acls import (
     USER_WILDCARD,
     WILDCARD,
@@ -45,7 +46,6 @@ from kbroker.security.acls import (
     entry_applies,
     validate_new_binding,
 )
-from kbroker.storage.files import DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

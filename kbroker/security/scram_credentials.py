@@ -4,7 +4,7 @@ DescribeUserScramCredentials, looked up by the SCRAM mechanisms (kbroker/securit
 What is stored per user and mechanism is RFC 5802's server-side credential: the salt, StoredKey, ServerKey and
 iteration count, never the password nor the salted password (an upsertion carries the salted password; the keys
 are derived from it and it is dropped). Kafka keeps them in its metadata log; kbroker keeps them in
-``scram-credentials`` in the data directory, a checked file (kbroker/storage/files.py: kind, version, crc32c)
+``scram-credentials`` in the data directory, a checked file (kbroker/durable/files.py: kind, version, crc32c)
 rewritten atomically on every change, so a damaged file is refused with a one-line error instead of being misread.
 
 ``kbroker serve --sasl-user`` is declarative (``configure_users``, at every start): the users it names get exactly
@@ -35,8 +35,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from kbroker.durable.files import DamagedFileError, read_checked, write_checked
 from kbroker.quotas import java_hashmap_order, java_string_hash
-from kbroker.storage.files import DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

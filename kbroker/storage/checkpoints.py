@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError, write_atomically
+from kbroker.durable.files import DamagedFileError, write_atomically
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 CHECKPOINT_VERSION = 0

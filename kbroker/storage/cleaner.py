@@ -50,11 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kbroker.durable.files import DamagedFileError, StorageError, write_atomically
 from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
-from kbroker.storage.partition import CLEANED_SUFFIX, wall_clock_ms
-from kbroker.storage.segment import SEGMENT_FILE_SUFFIXES, Segment
+from kbroker.storage.segment import SEGMENT_FILE_SUFFIXES, Segment, wall_clock_ms
+from kbroker.storage.swap import CLEANED_SUFFIX
 from kbroker.storage.txn_index import AbortedTxn, encode_entries, read_marker
 from protocol import compression
 from protocol.exceptions import DecodeError
@@ -74,7 +74,7 @@ from protocol.records import (
 )
 
 if TYPE_CHECKING:
-    from kbroker.storage.partition import PartitionLog
+    from kbroker.storage.log import PartitionLog
 
 log = logging.getLogger("kbroker.cleaner")
 

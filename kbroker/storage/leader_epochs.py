@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.files import DamagedFileError, write_atomically
+from kbroker.durable.files import DamagedFileError, write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 CHECKPOINT_VERSION = 0
@@ -76,9 +76,12 @@ class LeaderEpochCache:
     that cannot be parsed raises DamagedFileError naming it.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None) -> None:
+        """``path`` None: a log kept in memory, whose cache is never written."""
         self.path = path
         self._entries: list[EpochEntry] = []
+        if path is None:
+            return
         try:
             text = path.read_text(encoding="ascii")
         except FileNotFoundError:
@@ -180,6 +183,8 @@ class LeaderEpochCache:
         return True
 
     def _write(self) -> None:
+        if self.path is None:
+            return
         lines = [str(CHECKPOINT_VERSION), str(len(self._entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]
         write_atomically(self.path, "\n".join(lines) + "\n", sync_directory=True)

@@ -27,9 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
-from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import (
+from kbroker.durable.files import (
     LEGACY_VERSION,
     DamagedFileError,
     StorageError,
@@ -38,7 +36,10 @@ from kbroker.storage.files import (
     write_atomically,
     write_checked_json,
 )
-from kbroker.storage.partition import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
+from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
+from kbroker.storage.descriptors import DescriptorCache
+from kbroker.storage.log import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
+from kbroker.storage.memory import MemoryBackend
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 
@@ -102,25 +103,37 @@ def _stored_topic_id(directory: Path) -> uuid.UUID | None:
 
 class LogManager:
     def __init__(
-        self, data_dir: Path, topic_defaults: dict[str, str], *, open_segment_files: int | None = None
+        self,
+        data_dir: Path,
+        topic_defaults: dict[str, str],
+        *,
+        open_segment_files: int | None = None,
+        in_memory: bool = False,
     ) -> None:
         """``open_segment_files``: how many segment files may be open at once (default: half the soft
-        open-file limit, see kbroker/storage/descriptors.py)."""
+        open-file limit, see kbroker/storage/descriptors.py). ``in_memory``: every log over the memory backend
+        (kbroker/storage/memory.py) and nothing written to ``data_dir``, which then only names the logs."""
         self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.durable = not in_memory
         self.topic_defaults = dict(topic_defaults)
-        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
-        self.clean_start = marker.exists()
-        marker.unlink(missing_ok=True)
+        self.clean_start = True
+        if self.durable:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+            self.clean_start = marker.exists()
+            marker.unlink(missing_ok=True)
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self._pending: set[str] = set()  # topics being created
-        # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see partition.py.
+        # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see log.py.
         self.dir_health = LogDirHealth(self.data_dir)
         # Every partition's segments share one bounded set of open files (made here, on the event loop).
         self.descriptors = DescriptorCache(open_segment_files)
         self._opened_this_run: set[tuple[str, int]] = set()  # recovered, if the start was unclean
+        self._recovery_points: dict[tuple[str, int], int] = {}
+        if not self.durable:
+            return
         if (self.data_dir / TOPICS_FILE).exists():
             self._load_topics()
         else:
@@ -128,6 +141,11 @@ class LogManager:
         self._remove_deleted_directories()
         self._quarantine_unknown_directories()
         self._recovery_points = self._load_recovery_points()
+
+    @classmethod
+    def in_memory_store(cls, topic_defaults: dict[str, str]) -> LogManager:
+        """Topics and logs kept in memory only (fast handler tests): the same engine, nothing durable."""
+        return cls(Path("memory"), topic_defaults, in_memory=True)
 
     # --- metadata ------------------------------------------------------------------------------------
 
@@ -149,6 +167,8 @@ class LogManager:
             self._save_topics()
 
     def _save_topics(self) -> None:
+        if not self.durable:
+            return
         topics = {
             info.name: {"id": str(info.topic_id), "partitions": info.partitions, "configs": info.configs}
             for info in self._topics.values()
@@ -232,6 +252,8 @@ class LogManager:
     def checkpoint_recovery_points(self) -> None:
         """Write recovery-point-offset-checkpoint: each open partition's recovery point (what is fsynced), and
         for the others the point read at start-up. May run in a worker thread, e.g. after a flush."""
+        if not self.durable:
+            return
         points = {key: offset for key, offset in dict(self._recovery_points).items() if key[0] in self._topics}
         for key, plog in list(self._partitions.items()):
             points[key] = plog.recovery_point
@@ -288,7 +310,11 @@ class LogManager:
         config = self.log_config(info)
         logs = []
         for index in range(first, info.partitions if total is None else total):
-            directory = self._prepare_directory(info, index)
+            if self.durable:
+                directory, backend = self._prepare_directory(info, index), None
+            else:
+                directory = self._directory(info.name, index)
+                backend = MemoryBackend(directory)
             logs.append(
                 PartitionLog(
                     info.name,
@@ -298,6 +324,7 @@ class LogManager:
                     clean=True,
                     health=self.dir_health,
                     descriptors=self.descriptors,
+                    backend=backend,
                 )
             )
         return logs
@@ -355,7 +382,7 @@ class LogManager:
             if plog is not None:
                 plog.delete()
             directory = self._directory(name, index)
-            if directory.exists():
+            if self.durable and directory.exists():
                 self._discard_directory(directory)
 
     def add_partitions(self, name: str, total: int) -> TopicInfo:
@@ -394,8 +421,8 @@ class LogManager:
         if plog is not None:
             return plog
         info = self._topics.get(topic)
-        if info is None or not 0 <= partition < info.partitions:
-            return None
+        if info is None or not 0 <= partition < info.partitions or not self.durable:
+            return None  # (a log in memory exists from its creation)
         directory = self._directory(topic, partition)
         try:
             stored_id = _stored_topic_id(directory) if directory.exists() else None
@@ -461,6 +488,9 @@ class LogManager:
     def close(self) -> None:
         for plog in self._partitions.values():
             plog.close()
+        if not self.durable:
+            self._partitions.clear()
+            return
         try:
             self.checkpoint_recovery_points()
         except OSError as exc:  # the previous checkpoint stays: the next unclean start validates more

@@ -15,7 +15,7 @@ coordinator epoch TRANSACTION_COORDINATOR_FENCED. A producer with an open transa
 
 The state is rebuilt after a restart from a snapshot written at clean shutdown and at each segment roll (the
 newest few are kept), plus the batches after the snapshot's offset. A snapshot is a checked file
-(kbroker/storage/files.py) whose payload is JSON: ``{producer id: {"epoch", "last_timestamp", "batches":
+(kbroker/durable/files.py) whose payload is JSON: ``{producer id: {"epoch", "last_timestamp", "batches":
 [[first seq, last seq, first offset, last offset, timestamp], ...], "coordinator_epoch", "txn_first_offset"}}``
 (the last two as Kafka's snapshot holds them; -1 when absent, as in snapshots of older kbrokers).
 """
@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.storage.files import LEGACY_VERSION, DamagedFileError, read_checked, write_checked
+from kbroker.durable.files import LEGACY_VERSION, DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader
 

@@ -40,15 +40,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage import fs
-from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
-from kbroker.storage.files import (
+from kbroker.durable import fs
+from kbroker.durable.files import (
     DamagedFileError,
     StorageError,
     fsync_directory,
     write_atomically,
     write_checked_json,
 )
+from kbroker.storage.descriptors import ClosedSegmentError, DescriptorCache
 from protocol.exceptions import DecodeError
 from protocol.records import HEADER, HEADER_SIZE, BatchHeader, header_problem, validate_crc
 
@@ -69,6 +69,10 @@ CORRUPT_RANGES_SUFFIX = ".log.corrupt-ranges"  # the damage recovery kept in pla
 CORRUPT_SUFFIX = ".corrupt"  # bytes recovery cut from the end of the log, kept aside
 _MAGIC_AT = 16  # where a batch header holds its magic byte
 _MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the segment's base as int32
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def segment_name(base_offset: int) -> str:
@@ -193,9 +197,7 @@ class Segment:
         self._written_generation = 0  # bumped by every change to the log file (event loop only)
         self._synced_generation = 0  # the newest generation known to be on disk
         self._fd = -1  # -1 while evicted from (or never yet opened through) the descriptor cache
-        self._descriptors = descriptors if descriptors is not None else DescriptorCache()
-        self._touch = self._descriptors.touch  # marks this segment most recently used (one C call, no frame)
-        self._fd, self.size = self._descriptors.create(self)
+        self.size = self._create_file(descriptors)
         self.next_offset = base_offset
         self.created_ms = created_ms
         self.max_timestamp = NO_TIMESTAMP
@@ -221,6 +223,13 @@ class Segment:
     def dirty(self) -> bool:
         """Whether bytes were written (or cut) since the last completed fsync."""
         return self._written_generation != self._synced_generation
+
+    def _create_file(self, descriptors: DescriptorCache | None) -> int:
+        """Create (or open) the log file through the descriptor cache; its size."""
+        self._descriptors = descriptors if descriptors is not None else DescriptorCache()
+        self._touch = self._descriptors.touch  # marks this segment most recently used (one C call, no frame)
+        self._fd, size = self._descriptors.create(self)
+        return size
 
     # --- the descriptor (see kbroker/storage/descriptors.py) ----------------------------------------------
 
@@ -325,7 +334,7 @@ class Segment:
             self._clear_indexes()
             self._scan_tail(0, check_crc=False)
             index_problem = time_problem
-        if index_problem is not None and self.index_path.exists():
+        if index_problem is not None and self.has_index_files():
             self.write_indexes()  # the next start finds them right
         return 0
 
@@ -664,7 +673,7 @@ class Segment:
         self.next_offset, self.max_timestamp = next_offset, max(max_timestamp, self.max_timestamp)
         if problem is not None:
             raise DecodeError(problem)
-        if self.index_path.exists():
+        if self.has_index_files():
             self.write_indexes()
 
     # --- scanning ---------------------------------------------------------------------------------------
@@ -742,6 +751,11 @@ class Segment:
         except OSError as exc:
             self._cut_back(position, exc)
             raise
+        self._appended(batch, header, position)
+        return position
+
+    def _appended(self, batch: bytes | bytearray | memoryview, header: BatchHeader, position: int) -> None:
+        """Account for a batch just written at ``position``."""
         self.size += len(batch)
         self._written_generation += 1  # after the write: an fsync that reads it covers these bytes
         self._track(header, position)
@@ -749,7 +763,6 @@ class Segment:
         if len(recent) >= _RECENT_APPENDS:
             recent.clear()
         recent[header.base_offset] = position
-        return position
 
     def _cut_back(self, size: int, cause: OSError) -> None:
         """Undo a failed append: the file back to ``size`` bytes (the descriptor appends, so writes follow it)."""
@@ -774,7 +787,7 @@ class Segment:
                 cut = min(cut, corrupt.position)
         if cut >= self.size:
             return
-        fs.ftruncate(self._descriptor(), cut)
+        self._truncate_file(cut)
         self.size = cut
         self._written_generation += 1
         self._recent_positions.clear()
@@ -805,6 +818,9 @@ class Segment:
         self._scan_tail(restart, check_crc=False)
         if self.corrupt_ranges and self.corrupt_ranges[-1].end == cut:  # the offsets it stands for stay taken
             self.next_offset = max(self.next_offset, self.corrupt_ranges[-1].last_offset + 1)
+
+    def _truncate_file(self, size: int) -> None:
+        fs.ftruncate(self._descriptor(), size)
 
     def _track(self, header: BatchHeader, position: int) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -925,6 +941,9 @@ class Segment:
         guess."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
+        return self._modified_ms()
+
+    def _modified_ms(self) -> int:
         try:
             return os.stat(self.log_path).st_mtime_ns // 1_000_000
         except OSError:
@@ -964,8 +983,15 @@ class Segment:
         if self.max_timestamp > (self._time_timestamps[-1] if self._time_timestamps else NO_TIMESTAMP):
             # Kafka's final entry on roll: the segment's largest timestamp, so retention can read it back.
             time_index += _TIME_ENTRY.pack(self.max_timestamp, self.next_offset - 1 - self.base_offset)
-        write_atomically(self.index_path, bytes(index))
-        write_atomically(self.time_index_path, bytes(time_index))
+        self._write_index_files(bytes(index), bytes(time_index))
+
+    def _write_index_files(self, index: bytes, time_index: bytes) -> None:
+        write_atomically(self.index_path, index)
+        write_atomically(self.time_index_path, time_index)
+
+    def has_index_files(self) -> bool:
+        """Whether the index files were written (at a roll or a clean shutdown)."""
+        return self.index_path.exists()
 
     def fsync(self) -> bool:
         """fsync the log file (any thread); returns False if it failed. A closed segment has nothing to sync.

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage import fs
-from kbroker.storage.files import DamagedFileError, write_atomically
+from kbroker.durable import fs
+from kbroker.durable.files import DamagedFileError, write_atomically
 from protocol.exceptions import DecodeError
 from protocol.records import ControlRecordType, decode_records, parse_control_record
 

@@ -38,7 +38,7 @@ Timers (registered with kbroker.groups.runtime.CoordinatorRuntime): an Ongoing t
 timeout is aborted with the epoch bumped (the producer is fenced, as Kafka's abortTimedOutTransactions); an id
 idle (Empty or Complete*) for transactional.id.expiration.ms is forgotten; markers that failed are retried.
 
-Persistence: ``<data dir>/__transaction_state/transactions.journal`` (kbroker/storage/journal.py) holds one
+Persistence: ``<data dir>/__transaction_state/transactions.journal`` (kbroker/durable/journal.py) holds one
 record per transition, the whole metadata of the id as a compact JSON object (Kafka's ``__transaction_state``
 value); a tombstone ``{"id": ..., "state": "Dead"}`` when an id expires. A transition is journalled before it
 changes the state in memory, so a failed write changes nothing (the request answers NOT_COORDINATOR, as Kafka
@@ -65,9 +65,9 @@ from typing import Any, Protocol
 
 import trio
 
+from kbroker.durable.files import StorageError
+from kbroker.durable.journal import Journal
 from kbroker.groups.runtime import CoordinatorRuntime
-from kbroker.storage.files import StorageError
-from kbroker.storage.journal import Journal
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.transactions")
@@ -124,7 +124,7 @@ class OpenTransaction(Protocol):
 
 
 class MarkerTarget(Protocol):
-    """What the coordinator needs of a partition (kbroker/storage's PartitionStore): appending a marker, and the
+    """What the coordinator needs of a partition (kbroker/storage's PartitionLog): appending a marker, and the
     producers it knows (to find the transactions it holds open)."""
 
     def append_marker(

@@ -20,12 +20,13 @@ import trio.testing
 
 from kbroker import app
 from kbroker.config import BrokerConfig
+from kbroker.durable import fs
+from kbroker.durable.fs import FaultyFileSystem
 from kbroker.server.listeners import plaintext_listener
 from kbroker.services import FlushService, LogCleanerService, OffsetExpiryService, RetentionService
-from kbroker.storage import LogManager, fs
+from kbroker.storage import LogManager
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint
-from kbroker.storage.fs import FaultyFileSystem
-from kbroker.storage.partition import LogDirHealth
+from kbroker.storage.log import LogDirHealth
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 EMFILE = OSError(errno.EMFILE, "Too many open files", "/data/recovery-point-offset-checkpoint.tmp")
@@ -72,6 +73,7 @@ def _fake_logs(**work: Callable[..., Any]) -> SimpleNamespace:
         apply_retention=lambda now: [],
         due_for_flush=lambda now: [],
         checkpoint_recovery_points=lambda: None,
+        dir_health=LogDirHealth(Path("data")),  # never written: the failures here stay below its limit
     )
     for name, function in work.items():
         setattr(logs, name, function)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from kbroker.durable.files import DamagedFileError
 from kbroker.quotas import (
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
@@ -27,7 +28,6 @@ from kbroker.quotas import (
     values_in_kafka_order,
 )
 from kbroker.server import throttling
-from kbroker.storage.files import DamagedFileError
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode

@@ -28,7 +28,7 @@ from kbroker.apis.turns import Turns
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.server import offload
-from kbroker.storage import MemoryLogStore
+from kbroker.storage import LogManager
 from protocol.errors import ErrorCode
 from protocol.framing import decode_response, encode_request, produce_partitions
 from protocol.messages.create_topics_request import CreateTopicsRequest
@@ -53,7 +53,7 @@ PARTITIONS = 3
 def broker(tmp_path: Path) -> Iterator[Broker]:
     config = BrokerConfig({})
     broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=MemoryLogStore(config.topic_defaults())
+        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
     )
     try:
         topic = CreateTopicsRequest.CreatableTopic(name=TOPIC, num_partitions=PARTITIONS, replication_factor=1)

@@ -1,6 +1,7 @@
-"""Request handlers called directly, without sockets or segment files: the broker's log store is the in-memory
-engine (kbroker/storage/memory.py) and each test hands decoded requests to a handler and checks the exact
-response. Only the broker's identity files (meta.properties, producer-id-block, the lock) go to tmp_path."""
+"""Request handlers called directly, without sockets or segment files: the broker's log store keeps its logs in
+memory (LogManager.in_memory_store, kbroker/storage/memory.py) and each test hands decoded requests to a handler
+and checks the exact response. Only the broker's identity files (meta.properties, producer-id-block, the lock) go
+to tmp_path."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from kbroker.apis.records_admin import handle_delete_records
 from kbroker.apis.topics import handle_create_topics
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
-from kbroker.storage import MemoryLogStore
+from kbroker.storage import LogManager
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.create_topics_response import CreateTopicsResponse
@@ -40,7 +41,7 @@ Result = TypeVar("Result")
 def broker(tmp_path: Path) -> Iterator[Broker]:
     config = BrokerConfig({"num.partitions": "1"})
     broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=MemoryLogStore(config.topic_defaults())
+        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
     )
     try:
         yield broker

@@ -20,10 +20,11 @@ import pytest
 import kbroker
 from kbroker.cli import DAMAGED_FILE_FIXES, seconds_since_process_start
 from kbroker.config import BrokerConfig
+from kbroker.durable.files import LOCK_FILE, DamagedFileError, DataDirError, DataDirLock, lock_data_dir
 from kbroker.health import check
 from kbroker.storage import LogManager
-from kbroker.storage.files import LOCK_FILE, DamagedFileError, DataDirError, DataDirLock, lock_data_dir
-from kbroker.storage.partition import LOG_START_OFFSET_FILE, LogConfig, PartitionLog
+from kbroker.storage.backend import LOG_START_OFFSET_FILE
+from kbroker.storage.log import LogConfig, PartitionLog
 from kbroker.storage.producer_state import ProducerStateTable
 from kbroker.testing import BrokerProcess, RunningBroker
 
@@ -286,8 +287,8 @@ def test_a_write_failing_at_start_up_names_the_file(tmp_path: Path, capsys: pyte
     """Before: "kbroker: No space left on device" and nothing else (a failed write names no file). The live case, a
     full tmpfs, is in tests/broker/test_resource_exhaustion_live.py."""
     from kbroker import cli
-    from kbroker.storage import fs
-    from kbroker.storage.fs import FaultyFileSystem
+    from kbroker.durable import fs
+    from kbroker.durable.fs import FaultyFileSystem
 
     data_dir = tmp_path / "data"
     with RunningBroker(data_dir):

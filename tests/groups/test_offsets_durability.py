@@ -1,4 +1,4 @@
-"""Over the wire, with the file system failing under a running broker (kbroker/storage/fs.py's test double):
+"""Over the wire, with the file system failing under a running broker (kbroker/durable/fs.py's test double):
 a produce that cannot be written answers KAFKA_STORAGE_ERROR, an OffsetCommit that cannot be journalled answers
 NOT_COORDINATOR (Kafka's coordinator maps a failed append to __consumer_offsets so), the connection stays open,
 nothing changes, and once space returns both resume where they were, across a restart too."""
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import LogManager, fs
-from kbroker.storage.fs import FaultyFileSystem
+from kbroker.durable import fs
+from kbroker.durable.fs import FaultyFileSystem
+from kbroker.storage import LogManager
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -224,7 +225,7 @@ def test_failed_journal_writes_count_towards_taking_the_directory_offline(
     tmp_path: Path, faulty: FaultyFileSystem
 ) -> None:
     from kbroker.groups.offsets import CommittedOffset, OffsetStore, OffsetStoreError
-    from kbroker.storage.partition import LogDirHealth
+    from kbroker.storage.log import LogDirHealth
 
     health = LogDirHealth(tmp_path)
     store = OffsetStore(tmp_path, health=health)

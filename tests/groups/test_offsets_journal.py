@@ -1,4 +1,4 @@
-"""The append-only journal (kbroker/storage/journal.py) and the offsets store journalled in it: framing, torn
+"""The append-only journal (kbroker/durable/journal.py) and the offsets store journalled in it: framing, torn
 and corrupt records skipped with the later ones kept, compaction, and the JSON-lines journal of older kbrokers."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.durable.files import DamagedFileError
+from kbroker.durable.journal import FILE_MAGIC, RECORD_MAGIC, Journal, encode_header, encode_record
 from kbroker.groups import offsets as offsets_module
 from kbroker.groups.offsets import CommittedOffset, OffsetStore
-from kbroker.storage.files import DamagedFileError
-from kbroker.storage.journal import FILE_MAGIC, RECORD_MAGIC, Journal, encode_header, encode_record
 from protocol.records import crc32c
 
 RECORD_OVERHEAD = 12

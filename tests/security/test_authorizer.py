@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.durable.files import DamagedFileError
 from kbroker.security.acls import (
     AclBinding,
     AclBindingFilter,
@@ -18,7 +19,6 @@ from kbroker.security.acls import (
     ResourceType,
 )
 from kbroker.security.authorizer import ACLS_FILE, AclResult, StandardAuthorizer, parse_super_users
-from kbroker.storage.files import DamagedFileError
 from protocol.errors import ErrorCode
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

@@ -27,7 +27,7 @@ from kbroker.apis.error_responses import error_response
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from kbroker.storage import MemoryLogStore
+from kbroker.storage import LogManager
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
@@ -103,7 +103,9 @@ ALL_GROUP_OPERATIONS = bits(Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS
 
 def make_broker(path: Path, overrides: dict[str, str]) -> Broker:
     config = BrokerConfig({"num.partitions": "1", **overrides})
-    return Broker(config, path / "data", Endpoint("localhost", 9092), logs=MemoryLogStore(config.topic_defaults()))
+    return Broker(
+        config, path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
+    )
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.durable.files import DamagedFileError, write_checked
 from kbroker.security import scram_credentials as scram_store_module
 from kbroker.security.acls import (
     AclBinding,
@@ -45,8 +46,7 @@ from kbroker.security.sasl.scram import SCRAM_SHA_256, salted_password
 from kbroker.security.scram_credentials import ScramCredentialStore, ScramStoreError, Upsertion
 from kbroker.server.listener_security import listener_security
 from kbroker.server.listeners import ListenerSpec
-from kbroker.storage import MemoryLogStore
-from kbroker.storage.files import DamagedFileError, write_checked
+from kbroker.storage import LogManager
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
@@ -203,7 +203,7 @@ def broker(tmp_path: Path) -> object:
         }
     )
     secured = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=MemoryLogStore(config.topic_defaults())
+        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
     )
     try:
         yield secured

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.durable.files import DamagedFileError
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslSettings, create_server
 from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, salted_password
 from kbroker.security.scram_credentials import CREDENTIALS_FILE, ScramCredentialStore, Upsertion
-from kbroker.storage.files import DamagedFileError
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest as Alter
@@ -85,7 +85,7 @@ def test_a_damaged_file_is_refused_with_a_clear_error(
 
 
 def test_a_checksummed_file_with_bad_content_is_refused(tmp_path: Path) -> None:
-    from kbroker.storage.files import write_checked
+    from kbroker.durable.files import write_checked
 
     write_checked(tmp_path / CREDENTIALS_FILE, "scram-credentials", 1, b'{"credentials": [{"user": "x"}]}')
     with pytest.raises(DamagedFileError, match="unreadable credentials"):
@@ -158,7 +158,7 @@ def test_who_created_a_user_survives_api_changes_until_its_last_credential_goes(
 def test_a_version_1_file_is_migrated_by_the_shape_sasl_user_wrote(tmp_path: Path) -> None:
     """kbroker before version 2 did not record who created a user: one with exactly --sasl-user's credentials
     (both mechanisms, 4096 iterations) is taken as its, any other as the API's."""
-    from kbroker.storage.files import read_checked, write_checked
+    from kbroker.durable.files import read_checked, write_checked
 
     store = ScramCredentialStore(tmp_path)
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
@@ -180,7 +180,7 @@ def test_a_version_1_file_is_migrated_by_the_shape_sasl_user_wrote(tmp_path: Pat
 
 
 def test_a_version_2_file_naming_a_user_without_credentials_is_refused(tmp_path: Path) -> None:
-    from kbroker.storage.files import write_checked
+    from kbroker.durable.files import write_checked
 
     document = {"credentials": [], "command_line_users": ["ghost"]}
     write_checked(tmp_path / CREDENTIALS_FILE, "scram-credentials", 2, json.dumps(document).encode())

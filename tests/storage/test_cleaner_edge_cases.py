@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-import kbroker.storage.partition as partition_module
+import kbroker.storage.backend as backend_module
 from kbroker.services import LogCleanerService
 from kbroker.storage import PartitionLog
 from kbroker.storage.cleaner import CleanerCheckpoints, cleanable_section, run_job
@@ -101,7 +101,7 @@ def test_a_swap_failing_after_the_segments_were_swapped_in_leaves_the_log_readab
     def failing_write(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(partition_module, "write_segment_file", failing_write)
+    monkeypatch.setattr(backend_module, "write_segment_file", failing_write)
     assert cleanable_section(plog, None, T0).dirty_bytes > 0
     trio.run(service.clean_dirtiest, logs)
     monkeypatch.undo()

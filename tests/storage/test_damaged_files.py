@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.durable.files import DamagedFileError, StorageError
 from kbroker.storage import LogConfig, LogManager, PartitionLog
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint
-from kbroker.storage.files import DamagedFileError, StorageError
 from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch, decode_records, iter_batches

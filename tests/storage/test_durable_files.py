@@ -1,4 +1,4 @@
-"""Checked metadata files (kbroker/storage/files.py): round trips, every kind of damage refused with the file
+"""Checked metadata files (kbroker/durable/files.py): round trips, every kind of damage refused with the file
 named, single bit flips caught everywhere, and the formats of older kbrokers read and rewritten."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import LogConfig, LogManager, PartitionLog
-from kbroker.storage.files import (
+from kbroker.durable.files import (
     CHECKED_MAGIC,
     LEGACY_VERSION,
     DamagedFileError,
@@ -27,8 +26,9 @@ from kbroker.storage.files import (
     write_log_start_offset,
     write_offset_file,
 )
+from kbroker.storage import LogConfig, LogManager, PartitionLog
+from kbroker.storage.backend import LOG_START_OFFSET_FILE
 from kbroker.storage.manager import TOPICS_FILE
-from kbroker.storage.partition import LOG_START_OFFSET_FILE
 from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, BatchMetadata, ProducerEntry, ProducerStateTable
 from protocol.records import Record, build_batch, crc32c
 

@@ -1,4 +1,4 @@
-"""Faults of the file system under the storage and offsets code, through kbroker/storage/fs.py's seam.
+"""Faults of the file system under the storage and offsets code, through kbroker/durable/fs.py's seam.
 
 A failed or short write leaves the segment (and the offsets journal) exactly as before, the append answers
 KAFKA_STORAGE_ERROR and the next one lands at the same offset; a failed cut-back, a failed fsync or writes
@@ -19,12 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kbroker.durable import fs
+from kbroker.durable.files import StorageError, write_atomically
+from kbroker.durable.fs import FaultKind, FaultyFileSystem, SimulatedCrash
+from kbroker.durable.journal import Journal, JournalTailDamaged
 from kbroker.groups.offsets import CommittedOffset, OffsetStore, OffsetStoreError
-from kbroker.storage import LogConfig, PartitionLog, fs
-from kbroker.storage.files import StorageError, write_atomically
-from kbroker.storage.fs import FaultKind, FaultyFileSystem, SimulatedCrash
-from kbroker.storage.journal import Journal, JournalTailDamaged
-from kbroker.storage.partition import LogDirHealth
+from kbroker.storage import LogConfig, PartitionLog
+from kbroker.storage.log import LogDirHealth
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch, decode_records, iter_batches
 

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.durable import fs
+from kbroker.durable.fs import FaultyFileSystem
 from kbroker.storage import LogManager, validate_topic_name
 from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch
+from tests.storage.reading import stored_records
 
 
 def one_batch(value: bytes) -> bytearray:
@@ -137,3 +140,32 @@ def test_a_partition_directory_of_another_topic_id_is_discarded(tmp_path: Path) 
     metadata.write_text("version: 0\ntopic_id: 00000000-0000-0000-0000-000000000001\n")
     assert logs.get_partition("t", 0).high_watermark == 0  # type: ignore[union-attr]
     logs.close()
+
+
+def test_a_store_kept_in_memory_serves_the_same_engine_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LogManager.in_memory_store: topics, appends, rolls, DeleteRecords, retention, truncation and deletion all
+    work, and not one file operation reaches the file system (through the fs seam or otherwise)."""
+    monkeypatch.chdir(tmp_path)  # the store's nominal data directory is relative: nothing may appear here either
+    with fs.installed(FaultyFileSystem()) as seam:
+        logs = LogManager.in_memory_store({"segment.bytes": str(2 * len(one_batch(b"v0")))})
+        info = logs.create_topic("orders", 2, {})
+        plog = logs.get_partition("orders", 1)
+        assert plog is not None and logs.get_partition("orders", 2) is None
+        for i in range(6):
+            assert plog.append(one_batch(f"v{i}".encode()), now_ms=1).base_offset == i
+        assert [s.base_offset for s in plog.segments] == [0, 2, 4]  # rolled by segment.bytes, as on disk
+        assert [r.value for _, r in stored_records(plog)] == [b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
+        plog.delete_records(3)
+        assert (plog.log_start_offset, [s.base_offset for s in plog.segments]) == (3, [2, 4])
+        plog.truncate_to(5)
+        assert (plog.log_end_offset, plog.high_watermark) == (5, 5)
+        logs.alter_topic_config("orders", {"retention.ms": "0"})
+        assert [s.base_offset for s in logs.apply_retention(now_ms=10**13)] == [2, 4]  # the active one rolled too
+        assert (plog.log_start_offset, [s.base_offset for s in plog.segments]) == (5, [5])
+        assert logs.topic_by_id(info.topic_id) is info
+        logs.delete_topic("orders")
+        assert logs.topics() == []
+        logs.close()
+    assert (seam.steps, list(tmp_path.iterdir())) == (0, [])

@@ -1,6 +1,7 @@
-"""Broker-side compression (kbroker/storage/recompress.py) through both engines' append, as Kafka's LogValidator:
-every source codec to every compression.type, the rebuilt batch's bytes exact; in-place cases; transactional
-and control batches; LogAppendTime; idempotent retries; timestamps and sizes checked on rebuilt batches."""
+"""Broker-side compression (kbroker/storage/recompress.py) through the log's append over both backends, as Kafka's
+LogValidator: every source codec to every compression.type, the rebuilt batch's bytes exact; in-place cases;
+transactional and control batches; LogAppendTime; idempotent retries; timestamps and sizes checked on rebuilt
+batches."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kbroker.config import BrokerConfig
-from kbroker.storage import LogConfig, MemoryPartitionLog, PartitionLog
-from kbroker.storage.api import PartitionStore
+from kbroker.storage import LogConfig, PartitionLog
+from kbroker.storage.memory import MemoryBackend
 from kbroker.storage.recompress import CODEC_OF_COMPRESSION_TYPE, TopicCompression
 from protocol import compression
 from protocol.compression import Codec
@@ -38,18 +39,18 @@ SOURCES = [Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD]
 TARGETS = ["uncompressed", "gzip", "snappy", "lz4", "zstd"]
 LEVELS = {"gzip": 6, "snappy": None, "lz4": 0, "zstd": 3, "uncompressed": None}  # Kafka's defaults, as cramjam's
 
-LogFactory = Callable[..., PartitionStore]
+LogFactory = Callable[..., PartitionLog]
 
 
-@pytest.fixture(params=["disk", "memory"])
+@pytest.fixture(params=["file", "memory"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogFactory:
-    """``make_log(topic configs)``: an empty partition log of the engine under test."""
+    """``make_log(topic configs)``: an empty partition log over the backend under test."""
 
-    def make(configs: dict[str, str]) -> PartitionStore:
+    def make(configs: dict[str, str]) -> PartitionLog:
         settings = LogConfig.from_topic_configs(configs)
-        if request.param == "disk":
+        if request.param == "file":
             return PartitionLog("t", 0, tmp_path / "t-0", settings, clean=True)
-        return MemoryPartitionLog("t", 0, settings)
+        return PartitionLog("t", 0, Path("t-0"), settings, clean=True, backend=MemoryBackend(Path("t-0")))
 
     return make
 
@@ -128,7 +129,7 @@ def as_stored(sent: bytes, base_offset: int) -> bytes:
     return bytes(data)
 
 
-def stored(log: PartitionStore) -> list[bytes]:
+def stored(log: PartitionLog) -> list[bytes]:
     return [bytes(view) for _, view in iter_batches(log.read(0, 1 << 24).read_bytes())]
 
 

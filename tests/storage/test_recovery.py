@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import LogConfig, PartitionLog, fs
+from kbroker.durable import fs
+from kbroker.durable.fs import FaultyFileSystem, SimulatedCrash
+from kbroker.storage import LogConfig, PartitionLog
+from kbroker.storage.backend import LOG_START_OFFSET_FILE
 from kbroker.storage.cleaner import CleanerSettings, PartitionCleaner, cleanable_section
-from kbroker.storage.fs import FaultyFileSystem, SimulatedCrash
-from kbroker.storage.partition import LOG_START_OFFSET_FILE
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch, decode_records, iter_batches
 

@@ -1,5 +1,5 @@
-"""The storage contract: every case runs against the disk engine (PartitionLog in tmp_path) and the in-memory
-engine (MemoryPartitionLog), which must give the same offsets, bytes, errors and events."""
+"""The storage contract: every case runs the one log engine (PartitionLog) over the file backend (in tmp_path) and
+the memory backend (kbroker/storage/memory.py), which must give the same offsets, bytes, errors and events."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import LogConfig, MemoryPartitionLog, OffsetOutOfRange, PartitionLog
-from kbroker.storage.api import PartitionEvent, PartitionStore
+from kbroker.storage import LogConfig, OffsetOutOfRange, PartitionLog
+from kbroker.storage.api import PartitionEvent
+from kbroker.storage.memory import MemoryBackend
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader, Record, build_batch, decode_records, iter_batches
 
@@ -18,18 +19,18 @@ T0 = 1_700_000_000_000
 EVERYTHING = 1 << 20
 APPEND_EVENT = PartitionEvent.APPENDED | PartitionEvent.HIGH_WATERMARK | PartitionEvent.STABLE_OFFSET
 
-LogFactory = Callable[..., PartitionStore]
+LogFactory = Callable[..., PartitionLog]
 
 
-@pytest.fixture(params=["disk", "memory"])
+@pytest.fixture(params=["file", "memory"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogFactory:
     """``make_log(**config)``: an empty partition log of the engine under test, with LogConfig(**config)."""
 
-    def make(**config: int | str) -> PartitionStore:
+    def make(**config: int | str) -> PartitionLog:
         settings = LogConfig(**config)  # type: ignore[arg-type]
-        if request.param == "disk":
+        if request.param == "file":
             return PartitionLog("t", 0, tmp_path / "t-0", settings, clean=True)
-        return MemoryPartitionLog("t", 0, settings)
+        return PartitionLog("t", 0, Path("t-0"), settings, clean=True, backend=MemoryBackend(Path("t-0")))
 
     return make
 
@@ -62,7 +63,7 @@ def headers_of(data: bytes) -> list[BatchHeader]:
     return [header for header, _ in iter_batches(data)]
 
 
-def consume_all(plog: PartitionStore, start: int, max_bytes: int = EVERYTHING) -> list[tuple[int, bytes | None]]:
+def consume_all(plog: PartitionLog, start: int, max_bytes: int = EVERYTHING) -> list[tuple[int, bytes | None]]:
     """Every record from ``start`` to the log end, read the way a consumer does (chunk after chunk)."""
     out: list[tuple[int, bytes | None]] = []
     position = start
@@ -599,3 +600,38 @@ def test_truncation_forgets_epochs_that_started_after_the_cut(make_log: LogFacto
     assert plog.end_offset_for_epoch(0) == (0, 2)
     assert plog.end_offset_for_epoch(1) == (1, 3)
     assert headers_of(plog.read(2, EVERYTHING).read_bytes())[0].partition_leader_epoch == 1
+
+
+# --- segment swaps ---------------------------------------------------------------------------------------------
+
+
+def test_a_segment_swap_replaces_sealed_segments_and_reads_follow_it(make_log: LogFactory) -> None:
+    """The log cleaner's way in, over either backend: replacements holding a subset of the offsets take the
+    place of sealed segments, a second pending replacement is refused, and reads see the new segments."""
+    size = len(batch([b"v0", b"w0"]))
+    plog = make_log(segment_bytes=3 * size)
+    for i in range(10):
+        plog.append(batch([f"v{i}".encode(), f"w{i}".encode()]), now_ms=T0)
+    assert [s.base_offset for s in plog.segments] == [0, 6, 12, 18]
+    replaced = plog.segments[0:2]
+    replacement = plog.new_cleaned_segment(0)
+    for segment in replaced:
+        for scanned in segment.scan():
+            if scanned.header.base_offset % 4 == 0:  # keep the batches at offsets 0, 4 and 8
+                replacement.append(segment.read(scanned.position, scanned.header.size), scanned.header)
+    stray = plog.new_cleaned_segment(12)
+    stray.append(*next((plog.segments[2].read(s.position, s.header.size), s.header) for s in plog.segments[2].scan()))
+    with pytest.raises(ValueError, match="other cleaned segments are pending"):
+        plog.swap_segments(replaced, [replacement])
+    stray.delete()
+    plog.swap_segments(replaced, [replacement])
+    assert [(s.base_offset, s.next_offset, s.suffix) for s in plog.segments] == [
+        (0, 10, ""),
+        (12, 18, ""),
+        (18, 20, ""),
+    ]
+    kept = [(0, b"v0"), (1, b"w0"), (4, b"v2"), (5, b"w2"), (8, b"v4"), (9, b"w4")]
+    later = [(2 * i + j, f"{'vw'[j]}{i}".encode()) for i in range(6, 10) for j in range(2)]
+    assert consume_all(plog, 0) == kept + later
+    assert consume_all(plog, 2) == kept[2:] + later  # an offset the swap removed reads from the next one kept
+    assert plog.read(6, EVERYTHING).last_offset == 9  # offsets 6..11 now live in the replacement

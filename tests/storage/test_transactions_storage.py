@@ -1,5 +1,5 @@
 """Transactions on the partition side: transactional batches, commit/abort markers, the last stable offset and
-the aborted transaction index, in both engines (the contract cases) and across restarts of the disk engine
+the aborted transaction index, over both backends (the contract cases) and across restarts of a file-backed log
 (clean, and unclean as after kill -9: rebuilt from the control batches and the producer snapshots)."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.storage import LogConfig, MemoryPartitionLog, PartitionLog
-from kbroker.storage.api import PartitionEvent, PartitionStore
+from kbroker.storage import LogConfig, PartitionLog
+from kbroker.storage.api import PartitionEvent
+from kbroker.storage.memory import MemoryBackend
 from kbroker.storage.producer_state import ProducerStateTable
 from kbroker.storage.txn_index import AbortedTxn, txn_index_path
 from protocol.errors import ErrorCode
@@ -31,16 +32,16 @@ EVERYTHING = 1 << 20
 P1, P2, P3 = 1000, 2000, 3000
 COORDINATOR_EPOCH = 5
 
-LogFactory = Callable[..., PartitionStore]
+LogFactory = Callable[..., PartitionLog]
 
 
-@pytest.fixture(params=["disk", "memory"])
+@pytest.fixture(params=["file", "memory"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogFactory:
-    def make(**config: int | str) -> PartitionStore:
+    def make(**config: int | str) -> PartitionLog:
         settings = LogConfig(**config)  # type: ignore[arg-type]
-        if request.param == "disk":
+        if request.param == "file":
             return PartitionLog("t", 0, tmp_path / "t-0", settings, clean=True)
-        return MemoryPartitionLog("t", 0, settings)
+        return PartitionLog("t", 0, Path("t-0"), settings, clean=True, backend=MemoryBackend(Path("t-0")))
 
     return make
 
@@ -64,23 +65,23 @@ def plain(values: list[bytes], timestamp: int = T0) -> bytearray:
     return bytearray(build_batch(records, base_timestamp=timestamp))
 
 
-def append(plog: PartitionStore, data: bytearray) -> int:
+def append(plog: PartitionLog, data: bytearray) -> int:
     result = plog.append(data, now_ms=T0)
     assert result.error_code == ErrorCode.NONE, result.error_message
     return result.base_offset
 
 
-def marker(plog: PartitionStore, producer_id: int, commit: bool, *, epoch: int = 0) -> int:
+def marker(plog: PartitionLog, producer_id: int, commit: bool, *, epoch: int = 0) -> int:
     result = plog.append_marker(producer_id, epoch, commit, COORDINATOR_EPOCH, T0)
     assert result.error_code == ErrorCode.NONE, result.error_message
     return result.base_offset
 
 
-def offsets(plog: PartitionStore) -> tuple[int, int, int]:
+def offsets(plog: PartitionLog) -> tuple[int, int, int]:
     return plog.log_end_offset, plog.high_watermark, plog.last_stable_offset
 
 
-def committed_view(plog: PartitionStore, start: int = 0) -> list[bytes | None]:
+def committed_view(plog: PartitionLog, start: int = 0) -> list[bytes | None]:
     """What a read_committed consumer keeps: records below the last stable offset, without aborted ones and
     control batches (the client's filtering, from the aborted list the log gives)."""
     chunk = plog.read(start, EVERYTHING, max_offset=plog.last_stable_offset)
@@ -101,7 +102,7 @@ def committed_view(plog: PartitionStore, start: int = 0) -> list[bytes | None]:
     return out
 
 
-def interleaved(plog: PartitionStore) -> None:
+def interleaved(plog: PartitionLog) -> None:
     """P1 txn 0..1, plain 2, P2 txn 3..4, P1 5 | P1 commits at 6, P2 aborts at 7, plain 8."""
     assert append(plog, txn_batch([b"p1-a", b"p1-b"], P1, 0)) == 0
     assert append(plog, plain([b"plain-1"])) == 2
@@ -299,7 +300,7 @@ def test_producers_view(make_log: LogFactory) -> None:
     assert [v.current_txn_start_offset for v in views] == [0, -1]
 
 
-# --- disk engine: files and restarts --------------------------------------------------------------------
+# --- file backend: files and restarts --------------------------------------------------------------------
 
 
 def open_disk(path: Path, *, clean: bool, recovery_point: int = 0, **config: int | str) -> PartitionLog:

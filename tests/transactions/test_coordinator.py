@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.durable.files import DamagedFileError
 from kbroker.groups.offsets import CommittedOffset, OffsetStore
-from kbroker.storage.files import DamagedFileError
 from kbroker.transactions.coordinator import (
     MAX_EPOCH,
     ProducerIdAndEpoch,

@@ -26,8 +26,8 @@ import struct
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from kbroker.storage import fs
-from kbroker.storage.files import DamagedFileError, StorageError, write_atomically
+from kbroker.durable import fs
+from kbroker.durable.files import DamagedFileError, StorageError, write_atomically
 from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 log = logging.getLogger("kbroker.storage")

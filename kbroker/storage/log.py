@@ -1,8 +1,10 @@
-"""The log of one partition: an ordered list of segments, the active one last.
+"""The log of one partition (Kafka's UnifiedLog): an ordered list of segments, the active one last.
 
 Appends take a record batch as bytes, check it against the idempotent producer state, assign offsets in
 place (the CRC does not cover them) and write it to the active segment; nothing decodes its records.
-Reads return whole batches straight from the segment files.
+Reads return whole batches straight from the segments. Where the bytes live is the backend's business
+(kbroker/storage/backend.py: files, or memory for handler tests); opening from disk is the loader's
+(kbroker/storage/loader.py), and putting replacement segments in place the swap's (kbroker/storage/swap.py).
 
 Partition state: the log end offset (next offset to assign), the high watermark (on a single node every
 record is replicated once written, so the log moves it to the log end after each append; replication will
@@ -10,13 +12,13 @@ call update_high_watermark instead), the last stable offset (below the first ope
 start offset are kept apart, with the leader epoch and its cache (leader_epochs.py). Whoever waits for
 offsets to move (long-polling fetches) subscribes to PartitionEvents instead of being woken by the producer.
 
-Opening after an unclean stop validates, CRC included, every segment from the one holding the partition's
-recovery point (the offset below which all was fsynced, from recovery-point-offset-checkpoint), as Kafka's
-recovery does; the segments before it are trusted. Kafka cuts the log at the first bad batch; here only a torn
-end of the log is cut (its bytes kept in a ``.corrupt`` file first), and a bad batch with valid ones after it
-stays in place as a corrupt range: reported at every start, its offsets answer CORRUPT_MESSAGE, the batches
-around it are served. A batch that turns out broken while serving answers CORRUPT_MESSAGE, as Kafka's log read
-does, for that partition only.
+Opening after an unclean stop (loader.py) validates, CRC included, every segment from the one holding the
+partition's recovery point (the offset below which all was fsynced, from recovery-point-offset-checkpoint), as
+Kafka's recovery does; the segments before it are trusted. Kafka cuts the log at the first bad batch; here only a
+torn end of the log is cut (its bytes kept in a ``.corrupt`` file first), and a bad batch with valid ones after it
+stays in place as a corrupt range: reported at every start, its offsets answer CORRUPT_MESSAGE, the batches around
+it are served. A batch that turns out broken while serving answers CORRUPT_MESSAGE, as Kafka's log read does, for
+that partition only.
 
 Threads: everything runs on the event loop except ``flush``, which may run in a worker thread while the loop
 appends, rolls, truncates, swaps or deletes segments (see Segment's thread-safety contract).
@@ -37,39 +39,32 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage import fs
-from kbroker.storage.api import PARTITION_EVENTS, PartitionEvent, PartitionEventListener
-from kbroker.storage.descriptors import DescriptorCache
-from kbroker.storage.files import (
-    DamagedFileError,
+from kbroker.durable.files import (
     StorageError,
-    fsync_directory,
-    read_log_start_offset,
-    write_log_start_offset,
+    describe_error,
 )
-from kbroker.storage.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache, implicit_end_offset
-from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateTable, ProducerView, snapshot_offsets
+from kbroker.storage import loader, swap
+from kbroker.storage.api import PARTITION_EVENTS, PartitionEvent, PartitionEventListener
+from kbroker.storage.backend import LOG_START_OFFSET_FILE, FileBackend, LogBackend
+from kbroker.storage.descriptors import DescriptorCache
+from kbroker.storage.leader_epochs import LeaderEpochCache, implicit_end_offset
+from kbroker.storage.producer_state import ProducerStateTable, ProducerView
 from kbroker.storage.recompress import TopicCompression, rebuild_batch
 from kbroker.storage.segment import (
-    SEGMENT_FILE_SUFFIXES,
     FileRegion,
-    ScannedBatch,
     Segment,
     SegmentTailDamaged,
+    wall_clock_ms,
 )
+from kbroker.storage.swap import CLEANED_SUFFIX
 from kbroker.storage.txn_index import (
     AbortedTransactions,
     AbortedTxn,
-    read_marker,
-    read_segment_file,
-    txn_index_path,
-    write_segment_file,
 )
 from kbroker.storage.validation import (
     RecordValidationError,
@@ -91,9 +86,6 @@ from protocol.records import (
 log = logging.getLogger("kbroker.storage")
 
 LEADER_EPOCH = 0  # the epoch of a partition that never changed leader
-CLEANED_SUFFIX = ".cleaned"  # a replacement segment being written, not part of the log yet
-SWAP_SUFFIX = ".swap"  # a replacement segment committed to take the place of the segments it covers
-LOG_START_OFFSET_FILE = "log-start-offset"
 PARTITION_METADATA_FILE = "partition.metadata"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 # The flags' bits, to combine an append's events as integers (PARTITION_EVENTS turns them into the event).
@@ -130,12 +122,14 @@ class LogDirHealth:
         if self.offline:
             return
         if not logged:
-            log.error("%s failed: %s", what, _describe(exc))
+            log.error("%s failed: %s", what, describe_error(exc))
         if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
             return
         self.failures_in_a_row += 1
         if self.failures_in_a_row >= self.FAILURE_LIMIT:
-            self.take_offline(f"{self.failures_in_a_row} writes in a row failed, the last: {what}: {_describe(exc)}")
+            self.take_offline(
+                f"{self.failures_in_a_row} writes in a row failed, the last: {what}: {describe_error(exc)}"
+            )
 
     def take_offline(self, reason: str) -> None:
         if self.offline:
@@ -150,17 +144,6 @@ class LogDirHealth:
 
 
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
-    return str(exc)
-
-
-class SegmentSwapInterrupted(StorageError):
-    """A segment swap failed after it began renaming files: the data directory was taken offline, and the next
-    start's recovery undoes or completes the swap. The caller must leave the files as they are."""
 
 
 class OffsetOutOfRange(KafkaError):
@@ -266,10 +249,6 @@ class ReadChunk:
 EMPTY_CHUNK = ReadChunk(None, 0, 0, -1)
 
 
-def _read_log_start_offset(path: Path) -> int:
-    return read_log_start_offset(path)  # a checked file; the legacy decimal text is read and rewritten
-
-
 def admit_batch(
     batch: bytearray | memoryview,
     header: BatchHeader | None,
@@ -371,10 +350,6 @@ def offset_of_max_timestamp(header: BatchHeader, batch: bytes | None, where: str
     return None if found is None else found[0]
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class PartitionLog:
     def __init__(
         self,
@@ -387,11 +362,15 @@ class PartitionLog:
         health: LogDirHealth | None = None,
         recovery_point: int = 0,
         descriptors: DescriptorCache | None = None,
+        backend: LogBackend | None = None,
     ) -> None:
         """``clean``: the broker stopped cleanly, every segment and index is trusted. Otherwise the segments from
         the one holding ``recovery_point`` (everything below it was fsynced: the recovery-point-offset-checkpoint)
         are validated batch by batch, CRC included, as Kafka's recovery; unlike it, only the end of the log is cut
-        (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover)."""
+        (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover).
+
+        ``backend``: where the bytes live (kbroker/storage/backend.py); by default files in ``directory``. A log
+        whose backend is not durable starts empty (``directory`` only names it)."""
         self.topic = topic
         self.partition = partition
         self._name = f"{topic}-{partition}"  # as refusals name it (made once, not for every append)
@@ -401,7 +380,7 @@ class PartitionLog:
         self.health = health if health is not None else LogDirHealth(directory.parent)
         # The broker's open segment files, a bounded set (LogManager passes it); a lone log has its own.
         self.descriptors = descriptors if descriptors is not None else DescriptorCache()
-        directory.mkdir(parents=True, exist_ok=True)
+        self.backend: LogBackend = backend if backend is not None else FileBackend(directory, self.descriptors)
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.producers = ProducerStateTable()
@@ -420,8 +399,14 @@ class PartitionLog:
         # and moves the high watermark with update_high_watermark.
         self.high_watermark_follows_appends = True
         self._reported_damage: set[str] = set()  # problems of segments found while serving, each logged once
-        self._open(clean, recovery_point)
-        self.leader_epochs = self._load_leader_epochs()
+        if self.backend.durable:
+            directory.mkdir(parents=True, exist_ok=True)
+            loader.load(self, clean, recovery_point)
+            self.leader_epochs = loader.load_leader_epochs(self)
+        else:
+            self.segments = [self.backend.new_segment(0, config.index_interval_bytes, wall_clock_ms())]
+            self._bases = [0]
+            self.leader_epochs = LeaderEpochCache(None)
         if not self.leader_epochs.entries:
             # Kafka writes the first entry when the replica becomes leader. Epoch 0 from the log start is what a
             # log without the file has (one written before epochs were kept too), so it is only assumed, and the
@@ -433,169 +418,14 @@ class PartitionLog:
         self._high_watermark = self.log_end_offset
         self._last_stable_offset = self._stable_offset_for(self._high_watermark)
 
-    # --- start-up ------------------------------------------------------------------------------------
+    # --- segments -----------------------------------------------------------------------------------
 
-    def _open(self, clean: bool, recovery_point: int) -> None:
-        for stray in self.directory.glob("*.tmp"):
-            fs.unlink(stray)
-        swapped_from = self._recover_interrupted_swap()
-        bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.name[:-4].isdigit())
-        # Kafka recovers from the segment holding the recovery point: those before it were fsynced whole.
-        first_unsynced = len(bases) if clean else max(bisect_right(bases, recovery_point) - 1, 0)
-        if swapped_from is not None:
-            # A swap completed here may have lost its replacements' index files, .txnindex included (renamed
-            # after their logs): those segments are checked and their aborted index rebuilt from the markers.
-            first_unsynced = min(first_unsynced, bisect_left(bases, swapped_from))
-        created = wall_clock_ms()
-        try:
-            for i, base in enumerate(bases):
-                segment = Segment(
-                    self.directory, base, self.config.index_interval_bytes, created, descriptors=self.descriptors
-                )
-                self.segments.append(segment)
-                # Only the end of the log may be torn by a crash: a sealed segment was fsynced before the next
-                # one was made, so bad bytes in it are corruption, kept in place (see Segment._recover).
-                segment.load(trust_indexes=i < first_unsynced, tail_may_be_torn=i == len(bases) - 1)
-                if i >= first_unsynced and not segment.fsync():
-                    # What was validated is made durable, so the recovery point may move past it.
-                    raise StorageError(f"cannot fsync {segment.log_path} after recovering it")
-            self._keep_corrupt_ranges()
-        except BaseException:
-            for segment in self.segments:
-                segment.close()
-            raise
-        if not self.segments:
-            self.segments.append(
-                Segment(self.directory, 0, self.config.index_interval_bytes, created, descriptors=self.descriptors)
-            )
+    def segments_changed(self) -> None:
+        """The list of segments was replaced (loading, a swap): the base offsets that reads bisect follow it."""
         self._bases = [s.base_offset for s in self.segments]
-        start_file = self.directory / LOG_START_OFFSET_FILE
-        stored = self._stored_log_start_offset(start_file)
-        self._report_gaps(stored)
-        stored_start = stored if stored is not None else 0
-        self.log_start_offset = max(stored_start, self.segments[0].base_offset)
-        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-        rebuild_from = self._load_txn_indexes(first_unsynced)
-        self._rebuild_producer_state(rebuild_txn_index_from=rebuild_from)
-        for segment in self.segments[:-1]:
-            if segment.next_offset > rebuild_from:  # sealed and recovered: its file says what was rebuilt
-                write_segment_file(self.directory, segment.base_offset, self._txn_entries_of(segment))
 
-    def _keep_corrupt_ranges(self) -> None:
-        """Once every segment is loaded: give a range that ends a sealed segment the offsets up to the next one,
-        record each segment's ranges (so later starts check it again), and report each range, once per start."""
-        for segment, following in zip(self.segments, self.segments[1:], strict=False):
-            segment.set_corrupt_range_end(following.base_offset)
-        for segment in self.segments:
-            if not segment.corrupt_ranges and not segment.corrupt_ranges_path.exists():
-                continue
-            segment.save_corrupt_ranges()
-            for corrupt in segment.corrupt_ranges:
-                if corrupt.last_offset >= corrupt.first_offset:
-                    what_to_do = (
-                        f"kept in place, the batches around them are served and a fetch of these offsets answers "
-                        f"CORRUPT_MESSAGE; consumers continue once past them (seek to offset {corrupt.last_offset + 1},"
-                        f" or delete the records before it with DeleteRecords)"
-                    )
-                else:
-                    what_to_do = "kept in place and skipped"
-                log.error("%s-%d: %s; %s", self.topic, self.partition, corrupt.describe(segment.log_path), what_to_do)
-
-    def _stored_log_start_offset(self, path: Path) -> int | None:
-        """The log start offset file's offset (None if there is none). A damaged one is Kafka's case of an unreadable
-        log-start-offset-checkpoint: the log starts at its first segment's base offset, which loses nothing (the
-        records that DeleteRecords or retention had removed from that segment become readable again)."""
-        if not path.exists():
-            return None
-        try:
-            return _read_log_start_offset(path)
-        except (DamagedFileError, OSError) as exc:
-            log.error(
-                "%s-%d: the log start offset is unknown (%s); the log starts at its first segment's base offset %d, "
-                "as Kafka does with an unreadable log-start-offset-checkpoint. Records deleted below the old log "
-                "start offset in that segment are readable again: delete them again with DeleteRecords "
-                "(kafka-delete-records.sh), which rewrites %s",
-                self.topic,
-                self.partition,
-                exc,
-                self.segments[0].base_offset,
-                path,
-            )
-            return None
-
-    def _load_leader_epochs(self) -> LeaderEpochCache:
-        """The leader epoch cache from its file; a damaged file is rebuilt from the log (and rewritten): the
-        partition leader epoch each batch carries says which epoch wrote it, which Kafka's recovery reads too."""
-        path = self.directory / CHECKPOINT_FILE
-        try:
-            return LeaderEpochCache(path)
-        except (DamagedFileError, OSError) as exc:
-            problem = _describe(exc)
-        batch_epochs = (
-            (scanned.header.partition_leader_epoch, scanned.header.base_offset)
-            for segment in self.segments
-            for scanned in segment.scan(stop_on_error=True)  # a broken batch found later answers CORRUPT_MESSAGE
-        )
-        cache = LeaderEpochCache.rebuilt(path, batch_epochs, self.log_start_offset)
-        log.warning(
-            "%s-%d: %s; rebuilt it from the partition leader epochs of the log's batches: %s",
-            self.topic,
-            self.partition,
-            problem,
-            ", ".join(f"epoch {e.epoch} from offset {e.start_offset}" for e in cache.entries) or "no epochs yet",
-        )
-        return cache
-
-    def _load_txn_indexes(self, first_unsynced: int) -> int:
-        """Read the .txnindex files of the segments below the recovery point (fsynced when they were rolled);
-        the offset from which the index must be rebuilt from control batches (the others, or a damaged file's)."""
-        for i, segment in enumerate(self.segments[:first_unsynced]):
-            try:
-                entries = read_segment_file(self.directory, segment.base_offset, segment.next_offset)
-            except (OSError, DamagedFileError) as exc:
-                log.warning("%s-%d: rebuilding the aborted transaction index: %s", self.topic, self.partition, exc)
-                return segment.base_offset
-            for entry in entries:
-                self.aborted.add(entry)
-            if i == len(self.segments) - 1:
-                return self.log_end_offset  # a clean stop: every segment's file was written
-        return self.segments[min(first_unsynced, len(self.segments) - 1)].base_offset
-
-    def _txn_entries_of(self, segment: Segment) -> list[AbortedTxn]:
+    def txn_entries_of(self, segment: Segment) -> list[AbortedTxn]:
         return self.aborted.in_range(segment.base_offset, segment.next_offset)
-
-    def _report_gaps(self, stored_start: int | None) -> None:
-        """Log offsets missing between segments (a segment file deleted or cut by recovery), with the paths.
-
-        Kafka's LogLoader neither reports nor repairs such a gap, and reads skip it; the same here, but said
-        once at start-up. A compacted log has gaps by design, so only a log that is not compacted is checked.
-        """
-        if "compact" in self.config.cleanup_policy:
-            return
-        if stored_start is not None and stored_start < self.segments[0].base_offset:
-            log.warning(
-                "%s-%d: offsets %d..%d are missing: the log starts at %s, its log start offset is %d",
-                self.topic,
-                self.partition,
-                stored_start,
-                self.segments[0].base_offset - 1,
-                self.segments[0].log_path,
-                stored_start,
-            )
-        for before, after in zip(self.segments, self.segments[1:], strict=False):
-            tail = before.corrupt_ranges[-1] if before.corrupt_ranges else None
-            if tail is not None and tail.end == before.size and tail.last_offset == after.base_offset - 1:
-                continue  # corrupt bytes stand for these offsets: reported as such
-            if before.next_offset < after.base_offset:
-                log.warning(
-                    "%s-%d: offsets %d..%d are missing between %s and %s (a segment file was removed or cut)",
-                    self.topic,
-                    self.partition,
-                    before.next_offset,
-                    after.base_offset - 1,
-                    before.log_path,
-                    after.log_path,
-                )
 
     @property
     def recovery_point(self) -> int:
@@ -605,109 +435,6 @@ class PartitionLog:
             if segment.dirty:
                 return segment.base_offset
         return self.log_end_offset
-
-    def _recover_interrupted_swap(self) -> int | None:
-        """Finish or undo a segment swap that a crash interrupted (see swap_segments for the steps).
-
-        Any ``.log.cleaned`` left means the swap had not committed: the replacements are deleted and the old
-        segments, untouched until then, stay. Only ``.log.swap`` files mean it had: the old segments they
-        cover are deleted and the replacements take their final names. Returns the first offset of a swap it
-        completed, or None.
-        """
-        cleaned_logs = sorted(self.directory.glob("*.log" + CLEANED_SUFFIX))
-        swap_logs = sorted(self.directory.glob("*.log" + SWAP_SUFFIX))
-        if cleaned_logs:
-            for path in [*self.directory.glob("*" + CLEANED_SUFFIX), *self.directory.glob("*" + SWAP_SUFFIX)]:
-                path.unlink()
-            log.warning("%s: removed a segment swap that had not completed", self.directory)
-            fsync_directory(self.directory)
-            return None
-        swap_bases = [int(p.name.split(".")[0]) for p in swap_logs]
-        # Index files whose log was renamed ahead of them; the indexes are rebuilt below or on load.
-        for stray in self.directory.glob("*" + CLEANED_SUFFIX):
-            stray.unlink()
-        for stray in self.directory.glob("*" + SWAP_SUFFIX):
-            if int(stray.name.split(".")[0]) not in swap_bases:
-                stray.unlink()
-        if not swap_logs:
-            return None
-        replacements = []
-        for base in swap_bases:
-            segment = Segment(
-                self.directory, base, self.config.index_interval_bytes, wall_clock_ms(), SWAP_SUFFIX, self.descriptors
-            )
-            segment.load(trust_indexes=False)
-            replacements.append(segment)
-        covered_from, covered_to = replacements[0].base_offset, max(s.next_offset for s in replacements)
-        for path in list(self.directory.glob("*.log")):
-            base_text = path.name[:-4]
-            if base_text.isdigit() and covered_from <= int(base_text) < covered_to:
-                for suffix in SEGMENT_FILE_SUFFIXES:
-                    (self.directory / (base_text + suffix)).unlink(missing_ok=True)
-        fsync_directory(self.directory)
-        for segment in replacements:
-            segment.write_indexes()
-            segment.rename_suffix("")
-            segment.close()
-        fsync_directory(self.directory)
-        log.warning("%s: completed an interrupted segment swap of offsets %d..", self.directory, covered_from)
-        return covered_from
-
-    def _rebuild_producer_state(self, *, rebuild_txn_index_from: int | None = None) -> None:
-        """Producer state from the newest usable snapshot plus the batches after it (markers end transactions).
-
-        ``rebuild_txn_index_from``: the aborted transaction index is rebuilt from the markers at and after it
-        (recovery), so the snapshot used is one at or before it, or none (the whole log is read).
-        """
-        end = self.log_end_offset
-        floor = end if rebuild_txn_index_from is None else min(rebuild_txn_index_from, end)
-        usable = [o for o in snapshot_offsets(self.directory) if o <= floor]
-        start = 0
-        if usable:
-            try:
-                self.producers = ProducerStateTable.load_snapshot(self.directory, usable[-1])
-                start = usable[-1]
-            except (OSError, DamagedFileError) as exc:
-                log.warning("unreadable producer snapshot, rebuilding it from the log: %s", exc)
-                self.producers = ProducerStateTable()
-        rebuilt: list[AbortedTxn] = []
-        for segment in self.segments:
-            if segment.next_offset <= start:
-                continue
-            for scanned in segment.scan(segment.position_of(start)):
-                header = scanned.header
-                if header.producer_id < 0:
-                    continue
-                if not header.is_control:
-                    self.producers.record(header)
-                    continue
-                marker = self._marker_of(segment, scanned)
-                if marker is None:
-                    continue
-                commit, coordinator_epoch = marker
-                stable = self.producers.stable_offset_after_marker(header.producer_id, header.base_offset)
-                first = self.producers.complete_txn(
-                    header.producer_id, header.producer_epoch, coordinator_epoch, header.max_timestamp
-                )
-                if rebuild_txn_index_from is not None and header.base_offset >= rebuild_txn_index_from:
-                    if first is not None and not commit:
-                        rebuilt.append(AbortedTxn(header.producer_id, first, header.base_offset, stable))
-        if rebuild_txn_index_from is not None:
-            self.aborted.replace_range(rebuild_txn_index_from, end + 1, rebuilt)
-
-    def _marker_of(self, segment: Segment, scanned: ScannedBatch) -> tuple[bool, int] | None:
-        """(commit, coordinator epoch) of a control batch; None (logged) if it cannot be read as a marker."""
-        try:
-            return read_marker(segment.read(scanned.position, scanned.header.size))
-        except DecodeError as exc:
-            log.warning(
-                "%s-%d: control batch at offset %d is not a transaction marker: %s",
-                self.topic,
-                self.partition,
-                scanned.header.base_offset,
-                exc,
-            )
-            return None
 
     # --- offsets -------------------------------------------------------------------------------------
 
@@ -885,7 +612,7 @@ class PartitionLog:
                 else f"append to {self.active.log_path}"
             )
             self.health.write_failed(what, exc)
-            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}")
+            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {describe_error(exc)}")
         self.health.write_succeeded()
         return None
 
@@ -912,21 +639,15 @@ class PartitionLog:
             raise StorageError(f"cannot roll {self.topic}-{self.partition}: fsync of {old.log_path} failed")
         old.write_indexes()  # on failure the old segment stays active and its index files are rebuilt if needed
         # Durable before the next segment exists: a segment below the recovery point is trusted with its file.
-        write_segment_file(self.directory, old.base_offset, self._txn_entries_of(old))
-        segment = Segment(
-            self.directory,
-            old.next_offset,
-            self.config.index_interval_bytes,
-            now or wall_clock_ms(),
-            descriptors=self.descriptors,
-        )
+        self.backend.save_txn_index(old.base_offset, self.txn_entries_of(old))
+        segment = self.backend.new_segment(old.next_offset, self.config.index_interval_bytes, now or wall_clock_ms())
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
         self.producers.expire((now or wall_clock_ms()) - PRODUCER_ID_EXPIRATION_MS)
         try:
-            self.producers.write_snapshot(self.directory, segment.base_offset)
+            self.backend.save_producer_snapshot(self.producers, segment.base_offset)
         except OSError as exc:  # the roll is done; a missing snapshot only means rebuilding from the log
-            log.warning("%s-%d: producer snapshot not written: %s", self.topic, self.partition, _describe(exc))
+            log.warning("%s-%d: producer snapshot not written: %s", self.topic, self.partition, describe_error(exc))
         log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, segment.base_offset)
         return segment
 
@@ -1043,7 +764,7 @@ class PartitionLog:
         except DecodeError as exc:
             raise self._read_failed(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
         except OSError as exc:
-            raise self._read_failed(ErrorCode.KAFKA_STORAGE_ERROR, f"{_describe(exc)}") from None
+            raise self._read_failed(ErrorCode.KAFKA_STORAGE_ERROR, f"{describe_error(exc)}") from None
 
     def _read_failed(self, code: ErrorCode, problem: str) -> KafkaError:
         if problem not in self._reported_damage:
@@ -1145,7 +866,7 @@ class PartitionLog:
         except OSError as exc:  # the log start offset file is as it was: nothing moved
             what = f"DeleteRecords on {self.topic}-{self.partition} (writing {self.directory / LOG_START_OFFSET_FILE})"
             self.health.write_failed(what, exc)
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {_describe(exc)}") from None
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {describe_error(exc)}") from None
         self._delete_segments_quietly(self.log_start_offset, keep_active=True)
 
     def _delete_segments_quietly(self, offset: int, *, keep_active: bool = False) -> list[Segment]:
@@ -1159,13 +880,13 @@ class PartitionLog:
                 self.topic,
                 self.partition,
                 offset,
-                _describe(exc),
+                describe_error(exc),
             )
             return []
 
     def _set_log_start_offset(self, offset: int) -> None:
         # Durable (file and directory fsynced) before DeleteRecords answers: a crash must not bring records back.
-        write_log_start_offset(self.directory / LOG_START_OFFSET_FILE, offset)
+        self.backend.save_log_start_offset(offset)
         self.log_start_offset = offset
         self.leader_epochs.truncate_from_start(offset)
         # As Kafka: the high watermark is never below the log start; the stable offset may move with it.
@@ -1182,7 +903,7 @@ class PartitionLog:
             self._bases.pop(0)
         for segment in doomed:
             segment.delete()
-            fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))  # the aborted index goes too
+            self.backend.remove_txn_index(segment.base_offset)  # the aborted index goes too
             log.info("%s-%d: deleted %s", self.topic, self.partition, segment)
         if doomed:
             self.aborted.drop_before(self.segments[0].base_offset)
@@ -1205,7 +926,7 @@ class PartitionLog:
         # Newest first, so a crash part-way leaves a shorter prefix of the log, never a gap.
         for segment in reversed(self.segments[keep + 1 :]):
             segment.delete()
-            fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))
+            self.backend.remove_txn_index(segment.base_offset)
         del self.segments[keep + 1 :]
         del self._bases[keep + 1 :]
         cut = self.segments[keep]
@@ -1213,38 +934,28 @@ class PartitionLog:
         if not cut.fsync():
             self.health.take_offline(f"fsync of {cut.log_path} failed")
             raise StorageError(f"cannot fsync {cut.log_path} after truncating it to offset {offset}")
-        if cut.index_path.exists():
+        if cut.has_index_files():
             cut.write_indexes()  # a sealed segment's index files would point past the cut
-        fsync_directory(self.directory)
+        self.backend.sync_directory()
         end = self.log_end_offset
         log.info("%s-%d: truncated to offset %d (log end offset %d)", self.topic, self.partition, offset, end)
         if end < self.log_start_offset:  # the cut removed a batch that held the log start offset
             self._set_log_start_offset(end)
         self._high_watermark = min(self._high_watermark, end)
         self.leader_epochs.truncate_from_end(end)
-        for snapshot in snapshot_offsets(self.directory):
-            if snapshot >= end:
-                (self.directory / f"{snapshot:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        self.backend.remove_producer_snapshots_from(end)
         self.aborted.drop_from(end)
-        write_segment_file(self.directory, cut.base_offset, self._txn_entries_of(cut))
+        self.backend.save_txn_index(cut.base_offset, self.txn_entries_of(cut))
         self.producers = ProducerStateTable()
-        self._rebuild_producer_state()
+        loader.rebuild_producer_state(self)
         self._last_stable_offset = self._stable_offset_for(self._high_watermark)  # open transactions rebuilt
 
     # --- segment swaps (log cleaner, recompression) --------------------------------------------------
 
     def new_cleaned_segment(self, base_offset: int) -> Segment:
         """An empty replacement segment (``<base>.log.cleaned``) for the caller to fill, then swap in."""
-        for suffix in SEGMENT_FILE_SUFFIXES:  # left over from an attempt that was given up
-            (self.directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
-        return Segment(
-            self.directory,
-            base_offset,
-            self.config.index_interval_bytes,
-            wall_clock_ms(),
-            CLEANED_SUFFIX,
-            self.descriptors,
-        )
+        self.backend.discard_replacement(base_offset, CLEANED_SUFFIX)  # left over from an attempt given up
+        return self.backend.new_segment(base_offset, self.config.index_interval_bytes, wall_clock_ms(), CLEANED_SUFFIX)
 
     def swap_segments(
         self,
@@ -1254,117 +965,9 @@ class PartitionLog:
         prepared: bool = False,
         aborted: list[AbortedTxn] | None = None,
     ) -> None:
-        """Put ``replacements`` (from new_cleaned_segment) in place of the contiguous sealed ``replaced``.
-
-        The replacements hold the same offsets (or a subset: compaction drops records) and the first starts
-        at the first replaced base offset. Steps, each durable before the next, as Kafka's:
-        1. replacements fsynced with their indexes, still named ``.cleaned``;
-        2. renamed ``.cleaned`` -> ``.swap``, the last log rename being the commit point;
-        3. the replaced segments' files deleted;
-        4. replacements renamed to their final names.
-        A crash before the commit leaves the old segments (open deletes ``.cleaned`` and ``.swap``), after
-        it the new ones (open completes 3 and 4). Regions already taken from a replaced segment keep
-        reading its old bytes: they hold their own descriptors.
-
-        Recovery after the commit deletes the replaced segments whose base offsets lie within the replacements'
-        offsets; a replaced segment wholly after them (the cleaner removed every record it held) may survive a
-        crash there, which leaves a valid log, only less compacted, until the next cleaning.
-
-        ``prepared``: step 1 was done by the caller (the log cleaner, in its worker thread), the replacements
-        made with a descriptor cache of their own, which they leave for the log's here. ``aborted``: the
-        aborted transaction index entries with markers in the replaced offsets once swapped (the cleaner drops
-        those whose markers it removed); their ``.txnindex.cleaned`` files, if any, were written by the caller
-        and are renamed with the segments. Without it the entries stay as they were.
-        """
-        self._check_swap(replaced, replacements)
-        if not prepared:
-            for segment in replacements:
-                if not segment.fsync():
-                    raise StorageError(f"cannot fsync {segment.log_path} before swapping it in")
-                segment.write_indexes()
-        fsync_directory(self.directory)  # a failure up to here changed nothing: the caller removes the replacements
-        try:
-            for segment in replacements:
-                segment.rename_suffix(SWAP_SUFFIX)
-            fsync_directory(self.directory)  # committed
-        except (OSError, StorageError) as exc:
-            # Some files may carry .swap now: only a restart's recovery may decide (it undoes the swap while a
-            # .log.cleaned is left, else completes it), so nothing more is written here until then.
-            raise self._swap_interrupted(exc) from exc
-        # Committed: the replacements are the log from now on, in memory at once (reads use their descriptors,
-        # which the renames below do not disturb).
-        first = self.segments.index(replaced[0])
-        self.segments[first : first + len(replaced)] = replacements
-        self._bases = [s.base_offset for s in self.segments]
-        if prepared:
-            for segment in replacements:
-                segment.adopt(self.descriptors)
-        if aborted is not None:
-            self.aborted.replace_range(replaced[0].base_offset, replaced[-1].next_offset, aborted)
-        try:
-            for segment in replaced:
-                segment.delete()
-            fsync_directory(self.directory)
-            for segment in replacements:
-                segment.rename_suffix("")
-            fsync_directory(self.directory)
-            self._rewrite_txn_index_files(replaced, replacements)
-        except (OSError, StorageError) as exc:
-            raise self._swap_interrupted(exc) from exc  # a restart completes the swap from the .swap files
-        log.info(
-            "%s-%d: swapped %d segment(s) at offset %d for %d",
-            self.topic,
-            self.partition,
-            len(replaced),
-            replaced[0].base_offset,
-            len(replacements),
-        )
-
-    def _swap_interrupted(self, exc: BaseException) -> SegmentSwapInterrupted:
-        problem = f"segment swap of {self.topic}-{self.partition} failed part-way: {_describe(exc)}"
-        self.health.take_offline(problem)
-        return SegmentSwapInterrupted(problem)
-
-    def _rewrite_txn_index_files(self, replaced: list[Segment], replacements: list[Segment]) -> None:
-        """The aborted index entries stay (the offsets are the same); their files follow the new segments."""
-        kept = {s.base_offset for s in replacements}
-        for segment in replaced:
-            if segment.base_offset not in kept:
-                fs.unlink_if_exists(txn_index_path(self.directory, segment.base_offset))
-        for i, segment in enumerate(replacements):
-            # A replacement covers offsets up to the next one's base (compaction may leave gaps).
-            end = replacements[i + 1].base_offset if i + 1 < len(replacements) else replaced[-1].next_offset
-            write_segment_file(self.directory, segment.base_offset, self.aborted.in_range(segment.base_offset, end))
-
-    def _check_swap(self, replaced: list[Segment], replacements: list[Segment]) -> None:
-        def refuse(problem: str) -> ValueError:
-            return ValueError(f"cannot swap segments of {self.topic}-{self.partition}: {problem}")
-
-        if not replaced or not replacements:
-            raise refuse("nothing to replace or nothing to replace it with")
-        if any(s is self.active for s in replaced):
-            raise refuse("the active segment cannot be replaced")
-        ids = [id(s) for s in self.segments]
-        if replaced[0] not in self.segments:
-            raise refuse("a replaced segment is not part of the log")
-        first = ids.index(id(replaced[0]))
-        if [id(s) for s in replaced] != ids[first : first + len(replaced)]:
-            raise refuse("the replaced segments are not contiguous segments of the log, in order")
-        if any(s.suffix != CLEANED_SUFFIX or s.closed for s in replacements):
-            raise refuse("replacements must be open segments made by new_cleaned_segment")
-        pending = {p.name for p in self.directory.glob("*.log" + CLEANED_SUFFIX)}
-        if pending != {s.log_path.name for s in replacements}:
-            # Recovery reads any .cleaned file as part of an uncommitted swap, so no others may exist.
-            raise refuse(f"other cleaned segments are pending: {sorted(pending)}")
-        if replacements[0].base_offset != replaced[0].base_offset:
-            raise refuse("the first replacement must start at the first replaced base offset")
-        previous_end = replaced[0].base_offset
-        for segment in replacements:
-            if segment.base_offset < previous_end or segment.size == 0:
-                raise refuse("replacements must be non-empty, in order and not overlap")
-            previous_end = segment.next_offset
-        if previous_end > replaced[-1].next_offset:
-            raise refuse("the replacements hold offsets beyond the replaced segments")
+        """Put ``replacements`` (from new_cleaned_segment) in place of the contiguous sealed ``replaced``, each
+        step durable before the next (kbroker/storage/swap.py); SegmentSwapInterrupted if it failed part-way."""
+        swap.swap_segments(self, replaced, replacements, prepared=prepared, aborted=aborted)
 
     def apply_retention(self, now: int) -> list[Segment]:
         """Delete whole segments past retention.ms or beyond retention.bytes, and those DeleteRecords left wholly
@@ -1410,10 +1013,10 @@ class PartitionLog:
                 if not self.sync():
                     raise StorageError(f"fsync of {self.topic}-{self.partition} failed")
                 self.active.write_indexes()
-                write_segment_file(self.directory, self.active.base_offset, self._txn_entries_of(self.active))
-                self.producers.write_snapshot(self.directory, self.log_end_offset)
+                self.backend.save_txn_index(self.active.base_offset, self.txn_entries_of(self.active))
+                self.backend.save_producer_snapshot(self.producers, self.log_end_offset)
         except (OSError, StorageError) as exc:
-            self.health.take_offline(f"closing {self.topic}-{self.partition} failed: {_describe(exc)}")
+            self.health.take_offline(f"closing {self.topic}-{self.partition} failed: {describe_error(exc)}")
         finally:
             for segment in self.segments:
                 segment.close()

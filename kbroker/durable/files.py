@@ -28,7 +28,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from kbroker.storage import fs
+from kbroker.durable import fs
 from protocol.records import crc32c  # the C function, without the crc32c package's slow __init__
 
 
@@ -73,6 +73,13 @@ def fsync_directory(directory: Path) -> None:
 
 class StorageError(Exception):
     """The data directory or a file in it cannot be used; the message is one line that names the path."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """A failed file operation in a few words: an OSError's reason and file, else the message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
+    return str(exc)
 
 
 class DataDirError(StorageError):
