@@ -10,6 +10,9 @@ for the whole proxy (existing and new connections alike):
   in order and carries on.
 - ``drop()``: reset every connection (RST on both sides) and reset each new one as soon as it is accepted, until
   ``heal()`` (which also releases every hold). Per connection, ``drop()`` resets that one.
+- ``block(source)``: the same, only for connections from one named local process (``ProxyHost.name_source``),
+  until ``unblock(source)``: a broker's own connections to its peers are cut while others' pass. The connecting
+  process is found as Linux shows it: the client socket's inode in /proc/net/tcp, among /proc/PID/fd.
 
 All proxies of a test share one trio event loop on one thread (ProxyHost); the methods here are called from the
 test's thread and run on that loop, so the state they change is only ever touched there. ``ProxyHost.close()``
@@ -19,6 +22,7 @@ resets what is still open, closes the listeners and joins the thread; an error i
 from __future__ import annotations
 
 import enum
+import os
 import socket
 import struct
 import threading
@@ -41,6 +45,38 @@ class Direction(enum.Flag):
 
 class _ForwardedReset(Exception):
     """The other side reset (or failed) its connection: forwarded as a reset once the queue ahead of it is out."""
+
+
+def _hex_address(address: tuple[str, int]) -> str:
+    """An IPv4 address as /proc/net/tcp writes it: the address as a little-endian hex word, then the port."""
+    return f"{int.from_bytes(socket.inet_aton(address[0]), 'little'):08X}:{address[1]:04X}"
+
+
+def connecting_process(client: tuple[str, int], server: tuple[str, int], candidates: list[int]) -> int | None:
+    """Which of the ``candidates`` (pids) holds the client end of the local TCP connection client -> server."""
+    local, remote = _hex_address(client), _hex_address(server)
+    inode = None
+    with open("/proc/net/tcp") as table:
+        for line in table:
+            fields = line.split()
+            if fields[1:3] == [local, remote]:
+                inode = fields[9]
+                break
+    if inode is None:  # closed already, or not IPv4
+        return None
+    target = f"socket:[{inode}]"
+    for pid in candidates:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # exited
+            continue
+        for descriptor in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{descriptor}") == target:
+                    return pid
+            except OSError:  # closed meanwhile
+                continue
+    return None
 
 
 def _close(stream: trio.SocketStream | None, reset: bool) -> None:
@@ -122,6 +158,7 @@ class ProxiedConnection:
         self.proxy = proxy
         self.number = proxy.accepted  # the how-manieth connection the proxy accepted, from 1
         self.client_address: tuple[str, int] = downstream.socket.getpeername()[:2]
+        self.source = proxy.host._source_of(self.client_address, proxy.address)  # a named process, or None
         self._downstream = downstream
         self._upstream: trio.SocketStream | None = None
         self._held = Direction.NONE  # this connection's own holds; the proxy's are added
@@ -224,6 +261,7 @@ class FaultProxy:
         self.upstream = upstream
         self._held = Direction.NONE
         self._dropped = False
+        self._blocked: set[str] = set()
         self._connections: set[ProxiedConnection] = set()
         self._forwarded = {Direction.TO_BROKER: 0, Direction.FROM_BROKER: 0}
         self.accepted = 0  # connections accepted so far
@@ -248,8 +286,18 @@ class FaultProxy:
         self.host.call(self._drop)
 
     def heal(self) -> None:
-        """Forward again: no drop, no hold (the proxy's and every connection's)."""
+        """Forward again: no drop, no hold (the proxy's and every connection's). Blocked sources stay blocked."""
         self.host.call(self._heal)
+
+    def block(self, source: str) -> None:
+        """Reset the connections from the process named ``source``, and each new one, until unblock(source)."""
+        self.host.call(self._block, source)
+
+    def unblock(self, source: str) -> None:
+        self.host.call(self._blocked.discard, source)
+
+    def blocked(self) -> set[str]:
+        return self.host.call(lambda: set(self._blocked))
 
     def connections(self) -> list[ProxiedConnection]:
         """The open connections, oldest first."""
@@ -278,6 +326,12 @@ class FaultProxy:
         for connection in self._connections:
             connection._drop()
 
+    def _block(self, source: str) -> None:
+        self._blocked.add(source)
+        for connection in self._connections:
+            if connection.source == source:
+                connection._drop()
+
     def _heal(self) -> None:
         self._dropped = False
         self._held = Direction.NONE
@@ -294,6 +348,9 @@ class FaultProxy:
                         _close(stream, reset=True)
                         continue
                     connection = ProxiedConnection(self, stream)
+                    if connection.source is not None and connection.source in self._blocked:
+                        _close(stream, reset=True)
+                        continue
                     self._connections.add(connection)
                     nursery.start_soon(connection.serve)
             finally:
@@ -310,6 +367,20 @@ class ProxyHost:
         self._started = threading.Event()
         self._error: BaseException | None = None
         self.proxies: list[FaultProxy] = []
+        self._sources: dict[int, str] = {}  # pid -> name, for FaultProxy.block
+
+    def name_source(self, pid: int, name: str) -> None:
+        """Connections from process ``pid`` come from ``name`` (a broker's process, after each start)."""
+        self.call(self._sources.__setitem__, pid, name)
+
+    def forget_source(self, pid: int) -> None:
+        self.call(self._sources.pop, pid, None)
+
+    def _source_of(self, client: tuple[str, int], server: tuple[str, int]) -> str | None:
+        if not self._sources:  # nothing named: no need to look
+            return None
+        pid = connecting_process(client, server, list(self._sources))
+        return None if pid is None else self._sources[pid]
 
     def start(self) -> ProxyHost:
         self._thread = threading.Thread(target=self._run, name="fault-proxies", daemon=True)

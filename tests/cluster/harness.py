@@ -59,6 +59,7 @@ def process_state(pid: int) -> str:
 class ClusterBroker:
     def __init__(self, data_dir: Path, node_id: int, overrides: Mapping[str, str], proxy: FaultProxy) -> None:
         self.node_id = node_id
+        self.name = f"broker-{node_id}"
         self.proxy = proxy
         self.process = BrokerProcess(
             data_dir,
@@ -118,6 +119,7 @@ class ClusterBroker:
                     raise
                 self.process.port = free_port()
         self.proxy.set_upstream((HOST, self.process.port))
+        self.proxy.host.name_source(self.pid, self.name)
         self.state = "running"
         return self
 
@@ -125,13 +127,19 @@ class ClusterBroker:
         """SIGTERM: drained and flushed (a paused broker is resumed first, so that it can)."""
         if self.state == "paused":
             self.resume()
+        self._forget_process()
         self.process.stop()
         self.state = "stopped"
 
     def kill(self) -> None:
         """SIGKILL, as a crash (also of a paused broker): nothing drained or flushed beyond what was written."""
+        self._forget_process()
         self.process.kill()
         self.state = "stopped"
+
+    def _forget_process(self) -> None:
+        if self.process.process is not None:
+            self.proxy.host.forget_source(self.pid)
 
     def restart(self) -> ClusterBroker:
         """Stop (drained) if running, then start on the same data directory behind the same proxy."""
@@ -154,9 +162,15 @@ class ClusterBroker:
 
     # --- the network (the proxy) -------------------------------------------------------------------------------
 
+    def _peer_proxies(self) -> list[FaultProxy]:
+        return [proxy for proxy in self.proxy.host.proxies if proxy is not self.proxy]
+
     def isolate(self) -> None:
-        """Reset every connection to this broker and refuse (reset) new ones until heal()."""
+        """Cut this broker off until heal(): every connection to it, and every one it made through the other
+        proxies of the cluster (to its peers), is reset, and new ones are refused (reset)."""
         self.proxy.drop()
+        for proxy in self._peer_proxies():
+            proxy.block(self.name)
 
     def hold(self, direction: Direction = Direction.BOTH) -> None:
         """Stop forwarding to and/or from this broker; what is sent meanwhile waits in the proxy, in order."""
@@ -166,8 +180,10 @@ class ClusterBroker:
         self.proxy.release(direction)
 
     def heal(self) -> None:
-        """Undo isolate() and every hold."""
+        """Undo isolate() and every hold of this broker's proxy."""
         self.proxy.heal()
+        for proxy in self._peer_proxies():
+            proxy.unblock(self.name)
 
 
 class Cluster:
@@ -224,8 +240,7 @@ class Cluster:
                 broker.resume()
             elif broker.state == "running" and (code := broker.exit_code()) is not None:
                 exited.append(f"broker {broker.node_id} exited with {code}:\n{broker.log_tail()}")
-                broker.state = "stopped"
-                broker.process.process = None
+                broker.kill()  # reaped and forgotten
             if broker.state == "stopped":
                 broker.start()
         if exited:

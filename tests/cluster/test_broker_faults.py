@@ -229,6 +229,7 @@ def test_isolated_broker_fails_its_clients_and_they_recover_after_heal(cluster: 
     flush(producer)
 
     isolated.isolate()
+    assert other.proxy.blocked() == {isolated.name}  # what the isolated broker itself connects to is cut too
     fresh = AdminClient({"bootstrap.servers": isolated.bootstrap})
     with pytest.raises(KafkaException):  # no metadata through a proxy that resets every connection
         fresh.list_topics(timeout=3)
@@ -243,6 +244,7 @@ def test_isolated_broker_fails_its_clients_and_they_recover_after_heal(cluster: 
     assert other_deliveries.acknowledged == [(0, b"elsewhere")]
 
     isolated.heal()
+    assert other.proxy.blocked() == set()
     flush(producer)
     assert topic in fresh.list_topics(timeout=BOUND).topics
     assert_exactly_once_in_order(isolated, topic, deliveries, [b"before", b"during"])

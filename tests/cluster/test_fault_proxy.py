@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -207,6 +209,41 @@ def test_dropping_one_connection_leaves_the_others(proxy: FaultProxy, server: so
             assert_reset(first_upstream)
             second.sendall(b"still here")
             assert read_exactly(second_upstream, 10) == b"still here"
+
+
+CHILD_CLIENT = """
+import socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30) as sock:
+    sock.sendall(b"from the child")
+    sock.shutdown(socket.SHUT_WR)
+    print(sock.recv(100).decode())
+"""
+
+
+def test_blocking_a_source_resets_its_connections_only(
+    host: ProxyHost, proxy: FaultProxy, server: socket.socket
+) -> None:
+    host.name_source(os.getpid(), "this test")
+    with connect(proxy) as mine, accept(server) as upstream:
+        connection = only_connection(proxy)
+        assert connection.source == "this test"
+        proxy.block("this test")
+        assert_reset(mine)
+        assert_reset(upstream)
+    assert_refused(proxy)
+
+    # Another process's connections pass meanwhile.
+    child = subprocess.Popen([sys.executable, "-c", CHILD_CLIENT, str(proxy.address[1])], stdout=subprocess.PIPE)
+    with accept(server) as from_child:
+        assert read_exactly(from_child, 14) == b"from the child"
+        from_child.sendall(b"answered")
+    output, _ = child.communicate(timeout=TIMEOUT)
+    assert child.returncode == 0 and output == b"answered\n"
+
+    proxy.unblock("this test")
+    with connect(proxy) as mine, accept(server) as upstream:
+        mine.sendall(b"unblocked")
+        assert read_exactly(upstream, 9) == b"unblocked"
 
 
 def test_a_connection_to_a_dead_upstream_is_reset(host: ProxyHost) -> None:
