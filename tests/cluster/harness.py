@@ -1,7 +1,8 @@
 """N ``kbroker serve`` processes for tests, each with its own data directory and a FaultProxy in front of it.
 
 Each broker advertises its proxy's address, so clients (and, in a replicated cluster, the other brokers) always
-reach it through the proxy: ``isolate()`` and ``hold()`` cut it off without touching the process, while
+reach it through the proxy: ``isolate()`` (which also blocks the broker's own connections through the other
+proxies) and ``hold()`` cut it off without touching the process, while
 ``kill()`` (SIGKILL), ``pause()`` (SIGSTOP), ``resume()`` (SIGCONT), ``stop()`` (SIGTERM, drained) and
 ``start()``/``restart()`` act on the process. The proxy's address stays the same across restarts; the broker
 itself listens on a port picked here (another is picked if that one was taken meanwhile).
