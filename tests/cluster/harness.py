@@ -23,7 +23,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -228,6 +228,21 @@ class Cluster:
             self.close()
             raise
         return self
+
+    def partition(self, *groups: Iterable[int]) -> None:
+        """Cut the network between groups of brokers (node ids, each in one group) until heal(): what a broker
+        connects to in another group is reset and refused. Clients still reach every broker."""
+        side = {node_id: number for number, group in enumerate(groups) for node_id in group}
+        assert sorted(side) == [broker.node_id for broker in self.brokers], f"every broker in one group: {groups}"
+        for source in self.brokers:
+            for target in self.brokers:
+                if side[source.node_id] != side[target.node_id]:
+                    target.proxy.block(source.name)
+
+    def heal(self) -> None:
+        """Undo every isolate(), hold() and partition()."""
+        for broker in self.brokers:
+            broker.heal()
 
     def restore(self) -> None:
         """Every broker running, resumed and reachable again: what a test leaves behind for the next one.

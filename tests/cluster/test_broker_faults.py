@@ -137,6 +137,12 @@ def log_end(broker: ClusterBroker, topic: str) -> int:
     return int(answer.offset)
 
 
+def answers(broker: ClusterBroker) -> bool:
+    """A fresh client gets metadata through the broker's proxy."""
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=BOUND)
+    return [b.id for b in metadata.brokers.values()] == [broker.node_id]
+
+
 def values_for(topic: str, count: int = COUNT) -> list[bytes]:
     return [f"{topic}-{index:05d}".encode() for index in range(count)]
 
@@ -252,6 +258,15 @@ def test_isolated_broker_fails_its_clients_and_they_recover_after_heal(cluster: 
     assert topic in fresh.list_topics(timeout=BOUND).topics
     assert_exactly_once_in_order(isolated, topic, deliveries, [b"before", b"during"])
     assert deliveries.acknowledged == [(0, b"before"), (1, b"during")]
+
+
+def test_a_partition_blocks_each_side_on_the_other_sides_proxies_until_healed(cluster: Cluster) -> None:
+    first, second = cluster.brokers
+    cluster.partition([first.node_id], [second.node_id])
+    assert (first.proxy.blocked(), second.proxy.blocked()) == ({second.name}, {first.name})
+    assert answers(first) and answers(second)  # clients are on neither side
+    cluster.heal()
+    assert (first.proxy.blocked(), second.proxy.blocked()) == (set(), set())
 
 
 def test_held_broker_answers_nothing_until_released_then_exactly_once(cluster: Cluster) -> None:
