@@ -33,6 +33,8 @@ import trio
 
 QUEUE_LIMIT = 4 << 20  # bytes one held direction reads ahead; beyond it the sender is held by TCP flow control
 CHUNK = 64 << 10
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+CLOSE_GRACEFULLY = struct.pack("ii", 0, 0)
 T = TypeVar("T")
 
 
@@ -79,13 +81,27 @@ def connecting_process(client: tuple[str, int], server: tuple[str, int], candida
     return None
 
 
+async def _connect(address: tuple[str, int]) -> trio.SocketStream:
+    """A connection to ``address`` whose connect, if a drop cancels it, ends in a reset like the rest of a drop
+    (trio closes a socket whose connect was cancelled; SO_LINGER 0 makes that close a RST)."""
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+        await sock.connect(address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, CLOSE_GRACEFULLY)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
+
+
 def _close(stream: trio.SocketStream | None, reset: bool) -> None:
     """Close now; with ``reset``, SO_LINGER 0 makes the close send RST instead of FIN."""
     if stream is None or stream.socket.fileno() == -1:
         return
     if reset:
         try:
-            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
         except OSError:  # already reset by the peer
             pass
     stream.socket.close()
@@ -222,7 +238,7 @@ class ProxiedConnection:
                 if self.proxy._dropped or self.proxy.upstream is None:
                     return
                 try:
-                    self._upstream = await trio.open_tcp_stream(*self.proxy.upstream)
+                    self._upstream = await _connect(self.proxy.upstream)
                 except OSError:  # the broker is down: the client sees a reset, as from a dead host's proxy
                     return
                 held = self._effective_hold()
@@ -347,7 +363,11 @@ class FaultProxy:
                     if self._dropped:
                         _close(stream, reset=True)
                         continue
-                    connection = ProxiedConnection(self, stream)
+                    try:
+                        connection = ProxiedConnection(self, stream)
+                    except OSError:  # the client is gone already (reset before it was accepted)
+                        _close(stream, reset=True)
+                        continue
                     if connection.source is not None and connection.source in self._blocked:
                         _close(stream, reset=True)
                         continue

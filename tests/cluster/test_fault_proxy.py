@@ -246,6 +246,26 @@ def test_blocking_a_source_resets_its_connections_only(
         assert read_exactly(upstream, 9) == b"unblocked"
 
 
+def test_clients_that_reset_at_once_leave_the_proxy_working(proxy: FaultProxy, server: socket.socket) -> None:
+    for _ in range(50):  # some are reset before the proxy accepts them, some after
+        client = connect(proxy)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        client.close()
+    wait_for(lambda: proxy.accepted_count() == 50, "the proxy accepted all 50")
+    wait_for(lambda: proxy.connections() == [], "and let them all go")
+    for _ in range(50):  # those that reached the server before their reset
+        server.setblocking(False)
+        try:
+            server.accept()[0].close()
+        except BlockingIOError:
+            break
+    server.settimeout(TIMEOUT)
+    with connect(proxy) as client:
+        client.sendall(b"still serving")
+        with accept(server) as upstream:
+            assert read_exactly(upstream, 13) == b"still serving"
+
+
 def test_a_connection_to_a_dead_upstream_is_reset(host: ProxyHost) -> None:
     assert_refused(host.add_proxy(("127.0.0.1", 1)))  # nothing listens on port 1
     assert_refused(host.add_proxy(None))
