@@ -33,6 +33,7 @@ import trio
 
 QUEUE_LIMIT = 4 << 20  # bytes one held direction reads ahead; beyond it the sender is held by TCP flow control
 CHUNK = 64 << 10
+TABLE_READS = 3
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 CLOSE_GRACEFULLY = struct.pack("ii", 0, 0)
 T = TypeVar("T")
@@ -58,14 +59,15 @@ def connecting_process(client: tuple[str, int], server: tuple[str, int], candida
     """Which of the ``candidates`` (pids) holds the client end of the local TCP connection client -> server."""
     local, remote = _hex_address(client), _hex_address(server)
     inode = None
-    with open("/proc/net/tcp") as table:
-        for line in table:
-            fields = line.split()
-            if fields[1:3] == [local, remote]:
-                inode = fields[9]
-                break
-    if inode is None:  # closed already, or not IPv4
-        return None
+    # The kernel writes the table a page per read and can skip a socket if the table changes between two: a
+    # socket not found is looked for again before it counts as gone.
+    for _ in range(TABLE_READS):
+        with open("/proc/net/tcp") as table:
+            inode = next((fields[9] for fields in map(str.split, table) if fields[1:3] == [local, remote]), None)
+        if inode is not None:
+            break
+    else:
+        return None  # closed already
     target = f"socket:[{inode}]"
     for pid in candidates:
         try:
