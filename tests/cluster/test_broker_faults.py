@@ -77,9 +77,8 @@ def flush(producer: Producer) -> None:
     assert remaining == 0, f"{remaining} records not acknowledged within {BOUND:g} s"
 
 
-def read_partition(broker: ClusterBroker, topic: str) -> list[Record]:
-    """Every record of partition 0 from the log start to the high watermark, through a fresh consumer."""
-    consumer = Consumer(
+def new_reader(broker: ClusterBroker, topic: str) -> Consumer:
+    return Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
             "group.id": f"{topic}-reader",
@@ -87,21 +86,31 @@ def read_partition(broker: ClusterBroker, topic: str) -> list[Record]:
             "enable.partition.eof": True,
         }
     )
+
+
+def read_until(consumer: Consumer, records: list[Record], end: int, start: int = 0) -> None:
+    """Poll the assigned partition into ``records`` until they reach offset ``end`` (exclusive)."""
+    deadline = time.monotonic() + BOUND
+    while (records[-1][0] + 1 if records else start) < end:
+        assert time.monotonic() < deadline, f"read {len(records)} records, not up to offset {end}, in {BOUND:g} s"
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        if message.error() is not None:
+            if message.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(message.error())
+        records.append((message.offset(), message.value()))
+
+
+def read_partition(broker: ClusterBroker, topic: str) -> list[Record]:
+    """Every record of partition 0 from the log start to the high watermark, through a fresh consumer."""
+    consumer = new_reader(broker, topic)
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=BOUND)
         consumer.assign([TopicPartition(topic, 0, low)])
         records: list[Record] = []
-        deadline = time.monotonic() + BOUND
-        while (records[-1][0] + 1 if records else low) < high:
-            assert time.monotonic() < deadline, f"read {len(records)} records of {topic} in {BOUND:g} s"
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(message.error())
-            records.append((message.offset(), message.value()))
+        read_until(consumer, records, high, low)
         return records
     finally:
         consumer.close()
@@ -185,6 +194,32 @@ def test_kill_9_mid_stream_then_restart_keeps_every_acknowledged_record_once(clu
     assert_exactly_once_in_order(broker, topic, deliveries, values)
 
 
+def test_a_consumer_reading_across_a_kill_9_and_restart_reads_every_record_once(cluster: Cluster) -> None:
+    broker = cluster.brokers[1]
+    topic = "read-across-a-crash"
+    create_topic(broker, topic)
+    values = values_for(topic, 2000)
+    deliveries = Deliveries()
+    producer = producer_for(broker, deliveries)
+    produce(producer, topic, values[:1000])
+    flush(producer)
+    consumer = new_reader(broker, topic)
+    received: list[Record] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read_until(consumer, received, 500)
+        broker.kill()
+        broker.start()
+        produce(producer, topic, values[1000:])
+        flush(producer)
+        read_until(consumer, received, 2000)
+    finally:
+        consumer.close()
+    assert deliveries.errors == []
+    assert received == sorted(deliveries.acknowledged)
+    assert [value for _, value in received] == values
+
+
 def test_sigstop_while_producing_then_sigcont_loses_and_duplicates_nothing(cluster: Cluster) -> None:
     broker = cluster.brokers[0]
     topic = "paused-mid-stream"
@@ -241,9 +276,9 @@ def test_isolated_broker_fails_its_clients_and_they_recover_after_heal(cluster: 
     assert other.proxy.blocked() == {isolated.name}  # what the isolated broker itself connects to is cut too
     fresh = AdminClient({"bootstrap.servers": isolated.bootstrap})
     with pytest.raises(KafkaException):  # no metadata through a proxy that resets every connection
-        fresh.list_topics(timeout=3)
+        fresh.list_topics(timeout=1)
     produce(producer, topic, [b"during"])
-    assert producer.flush(3) == 1  # the connected producer's record cannot get through either
+    assert producer.flush(1) == 1  # the connected producer's record cannot get through either
 
     # The other broker is not affected.
     other_deliveries = Deliveries()
