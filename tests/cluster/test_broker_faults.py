@@ -96,11 +96,13 @@ def read_until(consumer: Consumer, records: list[Record], end: int, start: int =
         message = consumer.poll(1.0)
         if message is None:
             continue
-        if message.error() is not None:
-            if message.error().code() == KafkaError._PARTITION_EOF:
+        error, offset, value = message.error(), message.offset(), message.value()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
                 continue
-            raise KafkaException(message.error())
-        records.append((message.offset(), message.value()))
+            raise KafkaException(error)
+        assert offset is not None and value is not None
+        records.append((offset, value))
 
 
 def read_partition(broker: ClusterBroker, topic: str) -> list[Record]:
