@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from kbroker.metadata.log import MetadataLog
 from kbroker.storage import LogConfig, PartitionLog
 from protocol._codec import Message
 from protocol.coordinator_frame import encode_coordinator_record
+from protocol.coordinator_records import RECORD_TYPES_BY_COORDINATOR
 from protocol.coordinator_records.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
 from protocol.coordinator_records.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue
 from protocol.coordinator_records.consumer_group_metadata_key import ConsumerGroupMetadataKey
@@ -31,9 +35,12 @@ from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.coordinator_records.transaction_log_key import TransactionLogKey
 from protocol.coordinator_records.transaction_log_value import TransactionLogValue
 from protocol.messages.leader_change_message import LeaderChangeMessage
+from protocol.metadata_frame import MetadataRecord
+from protocol.metadata_records import RECORD_TYPES
 from protocol.records import Record, build_batch
-from tests.kafka_json import DumpedBatch, kafka_json, metadata_type_name, parse_dump
+from tests.kafka_json import DumpedBatch, group_metadata_json, kafka_json, metadata_type_name, parse_dump
 from tests.metadata.sample_records import TOPIC_ID, sample_records
+from tests.record_strategies import record_strategy
 from tools import maven_artifacts
 
 KAFKA_TOOLS = "kafka-tools-4.3.1"  # tools/maven/kafka-tools-4.3.1.pom.xml
@@ -51,10 +58,13 @@ def dump() -> Dump:
     except maven_artifacts.MavenUnavailable as exc:
         pytest.skip(f"{KAFKA_TOOLS} unavailable (python tools/maven_artifacts.py {KAFKA_TOOLS}): {exc}")
     classpath = ":".join(str(jar) for jar in sorted(jars.glob("*.jar")))
-    java = ["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m", "-cp", classpath, DUMP_LOG_SEGMENTS]
+    java = ["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m", "-Dfile.encoding=UTF-8"]
+    java += ["-cp", classpath, DUMP_LOG_SEGMENTS]
 
     def run(decoder: str, path: Path) -> list[DumpedBatch]:
-        done = subprocess.run([*java, decoder, "--files", str(path)], capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [*java, decoder, "--files", str(path)], capture_output=True, encoding="utf-8", timeout=180
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "Error at" not in done.stdout and "Unknown record type" not in done.stdout, done.stdout
         assert "invalid bytes" not in done.stdout, done.stdout
@@ -187,3 +197,63 @@ def test_kafkas_dump_tool_reads_kbrokers_transaction_log(tmp_path: Path, dump: D
         assert line.key == {"type": "0", "data": kafka_json(key, 0)}
         expected = "<DELETE>" if value_ is None else {"version": str(version), "data": kafka_json(value_, version)}
         assert line.payload == expected
+
+
+# --- every record type and version, with every field drawn ----------------------------------------------
+
+DIFFERENTIAL = settings(
+    max_examples=3,  # one JVM each: every record type and version is in each example
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: each step would start a JVM
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+DECODERS = {
+    "group": "--offsets-decoder",
+    "transaction": "--transaction-log-decoder",
+    "share": "--share-group-state-decoder",
+}
+
+
+@DIFFERENTIAL
+@given(data=st.data())
+def test_kafka_decodes_every_metadata_record_type_and_version_kbroker_encodes(dump: Dump, data: st.DataObject) -> None:
+    records = [
+        MetadataRecord(data.draw(record_strategy(kind.name, version), label=f"{kind.name} v{version}"), version)
+        for kind in RECORD_TYPES.values()
+        for version in range(kind.stable_versions[0], kind.stable_versions[1] + 1)
+    ]
+    with tempfile.TemporaryDirectory() as scratch, MetadataLog(Path(scratch)) as log:
+        log.become_leader(1, node_id=1, voters=[1])
+        log.append(records, timestamp_ms=NOW)
+        batches = dump("--cluster-metadata-decoder", log.directory / "00000000000000000000.log")
+    printed = [r.payload for b in batches if not b.control for r in b.records]
+    assert printed == [metadata_payload(r.message, r.version) for r in records]
+
+
+@pytest.mark.parametrize("coordinator", sorted(DECODERS))
+@DIFFERENTIAL
+@given(data=st.data())
+def test_kafka_decodes_every_coordinator_record_type_and_version_kbroker_encodes(
+    dump: Dump, coordinator: str, data: st.DataObject
+) -> None:
+    entries: list[tuple[Message, Message | None, int]] = []
+    for kind in RECORD_TYPES_BY_COORDINATOR[coordinator].values():
+        low, high = kind.value_stable_versions
+        for version in range(low, high + 1):
+            key = data.draw(record_strategy(kind.key_class_name, 0), label=kind.key_class_name)
+            value = data.draw(
+                record_strategy(kind.value_class_name, version), label=f"{kind.value_class_name} v{version}"
+            )
+            entries.append((key, value, version))
+        entries.append((key, None, -1))  # and a tombstone of each type
+    with tempfile.TemporaryDirectory() as scratch:
+        (batch,) = dump(DECODERS[coordinator], coordinator_segment(Path(scratch), f"__{coordinator}-records", entries))
+    assert len(batch.records) == len(entries)
+    for (key, value, version), line in zip(entries, batch.records, strict=True):
+        record_type = int.from_bytes(encode_coordinator_record(key, None)[0][:2], "big")
+        assert line.key == {"type": str(record_type), "data": kafka_json(key, 0)}
+        if value is None:
+            assert line.payload == "<DELETE>"
+        else:
+            as_json = group_metadata_json if value.NAME == "GroupMetadataValue" else kafka_json
+            assert line.payload == {"version": str(version), "data": as_json(value, version)}
