@@ -16,7 +16,7 @@ it copies out:
 
 and beside each file what Kafka's own DumpLogSegments prints for it (``<file>.dump``, with
 ``--cluster-metadata-decoder``, ``--offsets-decoder`` or ``--transaction-log-decoder``): the oracle that
-tests/test_metadata_frame.py and tests/test_coordinator_frame.py compare kbroker's decoding with.
+tests/test_kafka_written_records.py compares kbroker's decoding with.
 """
 
 from __future__ import annotations
