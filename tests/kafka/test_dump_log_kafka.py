@@ -34,7 +34,9 @@ from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
 from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.coordinator_records.transaction_log_key import TransactionLogKey
 from protocol.coordinator_records.transaction_log_value import TransactionLogValue
+from protocol.messages.k_raft_version_record import KRaftVersionRecord
 from protocol.messages.leader_change_message import LeaderChangeMessage
+from protocol.messages.voters_record import VotersRecord
 from protocol.metadata_frame import MetadataRecord
 from protocol.metadata_records import RECORD_TYPES
 from protocol.records import Record, build_batch
@@ -118,6 +120,30 @@ def test_kafkas_dump_tool_reads_kbrokers_snapshot(tmp_path: Path, dump: Dump) ->
     assert footer.records[0].rest.strip() == 'SnapshotFooter {"version":0}'
     assert {b.leader_epoch for b in batches} == {3}
     assert [r.payload for b in data for r in b.records] == [metadata_payload(r.message, r.version) for r in records]
+
+
+def test_kafkas_dump_tool_reads_the_kraft_version_and_voters_of_a_snapshot_header(tmp_path: Path, dump: Dump) -> None:
+    voters = VotersRecord(
+        voters=[
+            VotersRecord.Voter(
+                voter_id=1,
+                voter_directory_id=uuid.UUID(int=7),
+                endpoints=[VotersRecord.Endpoint(name="CONTROLLER", host="localhost", port=9093)],
+                k_raft_version_feature=VotersRecord.KRaftVersionFeature(
+                    min_supported_version=0, max_supported_version=1
+                ),
+            )
+        ]
+    )
+    controls = [KRaftVersionRecord(k_raft_version=1), voters]
+    with MetadataLog(tmp_path) as log:
+        snapshot_id = log.write_snapshot(sample_records()[:1], 0, last_contained_timestamp=0, controls=controls)
+    header, _, _ = dump("--cluster-metadata-decoder", tmp_path / "__cluster_metadata-0" / snapshot_id.file_name)
+    printed = [line.rest.strip().partition(" ") for line in header.records]
+    assert [(name, json.loads(text)) for name, _, text in printed[1:]] == [
+        ("KRaftVersion", kafka_json(controls[0], 0)),
+        ("KRaftVoters", kafka_json(voters, 0)),
+    ]
 
 
 def coordinator_segment(tmp_path: Path, name: str, entries: list[tuple[Message, Message | None, int]]) -> Path:
