@@ -354,7 +354,7 @@ def _restore_epoch_checkpoint(directory: Path) -> None:
     does: the metadata log's epoch fences stale leaders, and the storage engine would take a log without the file
     for one in epoch 0 (a log copied without it, a crash before its first write)."""
     path = directory / LEADER_EPOCH_CHECKPOINT
-    segments = sorted(directory.glob("*.log"))
+    segments = sorted(path for path in directory.glob("*.log") if path.stem.isdigit())
     if path.exists() or not segments:
         return
     epochs: list[tuple[int, int]] = []
