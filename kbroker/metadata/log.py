@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbroker.durable.files import StorageError, write_atomically
 from kbroker.storage import LogConfig, PartitionLog
-from kbroker.storage.files import StorageError, write_atomically
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE as LEADER_EPOCH_CHECKPOINT
 from kbroker.storage.leader_epochs import LeaderEpochCache
 from protocol._codec import Message
