@@ -7,17 +7,18 @@ holds, the acks=all waits and the high-watermark checkpoint.
 
 from kbroker.replication.manager import HIGH_WATERMARK_FILE, ReplicaManager, read_high_watermarks
 from kbroker.replication.partition import Partition, ReplicaState, Role, leader_epoch_error
-from kbroker.replication.registration import LeadershipSource, PartitionRegistration, SingleNodeLeadership
+from kbroker.replication.registration import LeadershipSource, Registration, SingleNodeLeadership
 
 __all__ = [
     "HIGH_WATERMARK_FILE",
     "LeadershipSource",
     "Partition",
-    "PartitionRegistration",
+    "Registration",
     "ReplicaManager",
     "ReplicaState",
     "Role",
     "SingleNodeLeadership",
+    "StaticRegistration",
     "leader_epoch_error",
     "read_high_watermarks",
 ]

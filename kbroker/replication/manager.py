@@ -26,7 +26,7 @@ from typing import Protocol
 import trio
 
 from kbroker.replication.partition import Partition
-from kbroker.replication.registration import LeadershipSource, PartitionRegistration
+from kbroker.replication.registration import LeadershipSource, Registration
 from kbroker.storage import LogManager, PartitionEvent, PartitionLog
 from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from protocol.errors import ErrorCode
@@ -101,19 +101,19 @@ class ReplicaManager:
             return partition
         partition = Partition(plog.topic, plog.partition, plog, self.local_broker_id)
         self._partitions[key] = partition
-        registration = self.leadership.registration(plog.topic, plog.partition)
+        registration = self.leadership.partition(plog.topic, plog.partition)
         if registration is not None:
             self._apply(partition, registration)
         return partition
 
-    def apply(self, topic: str, index: int, registration: PartitionRegistration) -> None:
+    def apply(self, topic: str, index: int, registration: Registration) -> None:
         """A new registration for a partition: become its leader or a follower (Kafka's applyDelta)."""
         partition = self.partition(topic, index)
         if partition is not None:
             self._apply(partition, registration)
             self._leadership_changed()
 
-    def _apply(self, partition: Partition, registration: PartitionRegistration) -> None:
+    def _apply(self, partition: Partition, registration: Registration) -> None:
         if registration.leader == self.local_broker_id:
             partition.make_leader(registration, _now_ms())
         else:

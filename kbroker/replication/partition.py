@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from kbroker.replication.registration import NO_LEADER, PartitionRegistration
+from kbroker.replication.registration import NO_LEADER, Registration
 from kbroker.storage import AppendResult, PartitionLog
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader
@@ -111,7 +111,7 @@ class Partition:
 
     # --- changes of leadership -------------------------------------------------------------------------
 
-    def make_leader(self, registration: PartitionRegistration, now_ms: int) -> bool:
+    def make_leader(self, registration: Registration, now_ms: int) -> bool:
         """Lead the partition as ``registration`` says; whether the high watermark moved."""
         new_epoch = registration.leader_epoch > self.log.leader_epoch
         if new_epoch:
@@ -133,7 +133,7 @@ class Partition:
         self.log.high_watermark_follows_appends = not remote
         return self.maybe_increment_high_watermark()
 
-    def make_follower(self, registration: PartitionRegistration) -> None:
+    def make_follower(self, registration: Registration) -> None:
         """Follow ``registration.leader``: the high watermark moves only as the leader says (a replica fetcher)."""
         self.role = Role.FOLLOWER
         self.remote = {}
@@ -146,7 +146,7 @@ class Partition:
         self.leader_id = NO_LEADER
         self.remote = {}
 
-    def _take(self, registration: PartitionRegistration) -> None:
+    def _take(self, registration: Registration) -> None:
         self._registered_epoch = registration.leader_epoch
         self.leader_id = registration.leader
         self.partition_epoch = registration.partition_epoch

@@ -16,7 +16,8 @@ from kbroker.broker import Broker, Endpoint
 from kbroker.cli import error_line
 from kbroker.config import BrokerConfig
 from kbroker.durable.files import DamagedFileError
-from kbroker.replication import HIGH_WATERMARK_FILE, PartitionRegistration, read_high_watermarks
+from kbroker.metadata.image import PartitionRegistration, TopicImage, TopicsImage
+from kbroker.replication import HIGH_WATERMARK_FILE, read_high_watermarks
 from kbroker.storage import LogManager
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -82,13 +83,13 @@ def test_a_reopened_log_starts_from_its_checkpointed_high_watermark_bounded_by_t
 def test_a_leader_with_followers_keeps_the_checkpointed_high_watermark_until_they_fetch(data_dir: Path) -> None:
     write_checkpoint(data_dir, "t 0 1")
 
-    class WithFollower:
-        def registration(self, topic: str, partition: int) -> PartitionRegistration | None:
-            return PartitionRegistration((0, 1), (0, 1), 0, 1, 1)
-
     broker = open_broker(data_dir)
     try:
-        broker.replicas.leadership = WithFollower()  # as a metadata image would say, before the log is opened
+        info = broker.topics.topic("t")
+        assert info is not None
+        topic = TopicImage("t", info.topic_id, {0: PartitionRegistration((0, 1), (0, 1), 0, 1, 1)})
+        # A metadata image says t-0 has a follower in its ISR, before the log is opened.
+        broker.replicas.leadership = TopicsImage({info.topic_id: topic}, {"t": topic})
         partition = broker.replicas.partition("t", 0)
         assert partition is not None and (partition.high_watermark, partition.log.log_end_offset) == (1, 3)
         partition.record_follower_fetch(1, 3, 0, 0, 3)

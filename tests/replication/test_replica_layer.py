@@ -18,7 +18,8 @@ from kbroker.apis.fetch import handle_fetch
 from kbroker.apis.produce import handle_produce
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
-from kbroker.replication import PartitionRegistration, Role
+from kbroker.metadata.image import PartitionRegistration  # the metadata image's registrations feed the layer
+from kbroker.replication import Role
 from kbroker.storage import LogManager
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
