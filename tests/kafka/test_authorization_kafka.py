@@ -1,4 +1,4 @@
-"""Authorization in every handler, compared with Apache Kafka 4.3 and its StandardAuthorizer: the same ACLs on
+"""Authorization in every handler, compared with Apache Kafka 4.4 and its StandardAuthorizer: the same ACLs on
 both brokers, the same requests, the same answers (codes, messages, which topics and groups are listed).
 
 On PLAINTEXT every client is ``User:ANONYMOUS``, and so are Kafka's own node's requests to its controller, so the
