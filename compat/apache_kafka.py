@@ -2,7 +2,7 @@
 
 One KRaft node in combined mode (broker and controller in one process), formatted in a scratch directory
 with Kafka's own storage tool and started as ``kafka.Kafka`` on free loopback ports, from the jars of
-tools/maven/kafka-4.3.1.pom.xml (fetched from Maven Central once). It is configured the way testcontainers'
+tools/maven/kafka-4.4.0.pom.xml (fetched from Maven Central once). It is configured the way testcontainers'
 Kafka module configures one for tests: internal topics with replication factor 1 and min ISR 1, and, for
 tests, no initial rebalance delay. It is ready when it answers ApiVersions and Metadata (kbroker.health),
 its log is captured in ``<dir>/kafka.log``, and ``stop()`` sends SIGTERM (a controlled shutdown), then
@@ -35,8 +35,8 @@ from typing import Self
 
 from kbroker.health import wait_until_ready
 
-KAFKA_VERSION = "4.3.1"
-ARTIFACT_SET = f"kafka-{KAFKA_VERSION}"  # tools/maven/kafka-4.3.1.pom.xml
+KAFKA_VERSION = "4.4.0"
+ARTIFACT_SET = f"kafka-{KAFKA_VERSION}"  # tools/maven/kafka-4.4.0.pom.xml
 
 # kafka-server-start.sh's KAFKA_HEAP_OPTS and kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
 DEFAULT_HEAP = "1g"

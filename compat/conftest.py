@@ -2,7 +2,7 @@
 
     python -m pytest compat                               (both kbroker and Apache Kafka: the default)
     python -m pytest compat --target kbroker              (one target)
-    python -m pytest compat --clients java-4.3,kcat       (a subset of the clients)
+    python -m pytest compat --clients java-4.4,kcat       (a subset of the clients)
     python -m pytest compat --compat-json matrix.json     (the matrix as JSON as well)
 
 Each scenario is a test taking ``client`` (a process of one client, kept for the session) and ``target``;

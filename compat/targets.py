@@ -1,8 +1,8 @@
 """The brokers the compat scenarios run against.
 
 - ``kbroker``: started by the suite (in-process, kbroker.testing.RunningBroker), restartable.
-- ``kafka``: Apache Kafka 4.3, one KRaft node (broker and controller). Where a Docker engine answers, in Docker
-  through testcontainers' Kafka module (image ``apache/kafka:4.3.1``, KBROKER_COMPAT_KAFKA_IMAGE to change it);
+- ``kafka``: Apache Kafka 4.4, one KRaft node (broker and controller). Where a Docker engine answers, in Docker
+  through testcontainers' Kafka module (image ``apache/kafka:4.4.0``, KBROKER_COMPAT_KAFKA_IMAGE to change it);
   without one, as a local JVM process from Maven Central's jars (compat/apache_kafka.py), restartable.
 - ``external``: whatever KBROKER_COMPAT_BOOTSTRAP points at; the suite cannot restart it.
 

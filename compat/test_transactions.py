@@ -25,7 +25,7 @@ ZOMBIE_ERROR = {
     "kafka-python-3": "INVALID_PRODUCER_EPOCH",
     "kafka-python-2": "INVALID_PRODUCER_EPOCH",
     "java-3.9": "INVALID_PRODUCER_EPOCH",
-    "java-4.3": "INVALID_PRODUCER_EPOCH",
+    "java-4.4": "INVALID_PRODUCER_EPOCH",
 }
 
 

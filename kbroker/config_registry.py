@@ -188,6 +188,11 @@ _NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection
 _NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
 _KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
 _TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
+_SHARE_GROUPS = "applies only to share groups (KIP-932), which kbroker does not have: no group writes to this topic"
+_DECOMPRESSED_RECORD = (
+    "not applied: kbroker bounds a batch's decompressed size, not each record's (Kafka 4.4 refuses a larger record "
+    "with INVALID_RECORD)"
+)
 _TRANSACTION_JOURNAL = (
     "no meaning for kbroker: transaction state is kept in kbroker's own journal "
     "(__transaction_state/transactions.journal), not a partitioned topic"
@@ -958,6 +963,32 @@ CONFIG_DEFS: list[ConfigDef] = [
         described=False,
     ),
     ConfigDef(
+        "log.remote.copy.lag.bytes",
+        "LONG",
+        "-1",
+        Int(-1, LONG_MAX),
+        "Default of remote.copy.lag.bytes.",
+        B,
+        WARNED,
+        _TIERED,
+        synonym="remote.copy.lag.bytes",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "log.remote.copy.lag.ms",
+        "LONG",
+        "0",
+        Int(-1, LONG_MAX),
+        "Default of remote.copy.lag.ms.",
+        B,
+        WARNED,
+        _TIERED,
+        synonym="remote.copy.lag.ms",
+        dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
         "log.preallocate",
         "BOOLEAN",
         "false",
@@ -1044,6 +1075,18 @@ CONFIG_DEFS: list[ConfigDef] = [
         "How long delete markers stay in a compacted topic.",
         T,
         synonym="log.cleaner.delete.retention.ms",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "errors.deadletterqueue.group.enable",
+        "BOOLEAN",
+        "false",
+        parse_bool,
+        "Let share groups write undeliverable records to this topic.",
+        T,
+        WARNED,
+        _SHARE_GROUPS,
+        when=lambda value: value,
         dynamic=True,
     ),
     ConfigDef(
@@ -1145,6 +1188,18 @@ CONFIG_DEFS: list[ConfigDef] = [
         dynamic=True,
     ),
     ConfigDef(
+        "max.decompressed.message.bytes",
+        "INT",
+        "2147483639",
+        Int(1, INT_MAX),
+        "Largest decompressed record accepted.",
+        BOTH,
+        WARNED,
+        _DECOMPRESSED_RECORD,
+        when=lambda value: value < 2147483639,
+        dynamic=True,
+    ),
+    ConfigDef(
         "max.message.bytes",
         "INT",
         "1048588",
@@ -1214,6 +1269,30 @@ CONFIG_DEFS: list[ConfigDef] = [
         WARNED,
         "not applied: segment files grow as written",
         synonym="log.preallocate",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "remote.copy.lag.bytes",
+        "LONG",
+        "-1",
+        Int(-1, LONG_MAX),
+        "Newer local bytes after which a segment may be copied to the remote tier (-1: from local retention).",
+        T,
+        WARNED,
+        _TIERED,
+        synonym="log.remote.copy.lag.bytes",
+        dynamic=True,
+    ),
+    ConfigDef(
+        "remote.copy.lag.ms",
+        "LONG",
+        "0",
+        Int(-1, LONG_MAX),
+        "Age after which a segment may be copied to the remote tier (-1: from local retention).",
+        T,
+        WARNED,
+        _TIERED,
+        synonym="log.remote.copy.lag.ms",
         dynamic=True,
     ),
     ConfigDef(

@@ -76,14 +76,14 @@ def test_the_kafka_target_configures_apache_kafka_in_kraft_mode(monkeypatch: pyt
     monkeypatch.setattr(tc_container, "DockerClient", NoEngine)
     from compat.targets import apache_kafka_container
 
-    container = apache_kafka_container("apache/kafka:4.3.1")
+    container = apache_kafka_container("apache/kafka:4.4.0")
     written: dict[str, bytes] = {}
     monkeypatch.setattr(container, "get_bootstrap_server", lambda: "localhost:32801")
     monkeypatch.setattr(container, "create_file", lambda content, path: written.__setitem__(path, content))
     container.configure()
     container.tc_start()
 
-    assert container.image.endswith("apache/kafka:4.3.1")
+    assert container.image.endswith("apache/kafka:4.4.0")
     assert list(container.ports) == ["9092"]
     env = container.env
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"

@@ -21,19 +21,19 @@ def run_tool(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 def test_every_set_is_fetched_with_its_pinned_versions() -> None:
     assert maven_artifacts.sets() == [
         "java-logging",
-        "kafka-4.3.1",
+        "kafka-4.4.0",
         "kafka-clients-3.9.0",
-        "kafka-clients-4.3.0",
-        "kafka-tools-4.3.1",
+        "kafka-clients-4.4.0",
+        "kafka-tools-4.4.0",
         "spark-kafka",
     ]
     names = {name: {jar.name for jar in maven_artifacts.jars(name)} for name in maven_artifacts.sets()}
-    assert {"kafka_2.13-4.3.1.jar", "kafka-server-4.3.1.jar", "kafka-clients-4.3.1.jar"} <= names["kafka-4.3.1"]
-    assert any(n.startswith("log4j-slf4j-impl-") for n in names["kafka-4.3.1"])  # Kafka's log goes somewhere
+    assert {"kafka_2.13-4.4.0.jar", "kafka-server-4.4.0.jar", "kafka-clients-4.4.0.jar"} <= names["kafka-4.4.0"]
+    assert any(n.startswith("log4j-slf4j-impl-") for n in names["kafka-4.4.0"])  # Kafka's log goes somewhere
     assert "kafka-clients-3.9.0.jar" in names["kafka-clients-3.9.0"]
-    assert "kafka-clients-4.3.0.jar" in names["kafka-clients-4.3.0"]
-    assert "kafka-tools-4.3.1.jar" in names["kafka-tools-4.3.1"]  # kafka-transactions.sh (TransactionsCommand)
-    for clients in ("kafka-clients-3.9.0", "kafka-clients-4.3.0"):  # every codec a producer may be asked for
+    assert "kafka-clients-4.4.0.jar" in names["kafka-clients-4.4.0"]
+    assert "kafka-tools-4.4.0.jar" in names["kafka-tools-4.4.0"]  # kafka-transactions.sh (TransactionsCommand)
+    for clients in ("kafka-clients-3.9.0", "kafka-clients-4.4.0"):  # every codec a producer may be asked for
         assert {n.split("-")[0] for n in names[clients]} >= {"lz4", "snappy", "zstd"}
     import pyspark
 
@@ -45,7 +45,7 @@ def test_an_unknown_set_is_one_line_naming_the_known_ones() -> None:
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
         "error: unknown Maven artifact set 'kafka-9.9.9'; known: "
-        "java-logging, kafka-4.3.1, kafka-clients-3.9.0, kafka-clients-4.3.0, kafka-tools-4.3.1, spark-kafka"
+        "java-logging, kafka-4.4.0, kafka-clients-3.9.0, kafka-clients-4.4.0, kafka-tools-4.4.0, spark-kafka"
     ]
 
 
@@ -61,8 +61,8 @@ def test_a_version_maven_central_does_not_serve_is_one_line_naming_it(
 ) -> None:
     poms = tmp_path / "poms"
     poms.mkdir()
-    pom = (maven_artifacts.POMS / "kafka-clients-4.3.0.pom.xml").read_text()
-    unserved = pom.replace("<version>4.3.0</version>", "<version>0.0.1</version>")
+    pom = (maven_artifacts.POMS / "kafka-clients-4.4.0.pom.xml").read_text()
+    unserved = pom.replace("<version>4.4.0</version>", "<version>0.0.1</version>")
     (poms / "kafka-clients-0.0.1.pom.xml").write_text(unserved)
     monkeypatch.setattr(maven_artifacts, "POMS", poms)
     monkeypatch.setenv("KBROKER_MAVEN_CACHE", str(tmp_path / "cache"))

@@ -1,4 +1,4 @@
-"""Start Apache Kafka 4.3 (compat/apache_kafka.py) and kbroker, ask both for ApiVersions, print the README's table.
+"""Start Apache Kafka 4.4 (compat/apache_kafka.py) and kbroker, ask both for ApiVersions, print the README's table.
 
     python tools/api_versions_table.py            # the Markdown table of every API Kafka advertises
 
@@ -30,11 +30,13 @@ NOT_PLANNED_STREAMS = "not planned: streams groups (KIP-1071)"
 GAP_REASONS = {
     "OffsetCommit": "v10 (topic ids): no client needs it yet (UNSUPPORTED.md)",
     "OffsetFetch": "v10 (topic ids): no client needs it yet (UNSUPPORTED.md)",
+    "TxnOffsetCommit": "v6 (topic ids, KIP-1319): no client needs it yet (UNSUPPORTED.md)",
     "CreateDelegationToken": TOKENS,
     "RenewDelegationToken": TOKENS,
     "ExpireDelegationToken": TOKENS,
     "DescribeDelegationToken": TOKENS,
     "UnregisterBroker": NOT_PLANNED_KRAFT,
+    "UnregisterController": NOT_PLANNED_KRAFT,
     "AddRaftVoter": NOT_PLANNED_KRAFT,
     "RemoveRaftVoter": NOT_PLANNED_KRAFT,
     "ShareGroupHeartbeat": NOT_PLANNED_SHARE,
@@ -51,6 +53,7 @@ GAP_REASONS = {
     "DeleteShareGroupOffsets": NOT_PLANNED_SHARE,
     "StreamsGroupHeartbeat": NOT_PLANNED_STREAMS,
     "StreamsGroupDescribe": NOT_PLANNED_STREAMS,
+    "StreamsGroupTopologyDescriptionUpdate": NOT_PLANNED_STREAMS,
 }
 
 

@@ -1,6 +1,6 @@
 """Capture record batches written by real producers, as test fixtures for protocol/records.py.
 
-    python tools/capture_batches.py [--out tests/fixtures/batches] [--java 3.9.0,4.3.0] [--clients ...]
+    python tools/capture_batches.py [--out tests/fixtures/batches] [--java 3.9.0,4.4.0] [--clients ...]
 
 Starts an in-process kbroker, has each client produce a known set of records in each codec (with and
 without keys and headers, with and without idempotence), and copies the stored batches out of the log

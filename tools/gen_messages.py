@@ -1,7 +1,7 @@
 """Generate protocol/messages/ from Kafka's JSON message schemas, and Kafka's record types beside it.
 
 Source: Kafka's own schemas (common/message/*.json) inside the kafka-clients jar pinned below, fetched from
-Maven Central by tools/maven_artifacts.py (set ``kafka-clients-4.3.0``) and checked against its sha256.
+Maven Central by tools/maven_artifacts.py (set ``kafka-clients-4.4.0``) and checked against its sha256.
 
 The record types are generated from the broker's jars of one Kafka release (``KAFKA_RECORDS_VERSION``, set
 ``kafka-<version>``), each checked against its sha256: protocol/metadata_records/ from kafka-metadata's
@@ -32,9 +32,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "protocol" / "messages"
-SCHEMA_JAR_SET = "kafka-clients-4.3.0"  # tools/maven/kafka-clients-4.3.0.pom.xml
-SCHEMA_JAR = "kafka-clients-4.3.0.jar"
-SCHEMA_JAR_SHA256 = "97a5b492d4ad658fd2dfba969fa0e403c2e38c971fb1e083da4e391471925fc1"
+SCHEMA_JAR_SET = "kafka-clients-4.4.0"  # tools/maven/kafka-clients-4.4.0.pom.xml
+SCHEMA_JAR = "kafka-clients-4.4.0.jar"
+SCHEMA_JAR_SHA256 = "1ab07317eb6633241392449d329dbdc5d9251e6ffc4926860f42dd966e88bdf9"
 SCHEMA_PREFIX = "common/message/"
 MAX_VERSION = 32767
 

@@ -1,4 +1,4 @@
-"""The Java Kafka client (kafka-clients 3.9.0 and 4.3.0) and its runtime jars, from Maven Central.
+"""The Java Kafka client (kafka-clients 3.9.0 and 4.4.0) and its runtime jars, from Maven Central.
 
 A thin layer over tools/maven_artifacts.py (sets ``kafka-clients-<version>`` and ``java-logging``) that adds
 a log4j2 configuration and compiles the Java programs of the tests and the compat suite against a version.
@@ -21,7 +21,7 @@ else:  # run as a script, or loaded by path (tests/conftest.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import maven_artifacts
 
-VERSIONS = ["3.9.0", "4.3.0"]
+VERSIONS = ["3.9.0", "4.4.0"]
 
 # Sends log4j's output to stderr (stdout is for the programs' results); level from KBROKER_JAVA_LOG.
 LOG4J2_PROPERTIES = """\

@@ -5,13 +5,13 @@ run time, ``mvn dependency:copy-dependencies`` copies into ``$KBROKER_MAVEN_CACH
 ``~/.cache/kbroker/maven``). Nothing is built; a set whose directory is complete is never fetched again.
 
     python tools/maven_artifacts.py                 # every set (what .ci/run does)
-    python tools/maven_artifacts.py kafka-4.3.1     # one set; prints its directory and jars
+    python tools/maven_artifacts.py kafka-4.4.0     # one set; prints its directory and jars
 
 The sets:
-- ``kafka-4.3.1``: the Apache Kafka broker (``kafka.Kafka``, ``kafka.tools.StorageTool``) with log4j2;
-- ``kafka-clients-3.9.0``, ``kafka-clients-4.3.0``: the Java client with its compression libraries; the
-  4.3.0 jar also carries Kafka's message schemas, the input of tools/gen_messages.py;
-- ``kafka-tools-4.3.1``: Kafka's command-line tools (``kafka-transactions.sh`` is
+- ``kafka-4.4.0``: the Apache Kafka broker (``kafka.Kafka``, ``kafka.tools.StorageTool``) with log4j2;
+- ``kafka-clients-3.9.0``, ``kafka-clients-4.4.0``: the Java client with its compression libraries; the
+  4.4.0 jar also carries Kafka's message schemas, the input of tools/gen_messages.py;
+- ``kafka-tools-4.4.0``: Kafka's command-line tools (``kafka-transactions.sh`` is
   ``org.apache.kafka.tools.TransactionsCommand``), run against kbroker in tests/transactions;
 - ``java-logging``: log4j2 as an SLF4J 2 provider, for a client's log when asked for;
 - ``spark-kafka``: spark-sql-kafka-0-10 and spark-token-provider-kafka-0-10 at the pinned pyspark's version

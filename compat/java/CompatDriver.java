@@ -52,7 +52,6 @@ import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.protocol.Errors;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
-import org.apache.kafka.common.utils.AppInfoParser;
 
 public class CompatDriver {
     static final int TIMEOUT_S = 60;
@@ -111,12 +110,21 @@ public class CompatDriver {
         return props;
     }
 
+    /** The kafka-clients version, from its jar's kafka-version.properties (AppInfoParser moved in 4.4). */
+    static String clientVersion() throws java.io.IOException {
+        Properties info = new Properties();
+        try (java.io.InputStream in = KafkaProducer.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            info.load(in);
+        }
+        return info.getProperty("version");
+    }
+
     public static void main(String[] args) throws Exception {
         // stdout carries only the protocol; anything else printed goes to stderr.
         PrintStream protocol = new PrintStream(System.out, true, StandardCharsets.UTF_8);
         System.setOut(System.err);
         CompatDriver driver = new CompatDriver(args[0]);
-        protocol.println(Json.write(Map.of("ready", Map.of("version", AppInfoParser.getVersion()))));
+        protocol.println(Json.write(Map.of("ready", Map.of("version", clientVersion()))));
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null) {

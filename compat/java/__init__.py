@@ -1,4 +1,4 @@
-"""The Java clients of the compat matrix: compat/java/CompatDriver.java on kafka-clients 3.9.0 and 4.3.0.
+"""The Java clients of the compat matrix: compat/java/CompatDriver.java on kafka-clients 3.9.0 and 4.4.0.
 
 The jars come from Maven Central (tools/java_clients.py); the driver is compiled once per version per machine
 into the cache directory, keyed by its source's hash.
@@ -15,7 +15,7 @@ from compat.clients import CACHE, ClientSpec, ClientUnavailable
 
 SOURCE = Path(__file__).with_name("CompatDriver.java")
 JSON_SOURCE = Path(__file__).with_name("Json.java")  # shared with tests/clients/java/KafkaClientScenario.java
-VERSIONS = ["3.9.0", "4.3.0"]
+VERSIONS = ["3.9.0", "4.4.0"]
 
 
 @cache

@@ -7,6 +7,10 @@ librdkafka, kafka-python) keep using version 1, which the coordinator serves too
 finalized level and its epoch (kbroker/apis/features.py); a client sees the change on its next connection, as
 with Kafka. kbroker has no KRaft metadata log, so the other features Kafka lists (metadata.version,
 group.version, ...) are not named (UNSUPPORTED.md).
+
+From v5 (KIP-1242) a client may name the cluster and node it means to reach, both or neither (one alone is an
+invalid request); as Kafka 4.4 checks it, a cluster that is not this one, or this cluster with another node id, is
+answered REBOOTSTRAP_REQUIRED (the client then bootstraps again) with no API list.
 """
 
 from __future__ import annotations
@@ -33,10 +37,18 @@ def _valid_software_field(value: str) -> bool:
 async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     from kbroker.apis import advertised_versions  # the table imports this module
 
-    if ctx.api_version >= 3 and not (
-        _valid_software_field(request.client_software_name) and _valid_software_field(request.client_software_version)
+    version = ctx.api_version
+    names_target = version >= 5 and request.cluster_id is not None
+    if (version >= 5 and names_target != (request.node_id != -1)) or (
+        version >= 3
+        and not (
+            _valid_software_field(request.client_software_name)
+            and _valid_software_field(request.client_software_version)
+        )
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
+    if names_target and (request.cluster_id != ctx.cluster.cluster_id or request.node_id != ctx.cluster.node_id):
+        return ApiVersionsResponse(error_code=ErrorCode.REBOOTSTRAP_REQUIRED)
     features = finalized_features(ctx.cluster)
     return ApiVersionsResponse(
         error_code=ErrorCode.NONE,
@@ -44,7 +56,7 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         throttle_time_ms=0,
         # As Kafka (KAFKA-17011): v3 leaves out supported features whose range starts at 0, which older clients
         # could not parse.
-        supported_features=SUPPORTED_FEATURES if ctx.api_version >= 4 else [],
+        supported_features=SUPPORTED_FEATURES if version >= 4 else [],
         # Kafka's epoch is the offset of the last feature change in its metadata log, kbroker's the number of
         # changes (0 for a new broker); clients take finalized features only with an epoch above -1.
         finalized_features_epoch=features.epoch,

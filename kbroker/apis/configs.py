@@ -289,13 +289,20 @@ def _apply_topic_configs(
 _BROKER_STATIC = "Dynamic broker configuration is not supported by kbroker; set it in the config file."
 
 
+def _alter_refusal(refusal: tuple[ErrorCode, str]) -> tuple[ErrorCode, str | None]:
+    """A refused alteration's answer. Kafka 4.4 refuses a broker's configs with an exception carrying the error's
+    default message, which its ApiError.fromThrowable now leaves out; a topic's refusal keeps its message."""
+    code, message = refusal
+    return (code, None) if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED else (code, message)
+
+
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     responses = []
     message: str | None
     for resource in request.resources:
         refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
         if refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
-            code, message = refusal
+            code, message = _alter_refusal(refusal)
         elif resource.resource_type == TOPIC:
             # AlterConfigs replaces the whole set of overrides with the given one.
             if any(c.value is None for c in resource.configs):  # a repeated name's earlier null too
@@ -358,7 +365,7 @@ async def handle_incremental_alter_configs(
         if len(names) != len(set(names)):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         elif refusal is not None:
-            code, message = refusal
+            code, message = _alter_refusal(refusal)
         elif resource.resource_type == TOPIC:
             info = ctx.topics.topic(resource.resource_name)
             if info is None:

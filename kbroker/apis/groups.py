@@ -6,7 +6,9 @@ GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED); JoinGroup, SyncGroup, Heartbeat a
 group (else the request fails GROUP_AUTHORIZATION_FAILED); DescribeGroups needs DESCRIBE per group (the refused
 ones come first) and computes ``authorized_operations`` from the ACLs; ListGroups lists every group to a
 principal that may DESCRIBE the cluster, else only the groups it may DESCRIBE; DeleteGroups needs DELETE per group
-(the refused ones come last, each once).
+(the refused ones come last, each once). DeleteGroups v3 adds a per-group error message, which Kafka 4.4 fills
+only for failures of its coordinator itself or of a streams topology plugin, neither of which a single kbroker
+has: like Kafka's, its answers for a missing group, a group with members or a refused one carry none.
 """
 
 from __future__ import annotations

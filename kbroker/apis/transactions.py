@@ -217,7 +217,8 @@ def _member_check(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Error
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID
     if ctx.api_version >= 3:
-        member_id, generation, instance_id = request.member_id, request.generation_id, request.group_instance_id
+        member_id, instance_id = request.member_id, request.group_instance_id
+        generation = request.generation_id_or_member_epoch  # renamed by the 4.4 schema (KIP-1319)
     else:
         member_id, generation, instance_id = "", -1, None
     groups = ctx.groups

@@ -67,13 +67,28 @@ def parse_super_users(value: str) -> frozenset[str]:
 
 
 def principal_problem(principal: str) -> str | None:
-    """Kafka 4.3's refusal of an ACL principal that is not ``Type:name`` (its message, INVALID_REQUEST)."""
+    """Kafka's refusal of an ACL principal that is not ``Type:name`` (its message, INVALID_REQUEST)."""
     if ":" in principal:
         return None
     return (
         f"Could not parse principal from `{principal}` "
         "(no colon is present separating the principal type from the principal name)"
     )
+
+
+# Kafka 4.4 matches a host written as a CIDR block (an address with "/") against the client's address, once the
+# cluster's metadata version is 4.4-IV1; kbroker matches hosts literally, so it answers such an ACL as a Kafka 4.4
+# cluster at an older metadata version does (UNSUPPORTED.md).
+CIDR_HOSTS_UNSUPPORTED = "CIDR-based ACL host patterns require metadata version 4.4-IV1 or higher."
+
+
+def host_problem(host: str) -> tuple[ErrorCode, str] | None:
+    """Kafka 4.4's refusal of an ACL host (after the principal's): empty, or a CIDR block (see above)."""
+    if not host:
+        return ErrorCode.INVALID_REQUEST, "Host pattern cannot be null or empty"
+    if host != WILDCARD and "/" in host:
+        return ErrorCode.UNSUPPORTED_VERSION, CIDR_HOSTS_UNSUPPORTED
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +267,10 @@ class StandardAuthorizer:
             problem = validate_new_binding(binding) or principal_problem(binding.principal)
             if problem is not None:
                 results.append(AclResult(ErrorCode.INVALID_REQUEST, problem))
+                continue
+            refusal = host_problem(binding.host)
+            if refusal is not None:
+                results.append(AclResult(*refusal))
                 continue
             if binding not in self._acls:
                 self._add(binding)

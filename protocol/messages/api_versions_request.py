@@ -10,24 +10,29 @@ from protocol import _codec as _c
 from protocol.exceptions import DecodeError
 
 _new = _c.new_object
+_S_i = _struct.Struct('>i')
 
 class ApiVersionsRequest(_c.Message):
-    __slots__ = ('client_software_name', 'client_software_version', 'unknown_tagged_fields')
-    FIELDS = ('client_software_name', 'client_software_version')
+    __slots__ = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id', 'unknown_tagged_fields')
+    FIELDS = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id')
     NAME = 'ApiVersionsRequest'
     API_KEY = 18
-    VALID_VERSIONS = (0, 4)
+    VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
 
-    def __init__(self, *, client_software_name: str = '', client_software_version: str = '', unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, client_software_name: str = '', client_software_version: str = '', cluster_id: str | None = None, node_id: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
+        self.cluster_id = cluster_id
+        self.node_id = node_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
 def _decode_ApiVersionsRequest_v0(buf, pos):
     o = _new(ApiVersionsRequest)
     o.client_software_name = ''
     o.client_software_version = ''
+    o.cluster_id = None
+    o.node_id = -1
     o.unknown_tagged_fields = None
     return o, pos
 
@@ -36,6 +41,8 @@ def _encode_ApiVersionsRequest_v0(o, out):
 
 def _decode_ApiVersionsRequest_v3(buf, pos):
     o = _new(ApiVersionsRequest)
+    o.cluster_id = None
+    o.node_id = -1
     o.client_software_name, pos = _c.read_compact_string(buf, pos)
     o.client_software_version, pos = _c.read_compact_string(buf, pos)
     o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
@@ -49,5 +56,25 @@ def _encode_ApiVersionsRequest_v3(o, out):
     else:
         out.append(0)
 
-ApiVersionsRequest.DECODERS = (_decode_ApiVersionsRequest_v0, _decode_ApiVersionsRequest_v0, _decode_ApiVersionsRequest_v0, _decode_ApiVersionsRequest_v3, _decode_ApiVersionsRequest_v3,)
-ApiVersionsRequest.ENCODERS = (_encode_ApiVersionsRequest_v0, _encode_ApiVersionsRequest_v0, _encode_ApiVersionsRequest_v0, _encode_ApiVersionsRequest_v3, _encode_ApiVersionsRequest_v3,)
+def _decode_ApiVersionsRequest_v5(buf, pos):
+    o = _new(ApiVersionsRequest)
+    o.client_software_name, pos = _c.read_compact_string(buf, pos)
+    o.client_software_version, pos = _c.read_compact_string(buf, pos)
+    o.cluster_id, pos = _c.read_compact_nullable_string(buf, pos)
+    (o.node_id,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_ApiVersionsRequest_v5(o, out):
+    _c.write_compact_string(out, o.client_software_name)
+    _c.write_compact_string(out, o.client_software_version)
+    _c.write_compact_nullable_string(out, o.cluster_id)
+    out += _S_i.pack(o.node_id)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+ApiVersionsRequest.DECODERS = (_decode_ApiVersionsRequest_v0, _decode_ApiVersionsRequest_v0, _decode_ApiVersionsRequest_v0, _decode_ApiVersionsRequest_v3, _decode_ApiVersionsRequest_v3, _decode_ApiVersionsRequest_v5,)
+ApiVersionsRequest.ENCODERS = (_encode_ApiVersionsRequest_v0, _encode_ApiVersionsRequest_v0, _encode_ApiVersionsRequest_v0, _encode_ApiVersionsRequest_v3, _encode_ApiVersionsRequest_v3, _encode_ApiVersionsRequest_v5,)

@@ -53,7 +53,7 @@ class ApiVersionsResponse(_c.Message):
     FIELDS = ('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready')
     NAME = 'ApiVersionsResponse'
     API_KEY = 18
-    VALID_VERSIONS = (0, 4)
+    VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
     ApiVersion: TypeAlias = ApiVersion
     SupportedFeatureKey: TypeAlias = SupportedFeatureKey
@@ -282,5 +282,5 @@ def _encode_ApiVersionsResponse_v3(o, out):
         tags.extend(o.unknown_tagged_fields.items())
     _c.write_tagged_fields(out, tags)
 
-ApiVersionsResponse.DECODERS = (_decode_ApiVersionsResponse_v0, _decode_ApiVersionsResponse_v1, _decode_ApiVersionsResponse_v1, _decode_ApiVersionsResponse_v3, _decode_ApiVersionsResponse_v3,)
-ApiVersionsResponse.ENCODERS = (_encode_ApiVersionsResponse_v0, _encode_ApiVersionsResponse_v1, _encode_ApiVersionsResponse_v1, _encode_ApiVersionsResponse_v3, _encode_ApiVersionsResponse_v3,)
+ApiVersionsResponse.DECODERS = (_decode_ApiVersionsResponse_v0, _decode_ApiVersionsResponse_v1, _decode_ApiVersionsResponse_v1, _decode_ApiVersionsResponse_v3, _decode_ApiVersionsResponse_v3, _decode_ApiVersionsResponse_v3,)
+ApiVersionsResponse.ENCODERS = (_encode_ApiVersionsResponse_v0, _encode_ApiVersionsResponse_v1, _encode_ApiVersionsResponse_v1, _encode_ApiVersionsResponse_v3, _encode_ApiVersionsResponse_v3, _encode_ApiVersionsResponse_v3,)

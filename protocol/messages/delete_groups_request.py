@@ -16,7 +16,7 @@ class DeleteGroupsRequest(_c.Message):
     FIELDS = ('groups_names',)
     NAME = 'DeleteGroupsRequest'
     API_KEY = 42
-    VALID_VERSIONS = (0, 2)
+    VALID_VERSIONS = (0, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
 
     def __init__(self, *, groups_names: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
@@ -67,5 +67,5 @@ def _encode_DeleteGroupsRequest_v2(o, out):
     else:
         out.append(0)
 
-DeleteGroupsRequest.DECODERS = (_decode_DeleteGroupsRequest_v0, _decode_DeleteGroupsRequest_v0, _decode_DeleteGroupsRequest_v2,)
-DeleteGroupsRequest.ENCODERS = (_encode_DeleteGroupsRequest_v0, _encode_DeleteGroupsRequest_v0, _encode_DeleteGroupsRequest_v2,)
+DeleteGroupsRequest.DECODERS = (_decode_DeleteGroupsRequest_v0, _decode_DeleteGroupsRequest_v0, _decode_DeleteGroupsRequest_v2, _decode_DeleteGroupsRequest_v2,)
+DeleteGroupsRequest.ENCODERS = (_encode_DeleteGroupsRequest_v0, _encode_DeleteGroupsRequest_v0, _encode_DeleteGroupsRequest_v2, _encode_DeleteGroupsRequest_v2,)

@@ -15,12 +15,13 @@ _S_h = _struct.Struct('>h')
 _S_i = _struct.Struct('>i')
 
 class DeletableGroupResult(_c.Struct):
-    __slots__ = ('group_id', 'error_code', 'unknown_tagged_fields')
-    FIELDS = ('group_id', 'error_code')
+    __slots__ = ('group_id', 'error_code', 'error_message', 'unknown_tagged_fields')
+    FIELDS = ('group_id', 'error_code', 'error_message')
 
-    def __init__(self, *, group_id: str = '', error_code: int = 0, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_id: str = '', error_code: int = 0, error_message: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_id = group_id
         self.error_code = error_code
+        self.error_message = error_message
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class DeleteGroupsResponse(_c.Message):
@@ -28,7 +29,7 @@ class DeleteGroupsResponse(_c.Message):
     FIELDS = ('throttle_time_ms', 'results')
     NAME = 'DeleteGroupsResponse'
     API_KEY = 42
-    VALID_VERSIONS = (0, 2)
+    VALID_VERSIONS = (0, 3)
     FLEXIBLE_VERSIONS = (2, 32767)
     DeletableGroupResult: TypeAlias = DeletableGroupResult
 
@@ -39,6 +40,7 @@ class DeleteGroupsResponse(_c.Message):
 
 def _decode_DeletableGroupResult_v0(buf, pos):
     o = _new(DeletableGroupResult)
+    o.error_message = None
     o.group_id, pos = _c.read_string(buf, pos)
     (o.error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
@@ -74,6 +76,7 @@ def _encode_DeleteGroupsResponse_v0(o, out):
 
 def _decode_DeletableGroupResult_v2(buf, pos):
     o = _new(DeletableGroupResult)
+    o.error_message = None
     o.group_id, pos = _c.read_compact_string(buf, pos)
     (o.error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
@@ -115,5 +118,50 @@ def _encode_DeleteGroupsResponse_v2(o, out):
     else:
         out.append(0)
 
-DeleteGroupsResponse.DECODERS = (_decode_DeleteGroupsResponse_v0, _decode_DeleteGroupsResponse_v0, _decode_DeleteGroupsResponse_v2,)
-DeleteGroupsResponse.ENCODERS = (_encode_DeleteGroupsResponse_v0, _encode_DeleteGroupsResponse_v0, _encode_DeleteGroupsResponse_v2,)
+def _decode_DeletableGroupResult_v3(buf, pos):
+    o = _new(DeletableGroupResult)
+    o.group_id, pos = _c.read_compact_string(buf, pos)
+    (o.error_code,) = _S_h.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _c.read_compact_nullable_string(buf, pos)
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_DeleteGroupsResponse_v3(buf, pos):
+    o = _new(DeleteGroupsResponse)
+    (o.throttle_time_ms,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Results')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_DeletableGroupResult_v3(buf, pos)
+            items.append(item)
+        o.results = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_DeletableGroupResult_v3(o, out):
+    _c.write_compact_string(out, o.group_id)
+    out += _S_h.pack(o.error_code)
+    _c.write_compact_nullable_string(out, o.error_message)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_DeleteGroupsResponse_v3(o, out):
+    out += _S_i.pack(o.throttle_time_ms)
+    v = o.results
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_DeletableGroupResult_v3(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+DeleteGroupsResponse.DECODERS = (_decode_DeleteGroupsResponse_v0, _decode_DeleteGroupsResponse_v0, _decode_DeleteGroupsResponse_v2, _decode_DeleteGroupsResponse_v3,)
+DeleteGroupsResponse.ENCODERS = (_encode_DeleteGroupsResponse_v0, _encode_DeleteGroupsResponse_v0, _encode_DeleteGroupsResponse_v2, _encode_DeleteGroupsResponse_v3,)

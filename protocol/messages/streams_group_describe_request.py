@@ -11,22 +11,25 @@ from protocol.exceptions import DecodeError
 
 _new = _c.new_object
 _S_o = _struct.Struct('>?')
+_S_oo = _struct.Struct('>??')
 
 class StreamsGroupDescribeRequest(_c.Message):
-    __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tagged_fields')
-    FIELDS = ('group_ids', 'include_authorized_operations')
+    __slots__ = ('group_ids', 'include_authorized_operations', 'include_topology_description', 'unknown_tagged_fields')
+    FIELDS = ('group_ids', 'include_authorized_operations', 'include_topology_description')
     NAME = 'StreamsGroupDescribeRequest'
     API_KEY = 89
-    VALID_VERSIONS = (0, 0)
+    VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
 
-    def __init__(self, *, group_ids: list[str] = _c.UNSET, include_authorized_operations: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, group_ids: list[str] = _c.UNSET, include_authorized_operations: bool = False, include_topology_description: bool = False, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.group_ids = [] if group_ids is _c.UNSET else group_ids
         self.include_authorized_operations = include_authorized_operations
+        self.include_topology_description = include_topology_description
         self.unknown_tagged_fields = unknown_tagged_fields
 
 def _decode_StreamsGroupDescribeRequest_v0(buf, pos):
     o = _new(StreamsGroupDescribeRequest)
+    o.include_topology_description = False
     n, pos = _c.read_compact_array_length(buf, pos)
     if n < 0:
         raise DecodeError('null array in non-nullable field GroupIds')
@@ -52,5 +55,32 @@ def _encode_StreamsGroupDescribeRequest_v0(o, out):
     else:
         out.append(0)
 
-StreamsGroupDescribeRequest.DECODERS = (_decode_StreamsGroupDescribeRequest_v0,)
-StreamsGroupDescribeRequest.ENCODERS = (_encode_StreamsGroupDescribeRequest_v0,)
+def _decode_StreamsGroupDescribeRequest_v1(buf, pos):
+    o = _new(StreamsGroupDescribeRequest)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field GroupIds')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _c.read_compact_string(buf, pos)
+            items.append(item)
+        o.group_ids = items
+    (o.include_authorized_operations, o.include_topology_description,) = _S_oo.unpack_from(buf, pos)
+    pos += 2
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_StreamsGroupDescribeRequest_v1(o, out):
+    v = o.group_ids
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _c.write_compact_string(out, item)
+    out += _S_oo.pack(o.include_authorized_operations, o.include_topology_description)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+StreamsGroupDescribeRequest.DECODERS = (_decode_StreamsGroupDescribeRequest_v0, _decode_StreamsGroupDescribeRequest_v1,)
+StreamsGroupDescribeRequest.ENCODERS = (_encode_StreamsGroupDescribeRequest_v0, _encode_StreamsGroupDescribeRequest_v1,)

@@ -12,6 +12,7 @@ from protocol.exceptions import DecodeError
 
 _new = _c.new_object
 _S_H = _struct.Struct('>H')
+_S_b = _struct.Struct('>b')
 _S_h = _struct.Struct('>h')
 _S_i = _struct.Struct('>i')
 _S_ih = _struct.Struct('>ih')
@@ -120,11 +121,51 @@ class Member(_c.Struct):
         self.is_classic = is_classic
         self.unknown_tagged_fields = unknown_tagged_fields
 
-class DescribedGroup(_c.Struct):
-    __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'topology', 'members', 'authorized_operations', 'unknown_tagged_fields')
-    FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'topology', 'members', 'authorized_operations')
+class TopologyDescriptionNode(_c.Struct):
+    __slots__ = ('name', 'node_type', 'source_topics', 'sink_topic', 'stores', 'successors', 'unknown_tagged_fields')
+    FIELDS = ('name', 'node_type', 'source_topics', 'sink_topic', 'stores', 'successors')
 
-    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = '', group_state: str = '', group_epoch: int = 0, assignment_epoch: int = 0, topology: Topology | None = None, members: list[Member] = _c.UNSET, authorized_operations: int = -2147483648, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', node_type: int = 0, source_topics: list[str] = _c.UNSET, sink_topic: str | None = None, stores: list[str] = _c.UNSET, successors: list[str] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+        self.name = name
+        self.node_type = node_type
+        self.source_topics = [] if source_topics is _c.UNSET else source_topics
+        self.sink_topic = sink_topic
+        self.stores = [] if stores is _c.UNSET else stores
+        self.successors = [] if successors is _c.UNSET else successors
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+class TopologyDescriptionSubtopology(_c.Struct):
+    __slots__ = ('subtopology_id', 'nodes', 'unknown_tagged_fields')
+    FIELDS = ('subtopology_id', 'nodes')
+
+    def __init__(self, *, subtopology_id: str = '', nodes: list[TopologyDescriptionNode] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+        self.subtopology_id = subtopology_id
+        self.nodes = [] if nodes is _c.UNSET else nodes
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+class TopologyDescriptionGlobalStore(_c.Struct):
+    __slots__ = ('source', 'processor', 'unknown_tagged_fields')
+    FIELDS = ('source', 'processor')
+
+    def __init__(self, *, source: TopologyDescriptionNode = _c.UNSET, processor: TopologyDescriptionNode = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+        self.source = TopologyDescriptionNode() if source is _c.UNSET else source
+        self.processor = TopologyDescriptionNode() if processor is _c.UNSET else processor
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+class TopologyDescription(_c.Struct):
+    __slots__ = ('subtopologies', 'global_stores', 'unknown_tagged_fields')
+    FIELDS = ('subtopologies', 'global_stores')
+
+    def __init__(self, *, subtopologies: list[TopologyDescriptionSubtopology] = _c.UNSET, global_stores: list[TopologyDescriptionGlobalStore] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+        self.subtopologies = [] if subtopologies is _c.UNSET else subtopologies
+        self.global_stores = [] if global_stores is _c.UNSET else global_stores
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+class DescribedGroup(_c.Struct):
+    __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'topology', 'members', 'authorized_operations', 'topology_description', 'topology_description_status', 'assignor_name', 'unknown_tagged_fields')
+    FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'topology', 'members', 'authorized_operations', 'topology_description', 'topology_description_status', 'assignor_name')
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = '', group_state: str = '', group_epoch: int = 0, assignment_epoch: int = 0, topology: Topology | None = None, members: list[Member] = _c.UNSET, authorized_operations: int = -2147483648, topology_description: TopologyDescription | None = None, topology_description_status: int = 0, assignor_name: str | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.group_id = group_id
@@ -134,6 +175,9 @@ class DescribedGroup(_c.Struct):
         self.topology = topology
         self.members = [] if members is _c.UNSET else members
         self.authorized_operations = authorized_operations
+        self.topology_description = topology_description
+        self.topology_description_status = topology_description_status
+        self.assignor_name = assignor_name
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class StreamsGroupDescribeResponse(_c.Message):
@@ -141,7 +185,7 @@ class StreamsGroupDescribeResponse(_c.Message):
     FIELDS = ('throttle_time_ms', 'groups')
     NAME = 'StreamsGroupDescribeResponse'
     API_KEY = 89
-    VALID_VERSIONS = (0, 0)
+    VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
     DescribedGroup: TypeAlias = DescribedGroup
     Topology: TypeAlias = Topology
@@ -153,6 +197,10 @@ class StreamsGroupDescribeResponse(_c.Message):
     TaskOffset: TypeAlias = TaskOffset
     Assignment: TypeAlias = Assignment
     TaskIds: TypeAlias = TaskIds
+    TopologyDescription: TypeAlias = TopologyDescription
+    TopologyDescriptionSubtopology: TypeAlias = TopologyDescriptionSubtopology
+    TopologyDescriptionNode: TypeAlias = TopologyDescriptionNode
+    TopologyDescriptionGlobalStore: TypeAlias = TopologyDescriptionGlobalStore
 
     def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -353,6 +401,9 @@ def _decode_Member_v0(buf, pos):
 
 def _decode_DescribedGroup_v0(buf, pos):
     o = _new(DescribedGroup)
+    o.topology_description = None
+    o.topology_description_status = 0
+    o.assignor_name = None
     (o.error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _c.read_compact_nullable_string(buf, pos)
@@ -562,5 +613,231 @@ def _encode_StreamsGroupDescribeResponse_v0(o, out):
     else:
         out.append(0)
 
-StreamsGroupDescribeResponse.DECODERS = (_decode_StreamsGroupDescribeResponse_v0,)
-StreamsGroupDescribeResponse.ENCODERS = (_encode_StreamsGroupDescribeResponse_v0,)
+def _decode_TopologyDescriptionNode_v1(buf, pos):
+    o = _new(TopologyDescriptionNode)
+    o.name, pos = _c.read_compact_string(buf, pos)
+    (o.node_type,) = _S_b.unpack_from(buf, pos)
+    pos += 1
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field SourceTopics')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _c.read_compact_string(buf, pos)
+            items.append(item)
+        o.source_topics = items
+    o.sink_topic, pos = _c.read_compact_nullable_string(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Stores')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _c.read_compact_string(buf, pos)
+            items.append(item)
+        o.stores = items
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Successors')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _c.read_compact_string(buf, pos)
+            items.append(item)
+        o.successors = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_TopologyDescriptionSubtopology_v1(buf, pos):
+    o = _new(TopologyDescriptionSubtopology)
+    o.subtopology_id, pos = _c.read_compact_string(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Nodes')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TopologyDescriptionNode_v1(buf, pos)
+            items.append(item)
+        o.nodes = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_TopologyDescriptionGlobalStore_v1(buf, pos):
+    o = _new(TopologyDescriptionGlobalStore)
+    o.source, pos = _decode_TopologyDescriptionNode_v1(buf, pos)
+    o.processor, pos = _decode_TopologyDescriptionNode_v1(buf, pos)
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_TopologyDescription_v1(buf, pos):
+    o = _new(TopologyDescription)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Subtopologies')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TopologyDescriptionSubtopology_v1(buf, pos)
+            items.append(item)
+        o.subtopologies = items
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field GlobalStores')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TopologyDescriptionGlobalStore_v1(buf, pos)
+            items.append(item)
+        o.global_stores = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_DescribedGroup_v1(buf, pos):
+    o = _new(DescribedGroup)
+    (o.error_code,) = _S_h.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _c.read_compact_nullable_string(buf, pos)
+    o.group_id, pos = _c.read_compact_string(buf, pos)
+    o.group_state, pos = _c.read_compact_string(buf, pos)
+    (o.group_epoch, o.assignment_epoch,) = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    if buf[pos] == 0xFF:
+        o.topology = None
+        pos += 1
+    else:
+        o.topology, pos = _decode_Topology_v0(buf, pos + 1)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Members')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_Member_v0(buf, pos)
+            items.append(item)
+        o.members = items
+    (o.authorized_operations,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0xFF:
+        o.topology_description = None
+        pos += 1
+    else:
+        o.topology_description, pos = _decode_TopologyDescription_v1(buf, pos + 1)
+    (o.topology_description_status,) = _S_b.unpack_from(buf, pos)
+    pos += 1
+    o.assignor_name, pos = _c.read_compact_nullable_string(buf, pos)
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_StreamsGroupDescribeResponse_v1(buf, pos):
+    o = _new(StreamsGroupDescribeResponse)
+    (o.throttle_time_ms,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Groups')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_DescribedGroup_v1(buf, pos)
+            items.append(item)
+        o.groups = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_TopologyDescriptionNode_v1(o, out):
+    _c.write_compact_string(out, o.name)
+    out += _S_b.pack(o.node_type)
+    v = o.source_topics
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _c.write_compact_string(out, item)
+    _c.write_compact_nullable_string(out, o.sink_topic)
+    v = o.stores
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _c.write_compact_string(out, item)
+    v = o.successors
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _c.write_compact_string(out, item)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_TopologyDescriptionSubtopology_v1(o, out):
+    _c.write_compact_string(out, o.subtopology_id)
+    v = o.nodes
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TopologyDescriptionNode_v1(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_TopologyDescriptionGlobalStore_v1(o, out):
+    _encode_TopologyDescriptionNode_v1(o.source, out)
+    _encode_TopologyDescriptionNode_v1(o.processor, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_TopologyDescription_v1(o, out):
+    v = o.subtopologies
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TopologyDescriptionSubtopology_v1(item, out)
+    v = o.global_stores
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TopologyDescriptionGlobalStore_v1(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_DescribedGroup_v1(o, out):
+    out += _S_h.pack(o.error_code)
+    _c.write_compact_nullable_string(out, o.error_message)
+    _c.write_compact_string(out, o.group_id)
+    _c.write_compact_string(out, o.group_state)
+    out += _S_ii.pack(o.group_epoch, o.assignment_epoch)
+    if o.topology is None:
+        out.append(0xFF)
+    else:
+        out.append(1)
+        _encode_Topology_v0(o.topology, out)
+    v = o.members
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_Member_v0(item, out)
+    out += _S_i.pack(o.authorized_operations)
+    if o.topology_description is None:
+        out.append(0xFF)
+    else:
+        out.append(1)
+        _encode_TopologyDescription_v1(o.topology_description, out)
+    out += _S_b.pack(o.topology_description_status)
+    _c.write_compact_nullable_string(out, o.assignor_name)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_StreamsGroupDescribeResponse_v1(o, out):
+    out += _S_i.pack(o.throttle_time_ms)
+    v = o.groups
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_DescribedGroup_v1(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+StreamsGroupDescribeResponse.DECODERS = (_decode_StreamsGroupDescribeResponse_v0, _decode_StreamsGroupDescribeResponse_v1,)
+StreamsGroupDescribeResponse.ENCODERS = (_encode_StreamsGroupDescribeResponse_v0, _encode_StreamsGroupDescribeResponse_v1,)

@@ -105,7 +105,7 @@ class StreamsGroupHeartbeatRequest(_c.Message):
     FIELDS = ('group_id', 'member_id', 'member_epoch', 'endpoint_information_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'topology', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'process_id', 'user_endpoint', 'client_tags', 'task_offsets', 'task_end_offsets', 'shutdown_application')
     NAME = 'StreamsGroupHeartbeatRequest'
     API_KEY = 88
-    VALID_VERSIONS = (0, 0)
+    VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
     Topology: TypeAlias = Topology
     Subtopology: TypeAlias = Subtopology
@@ -532,5 +532,5 @@ def _encode_StreamsGroupHeartbeatRequest_v0(o, out):
     else:
         out.append(0)
 
-StreamsGroupHeartbeatRequest.DECODERS = (_decode_StreamsGroupHeartbeatRequest_v0,)
-StreamsGroupHeartbeatRequest.ENCODERS = (_encode_StreamsGroupHeartbeatRequest_v0,)
+StreamsGroupHeartbeatRequest.DECODERS = (_decode_StreamsGroupHeartbeatRequest_v0, _decode_StreamsGroupHeartbeatRequest_v0,)
+StreamsGroupHeartbeatRequest.ENCODERS = (_encode_StreamsGroupHeartbeatRequest_v0, _encode_StreamsGroupHeartbeatRequest_v0,)

@@ -16,6 +16,8 @@ _S_b = _struct.Struct('>b')
 _S_i = _struct.Struct('>i')
 _S_ih = _struct.Struct('>ih')
 _S_iiii = _struct.Struct('>iiii')
+_S_iiiq = _struct.Struct('>iiiq')
+_S_oi = _struct.Struct('>?i')
 
 class Status(_c.Struct):
     __slots__ = ('status_code', 'status_detail', 'unknown_tagged_fields')
@@ -64,11 +66,11 @@ class EndpointToPartitions(_c.Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class StreamsGroupHeartbeatResponse(_c.Message):
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'acceptable_recovery_lag', 'task_offset_interval_ms', 'status', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'endpoint_information_epoch', 'partitions_by_user_endpoint', 'unknown_tagged_fields')
-    FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'acceptable_recovery_lag', 'task_offset_interval_ms', 'status', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'endpoint_information_epoch', 'partitions_by_user_endpoint')
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'acceptable_recovery_lag_legacy', 'task_offset_interval_ms', 'acceptable_recovery_lag', 'status', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'topology_description_required', 'endpoint_information_epoch', 'partitions_by_user_endpoint', 'unknown_tagged_fields')
+    FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'acceptable_recovery_lag_legacy', 'task_offset_interval_ms', 'acceptable_recovery_lag', 'status', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'topology_description_required', 'endpoint_information_epoch', 'partitions_by_user_endpoint')
     NAME = 'StreamsGroupHeartbeatResponse'
     API_KEY = 88
-    VALID_VERSIONS = (0, 0)
+    VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (0, 32767)
     Status: TypeAlias = Status
     TaskIds: TypeAlias = TaskIds
@@ -76,19 +78,21 @@ class StreamsGroupHeartbeatResponse(_c.Message):
     Endpoint: TypeAlias = Endpoint
     TopicPartition: TypeAlias = TopicPartition
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, member_id: str = '', member_epoch: int = 0, heartbeat_interval_ms: int = 0, acceptable_recovery_lag: int = 0, task_offset_interval_ms: int = 0, status: list[Status] | None = _c.UNSET, active_tasks: list[TaskIds] | None = None, standby_tasks: list[TaskIds] | None = None, warmup_tasks: list[TaskIds] | None = None, endpoint_information_epoch: int = 0, partitions_by_user_endpoint: list[EndpointToPartitions] | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, member_id: str = '', member_epoch: int = 0, heartbeat_interval_ms: int = 0, acceptable_recovery_lag_legacy: int = 0, task_offset_interval_ms: int = 0, acceptable_recovery_lag: int = -1, status: list[Status] | None = _c.UNSET, active_tasks: list[TaskIds] | None = None, standby_tasks: list[TaskIds] | None = None, warmup_tasks: list[TaskIds] | None = None, topology_description_required: bool = False, endpoint_information_epoch: int = 0, partitions_by_user_endpoint: list[EndpointToPartitions] | None = None, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
         self.member_id = member_id
         self.member_epoch = member_epoch
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.acceptable_recovery_lag = acceptable_recovery_lag
+        self.acceptable_recovery_lag_legacy = acceptable_recovery_lag_legacy
         self.task_offset_interval_ms = task_offset_interval_ms
+        self.acceptable_recovery_lag = acceptable_recovery_lag
         self.status = [] if status is _c.UNSET else status
         self.active_tasks = active_tasks
         self.standby_tasks = standby_tasks
         self.warmup_tasks = warmup_tasks
+        self.topology_description_required = topology_description_required
         self.endpoint_information_epoch = endpoint_information_epoch
         self.partitions_by_user_endpoint = partitions_by_user_endpoint
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -157,11 +161,13 @@ def _decode_EndpointToPartitions_v0(buf, pos):
 
 def _decode_StreamsGroupHeartbeatResponse_v0(buf, pos):
     o = _new(StreamsGroupHeartbeatResponse)
+    o.acceptable_recovery_lag = -1
+    o.topology_description_required = False
     (o.throttle_time_ms, o.error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = _c.read_compact_nullable_string(buf, pos)
     o.member_id, pos = _c.read_compact_string(buf, pos)
-    (o.member_epoch, o.heartbeat_interval_ms, o.acceptable_recovery_lag, o.task_offset_interval_ms,) = _S_iiii.unpack_from(buf, pos)
+    (o.member_epoch, o.heartbeat_interval_ms, o.acceptable_recovery_lag_legacy, o.task_offset_interval_ms,) = _S_iiii.unpack_from(buf, pos)
     pos += 16
     n, pos = _c.read_compact_array_length(buf, pos)
     if n < 0:
@@ -268,7 +274,7 @@ def _encode_StreamsGroupHeartbeatResponse_v0(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
     _c.write_compact_nullable_string(out, o.error_message)
     _c.write_compact_string(out, o.member_id)
-    out += _S_iiii.pack(o.member_epoch, o.heartbeat_interval_ms, o.acceptable_recovery_lag, o.task_offset_interval_ms)
+    out += _S_iiii.pack(o.member_epoch, o.heartbeat_interval_ms, o.acceptable_recovery_lag_legacy, o.task_offset_interval_ms)
     v = o.status
     if v is None:
         out.append(0)
@@ -310,5 +316,110 @@ def _encode_StreamsGroupHeartbeatResponse_v0(o, out):
     else:
         out.append(0)
 
-StreamsGroupHeartbeatResponse.DECODERS = (_decode_StreamsGroupHeartbeatResponse_v0,)
-StreamsGroupHeartbeatResponse.ENCODERS = (_encode_StreamsGroupHeartbeatResponse_v0,)
+def _decode_StreamsGroupHeartbeatResponse_v1(buf, pos):
+    o = _new(StreamsGroupHeartbeatResponse)
+    o.acceptable_recovery_lag_legacy = 0
+    (o.throttle_time_ms, o.error_code,) = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _c.read_compact_nullable_string(buf, pos)
+    o.member_id, pos = _c.read_compact_string(buf, pos)
+    (o.member_epoch, o.heartbeat_interval_ms, o.task_offset_interval_ms, o.acceptable_recovery_lag,) = _S_iiiq.unpack_from(buf, pos)
+    pos += 20
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        o.status = None
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_Status_v0(buf, pos)
+            items.append(item)
+        o.status = items
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        o.active_tasks = None
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TaskIds_v0(buf, pos)
+            items.append(item)
+        o.active_tasks = items
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        o.standby_tasks = None
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TaskIds_v0(buf, pos)
+            items.append(item)
+        o.standby_tasks = items
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        o.warmup_tasks = None
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TaskIds_v0(buf, pos)
+            items.append(item)
+        o.warmup_tasks = items
+    (o.topology_description_required, o.endpoint_information_epoch,) = _S_oi.unpack_from(buf, pos)
+    pos += 5
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        o.partitions_by_user_endpoint = None
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_EndpointToPartitions_v0(buf, pos)
+            items.append(item)
+        o.partitions_by_user_endpoint = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_StreamsGroupHeartbeatResponse_v1(o, out):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    _c.write_compact_nullable_string(out, o.error_message)
+    _c.write_compact_string(out, o.member_id)
+    out += _S_iiiq.pack(o.member_epoch, o.heartbeat_interval_ms, o.task_offset_interval_ms, o.acceptable_recovery_lag)
+    v = o.status
+    if v is None:
+        out.append(0)
+    else:
+        _c.write_uvarint(out, len(v) + 1)
+        for item in v:
+            _encode_Status_v0(item, out)
+    v = o.active_tasks
+    if v is None:
+        out.append(0)
+    else:
+        _c.write_uvarint(out, len(v) + 1)
+        for item in v:
+            _encode_TaskIds_v0(item, out)
+    v = o.standby_tasks
+    if v is None:
+        out.append(0)
+    else:
+        _c.write_uvarint(out, len(v) + 1)
+        for item in v:
+            _encode_TaskIds_v0(item, out)
+    v = o.warmup_tasks
+    if v is None:
+        out.append(0)
+    else:
+        _c.write_uvarint(out, len(v) + 1)
+        for item in v:
+            _encode_TaskIds_v0(item, out)
+    out += _S_oi.pack(o.topology_description_required, o.endpoint_information_epoch)
+    v = o.partitions_by_user_endpoint
+    if v is None:
+        out.append(0)
+    else:
+        _c.write_uvarint(out, len(v) + 1)
+        for item in v:
+            _encode_EndpointToPartitions_v0(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+StreamsGroupHeartbeatResponse.DECODERS = (_decode_StreamsGroupHeartbeatResponse_v0, _decode_StreamsGroupHeartbeatResponse_v1,)
+StreamsGroupHeartbeatResponse.ENCODERS = (_encode_StreamsGroupHeartbeatResponse_v0, _encode_StreamsGroupHeartbeatResponse_v1,)

@@ -28,30 +28,31 @@ class TxnOffsetCommitRequestPartition(_c.Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class TxnOffsetCommitRequestTopic(_c.Struct):
-    __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
-    FIELDS = ('name', 'partitions')
+    __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
+    FIELDS = ('name', 'topic_id', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[TxnOffsetCommitRequestPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[TxnOffsetCommitRequestPartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
+        self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class TxnOffsetCommitRequest(_c.Message):
-    __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics', 'unknown_tagged_fields')
-    FIELDS = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics')
+    __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'topics', 'unknown_tagged_fields')
+    FIELDS = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'topics')
     NAME = 'TxnOffsetCommitRequest'
     API_KEY = 28
-    VALID_VERSIONS = (0, 5)
+    VALID_VERSIONS = (0, 6)
     FLEXIBLE_VERSIONS = (3, 32767)
     TxnOffsetCommitRequestTopic: TypeAlias = TxnOffsetCommitRequestTopic
     TxnOffsetCommitRequestPartition: TypeAlias = TxnOffsetCommitRequestPartition
 
-    def __init__(self, *, transactional_id: str = '', group_id: str = '', producer_id: int = 0, producer_epoch: int = 0, generation_id: int = -1, member_id: str = '', group_instance_id: str | None = None, topics: list[TxnOffsetCommitRequestTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, transactional_id: str = '', group_id: str = '', producer_id: int = 0, producer_epoch: int = 0, generation_id_or_member_epoch: int = -1, member_id: str = '', group_instance_id: str | None = None, topics: list[TxnOffsetCommitRequestTopic] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.transactional_id = transactional_id
         self.group_id = group_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
-        self.generation_id = generation_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.topics = [] if topics is _c.UNSET else topics
@@ -68,6 +69,7 @@ def _decode_TxnOffsetCommitRequestPartition_v0(buf, pos):
 
 def _decode_TxnOffsetCommitRequestTopic_v0(buf, pos):
     o = _new(TxnOffsetCommitRequestTopic)
+    o.topic_id = _c.ZERO_UUID
     o.name, pos = _c.read_string(buf, pos)
     n, pos = _c.read_array_length(buf, pos)
     if n < 0:
@@ -83,7 +85,7 @@ def _decode_TxnOffsetCommitRequestTopic_v0(buf, pos):
 
 def _decode_TxnOffsetCommitRequest_v0(buf, pos):
     o = _new(TxnOffsetCommitRequest)
-    o.generation_id = -1
+    o.generation_id_or_member_epoch = -1
     o.member_id = ''
     o.group_instance_id = None
     o.transactional_id, pos = _c.read_string(buf, pos)
@@ -132,6 +134,7 @@ def _decode_TxnOffsetCommitRequestPartition_v2(buf, pos):
 
 def _decode_TxnOffsetCommitRequestTopic_v2(buf, pos):
     o = _new(TxnOffsetCommitRequestTopic)
+    o.topic_id = _c.ZERO_UUID
     o.name, pos = _c.read_string(buf, pos)
     n, pos = _c.read_array_length(buf, pos)
     if n < 0:
@@ -147,7 +150,7 @@ def _decode_TxnOffsetCommitRequestTopic_v2(buf, pos):
 
 def _decode_TxnOffsetCommitRequest_v2(buf, pos):
     o = _new(TxnOffsetCommitRequest)
-    o.generation_id = -1
+    o.generation_id_or_member_epoch = -1
     o.member_id = ''
     o.group_instance_id = None
     o.transactional_id, pos = _c.read_string(buf, pos)
@@ -196,6 +199,7 @@ def _decode_TxnOffsetCommitRequestPartition_v3(buf, pos):
 
 def _decode_TxnOffsetCommitRequestTopic_v3(buf, pos):
     o = _new(TxnOffsetCommitRequestTopic)
+    o.topic_id = _c.ZERO_UUID
     o.name, pos = _c.read_compact_string(buf, pos)
     n, pos = _c.read_compact_array_length(buf, pos)
     if n < 0:
@@ -213,7 +217,7 @@ def _decode_TxnOffsetCommitRequest_v3(buf, pos):
     o = _new(TxnOffsetCommitRequest)
     o.transactional_id, pos = _c.read_compact_string(buf, pos)
     o.group_id, pos = _c.read_compact_string(buf, pos)
-    (o.producer_id, o.producer_epoch, o.generation_id,) = _S_qhi.unpack_from(buf, pos)
+    (o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch,) = _S_qhi.unpack_from(buf, pos)
     pos += 14
     o.member_id, pos = _c.read_compact_string(buf, pos)
     o.group_instance_id, pos = _c.read_compact_nullable_string(buf, pos)
@@ -251,7 +255,7 @@ def _encode_TxnOffsetCommitRequestTopic_v3(o, out):
 def _encode_TxnOffsetCommitRequest_v3(o, out):
     _c.write_compact_string(out, o.transactional_id)
     _c.write_compact_string(out, o.group_id)
-    out += _S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id)
+    out += _S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch)
     _c.write_compact_string(out, o.member_id)
     _c.write_compact_nullable_string(out, o.group_instance_id)
     v = o.topics
@@ -263,5 +267,67 @@ def _encode_TxnOffsetCommitRequest_v3(o, out):
     else:
         out.append(0)
 
-TxnOffsetCommitRequest.DECODERS = (_decode_TxnOffsetCommitRequest_v0, _decode_TxnOffsetCommitRequest_v0, _decode_TxnOffsetCommitRequest_v2, _decode_TxnOffsetCommitRequest_v3, _decode_TxnOffsetCommitRequest_v3, _decode_TxnOffsetCommitRequest_v3,)
-TxnOffsetCommitRequest.ENCODERS = (_encode_TxnOffsetCommitRequest_v0, _encode_TxnOffsetCommitRequest_v0, _encode_TxnOffsetCommitRequest_v2, _encode_TxnOffsetCommitRequest_v3, _encode_TxnOffsetCommitRequest_v3, _encode_TxnOffsetCommitRequest_v3,)
+def _decode_TxnOffsetCommitRequestTopic_v6(buf, pos):
+    o = _new(TxnOffsetCommitRequestTopic)
+    o.name = ''
+    o.topic_id, pos = _c.read_uuid(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Partitions')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TxnOffsetCommitRequestPartition_v3(buf, pos)
+            items.append(item)
+        o.partitions = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_TxnOffsetCommitRequest_v6(buf, pos):
+    o = _new(TxnOffsetCommitRequest)
+    o.transactional_id, pos = _c.read_compact_string(buf, pos)
+    o.group_id, pos = _c.read_compact_string(buf, pos)
+    (o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch,) = _S_qhi.unpack_from(buf, pos)
+    pos += 14
+    o.member_id, pos = _c.read_compact_string(buf, pos)
+    o.group_instance_id, pos = _c.read_compact_nullable_string(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Topics')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TxnOffsetCommitRequestTopic_v6(buf, pos)
+            items.append(item)
+        o.topics = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_TxnOffsetCommitRequestTopic_v6(o, out):
+    out += o.topic_id.bytes
+    v = o.partitions
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TxnOffsetCommitRequestPartition_v3(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_TxnOffsetCommitRequest_v6(o, out):
+    _c.write_compact_string(out, o.transactional_id)
+    _c.write_compact_string(out, o.group_id)
+    out += _S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch)
+    _c.write_compact_string(out, o.member_id)
+    _c.write_compact_nullable_string(out, o.group_instance_id)
+    v = o.topics
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TxnOffsetCommitRequestTopic_v6(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+TxnOffsetCommitRequest.DECODERS = (_decode_TxnOffsetCommitRequest_v0, _decode_TxnOffsetCommitRequest_v0, _decode_TxnOffsetCommitRequest_v2, _decode_TxnOffsetCommitRequest_v3, _decode_TxnOffsetCommitRequest_v3, _decode_TxnOffsetCommitRequest_v3, _decode_TxnOffsetCommitRequest_v6,)
+TxnOffsetCommitRequest.ENCODERS = (_encode_TxnOffsetCommitRequest_v0, _encode_TxnOffsetCommitRequest_v0, _encode_TxnOffsetCommitRequest_v2, _encode_TxnOffsetCommitRequest_v3, _encode_TxnOffsetCommitRequest_v3, _encode_TxnOffsetCommitRequest_v3, _encode_TxnOffsetCommitRequest_v6,)

@@ -24,11 +24,12 @@ class TxnOffsetCommitResponsePartition(_c.Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class TxnOffsetCommitResponseTopic(_c.Struct):
-    __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
-    FIELDS = ('name', 'partitions')
+    __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
+    FIELDS = ('name', 'topic_id', 'partitions')
 
-    def __init__(self, *, name: str = '', partitions: list[TxnOffsetCommitResponsePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, name: str = '', topic_id: uuid.UUID = _c.ZERO_UUID, partitions: list[TxnOffsetCommitResponsePartition] = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.name = name
+        self.topic_id = topic_id
         self.partitions = [] if partitions is _c.UNSET else partitions
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -37,7 +38,7 @@ class TxnOffsetCommitResponse(_c.Message):
     FIELDS = ('throttle_time_ms', 'topics')
     NAME = 'TxnOffsetCommitResponse'
     API_KEY = 28
-    VALID_VERSIONS = (0, 5)
+    VALID_VERSIONS = (0, 6)
     FLEXIBLE_VERSIONS = (3, 32767)
     TxnOffsetCommitResponseTopic: TypeAlias = TxnOffsetCommitResponseTopic
     TxnOffsetCommitResponsePartition: TypeAlias = TxnOffsetCommitResponsePartition
@@ -56,6 +57,7 @@ def _decode_TxnOffsetCommitResponsePartition_v0(buf, pos):
 
 def _decode_TxnOffsetCommitResponseTopic_v0(buf, pos):
     o = _new(TxnOffsetCommitResponseTopic)
+    o.topic_id = _c.ZERO_UUID
     o.name, pos = _c.read_string(buf, pos)
     n, pos = _c.read_array_length(buf, pos)
     if n < 0:
@@ -111,6 +113,7 @@ def _decode_TxnOffsetCommitResponsePartition_v3(buf, pos):
 
 def _decode_TxnOffsetCommitResponseTopic_v3(buf, pos):
     o = _new(TxnOffsetCommitResponseTopic)
+    o.topic_id = _c.ZERO_UUID
     o.name, pos = _c.read_compact_string(buf, pos)
     n, pos = _c.read_compact_array_length(buf, pos)
     if n < 0:
@@ -169,5 +172,59 @@ def _encode_TxnOffsetCommitResponse_v3(o, out):
     else:
         out.append(0)
 
-TxnOffsetCommitResponse.DECODERS = (_decode_TxnOffsetCommitResponse_v0, _decode_TxnOffsetCommitResponse_v0, _decode_TxnOffsetCommitResponse_v0, _decode_TxnOffsetCommitResponse_v3, _decode_TxnOffsetCommitResponse_v3, _decode_TxnOffsetCommitResponse_v3,)
-TxnOffsetCommitResponse.ENCODERS = (_encode_TxnOffsetCommitResponse_v0, _encode_TxnOffsetCommitResponse_v0, _encode_TxnOffsetCommitResponse_v0, _encode_TxnOffsetCommitResponse_v3, _encode_TxnOffsetCommitResponse_v3, _encode_TxnOffsetCommitResponse_v3,)
+def _decode_TxnOffsetCommitResponseTopic_v6(buf, pos):
+    o = _new(TxnOffsetCommitResponseTopic)
+    o.name = ''
+    o.topic_id, pos = _c.read_uuid(buf, pos)
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Partitions')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TxnOffsetCommitResponsePartition_v3(buf, pos)
+            items.append(item)
+        o.partitions = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _decode_TxnOffsetCommitResponse_v6(buf, pos):
+    o = _new(TxnOffsetCommitResponse)
+    (o.throttle_time_ms,) = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = _c.read_compact_array_length(buf, pos)
+    if n < 0:
+        raise DecodeError('null array in non-nullable field Topics')
+    else:
+        items = []
+        for _ in range(n):
+            item, pos = _decode_TxnOffsetCommitResponseTopic_v6(buf, pos)
+            items.append(item)
+        o.topics = items
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
+def _encode_TxnOffsetCommitResponseTopic_v6(o, out):
+    out += o.topic_id.bytes
+    v = o.partitions
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TxnOffsetCommitResponsePartition_v3(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+def _encode_TxnOffsetCommitResponse_v6(o, out):
+    out += _S_i.pack(o.throttle_time_ms)
+    v = o.topics
+    _c.write_uvarint(out, len(v) + 1)
+    for item in v:
+        _encode_TxnOffsetCommitResponseTopic_v6(item, out)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
+TxnOffsetCommitResponse.DECODERS = (_decode_TxnOffsetCommitResponse_v0, _decode_TxnOffsetCommitResponse_v0, _decode_TxnOffsetCommitResponse_v0, _decode_TxnOffsetCommitResponse_v3, _decode_TxnOffsetCommitResponse_v3, _decode_TxnOffsetCommitResponse_v3, _decode_TxnOffsetCommitResponse_v6,)
+TxnOffsetCommitResponse.ENCODERS = (_encode_TxnOffsetCommitResponse_v0, _encode_TxnOffsetCommitResponse_v0, _encode_TxnOffsetCommitResponse_v0, _encode_TxnOffsetCommitResponse_v3, _encode_TxnOffsetCommitResponse_v3, _encode_TxnOffsetCommitResponse_v3, _encode_TxnOffsetCommitResponse_v6,)

@@ -26,7 +26,7 @@ def node(tmp_path: Path) -> Iterator[RunningBroker]:
 
 
 def test_java_admin_client_manages_acls(node: RunningBroker, java_program: Callable[..., list[str]]) -> None:
-    command = java_program(Path(__file__).parent / "java" / "AclAdmin.java", "4.3.0")
+    command = java_program(Path(__file__).parent / "java" / "AclAdmin.java", "4.4.0")
     done = subprocess.run([*command, node.bootstrap], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)

@@ -528,7 +528,7 @@ def test_list_config_resources_names_the_broker_its_logger_and_every_topic(node:
 
 
 def test_java_admin_client_uses_them(node: RunningBroker, java_program: Callable[..., list[str]]) -> None:
-    command = java_program(Path(__file__).parent / "java" / "SingleNodeAdmin.java", "4.3.0")
+    command = java_program(Path(__file__).parent / "java" / "SingleNodeAdmin.java", "4.4.0")
     done = subprocess.run([*command, node.bootstrap, "java-admin"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)

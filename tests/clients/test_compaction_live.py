@@ -31,7 +31,7 @@ from kbroker.testing import BrokerProcess
 
 CLEANER = {"log.cleaner.backoff.ms": "100"}
 READERS = {spec.name: spec for spec in [*CLIENT_SPECS, *JAVA_SPECS]}
-CHANGELOG_READERS = ["java-4.3", "confluent-kafka", "kafka-python-3"]
+CHANGELOG_READERS = ["java-4.4", "confluent-kafka", "kafka-python-3"]
 PRODUCER = {"linger.ms": 20, "batch.size": 1_000_000, "acks": "all", "enable.idempotence": False}
 
 Placed = tuple[int, str, str]  # (offset, key, value) as the broker acknowledged it

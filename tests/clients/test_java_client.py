@@ -1,4 +1,4 @@
-"""The Java client (kafka-clients 3.9.0 and 4.3.0) against a live broker: admin, every codec, large records,
+"""The Java client (kafka-clients 3.9.0 and 4.4.0) against a live broker: admin, every codec, large records,
 offsets by position and time, and the calls Spark's Kafka source and sink make.
 
 The jars come from Maven Central (tools/java_clients.py; CI runs ``python tools/java_clients.py`` first);
@@ -28,7 +28,7 @@ from kbroker.testing import RunningBroker
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).with_name("java") / "KafkaClientScenario.java"
-VERSIONS = ["3.9.0", "4.3.0"]
+VERSIONS = ["3.9.0", "4.4.0"]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 Event = dict[str, Any]
 JavaProgram = Callable[..., list[str]]  # the java_program fixture (tests/conftest.py)

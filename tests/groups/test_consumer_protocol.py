@@ -1,4 +1,4 @@
-"""The KIP-848 consumer group protocol against a live broker: Java kafka-clients 4.3.0 and confluent-kafka
+"""The KIP-848 consumer group protocol against a live broker: Java kafka-clients 4.4.0 and confluent-kafka
 (librdkafka) with ``group.protocol=consumer``, and exact wire-level requests for the group APIs around it.
 
 Members run in their own processes (tests/groups/java/ConsumerGroupMember.java and
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 JAVA_SOURCE = HERE / "java" / "ConsumerGroupMember.java"
 JAVA_SHARED = HERE / "java" / "GroupMembers.java"
-JAVA_VERSION = "4.3.0"  # the consumer protocol is GA from kafka-clients 4.0
+JAVA_VERSION = "4.4.0"  # the consumer protocol is GA from kafka-clients 4.0
 # Kafka's minimums are 45 s session / 5 s heartbeat; lowered (with the minimums) so failover is quick.
 FAST_GROUPS = {
     "group.consumer.session.timeout.ms": "6000",

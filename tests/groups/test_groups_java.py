@@ -1,4 +1,4 @@
-"""Classic consumer groups with Java kafka-clients 3.9.0 and 4.3.0 (group.protocol=classic).
+"""Classic consumer groups with Java kafka-clients 3.9.0 and 4.4.0 (group.protocol=classic).
 
 Members run as separate JVMs (tests/groups/java/ClassicGroupMember.java, compiled once per version) so one
 can be killed without a LeaveGroup. Covered: disjoint complete shares and fail-over; the AdminClient's
@@ -20,7 +20,7 @@ from kbroker.testing import RunningBroker
 JAVA = Path(__file__).parent / "java"
 SOURCE = JAVA / "ClassicGroupMember.java"
 SHARED = JAVA / "GroupMembers.java"
-VERSIONS = ["3.9.0", "4.3.0"]
+VERSIONS = ["3.9.0", "4.4.0"]
 
 
 @pytest.fixture(params=VERSIONS)

@@ -1,4 +1,4 @@
-"""CreateAcls, DescribeAcls and DeleteAcls sent to kbroker and to Apache Kafka 4.3, both with Kafka's
+"""CreateAcls, DescribeAcls and DeleteAcls sent to kbroker and to Apache Kafka 4.4, both with Kafka's
 StandardAuthorizer and ``super.users=User:ANONYMOUS`` (the test client, on the PLAINTEXT listener; Kafka's
 controller listener is PLAINTEXT too, so its principal is the same super user), every answer compared.
 
@@ -151,8 +151,8 @@ VALID: list[Binding] = [
     (3, "group-1", 3, "User:alice", "*", 3, 3),
     (4, "kafka-cluster", 3, "User:alice", "*", 7, 3),
     (5, "tx", 4, "User:alice", "*", 4, 2),
-    (2, "odd", 3, "User:", "", 3, 3),  # Kafka checks only that the principal has a colon; hosts are not checked
-    (2, "odd", 3, ":x", "not-an-ip", 3, 3),
+    (2, "odd", 3, "User:", "not-an-ip", 3, 3),  # Kafka checks only that the principal has a colon, and that
+    (2, "odd", 3, ":x", "not-an-ip", 3, 3),  # the host is not empty (4.4): a host that is no address is kept
     (2, "odd", 3, "Group:ops", "*", 3, 3),
 ]
 
@@ -160,6 +160,8 @@ CREATIONS: list[list[Binding]] = [
     VALID,
     VALID[:2],  # already there: success, nothing added
     [(2, "t", 3, "alice", "*", 3, 3)],
+    [(2, "t", 3, "User:a", "", 3, 3)],  # Kafka 4.4: "Host pattern cannot be null or empty"
+    [(2, "t", 3, "alice", "", 3, 3)],  # the principal is checked first
     [(2, "t", 3, "", "*", 3, 3)],
     [(4, "other", 3, "User:a", "*", 3, 3), (2, "", 3, "User:a", "*", 3, 3)],
     [(4, "other", 3, "alice", "*", 99, 3)],  # the cluster's name is checked first

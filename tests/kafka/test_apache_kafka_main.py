@@ -66,7 +66,7 @@ def test_sigterm_stops_the_kafka_it_started(kafka_directory: Path) -> None:
     process = start_command(kafka_directory)
     assert process.stdout is not None
     ready = process.stdout.readline()
-    assert ready.startswith("Apache Kafka 4.3.1 ready at "), ready + process.stdout.read()
+    assert ready.startswith("Apache Kafka 4.4.0 ready at "), ready + process.stdout.read()
     [jvm] = processes_naming(kafka_directory)
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0

@@ -1,4 +1,4 @@
-"""Authorization in every handler, compared with Apache Kafka 4.3 and its StandardAuthorizer: the same ACLs on
+"""Authorization in every handler, compared with Apache Kafka 4.4 and its StandardAuthorizer: the same ACLs on
 both brokers, the same requests, the same answers (codes, messages, which topics and groups are listed).
 
 On PLAINTEXT every client is ``User:ANONYMOUS``, and so are Kafka's own node's requests to its controller, so the
@@ -711,11 +711,20 @@ def cluster_alterations(client: WireClient) -> Any:
         ),
         0,
     )
+    incremental = client.request(
+        IncrementalAlterConfigsRequest(
+            resources=[
+                IncrementalAlterConfigsRequest.AlterConfigsResource(resource_type=4, resource_name="", configs=[])
+            ]
+        ),
+        1,
+    )
     listed = client.request(ListPartitionReassignmentsRequest(timeout_ms=5000, topics=None), 0)
     features = client.request(UpdateFeaturesRequest(timeout_ms=5000, feature_updates=[], validate_only=True), 1)
     resources = client.request(ListConfigResourcesRequest(resource_types=[]), 1)
     return (
         [(r.error_code, r.error_message) for r in legacy.responses],
+        [(r.error_code, r.error_message) for r in incremental.responses],
         [e.error_code for e in quotas.entries],
         partition_codes(moved.results, name="topic_name"),
         (reassigned.error_code, partition_codes(reassigned.responses)),
@@ -795,7 +804,17 @@ def test_without_an_authorizer_every_supported_operation(apache_kafka: ApacheKaf
             if found.coordinators[0].error_code == ErrorCode.NONE:
                 break
             time.sleep(0.2)
-        groups = client.request(DescribeGroupsRequest(groups=["nobody"], include_authorized_operations=True), 5)
+        not_ready = (
+            ErrorCode.NOT_COORDINATOR,
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        )
+        while True:  # then loads it: Kafka 4.4's coordinator is not ready yet a moment after FindCoordinator found it
+            groups = client.request(DescribeGroupsRequest(groups=["nobody"], include_authorized_operations=True), 5)
+            loading = groups.groups[0].error_code in not_ready
+            if not loading or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         return (
             metadata.topics[0].topic_authorized_operations,
             metadata.cluster_authorized_operations,

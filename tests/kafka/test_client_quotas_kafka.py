@@ -1,4 +1,4 @@
-"""DescribeClientQuotas and AlterClientQuotas sent to kbroker and to Apache Kafka 4.3 (the ``apache_kafka`` fixture):
+"""DescribeClientQuotas and AlterClientQuotas sent to kbroker and to Apache Kafka 4.4 (the ``apache_kafka`` fixture):
 the same sequence of alterations (valid, refused, validate-only, removals, defaults, IP entities) and then the same
 filters, every answer compared: error codes, messages, the entities echoed and the values described.
 

@@ -1,4 +1,4 @@
-"""Each lying batch shape of tests/broker/test_lying_batches.py sent to Apache Kafka 4.3 and to kbroker: the same
+"""Each lying batch shape of tests/broker/test_lying_batches.py sent to Apache Kafka 4.4 and to kbroker: the same
 error code from both (issue #15, item 3). Kafka puts the reason in its log, not in the Produce answer (its
 error_message is null for these), so the messages kbroker sends, Kafka's logged words, are asserted by the
 kbroker-only test. Shapes Kafka accepts are accepted by both, and ListOffsets then answers the same from

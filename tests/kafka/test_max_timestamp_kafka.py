@@ -1,4 +1,4 @@
-"""ListOffsets MAX_TIMESTAMP (-3, KIP-734) on kbroker and on Apache Kafka 4.3, the same records and the same
+"""ListOffsets MAX_TIMESTAMP (-3, KIP-734) on kbroker and on Apache Kafka 4.4, the same records and the same
 deletions sent to both, answers compared whole.
 
 Kafka's rule (UnifiedLog.fetchOffsetByTimestamp): the first segment with the largest max timestamp, in it the

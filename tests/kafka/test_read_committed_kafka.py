@@ -1,4 +1,4 @@
-"""The partition side of transactions against Apache Kafka 4.3 (the ``apache_kafka`` fixture): the same
+"""The partition side of transactions against Apache Kafka 4.4 (the ``apache_kafka`` fixture): the same
 transactional requests to both brokers (commit 3, abort 2, commit 1, then a transaction left open), and then
 the control batches as stored, the read_committed and read_uncommitted Fetch answers (high watermark, last
 stable offset, aborted list, batches) and ListOffsets latest in both isolation levels, compared. Producer ids,

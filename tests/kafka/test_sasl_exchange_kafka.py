@@ -1,4 +1,4 @@
-"""The SASL exchange, request by request, against kbroker and Apache Kafka 4.3 configured the same way.
+"""The SASL exchange, request by request, against kbroker and Apache Kafka 4.4 configured the same way.
 
 Both brokers get a SASL_PLAINTEXT listener (PLAIN with two JAAS users, SCRAM-SHA-256 without users) and a REAUTH
 listener whose sessions last REAUTH_MS (KIP-368), with ``connection.failed.authentication.delay.ms=0`` so a closed

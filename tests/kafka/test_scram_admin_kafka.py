@@ -1,4 +1,4 @@
-"""AlterUserScramCredentials and DescribeUserScramCredentials sent to kbroker and to Apache Kafka 4.3 (the
+"""AlterUserScramCredentials and DescribeUserScramCredentials sent to kbroker and to Apache Kafka 4.4 (the
 ``apache_kafka`` fixture, which takes them on its PLAINTEXT listener without an authorizer): the same sequence of
 upsertions, refusals (empty user, unknown mechanism, too few and too many iterations, a user twice, a deletion of
 what does not exist, an empty salted password) and deletions, then the same descriptions, every answer compared

@@ -1,4 +1,4 @@
-"""The single-node admin APIs sent to kbroker and to Apache Kafka 4.3 (one KRaft node, id 1 on both), answers
+"""The single-node admin APIs sent to kbroker and to Apache Kafka 4.4 (one KRaft node, id 1 on both), answers
 compared: DescribeLogDirs (sizes of the same produced batches), AlterReplicaLogDirs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, DescribeQuorum, UpdateFeatures (with what ApiVersions
 then reports) and ListConfigResources.

@@ -1,4 +1,4 @@
-"""ListTransactions, DescribeTransactions and OffsetFetch's require_stable sent to kbroker and to Apache Kafka 4.3
+"""ListTransactions, DescribeTransactions and OffsetFetch's require_stable sent to kbroker and to Apache Kafka 4.4
 after the same transactions: transactional ids left Empty, Ongoing (with partitions and pending offsets) and
 CompleteCommit on both. Producer ids and times differ between the brokers, so they are checked apart."""
 

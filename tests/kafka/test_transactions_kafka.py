@@ -1,4 +1,4 @@
-"""The transaction APIs sent to kbroker and to Apache Kafka 4.3 (the ``apache_kafka`` fixture), error codes and
+"""The transaction APIs sent to kbroker and to Apache Kafka 4.4 (the ``apache_kafka`` fixture), error codes and
 epochs compared: InitProducerId (bump, invalid timeout, KIP-360 fencing), AddPartitionsToTxn (unknown id, another
 producer id, unknown partitions, a fenced epoch at v1 and v2), EndTxn (wrong state, fenced, retry, v5's epoch
 bump), AddOffsetsToTxn, TxnOffsetCommit (not added, fenced) and the transaction.version feature. Producer ids

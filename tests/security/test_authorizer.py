@@ -223,6 +223,9 @@ def test_create_is_idempotent_and_validates_each_binding() -> None:
             acl("x", principal="alice"),
             acl("x", resource_type=CLUSTER),
             acl(""),
+            acl("h", host=""),
+            acl("h", host="10.0.0.0/8"),  # a CIDR block: refused as by a Kafka 4.4 cluster below 4.4-IV1
+            acl("h", host="10.0.0.1"),
         ]
     )
     assert results == [
@@ -235,8 +238,13 @@ def test_create_is_idempotent_and_validates_each_binding() -> None:
         ),
         AclResult(ErrorCode.INVALID_REQUEST, "The only valid name for the CLUSTER resource is kafka-cluster"),
         AclResult(ErrorCode.INVALID_REQUEST, "Invalid empty resource name"),
+        AclResult(ErrorCode.INVALID_REQUEST, "Host pattern cannot be null or empty"),
+        AclResult(
+            ErrorCode.UNSUPPORTED_VERSION, "CIDR-based ACL host patterns require metadata version 4.4-IV1 or higher."
+        ),
+        AclResult(ErrorCode.NONE),
     ]
-    assert auth.acls() == [acl("t")]
+    assert auth.acls() == [acl("h", host="10.0.0.1"), acl("t")]
 
 
 def test_delete_answers_per_filter_against_the_acls_before_the_call() -> None:

@@ -821,7 +821,7 @@ def test_describe_and_alter_configs(broker: Broker) -> None:
     )
     assert [(r.error_code, r.error_message) for r in send(broker, 33, 2, alter).responses] == [
         (TAF, "Topic authorization failed."),
-        (CAF, "Cluster authorization failed."),
+        (CAF, None),  # Kafka 4.4 leaves out a message that is only the error's default
     ]
     incremental = IncrementalAlterConfigsRequest(
         resources=[

@@ -22,7 +22,7 @@ def test_java_admin_client_manages_scram_users(
 ) -> None:
     node = broker_factory({})
     run = "java"  # fixed names: which refusal all() reports first follows the order of the answer's users
-    command = java_program(PROGRAM, "4.3.0")
+    command = java_program(PROGRAM, "4.4.0")
     done = subprocess.run([*command, node.bootstrap, run], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)

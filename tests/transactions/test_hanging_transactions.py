@@ -35,7 +35,7 @@ from tools import maven_artifacts
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 HOUR_MS = 3_600_000
-KAFKA_TOOLS = "kafka-tools-4.3.1"  # tools/maven/kafka-tools-4.3.1.pom.xml: kafka-transactions.sh's classes
+KAFKA_TOOLS = "kafka-tools-4.4.0"  # tools/maven/kafka-tools-4.4.0.pom.xml: kafka-transactions.sh's classes
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ JavaProgram = Callable[..., list[str]]  # the java_program fixture (tests/confte
 SOURCE = Path(__file__).parent / "java" / "TransactionalScenario.java"
 
 
-@pytest.mark.parametrize("version", ["3.9.0", "4.3.0"])
+@pytest.mark.parametrize("version", ["3.9.0", "4.4.0"])
 def test_commit_abort_commit_and_fencing(broker: RunningBroker, java_program: JavaProgram, version: str) -> None:
     command = java_program(SOURCE, version)
     name = f"java-txn-{version.replace('.', '')}"

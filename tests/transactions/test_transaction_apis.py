@@ -98,7 +98,7 @@ def txn_offset_commit(
         group_id=group,
         producer_id=pid,
         producer_epoch=epoch,
-        generation_id=generation,
+        generation_id_or_member_epoch=generation,
         member_id=member,
         topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic, partitions=[partition])],
     )

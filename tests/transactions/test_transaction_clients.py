@@ -80,7 +80,7 @@ def test_abandoned_transaction_aborted_after_its_timeout(clients: Clients, refer
         # Transaction version 2: every EndTxn bumps the epoch and the markers carry the new one (KIP-890), so
         # after three transactions the partition last saw epoch 3, with no data yet (sequence -1), as Kafka's
         # ProducerStateManager clears a producer's batches when a marker raises its epoch.
-        ("java-4.3", 3, -1),
+        ("java-4.4", 3, -1),
     ],
 )
 def test_describe_producers_and_list_transactions(

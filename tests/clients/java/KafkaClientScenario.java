@@ -63,7 +63,6 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
-import org.apache.kafka.common.utils.AppInfoParser;
 
 public class KafkaClientScenario {
     static final List<String> CODECS = List.of("none", "gzip", "snappy", "lz4", "zstd");
@@ -80,9 +79,18 @@ public class KafkaClientScenario {
         this.base = base;
     }
 
+    /** The kafka-clients version, from its jar's kafka-version.properties (AppInfoParser moved in 4.4). */
+    static String clientVersion() throws java.io.IOException {
+        Properties info = new Properties();
+        try (java.io.InputStream in = KafkaProducer.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            info.load(in);
+        }
+        return info.getProperty("version");
+    }
+
     public static void main(String[] args) throws Exception {
         KafkaClientScenario scenario = new KafkaClientScenario(args[0], Long.parseLong(args[2]));
-        emit("event", "client", "version", AppInfoParser.getVersion());
+        emit("event", "client", "version", clientVersion());
         switch (args[1]) {
             case "admin":
                 scenario.admin();
