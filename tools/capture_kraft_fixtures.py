@@ -1,9 +1,9 @@
 """Capture log segments that Apache Kafka wrote, as fixtures for kbroker's record decoders.
 
-    python tools/capture_kraft_fixtures.py [--out tests/fixtures/kraft-4.3.1]
+    python tools/capture_kraft_fixtures.py [--out tests/fixtures/kraft-<Kafka version>]
 
-Starts one Apache Kafka 4.3.1 node (compat/apache_kafka.py; run it under the machine's JVM lock if it has one),
-and has it write one of each kind of record kbroker decodes: a topic with a config, a topic created and
+Starts one Apache Kafka node of the reference release (compat/apache_kafka.py's KAFKA_VERSION; run it under
+the machine's JVM lock if it has one), and has it write one of each kind of record kbroker decodes: a topic with a config, a topic created and
 deleted, a broker config, an ACL created and one deleted, a SCRAM user, a client quota, idempotent and
 transactional producers (producer id blocks, transaction state), a classic group and a consumer-protocol
 (KIP-848) group that commit offsets. Snapshots are taken every kilobyte of metadata. After a clean stop
@@ -32,12 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compat.apache_kafka import ApacheKafka  # noqa: E402
+from compat.apache_kafka import KAFKA_VERSION, ApacheKafka  # noqa: E402
 from kbroker.wire_client import WireClient  # noqa: E402
 from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest  # noqa: E402
 from tools import maven_artifacts  # noqa: E402
 
-KAFKA_TOOLS_SET = "kafka-tools-4.3.1"
+KAFKA_TOOLS_SET = f"kafka-tools-{KAFKA_VERSION}"
 DUMP_LOG_SEGMENTS = "org.apache.kafka.tools.DumpLogSegments"
 TOPIC = "records-topic"
 OVERRIDES = {
@@ -184,7 +184,7 @@ def exercise(kafka: ApacheKafka) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "kraft-4.3.1")
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / f"kraft-{KAFKA_VERSION}")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kraft-fixtures-") as scratch:
         kafka = ApacheKafka(Path(scratch), OVERRIDES)

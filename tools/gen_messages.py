@@ -39,13 +39,13 @@ SCHEMA_PREFIX = "common/message/"
 MAX_VERSION = 32767
 
 # The record schemas: one Kafka release, its broker set (tools/maven/kafka-<version>.pom.xml) and each jar's sha256.
-KAFKA_RECORDS_VERSION = "4.3.1"
+KAFKA_RECORDS_VERSION = "4.4.0"
 RECORDS_JAR_SET = f"kafka-{KAFKA_RECORDS_VERSION}"
 RECORD_JARS_SHA256 = {
-    "kafka-metadata": "4d73a96c6474a4ebdd67a1cee14da1a94cfd6bb9e6e252685ba5667d8ab7f898",
-    "kafka-group-coordinator": "4ab56d002e1624185c874199e9e0ffb243dbeb9f68b4d0cadf48ce2f617a1126",
-    "kafka-transaction-coordinator": "c64aaa2a88d8fd382c4800204872917686e542043c7916c9e8797d939d8eb313",
-    "kafka-share-coordinator": "8ceeed7346127e652ea5c650b217890aaff14919f967d27fadce420745bd3066",
+    "kafka-metadata": "6c52de74ecd670332e1e1324f5d40311275ac49b22699b6722e5fb07dd266fcb",
+    "kafka-group-coordinator": "3fc830ace54f6a13f9f536bc0564bf39a68797365a4c4b194bd7db4fb893b2bc",
+    "kafka-transaction-coordinator": "1d5324d59776d6b7f324cfdc87647b1e88f9823332201c0324e7ae9f210d915d",
+    "kafka-share-coordinator": "6969a7961ca98d37a039bbe0af0fe761d6b0dd07ca9666802f47821167afbb6e",
 }
 METADATA_RECORDS_DIR = REPO / "protocol" / "metadata_records"
 COORDINATOR_RECORDS_DIR = REPO / "protocol" / "coordinator_records"

@@ -48,6 +48,7 @@ from protocol.metadata_records.remove_user_scram_credential_record import Remove
 from protocol.metadata_records.topic_record import TopicRecord
 from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
 from protocol.metadata_records.unregister_broker_record import UnregisterBrokerRecord
+from protocol.metadata_records.unregister_controller_record import UnregisterControllerRecord
 from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 from protocol.metadata_records.zk_migration_state_record import ZkMigrationStateRecord
 
@@ -446,6 +447,14 @@ class MetadataDelta:
             record.controller_id, record.incarnation_id, _frozen(endpoints)
         )
 
+    def _unregister_controller(self, record: UnregisterControllerRecord) -> None:
+        if self._controllers is None:
+            self._controllers = dict(self.image.controllers)
+        if self._controllers.pop(record.controller_id, None) is None:
+            raise ImageError(
+                f"UnregisterControllerRecord for controller {record.controller_id}, which is not registered"
+            )
+
     def _acl(self, record: AccessControlEntryRecord) -> None:
         if self._acls is None:
             self._acls = dict(self.image.acls)
@@ -607,6 +616,7 @@ _REPLAY: dict[type[Message], Any] = {
     UnfenceBrokerRecord: MetadataDelta._unfence,
     BrokerRegistrationChangeRecord: MetadataDelta._broker_change,
     RegisterControllerRecord: MetadataDelta._register_controller,
+    UnregisterControllerRecord: MetadataDelta._unregister_controller,
     AccessControlEntryRecord: MetadataDelta._acl,
     RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
     UserScramCredentialRecord: MetadataDelta._scram_credential,

@@ -24,25 +24,29 @@ class LastAssignmentConfig(_c.Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
 class StreamsGroupMetadataValue(_c.Message):
-    __slots__ = ('epoch', 'metadata_hash', 'validated_topology_epoch', 'last_assignment_configs', 'unknown_tagged_fields')
-    FIELDS = ('epoch', 'metadata_hash', 'validated_topology_epoch', 'last_assignment_configs')
+    __slots__ = ('epoch', 'metadata_hash', 'validated_topology_epoch', 'last_assignment_configs', 'stored_description_topology_epoch', 'failed_description_topology_epoch', 'unknown_tagged_fields')
+    FIELDS = ('epoch', 'metadata_hash', 'validated_topology_epoch', 'last_assignment_configs', 'stored_description_topology_epoch', 'failed_description_topology_epoch')
     NAME = 'StreamsGroupMetadataValue'
     API_KEY = 17
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_VERSIONS = (0, 32767)
     LastAssignmentConfig: TypeAlias = LastAssignmentConfig
 
-    def __init__(self, *, epoch: int = 0, metadata_hash: int = 0, validated_topology_epoch: int = -1, last_assignment_configs: list[LastAssignmentConfig] | None = _c.UNSET, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
+    def __init__(self, *, epoch: int = 0, metadata_hash: int = 0, validated_topology_epoch: int = -1, last_assignment_configs: list[LastAssignmentConfig] | None = _c.UNSET, stored_description_topology_epoch: int = -1, failed_description_topology_epoch: int = -1, unknown_tagged_fields: dict[int, bytes] | None = None) -> None:
         self.epoch = epoch
         self.metadata_hash = metadata_hash
         self.validated_topology_epoch = validated_topology_epoch
         self.last_assignment_configs = [] if last_assignment_configs is _c.UNSET else last_assignment_configs
+        self.stored_description_topology_epoch = stored_description_topology_epoch
+        self.failed_description_topology_epoch = failed_description_topology_epoch
         self.unknown_tagged_fields = unknown_tagged_fields
 
 def _decode_StreamsGroupMetadataValue_v0(buf, pos):
     o = _new(StreamsGroupMetadataValue)
     o.validated_topology_epoch = -1
     o.last_assignment_configs = []
+    o.stored_description_topology_epoch = -1
+    o.failed_description_topology_epoch = -1
     (o.epoch, o.metadata_hash,) = _S_iq.unpack_from(buf, pos)
     pos += 12
     n, pos = _c.read_uvarint(buf, pos)
@@ -57,6 +61,14 @@ def _decode_StreamsGroupMetadataValue_v0(buf, pos):
             (o.validated_topology_epoch,) = _S_i.unpack_from(buf, pos)
             pos += 4
             _c.check_tag_end(pos, end, 0)
+        elif tag == 2:
+            (o.stored_description_topology_epoch,) = _S_i.unpack_from(buf, pos)
+            pos += 4
+            _c.check_tag_end(pos, end, 2)
+        elif tag == 3:
+            (o.failed_description_topology_epoch,) = _S_i.unpack_from(buf, pos)
+            pos += 4
+            _c.check_tag_end(pos, end, 3)
         else:
             if unknown is None:
                 unknown = {}
@@ -72,6 +84,14 @@ def _encode_StreamsGroupMetadataValue_v0(o, out):
         t = bytearray()
         t += _S_i.pack(o.validated_topology_epoch)
         tags.append((0, t))
+    if o.stored_description_topology_epoch != -1:
+        t = bytearray()
+        t += _S_i.pack(o.stored_description_topology_epoch)
+        tags.append((2, t))
+    if o.failed_description_topology_epoch != -1:
+        t = bytearray()
+        t += _S_i.pack(o.failed_description_topology_epoch)
+        tags.append((3, t))
     if o.unknown_tagged_fields:
         tags.extend(o.unknown_tagged_fields.items())
     _c.write_tagged_fields(out, tags)

@@ -45,7 +45,7 @@ from tests.metadata.sample_records import TOPIC_ID, sample_records
 from tests.record_strategies import record_strategy
 from tools import maven_artifacts
 
-KAFKA_TOOLS = "kafka-tools-4.3.1"  # tools/maven/kafka-tools-4.3.1.pom.xml
+KAFKA_TOOLS = "kafka-tools-4.4.0"  # tools/maven/kafka-tools-4.4.0.pom.xml
 DUMP_LOG_SEGMENTS = "org.apache.kafka.tools.DumpLogSegments"
 NOW = 1_760_000_000_000
 

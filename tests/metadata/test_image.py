@@ -37,12 +37,14 @@ from protocol.metadata_records.partition_change_record import PartitionChangeRec
 from protocol.metadata_records.partition_record import PartitionRecord
 from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
 from protocol.metadata_records.register_broker_record import BrokerEndpoint, RegisterBrokerRecord
+from protocol.metadata_records.register_controller_record import ControllerEndpoint, RegisterControllerRecord
 from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
 from protocol.metadata_records.remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from protocol.metadata_records.topic_record import TopicRecord
 from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
 from protocol.metadata_records.unregister_broker_record import UnregisterBrokerRecord
+from protocol.metadata_records.unregister_controller_record import UnregisterControllerRecord
 from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "kraft-4.3.1" / "cluster_metadata"
@@ -186,6 +188,24 @@ def test_brokers_register_unfence_fence_shut_down_and_leave() -> None:
         9094,
         True,
     )
+
+
+def test_controllers_register_and_leave() -> None:
+    endpoint = ControllerEndpoint(name="CONTROLLER", host="127.0.0.1", port=9093, security_protocol=0)
+    image = apply(
+        MetadataImage(),
+        RegisterControllerRecord(
+            controller_id=3000, incarnation_id=uuid.UUID(int=3), end_points=[endpoint], features=[]
+        ),
+        RegisterControllerRecord(
+            controller_id=3001, incarnation_id=uuid.UUID(int=4), end_points=[endpoint], features=[]
+        ),
+    )
+    assert image.controllers[3000].endpoints["CONTROLLER"].port == 9093 and list(image.controllers) == [3000, 3001]
+    image = apply(image, UnregisterControllerRecord(controller_id=3000))  # new in Kafka 4.4
+    assert list(image.controllers) == [3001]
+    with pytest.raises(ImageError, match="controller 3000"):
+        apply(image, UnregisterControllerRecord(controller_id=3000))
 
 
 def test_features_configs_acls_scram_and_quotas() -> None:
