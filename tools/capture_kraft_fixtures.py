@@ -2,12 +2,12 @@
 
     python tools/capture_kraft_fixtures.py [--out tests/fixtures/kraft-<Kafka version>]
 
-Starts one Apache Kafka node of the reference release (compat/apache_kafka.py's KAFKA_VERSION; run it under
-the machine's JVM lock if it has one), and has it write one of each kind of record kbroker decodes: a topic with a config, a topic created and
-deleted, a broker config, an ACL created and one deleted, a SCRAM user, a client quota, idempotent and
-transactional producers (producer id blocks, transaction state), a classic group and a consumer-protocol
-(KIP-848) group that commit offsets. Snapshots are taken every kilobyte of metadata. After a clean stop
-it copies out:
+Starts one Apache Kafka node of the reference release (compat/apache_kafka.py's KAFKA_VERSION; run it under the
+machine's JVM lock if it has one), and has it write one of each kind of record kbroker decodes: a topic with a
+config, a topic created and deleted, a broker config, an ACL created and one deleted, a SCRAM user, a client
+quota, idempotent and transactional producers (producer id blocks, transaction state), a classic group and a
+consumer-protocol (KIP-848) group that commit offsets. Snapshots are taken every kilobyte of metadata. After a
+clean stop it copies out:
 
 - ``cluster_metadata/``: every segment of ``__cluster_metadata-0``, its newest snapshot (``.checkpoint``) and
   its ``quorum-state``;
