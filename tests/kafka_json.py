@@ -157,6 +157,28 @@ def kafka_json(message: Any, version: int) -> dict[str, Any]:
     return _struct_json(message, schema.root, version, flexible)
 
 
+# Kafka's transaction states by id (TransactionState: the admin client's names, Dead for 6).
+TRANSACTION_STATE_NAMES = {
+    0: "Empty",
+    1: "Ongoing",
+    2: "PrepareCommit",
+    3: "PrepareAbort",
+    4: "CompleteCommit",
+    5: "CompleteAbort",
+    6: "Dead",
+    7: "PrepareEpochFence",
+}
+
+
+def transaction_log_value_json(value: Any, version: int) -> dict[str, Any]:
+    """TransactionLogValue as DumpLogSegments' transaction log decoder prints it since Kafka 4.4: the status by its
+    state's name, or its id as a string when no state has it."""
+    out = kafka_json(value, version)
+    status = value.transaction_status
+    out["transactionStatus"] = TRANSACTION_STATE_NAMES.get(status, str(status))
+    return out
+
+
 def metadata_type_name(name: str) -> str:
     """MetadataRecordType's constant for a record (TOPIC_RECORD for TopicRecord)."""
     return str(gen_messages().snake(name)).upper()

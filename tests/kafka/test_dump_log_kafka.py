@@ -40,7 +40,14 @@ from protocol.messages.voters_record import VotersRecord
 from protocol.metadata_frame import MetadataRecord
 from protocol.metadata_records import RECORD_TYPES
 from protocol.records import Record, build_batch
-from tests.kafka_json import DumpedBatch, group_metadata_json, kafka_json, metadata_type_name, parse_dump
+from tests.kafka_json import (
+    DumpedBatch,
+    group_metadata_json,
+    kafka_json,
+    metadata_type_name,
+    parse_dump,
+    transaction_log_value_json,
+)
 from tests.metadata.sample_records import TOPIC_ID, sample_records
 from tests.record_strategies import record_strategy
 from tools import maven_artifacts
@@ -221,7 +228,11 @@ def test_kafkas_dump_tool_reads_kbrokers_transaction_log(tmp_path: Path, dump: D
     assert len(batch.records) == 2
     for (key, value_, version), line in zip(entries, batch.records, strict=True):
         assert line.key == {"type": "0", "data": kafka_json(key, 0)}
-        expected = "<DELETE>" if value_ is None else {"version": str(version), "data": kafka_json(value_, version)}
+        expected = (
+            "<DELETE>"
+            if value_ is None
+            else {"version": str(version), "data": transaction_log_value_json(value_, version)}
+        )
         assert line.payload == expected
 
 
@@ -281,5 +292,8 @@ def test_kafka_decodes_every_coordinator_record_type_and_version_kbroker_encodes
         if value is None:
             assert line.payload == "<DELETE>"
         else:
-            as_json = group_metadata_json if value.NAME == "GroupMetadataValue" else kafka_json
+            as_json = {
+                "GroupMetadataValue": group_metadata_json,
+                "TransactionLogValue": transaction_log_value_json,
+            }.get(value.NAME, kafka_json)
             assert line.payload == {"version": str(version), "data": as_json(value, version)}
