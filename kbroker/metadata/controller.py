@@ -51,6 +51,8 @@ log = logging.getLogger("kbroker.metadata")
 
 # The metadata.version a Kafka 4.3 cluster is formatted at (its storage tool's default).
 METADATA_VERSION_LEVEL = 30
+# Kafka's SecurityProtocol ids, as RegisterBrokerRecord.BrokerEndpoint carries them.
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdControlManager hands out blocks of this many ids
 
 
@@ -155,7 +157,6 @@ class LocalController(Controller):
         self._builder = MetadataImageBuilder(cache.image)
         self._lock = trio.Lock()
         self._next_offset = 0  # where records go without a log
-        self.replayed_records = 0  # how many records the log held at start-up
         if metadata_log is not None:
             self._replay(metadata_log)
 
@@ -171,14 +172,12 @@ class LocalController(Controller):
             if replay.snapshot is not None:
                 end = replay.snapshot.id.end_offset
                 for index, item in enumerate(replay.snapshot.records):
-                    self.replayed_records += 1
                     self._builder.replay(item.message, end - len(replay.snapshot.records) + index, -1)
             transaction_start = -1
             for batch in replay.batches:
                 for index, item in enumerate(batch.records):
                     if isinstance(item.message, BeginTransactionRecord):
                         transaction_start = batch.base_offset + index
-                    self.replayed_records += 1
                     self._builder.replay(item.message, batch.base_offset + index, batch.leader_epoch)
         except ImageError as exc:
             raise StorageError(f"{metadata_log.directory}: {exc}") from None
@@ -245,12 +244,10 @@ class LocalController(Controller):
             known = self.image.topics.get(name)
             if known is not None:
                 if known.topic_id != topic_id:
-                    raise StorageError(
-                        f"topic {name!r} is {topic_id} in the old catalog but {known.topic_id} in the metadata log"
-                    )
+                    raise StorageError(f"topic {name!r} is {topic_id} there but {known.topic_id} in the metadata log")
                 continue
             if topic_id in self.image.topics.by_id:
-                raise StorageError(f"topic id {topic_id} of {name!r} belongs to another topic in the metadata log")
+                raise StorageError(f"topic id {topic_id} of {name!r} is another topic's in the metadata log")
             records.extend(self._topic_records(name, topic_id, [[self.node_id]] * partitions, configs))
             written += 1
         if records:

@@ -561,6 +561,13 @@ class MetadataDelta:
             and self._provenance == self.image.provenance
         )
 
+    def changed_configs(self) -> list[tuple[ConfigResourceType, str]]:
+        """The resources whose configs this delta changes (set, altered or removed)."""
+        if self._configs is None:
+            return []
+        before = self.image.configs
+        return [key for key in {*before, *self._configs} if dict(before.get(key, EMPTY)) != self._configs.get(key, {})]
+
     def removed_topics(self) -> list[TopicImage]:
         return list(self._removed_topics.values())
 
