@@ -16,6 +16,7 @@ import uuid
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.durable.files import StorageError
 from kbroker.groups.offsets import OffsetStore
 from kbroker.metadata.controller import Controller, MetadataCache
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage, PartitionRegistration
@@ -46,7 +47,8 @@ class TopicService:
         self.metadata = metadata
         self.node_id = node_id
         self._in_creation: dict[str, trio.Event] = {}
-        self._to_build: list[tuple[TopicInfo, range]] = []  # new partitions whose files are still to make
+        # New partitions whose files are still to make, by topic name: made by the request that added them.
+        self._to_build: dict[str, list[tuple[TopicInfo, range]]] = {}
         metadata.subscribe(self._publish)
 
     @property
@@ -76,20 +78,30 @@ class TopicService:
                 new = self.logs.register_topic(TopicInfo(name, topic.topic_id, len(topic.partitions), configs))
                 info = self.logs.topic(name)
                 if new and info is not None and self.logs.durable:
-                    self._to_build.append((info, new))
+                    self._to_build.setdefault(name, []).append((info, new))
 
-    async def _build_new_partitions(self) -> None:
-        """Make the files of the partitions new images gave this broker, in a worker thread so other clients are
-        not held up by thousands of them."""
-        while self._to_build:
-            info, new = self._to_build.pop(0)
-            logs: list[PartitionLog] = []
-            try:
-                logs = await trio.to_thread.run_sync(
-                    self.logs.build_partitions, info, new.start, new.stop, abandon_on_cancel=False
-                )
-            finally:
-                self.logs.finish_building(info, new, logs)
+    async def _build_new_partitions(self, name: str) -> None:
+        """Make the files of the partitions new images gave this broker in topic ``name``, in a worker thread so
+        other clients are not held up by thousands of them."""
+        pending = self._to_build.pop(name, [])
+        try:
+            while pending:
+                info, new = pending[0]
+                logs: list[PartitionLog] = []
+                try:
+                    logs = await trio.to_thread.run_sync(
+                        self.logs.build_partitions, info, new.start, new.stop, abandon_on_cancel=False
+                    )
+                except (OSError, StorageError) as exc:
+                    # The topic is committed: as on Kafka, a log that cannot be made shows when it is used (its
+                    # files are made then, or it answers KAFKA_STORAGE_ERROR).
+                    log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
+                finally:
+                    pending.pop(0)
+                    self.logs.finish_building(info, new, logs)
+        finally:
+            for info, new in pending:  # not built (cancelled): made when first used
+                self.logs.finish_building(info, new, [])
 
     # --- look-ups --------------------------------------------------------------------------------------
 
@@ -131,6 +143,8 @@ class TopicService:
 
         Raises KafkaError as the controller refuses it: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, ...
         """
+        if name in self._in_creation:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if not assignments and replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         created = self._in_creation[name] = trio.Event()
@@ -142,7 +156,7 @@ class TopicService:
                 configs=configs,
                 assignments=assignments,
             )
-            await self._build_new_partitions()
+            await self._build_new_partitions(name)
         finally:
             del self._in_creation[name]
             created.set()
@@ -177,7 +191,7 @@ class TopicService:
         Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_PARTITIONS if not growing.
         """
         await self.controller.create_partitions(name, total, assignments=assignments, validate_only=validate_only)
-        await self._build_new_partitions()
+        await self._build_new_partitions(name)
         return self._published(name)
 
     async def auto_create(self, name: str) -> TopicInfo | None:
