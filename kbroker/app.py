@@ -29,6 +29,7 @@ import trio
 
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.metadata.controller import SECURITY_PROTOCOL_IDS, Listener
 from kbroker.security.scram_credentials import ConfiguredUsers
 from kbroker.server.connection import ListenerInfo, ServedListener, serve
 from kbroker.server.limits import raise_open_file_limit
@@ -199,7 +200,14 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
         plan = plan.with_advertised(plan.primary, settings.advertised)
     bound = {item.info.name: item.sockets[0].socket.getsockname()[1] for item in served}
     main = plan.primary_listener
-    broker = Broker(settings.config, settings.data_dir, main.advertised_address(bound[main.name]))
+    registration = [
+        Listener(spec.name, address.host, address.port, SECURITY_PROTOCOL_IDS.get(spec.security_protocol, 0))
+        for spec in plan.listeners
+        for address in (spec.advertised_address(bound[spec.name]),)
+    ]
+    broker = Broker(
+        settings.config, settings.data_dir, main.advertised_address(bound[main.name]), listeners=registration
+    )
     try:
         scram_users = broker.scram_credentials.configure_users(settings.scram_users)
     except ValueError as exc:

@@ -30,6 +30,10 @@ from kbroker.durable.files import (
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
+from kbroker.metadata.image import ConfigResourceType
+from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.migration import migrate_topic_catalog
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.replication import ReplicaManager, SingleNodeLeadership, read_high_watermarks
@@ -68,8 +72,15 @@ def new_cluster_id() -> str:
 
 class Broker:
     def __init__(
-        self, config: BrokerConfig, data_dir: Path, advertised: Endpoint, *, logs: LogManager | None = None
+        self,
+        config: BrokerConfig,
+        data_dir: Path,
+        advertised: Endpoint,
+        *,
+        logs: LogManager | None = None,
+        listeners: list[Listener] | None = None,
     ) -> None:
+        """``listeners``: the endpoints this broker registers with (default: ``advertised`` as PLAINTEXT)."""
         self.config = config
         self.data_dir = data_dir
         self.advertised = advertised
@@ -82,14 +93,21 @@ class Broker:
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:
             self.cluster_id = self._load_meta()
+            # The cluster's metadata: the image, and this node as its own controller. With logs kept in memory
+            # (unit tests) the metadata is too; otherwise it is the metadata log __cluster_metadata-0.
+            self.metadata = MetadataCache()
+            self.controller = self._open_controller(durable=logs is None)
+            self.register(listeners or [Listener("PLAINTEXT", advertised.host, advertised.port, 0)])
             # Where reopened logs' high watermarks start (a damaged file stops start-up, see kbroker/replication).
             high_watermarks = read_high_watermarks(data_dir)
             # ``logs``: a store given by the caller (one kept in memory, in unit tests); files in data_dir by default.
-            self.logs = (
-                logs
-                if logs is not None
-                else LogManager(data_dir, config.topic_defaults(), high_watermarks=high_watermarks)
-            )
+            if logs is None:
+                catalog = [
+                    TopicInfo(topic.name, topic.topic_id, len(topic.partitions), dict(self._topic_configs(topic.name)))
+                    for topic in self.metadata.image.topics.by_id.values()
+                ]
+                logs = LogManager(data_dir, config.topic_defaults(), catalog=catalog, high_watermarks=high_watermarks)
+            self.logs = logs
             # The replica layer between handlers and logs; this node leads every partition, alone in its ISR.
             self.replicas = ReplicaManager(
                 self.logs,
@@ -113,6 +131,7 @@ class Broker:
             # SCRAM users (AlterUserScramCredentials, --sasl-user); a damaged file stops the start here.
             self.scram_credentials = ScramCredentialStore(data_dir)
         except BaseException:
+            self._close_metadata_log()
             self._data_dir_lock.release()
             raise
         # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py, imported only
@@ -124,9 +143,12 @@ class Broker:
 
                 self.authorizer = StandardAuthorizer.from_config(config, data_dir)
         except BaseException:  # a damaged ACL file: nothing was started, the data directory is released
+            self._close_metadata_log()
             self._data_dir_lock.release()
             raise
-        self.topics = TopicService(self.logs, self.offsets, config, self.replicas)
+        self.topics = TopicService(
+            self.logs, self.offsets, config, self.controller, self.metadata, self.node_id, self.replicas
+        )
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
         # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
@@ -147,6 +169,7 @@ class Broker:
         except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked
             self.logs.close()
             self.offsets.close()
+            self._close_metadata_log()
             self._data_dir_lock.release()
             raise
         self.draining = False
@@ -199,6 +222,35 @@ class Broker:
     def advertised_for(self, listener: str) -> Endpoint:
         """The address clients of ``listener`` are given (Kafka answers with the listener a request came in on)."""
         return self.advertised_by_listener.get(listener, self.advertised)
+
+    # --- metadata ----------------------------------------------------------------------------------------
+
+    def _open_controller(self, *, durable: bool) -> LocalController:
+        metadata_log = MetadataLog(self.data_dir) if durable else None
+        try:
+            controller = LocalController(self.node_id, self.metadata, metadata_log)
+            # No start has got as far as registering: the data directory may be an older kbroker's.
+            fresh = not controller.image.brokers
+            controller.bootstrap()
+            if durable:
+                migrate_topic_catalog(controller, self.data_dir, fresh=fresh)
+        except BaseException:
+            if metadata_log is not None:
+                metadata_log.close()
+            raise
+        return controller
+
+    def _topic_configs(self, name: str) -> dict[str, str]:
+        return dict(self.metadata.image.config(ConfigResourceType.TOPIC, name))
+
+    def _close_metadata_log(self) -> None:
+        controller = self.__dict__.get("controller")
+        if controller is not None and controller.metadata_log is not None:
+            controller.metadata_log.close()
+
+    def register(self, listeners: list[Listener]) -> None:
+        """Register this broker with the controller: its listeners as clients reach them, its features."""
+        self.controller.register_broker(self.node_id, listeners, {"metadata.version": (7, METADATA_VERSION_LEVEL)})
 
     # --- persisted identity ----------------------------------------------------------------------------
 
@@ -291,5 +343,6 @@ class Broker:
             self.logs.close()
             self.offsets.close()
             self.transactions.close()
+            self._close_metadata_log()
         finally:
             self._data_dir_lock.release()

@@ -1,9 +1,11 @@
-"""Topics as the request handlers see them: look-ups, and the changes that take worker threads or locks.
+"""Topics as the request handlers see them: look-ups, and changes made through the controller.
 
-The log manager (kbroker/storage) owns topic metadata and partition logs; this service adds what needs the
-event loop: creating partitions' files in a worker thread, one creation per name at a time (auto-creation
-waits for a creation already under way), growing a topic under a lock, and forgetting a deleted topic's
-committed offsets. Handlers reach it as ``RequestContext.topics``.
+Topics live in the metadata image (kbroker/metadata): creating, growing, deleting a topic and changing its
+configs are controller operations, and this service, subscribed to the broker's MetadataCache, keeps the log
+manager (kbroker/storage) in step with each new image: partitions this broker holds a replica of are known to
+it (their files made on first use), those it no longer holds are deleted with their committed offsets. One
+creation per name is under way at a time (auto-creation waits for a creation already under way). Handlers
+reach it as ``RequestContext.topics``; leader, epochs, replicas and ISR are read from ``image``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import uuid
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.durable.files import StorageError
 from kbroker.groups.offsets import OffsetStore
+from kbroker.metadata.controller import Controller, MetadataCache
+from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage, PartitionRegistration
 from kbroker.replication import ReplicaManager
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from protocol.errors import ErrorCode, KafkaError
@@ -27,13 +32,80 @@ def unknown_topic(name: str) -> KafkaError:
 
 
 class TopicService:
-    def __init__(self, logs: LogManager, offsets: OffsetStore, config: BrokerConfig, replicas: ReplicaManager) -> None:
+    def __init__(
+        self,
+        logs: LogManager,
+        offsets: OffsetStore,
+        config: BrokerConfig,
+        controller: Controller,
+        metadata: MetadataCache,
+        node_id: int,
+        replicas: ReplicaManager,
+    ) -> None:
         self.logs = logs
         self.replicas = replicas
         self.offsets = offsets
         self.config = config
+        self.controller = controller
+        self.metadata = metadata
+        self.node_id = node_id
         self._in_creation: dict[str, trio.Event] = {}
-        self._partition_changes = trio.Lock()
+        # New partitions whose files are still to make, by topic name: made by the request that added them.
+        self._to_build: dict[str, list[tuple[TopicInfo, range]]] = {}
+        metadata.subscribe(self._publish)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.metadata.image
+
+    def registration(self, topic: str, partition: int) -> PartitionRegistration | None:
+        """The partition as the controller registered it: replicas, leader, leader epoch, ISR."""
+        return self.metadata.image.topics.partition(topic, partition)
+
+    # --- kept in step with the image ---------------------------------------------------------------------
+
+    def _publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        changes = delta.local_changes(self.node_id)
+        removed = {topic.name for topic in delta.removed_topics()}
+        for name in sorted(removed):
+            gone = self.logs.topic(name)
+            if gone is not None and image.topics.get(name) is None:
+                self.replicas.stop_topic(name, gone.partitions)
+                self.logs.delete_topic(name)
+                self.offsets.delete_topic(name)
+        touched = {name for name, _ in (*changes.leaders, *changes.followers)}
+        touched.update(name for kind, name in delta.changed_configs() if kind == ConfigResourceType.TOPIC)
+        for name in sorted(touched):
+            topic = image.topics.get(name)
+            if topic is not None:
+                configs = dict(image.config(ConfigResourceType.TOPIC, name))
+                new = self.logs.register_topic(TopicInfo(name, topic.topic_id, len(topic.partitions), configs))
+                info = self.logs.topic(name)
+                if new and info is not None and self.logs.durable:
+                    self._to_build.setdefault(name, []).append((info, new))
+
+    async def _build_new_partitions(self, name: str) -> None:
+        """Make the files of the partitions new images gave this broker in topic ``name``, in a worker thread so
+        other clients are not held up by thousands of them."""
+        pending = self._to_build.pop(name, [])
+        try:
+            while pending:
+                info, new = pending[0]
+                logs: list[PartitionLog] = []
+                try:
+                    logs = await trio.to_thread.run_sync(
+                        self.logs.build_partitions, info, new.start, new.stop, abandon_on_cancel=False
+                    )
+                except (OSError, StorageError) as exc:
+                    # The topic is committed: as on Kafka, a log that cannot be made shows when it is used (its
+                    # files are made then, or it answers KAFKA_STORAGE_ERROR).
+                    log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
+                finally:
+                    pending.pop(0)
+                    self.logs.finish_building(info, new, logs)
+        finally:
+            for info, new in pending:  # not built (cancelled): made when first used
+                self.logs.finish_building(info, new, [])
 
     # --- look-ups --------------------------------------------------------------------------------------
 
@@ -48,7 +120,7 @@ class TopicService:
         return self.logs.topics()
 
     def exists_or_pending(self, name: str) -> bool:
-        return self.logs.topic(name) is not None or self.logs.is_pending(name)
+        return self.logs.topic(name) is not None or name in self._in_creation
 
     def partition(self, topic: str, partition: int) -> PartitionLog | None:
         """The partition's log (opened on first use); None if there is no such partition.
@@ -63,43 +135,69 @@ class TopicService:
 
     # --- changes ---------------------------------------------------------------------------------------
 
-    async def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        """Create a topic; its files are made in a worker thread so other clients are not held up.
+    async def create(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        *,
+        replication_factor: int = -1,
+        assignments: list[list[int]] | None = None,
+    ) -> TopicInfo:
+        """Create a topic through the controller (``replication_factor`` -1: default.replication.factor).
 
-        Raises KafkaError: TOPIC_ALREADY_EXISTS if the name is taken (or being created), INVALID_TOPIC_EXCEPTION
-        if it is not a valid name.
+        Raises KafkaError as the controller refuses it: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, ...
         """
-        info = self.logs.plan_topic(name, partitions, configs)
+        if name in self._in_creation:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if not assignments and replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
         created = self._in_creation[name] = trio.Event()
         try:
-            logs = await trio.to_thread.run_sync(self.logs.build_partitions, info, 0, abandon_on_cancel=False)
-        except BaseException:
-            self.logs.abandon(info)
-            raise
+            await self.controller.create_topic(
+                name,
+                partitions=-1 if assignments else partitions,
+                replication_factor=-1 if assignments else replication_factor,
+                configs=configs,
+                assignments=assignments,
+            )
+            await self._build_new_partitions(name)
         finally:
             del self._in_creation[name]
             created.set()
-        return self.logs.commit_topic(info, logs)
+        return self._published(name)
 
-    async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        """Grow a topic to ``total`` partitions.
+    async def check_create(
+        self, name: str, partitions: int, replication_factor: int, assignments: list[list[int]] | None
+    ) -> None:
+        """What ``create`` would refuse about the partitions and replicas, without creating anything."""
+        if not assignments and replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
+        await self.controller.create_topic(
+            name,
+            partitions=-1 if assignments else partitions,
+            replication_factor=-1 if assignments else replication_factor,
+            configs={},
+            assignments=assignments,
+            validate_only=True,
+        )
+
+    def _published(self, name: str) -> TopicInfo:
+        info = self.logs.topic(name)
+        if info is None:  # deleted again before the caller ran
+            raise unknown_topic(name)
+        return info
+
+    async def add_partitions(
+        self, name: str, total: int, assignments: list[list[int]] | None = None, *, validate_only: bool = False
+    ) -> TopicInfo:
+        """Grow a topic to ``total`` partitions (``validate_only``: only check that it could be).
 
         Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_PARTITIONS if not growing.
         """
-        async with self._partition_changes:  # two requests growing one topic must not build the same partitions
-            info = self.logs.topic(name)
-            if info is None:
-                raise unknown_topic(name)
-            if total <= info.partitions:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"topic {name} already has {info.partitions} partitions")
-            logs = await trio.to_thread.run_sync(
-                self.logs.build_partitions, info, info.partitions, total, abandon_on_cancel=False
-            )
-            if self.logs.topic(name) is not info:  # deleted meanwhile
-                for plog in logs:
-                    plog.delete()
-                raise unknown_topic(name)
-            return self.logs.commit_partitions(info, logs)
+        await self.controller.create_partitions(name, total, assignments=assignments, validate_only=validate_only)
+        await self._build_new_partitions(name)
+        return self._published(name)
 
     async def auto_create(self, name: str) -> TopicInfo | None:
         """Create ``name`` with the broker defaults if auto-creation is on; None otherwise."""
@@ -117,14 +215,17 @@ class TopicService:
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         return info
 
-    def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+    async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         """Replace the topic's config overrides; they apply to its open partitions at once."""
-        return self.logs.alter_topic_config(name, configs)
+        current = self.image.config(ConfigResourceType.TOPIC, name)
+        changes: dict[str, str | None] = {key: None for key in current if key not in configs}
+        changes.update(configs)
+        await self.controller.alter_configs(ConfigResourceType.TOPIC, name, changes)
+        return self._published(name)
 
-    def delete(self, name: str) -> None:
-        """Delete the topic, its files and the offsets committed for it."""
+    async def delete(self, name: str) -> None:
+        """Delete the topic; its files and the offsets committed for it go as the image drops it."""
         info = self.logs.topic(name)
-        if info is not None:
-            self.replicas.stop_topic(name, info.partitions)
-        self.logs.delete_topic(name)
-        self.offsets.delete_topic(name)
+        if info is None:
+            raise unknown_topic(name)
+        await self.controller.delete_topic(info.topic_id)

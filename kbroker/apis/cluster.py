@@ -67,7 +67,6 @@ def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
 async def handle_describe_topic_partitions(
     ctx: RequestContext, request: DescribeTopicPartitionsRequest
 ) -> DescribeTopicPartitionsResponse:
-    node = ctx.cluster.node_id
     # An empty list means every topic; topics come back sorted by name so a cursor can resume.
     every_topic = not request.topics
     names = sorted({t.name for t in request.topics}) if request.topics else sorted(i.name for i in ctx.topics.all())
@@ -99,20 +98,24 @@ async def handle_describe_topic_partitions(
             next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=first)
             break
         last = min(info.partitions, first + budget)
-        partitions = [
-            PartitionResult(
-                error_code=ErrorCode.NONE,
-                partition_index=index,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                eligible_leader_replicas=[],
-                last_known_elr=[],
-                offline_replicas=[],
+        partitions = []
+        for index in range(first, last):
+            registration = ctx.topics.registration(name, index)
+            partitions.append(
+                PartitionResult(
+                    error_code=ErrorCode.NONE if registration is not None else ErrorCode.LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=registration.leader if registration is not None else -1,
+                    leader_epoch=registration.leader_epoch if registration is not None else -1,
+                    replica_nodes=list(registration.replicas) if registration is not None else [],
+                    isr_nodes=list(registration.isr) if registration is not None else [],
+                    eligible_leader_replicas=list(registration.eligible_leader_replicas)
+                    if registration is not None
+                    else [],
+                    last_known_elr=list(registration.last_known_elr) if registration is not None else [],
+                    offline_replicas=[],
+                )
             )
-            for index in range(first, last)
-        ]
         budget -= len(partitions)
         topics.append(
             TopicResult(

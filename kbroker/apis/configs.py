@@ -20,7 +20,7 @@ from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDe
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import validate_topic_name
 from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs, warn_unapplied
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_configs_request import AlterConfigsRequest
 from protocol.messages.alter_configs_response import AlterConfigsResponse
 from protocol.messages.describe_configs_request import DescribeConfigsRequest
@@ -272,7 +272,7 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
     return DescribeConfigsResponse(throttle_time_ms=0, results=results + refused)
 
 
-def _apply_topic_configs(
+async def _apply_topic_configs(
     ctx: RequestContext, name: str, new_configs: dict[str, str], validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
     if ctx.topics.topic(name) is None:
@@ -281,7 +281,10 @@ def _apply_topic_configs(
     if problem is not None:
         return ErrorCode.INVALID_CONFIG, problem
     if not validate_only:
-        ctx.topics.alter_configs(name, new_configs)
+        try:
+            await ctx.topics.alter_configs(name, new_configs)
+        except KafkaError as exc:  # deleted by another request meanwhile
+            return exc.code, exc.message
         warn_unapplied(name, new_configs)
     return ErrorCode.NONE, None
 
@@ -309,7 +312,7 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
                 code, message = ErrorCode.INVALID_REQUEST, "Null value not supported"
             else:
                 configs = {c.name: c.value for c in resource.configs if c.value is not None}
-                code, message = _apply_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
+                code, message = await _apply_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
         elif resource.resource_type in (BROKER, BROKER_LOGGER):
             code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
         else:
@@ -375,7 +378,9 @@ async def handle_incremental_alter_configs(
                 if merged is None:
                     code, message = ErrorCode.INVALID_CONFIG, problem
                 else:
-                    code, message = _apply_topic_configs(ctx, resource.resource_name, merged, request.validate_only)
+                    code, message = await _apply_topic_configs(
+                        ctx, resource.resource_name, merged, request.validate_only
+                    )
         elif resource.resource_type in (BROKER, BROKER_LOGGER):
             code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
         else:

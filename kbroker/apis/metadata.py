@@ -31,24 +31,39 @@ def topic_operations(ctx: RequestContext, name: str, with_operations: bool) -> i
 def topic_metadata(
     ctx: RequestContext, info: TopicInfo, with_operations: bool
 ) -> MetadataResponse.MetadataResponseTopic:
-    node = ctx.cluster.node_id
+    partitions = []
+    for index in range(info.partitions):
+        registration = ctx.topics.registration(info.name, index)
+        if registration is None:  # not in the image (yet): no leader to name
+            partitions.append(
+                MetadataResponse.MetadataResponsePartition(
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=-1,
+                    leader_epoch=-1,
+                    replica_nodes=[],
+                    isr_nodes=[],
+                    offline_replicas=[],
+                )
+            )
+            continue
+        partitions.append(
+            MetadataResponse.MetadataResponsePartition(
+                error_code=ErrorCode.NONE,
+                partition_index=index,
+                leader_id=registration.leader,
+                leader_epoch=registration.leader_epoch,
+                replica_nodes=list(registration.replicas),
+                isr_nodes=list(registration.isr),
+                offline_replicas=[],
+            )
+        )
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=info.name,
         topic_id=info.topic_id,
         is_internal=False,
-        partitions=[
-            MetadataResponse.MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
-                partition_index=index,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
-            )
-            for index in range(info.partitions)
-        ],
+        partitions=partitions,
         topic_authorized_operations=topic_operations(ctx, info.name, with_operations),
     )
 

@@ -37,18 +37,8 @@ TOPIC_DENIED = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZA
 UNKNOWN_TOPIC = "This server does not host this topic-partition."  # Kafka's ApiError(UNKNOWN_TOPIC_OR_PARTITION)
 
 
-def _replication_error(ctx: RequestContext, factor: int) -> str | None:
-    if factor == -1 or factor == 1:
-        return None
-    if factor <= 0:
-        return "Replication factor must be larger than 0, or -1 to use the default value."
-    return (
-        f"Unable to replicate the partition {factor} time(s): The target replication factor of {factor} "
-        "cannot be reached because only 1 broker(s) are registered."
-    )
-
-
-def _check_assignments(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic) -> tuple[ErrorCode, str] | None:
+def _check_assignments(topic: CreateTopicsRequest.CreatableTopic) -> tuple[ErrorCode, str] | None:
+    """The request's shape; whether the brokers it names can take the replicas is the controller's to say."""
     if topic.num_partitions != -1 or topic.replication_factor != -1:
         return ErrorCode.INVALID_REQUEST, (
             "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at "
@@ -57,12 +47,6 @@ def _check_assignments(ctx: RequestContext, topic: CreateTopicsRequest.Creatable
     indexes = sorted(a.partition_index for a in topic.assignments)
     if indexes != list(range(len(indexes))):
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be a consecutive 0-based integer sequence"
-    for assignment in topic.assignments:
-        if assignment.broker_ids != [ctx.cluster.node_id]:
-            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
-                f"Replica assignment {assignment.broker_ids} for partition {assignment.partition_index} names "
-                f"brokers other than the only one, {ctx.cluster.node_id}."
-            )
     return None
 
 
@@ -118,24 +102,20 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         if ctx.topics.exists_or_pending(topic.name):
             fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
             continue
+        assignments = [a.broker_ids for a in sorted(topic.assignments, key=lambda a: a.partition_index)] or None
         if topic.assignments:
-            problem = _check_assignments(ctx, topic)
+            problem = _check_assignments(topic)
             if problem is not None:
                 fail(*problem)
                 continue
             partitions = len(topic.assignments)
         else:
             partitions = ctx.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
-            if partitions <= 0:
-                fail(
-                    ErrorCode.INVALID_PARTITIONS,
-                    "Number of partitions must be larger than 0, or -1 to use the default value.",
-                )
-                continue
-            replication_problem = _replication_error(ctx, topic.replication_factor)
-            if replication_problem is not None:
-                fail(ErrorCode.INVALID_REPLICATION_FACTOR, replication_problem)
-                continue
+        try:  # the controller's checks of partitions and replicas, before the configs are looked at
+            await ctx.topics.check_create(topic.name, partitions, topic.replication_factor, assignments)
+        except KafkaError as exc:
+            fail(exc.code, exc.message)
+            continue
         # Every entry is checked, a repeated name's earlier null included, before later entries win.
         null_named = next((c.name for c in topic.configs if c.value is None), None)
         if null_named is not None:
@@ -150,7 +130,13 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             topic_id = ZERO_UUID
         else:
             try:
-                info = await ctx.topics.create(topic.name, partitions, configs)
+                info = await ctx.topics.create(
+                    topic.name,
+                    partitions,
+                    configs,
+                    replication_factor=topic.replication_factor,
+                    assignments=assignments,
+                )
             except KafkaError as exc:  # another request created it meanwhile
                 fail(exc.code, exc.message)
                 continue
@@ -159,7 +145,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             warn_unapplied(topic.name, configs)
         result.topic_id = topic_id
         result.num_partitions = partitions
-        result.replication_factor = 1
+        created = ctx.topics.registration(topic.name, 0)
+        result.replication_factor = len(created.replicas) if created is not None else 1
         if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
             result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             continue
@@ -213,7 +200,11 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
             result.error_message = "Topic deletion is disabled."
             continue
-        ctx.topics.delete(info.name)
+        try:
+            await ctx.topics.delete(info.name)
+        except KafkaError as exc:  # deleted by another request meanwhile
+            result.error_code, result.error_message = exc.code, exc.message
+            continue
         log.info("deleted topic %s", info.name)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
@@ -258,17 +249,15 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
                 if topic.count < info.partitions
                 else f"Topic already has {info.partitions} partitions."
             )
-        elif topic.assignments is not None and (
-            len(topic.assignments) != topic.count - info.partitions
-            or any(a.broker_ids != [ctx.cluster.node_id] for a in topic.assignments)
-        ):
-            result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-            result.error_message = "Replica assignments must name the only broker, once per new partition."
-        elif not request.validate_only:
+        else:
+            assignments = [a.broker_ids for a in topic.assignments] if topic.assignments is not None else None
             try:
-                await ctx.topics.add_partitions(topic.name, topic.count)
-            except KafkaError as exc:  # deleted or grown by another request meanwhile
+                await ctx.topics.add_partitions(
+                    topic.name, topic.count, assignments, validate_only=request.validate_only
+                )
+            except KafkaError as exc:  # a refused assignment, or deleted or grown by another request meanwhile
                 result.error_code, result.error_message = exc.code, exc.message
                 continue
-            log.info("topic %s now has %d partitions", topic.name, topic.count)
+            if not request.validate_only:
+                log.info("topic %s now has %d partitions", topic.name, topic.count)
     return CreatePartitionsResponse(throttle_time_ms=0, results=refused + results)

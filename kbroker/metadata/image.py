@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from protocol._codec import Message
 from protocol.metadata_records.abort_transaction_record import AbortTransactionRecord
@@ -91,12 +90,7 @@ def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
 EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
-def _empty() -> Mapping[Any, Any]:
-    return EMPTY
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionRegistration:
+class PartitionRegistration(NamedTuple):
     """A partition as the controller registered it (Kafka's PartitionRegistration)."""
 
     replicas: tuple[int, ...]
@@ -158,17 +152,15 @@ class PartitionRegistration:
         return self.leader >= 0
 
 
-@dataclass(frozen=True, slots=True)
-class TopicImage:
+class TopicImage(NamedTuple):
     name: str
     topic_id: uuid.UUID
-    partitions: Mapping[int, PartitionRegistration] = field(default_factory=_empty)
+    partitions: Mapping[int, PartitionRegistration] = EMPTY
 
 
-@dataclass(frozen=True, slots=True)
-class TopicsImage:
-    by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=_empty)
-    by_name: Mapping[str, TopicImage] = field(default_factory=_empty)
+class TopicsImage(NamedTuple):
+    by_id: Mapping[uuid.UUID, TopicImage] = EMPTY
+    by_name: Mapping[str, TopicImage] = EMPTY
 
     def get(self, name: str) -> TopicImage | None:
         return self.by_name.get(name)
@@ -178,16 +170,14 @@ class TopicsImage:
         return None if topic is None else topic.partitions.get(index)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
+class BrokerEndpoint(NamedTuple):
     listener: str
     host: str
     port: int
     security_protocol: int
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerRegistration:
+class BrokerRegistration(NamedTuple):
     """A broker as it registered (Kafka's BrokerRegistration): its endpoints by listener name and its state."""
 
     broker_id: int
@@ -197,7 +187,7 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
-    supported_features: Mapping[str, tuple[int, int]] = field(default_factory=_empty)
+    supported_features: Mapping[str, tuple[int, int]] = EMPTY
     log_dirs: tuple[uuid.UUID, ...] = ()
 
     @classmethod
@@ -219,15 +209,13 @@ class BrokerRegistration:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerRegistration:
+class ControllerRegistration(NamedTuple):
     controller_id: int
     incarnation_id: uuid.UUID
     endpoints: Mapping[str, BrokerEndpoint]
 
 
-@dataclass(frozen=True, slots=True)
-class AclEntry:
+class AclEntry(NamedTuple):
     """An ACL binding as AccessControlEntryRecord holds it (Kafka's StandardAcl)."""
 
     resource_type: int
@@ -239,8 +227,7 @@ class AclEntry:
     permission_type: int
 
 
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
+class ScramCredential(NamedTuple):
     salt: bytes
     stored_key: bytes
     server_key: bytes
@@ -255,27 +242,25 @@ def quota_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
     return tuple(sorted(pairs, key=lambda pair: pair[0]))
 
 
-@dataclass(frozen=True, slots=True)
-class MetadataProvenance:
+class MetadataProvenance(NamedTuple):
     """Where an image stands in the metadata log: the offset and epoch of the last record it includes."""
 
     offset: int = -1
     epoch: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class MetadataImage:
+class MetadataImage(NamedTuple):
     provenance: MetadataProvenance = MetadataProvenance()
-    features: Mapping[str, int] = field(default_factory=_empty)
-    brokers: Mapping[int, BrokerRegistration] = field(default_factory=_empty)
-    controllers: Mapping[int, ControllerRegistration] = field(default_factory=_empty)
+    features: Mapping[str, int] = EMPTY
+    brokers: Mapping[int, BrokerRegistration] = EMPTY
+    controllers: Mapping[int, ControllerRegistration] = EMPTY
     topics: TopicsImage = TopicsImage()
-    configs: Mapping[tuple[ConfigResourceType, str], Mapping[str, str]] = field(default_factory=_empty)
-    acls: Mapping[uuid.UUID, AclEntry] = field(default_factory=_empty)
-    scram_credentials: Mapping[tuple[str, ScramMechanism], ScramCredential] = field(default_factory=_empty)
-    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=_empty)
+    configs: Mapping[tuple[ConfigResourceType, str], Mapping[str, str]] = EMPTY
+    acls: Mapping[uuid.UUID, AclEntry] = EMPTY
+    scram_credentials: Mapping[tuple[str, ScramMechanism], ScramCredential] = EMPTY
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = EMPTY
     next_producer_id: int = 0
-    delegation_tokens: Mapping[str, DelegationTokenRecord] = field(default_factory=_empty)
+    delegation_tokens: Mapping[str, DelegationTokenRecord] = EMPTY
 
     def is_empty(self) -> bool:
         return self.provenance.offset < 0
@@ -289,13 +274,15 @@ class MetadataImage:
         return self.configs.get((resource_type, name), EMPTY)
 
 
-@dataclass(slots=True)
 class LocalChanges:
     """What a delta changes for one broker's replicas (Kafka's LocalReplicaChanges)."""
 
-    leaders: dict[tuple[str, int], PartitionRegistration] = field(default_factory=dict)
-    followers: dict[tuple[str, int], PartitionRegistration] = field(default_factory=dict)
-    deletes: set[tuple[str, int]] = field(default_factory=set)
+    __slots__ = ("leaders", "followers", "deletes")
+
+    def __init__(self) -> None:
+        self.leaders: dict[tuple[str, int], PartitionRegistration] = {}
+        self.followers: dict[tuple[str, int], PartitionRegistration] = {}
+        self.deletes: set[tuple[str, int]] = set()
 
 
 class MetadataDelta:
@@ -394,7 +381,7 @@ class MetadataDelta:
             changed = self._changed_partitions.setdefault(topic.topic_id, {})
             for index, partition in {**topic.partitions, **changed}.items():
                 if partition.eligible_leader_replicas or partition.last_known_elr:
-                    changed[index] = replace(partition, eligible_leader_replicas=(), last_known_elr=())
+                    changed[index] = partition._replace(eligible_leader_replicas=(), last_known_elr=())
 
     def _config(self, record: ConfigRecord) -> None:
         key = (ConfigResourceType(record.resource_type), record.resource_name)
@@ -424,19 +411,19 @@ class MetadataDelta:
 
     def _fence(self, record: FenceBrokerRecord) -> None:
         broker = self._broker(record.id, record.epoch, record)
-        self._brokers_map()[record.id] = replace(broker, fenced=True)
+        self._brokers_map()[record.id] = broker._replace(fenced=True)
 
     def _unfence(self, record: UnfenceBrokerRecord) -> None:
         broker = self._broker(record.id, record.epoch, record)
-        self._brokers_map()[record.id] = replace(broker, fenced=False)
+        self._brokers_map()[record.id] = broker._replace(fenced=False)
 
     def _broker_change(self, record: BrokerRegistrationChangeRecord) -> None:
         broker = self._broker(record.broker_id, record.broker_epoch, record)
         fenced = {1: True, -1: False}.get(record.fenced, broker.fenced)  # BrokerRegistrationFencingChange
         shutdown = True if record.in_controlled_shutdown == 1 else broker.in_controlled_shutdown
         log_dirs = broker.log_dirs if not record.log_dirs else tuple(record.log_dirs)
-        self._brokers_map()[record.broker_id] = replace(
-            broker, fenced=fenced, in_controlled_shutdown=shutdown, log_dirs=log_dirs
+        self._brokers_map()[record.broker_id] = broker._replace(
+            fenced=fenced, in_controlled_shutdown=shutdown, log_dirs=log_dirs
         )
 
     def _register_controller(self, record: RegisterControllerRecord) -> None:
@@ -530,7 +517,7 @@ class MetadataDelta:
             for topic_id, changed in self._changed_partitions.items():
                 if changed and topic_id in by_id:
                     topic = by_id[topic_id]
-                    by_id[topic_id] = replace(topic, partitions=_frozen({**topic.partitions, **changed}))
+                    by_id[topic_id] = topic._replace(partitions=_frozen({**topic.partitions, **changed}))
             topics = TopicsImage(_frozen(by_id), _frozen({t.name: t for t in by_id.values()}))
         return MetadataImage(
             provenance=self._provenance,
@@ -569,6 +556,13 @@ class MetadataDelta:
             and self._next_producer_id == self.image.next_producer_id
             and self._provenance == self.image.provenance
         )
+
+    def changed_configs(self) -> list[tuple[ConfigResourceType, str]]:
+        """The resources whose configs this delta changes (set, altered or removed)."""
+        if self._configs is None:
+            return []
+        before = self.image.configs
+        return [key for key in {*before, *self._configs} if dict(before.get(key, EMPTY)) != self._configs.get(key, {})]
 
     def removed_topics(self) -> list[TopicImage]:
         return list(self._removed_topics.values())

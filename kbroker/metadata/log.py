@@ -25,9 +25,8 @@ import json
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbroker.durable.files import StorageError, write_atomically
 from kbroker.storage import LogConfig, PartitionLog
@@ -72,8 +71,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, order=True)
-class SnapshotId:
+class SnapshotId(NamedTuple):
     """Kafka's OffsetAndEpoch of a snapshot: it holds the records below ``end_offset``, the last in ``epoch``."""
 
     end_offset: int
@@ -89,16 +87,14 @@ class SnapshotId:
         return cls(int(match[1]), int(match[2])) if match else None
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     id: SnapshotId
     header: SnapshotHeaderRecord
     controls: tuple[Message, ...]  # the header batch's other control messages (KRaftVersionRecord, VotersRecord)
     records: tuple[MetadataRecord, ...]
 
 
-@dataclass(frozen=True)
-class Replay:
+class Replay(NamedTuple):
     """What the metadata log holds: the newest snapshot, then the log's batches after it."""
 
     snapshot: Snapshot | None
@@ -113,8 +109,7 @@ class Replay:
             yield from batch.records
 
 
-@dataclass(frozen=True)
-class QuorumState:
+class QuorumState(NamedTuple):
     """The KRaft election state of ``quorum-state`` (Kafka's QuorumStateData, data_version 0)."""
 
     leader_id: int

@@ -53,6 +53,8 @@ CLEAN_SHUTDOWN_FILE = ".kbroker_cleanshutdown"
 DELETED_SUFFIX = "-delete"
 STRAY_SUFFIX = "-stray"  # Kafka's suffix for a log that does not belong to the metadata, kept for the operator
 _PARTITION_DIRECTORY = re.compile(r"(.+)-(0|[1-9][0-9]{0,9})")
+# The metadata log's directory (kbroker/metadata/log.py) is named like a partition's but is not a topic's.
+METADATA_LOG_TOPIC = "__cluster_metadata"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -102,6 +104,61 @@ def _stored_topic_id(directory: Path) -> uuid.UUID | None:
         raise DamagedFileError(path, f"expected a topic id, found {fields.get('topic_id')!r}") from None
 
 
+def read_topics_file(path: Path) -> tuple[int, list[TopicInfo]]:
+    """topics.json: its format version and its topics. DamagedFileError if it cannot be read as that."""
+    version, document = read_checked_json(path, TOPICS_KIND, (LEGACY_VERSION, TOPICS_FORMAT_VERSION))
+    try:
+        topics = [
+            TopicInfo(name, uuid.UUID(item["id"]), int(item["partitions"]), dict(item.get("configs", {})))
+            for name, item in document.get("topics", {}).items()
+        ]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DamagedFileError(path, f"unexpected content ({type(exc).__name__}: {exc})") from None
+    return version, topics
+
+
+def partition_directories(data_dir: Path) -> list[tuple[str, int, Path]]:
+    """(topic, partition, path) of every directory named like a partition directory (not the metadata log's)."""
+    found = []
+    for entry in os.scandir(data_dir):
+        match = _PARTITION_DIRECTORY.fullmatch(entry.name)
+        if match and match[1] != METADATA_LOG_TOPIC and entry.is_dir() and validate_topic_name(match[1]) is None:
+            found.append((match[1], int(match[2]), Path(entry.path)))
+    return sorted(found)
+
+
+def topics_from_directories(data_dir: Path) -> list[TopicInfo]:
+    """The topics the partition directories show, when nothing else records them (config overrides are lost).
+
+    A topic's id is the one its ``partition.metadata`` files name (a new one if none does), its partition count
+    one more than its highest partition directory. Two ids for one name is ambiguous: StorageError.
+    """
+    by_name: dict[str, list[tuple[int, Path]]] = {}
+    for name, index, directory in partition_directories(data_dir):
+        by_name.setdefault(name, []).append((index, directory))
+    topics = []
+    for name, directories in by_name.items():
+        ids: dict[uuid.UUID, list[Path]] = {}
+        for _, directory in directories:
+            try:
+                stored = _stored_topic_id(directory)
+            except DamagedFileError as exc:
+                log.warning("rebuilding the topic list: %s (the partition keeps its data and reports it)", exc)
+                continue
+            if stored is not None:
+                ids.setdefault(stored, []).append(directory)
+        if len(ids) > 1:
+            listing = "; ".join(f"{topic_id}: {', '.join(map(str, paths))}" for topic_id, paths in ids.items())
+            raise StorageError(
+                f"{data_dir / TOPICS_FILE} is missing and cannot be rebuilt: the directories of topic "
+                f"{name!r} name different topic ids ({listing}); move the directories of the wrong topic out "
+                "of the data directory, or restore topics.json from a backup"
+            )
+        topic_id = next(iter(ids)) if ids else uuid.uuid4()
+        topics.append(TopicInfo(name, topic_id, max(index for index, _ in directories) + 1))
+    return topics
+
+
 class LogManager:
     def __init__(
         self,
@@ -111,14 +168,18 @@ class LogManager:
         open_segment_files: int | None = None,
         in_memory: bool = False,
         high_watermarks: Mapping[tuple[str, int], int] | None = None,
+        catalog: list[TopicInfo] | None = None,
     ) -> None:
         """``open_segment_files``: how many segment files may be open at once (default: half the soft
         open-file limit, see kbroker/storage/descriptors.py). ``in_memory``: every log over the memory backend
         (kbroker/storage/memory.py) and nothing written to ``data_dir``, which then only names the logs.
         ``high_watermarks``: the replica layer's checkpoint (kbroker/replication), where a reopened log's high
-        watermark starts (at its log start if it has no entry, as Kafka's); None: at its log end."""
+        watermark starts (at its log start if it has no entry, as Kafka's); None: at its log end.
+        ``catalog``: the topics as the metadata image has them; the image is then the only record of topics
+        (its publisher keeps this manager in step) and no topics.json is read or written."""
         self.data_dir = Path(data_dir)
         self.durable = not in_memory
+        self._catalog_file = catalog is None  # topics.json is this manager's own record of topics
         self.topic_defaults = dict(topic_defaults)
         self.clean_start = True
         if self.durable:
@@ -130,6 +191,8 @@ class LogManager:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self._pending: set[str] = set()  # topics being created
+        # Partitions the image gave this broker whose files a worker thread is making (see ``register_topic``).
+        self._building: set[tuple[str, int]] = set()
         # Offline (refusing writes until a restart) once writes keep failing or an fsync fails: see log.py.
         self.dir_health = LogDirHealth(self.data_dir)
         # Every partition's segments share one bounded set of open files (made here, on the event loop).
@@ -139,9 +202,16 @@ class LogManager:
         self._high_watermarks = high_watermarks
         # Told of each log opened after start-up, before anyone else sees it (the replica layer takes it).
         self.opened: Callable[[PartitionLog], object] | None = None
+        for info in catalog or ():
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
         if not self.durable:
+            for info in catalog or ():
+                self.commit_partitions(info, self.build_partitions(info, 0))
             return
-        if (self.data_dir / TOPICS_FILE).exists():
+        if not self._catalog_file:
+            pass
+        elif (self.data_dir / TOPICS_FILE).exists():
             self._load_topics()
         else:
             self._rebuild_topics_from_disk()
@@ -160,21 +230,15 @@ class LogManager:
         path = self.data_dir / TOPICS_FILE
         if not path.exists():
             return
-        version, document = read_checked_json(path, TOPICS_KIND, (LEGACY_VERSION, TOPICS_FORMAT_VERSION))
-        try:
-            for name, item in document.get("topics", {}).items():
-                info = TopicInfo(name, uuid.UUID(item["id"]), int(item["partitions"]), dict(item.get("configs", {})))
-                self._topics[name] = info
-                self._by_id[info.topic_id] = info
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            self._topics.clear()
-            self._by_id.clear()
-            raise DamagedFileError(path, f"unexpected content ({type(exc).__name__}: {exc})") from None
+        version, topics = read_topics_file(path)
+        for info in topics:
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
         if version == LEGACY_VERSION:  # {"version": 1, "topics": ...} without a checksum, from older kbrokers
             self._save_topics()
 
     def _save_topics(self) -> None:
-        if not self.durable:
+        if not self.durable or not self._catalog_file:
             return
         topics = {
             info.name: {"id": str(info.topic_id), "partitions": info.partitions, "configs": info.configs}
@@ -183,46 +247,15 @@ class LogManager:
         write_checked_json(self.data_dir / TOPICS_FILE, TOPICS_KIND, TOPICS_FORMAT_VERSION, {"topics": topics})
 
     def _partition_directories(self) -> list[tuple[str, int, Path]]:
-        """(topic, partition, path) of every directory named like a partition directory."""
-        found = []
-        for entry in os.scandir(self.data_dir):
-            match = _PARTITION_DIRECTORY.fullmatch(entry.name)
-            if match and entry.is_dir() and validate_topic_name(match[1]) is None:
-                found.append((match[1], int(match[2]), Path(entry.path)))
-        return sorted(found)
+        return partition_directories(self.data_dir)
 
     def _rebuild_topics_from_disk(self) -> None:
-        """No topics.json: rebuild it from the partition directories, so their data is not taken for strays.
-
-        A topic's id is the one its ``partition.metadata`` files name (a new one if none does), its partition
-        count one more than its highest partition directory. Two ids for one name is ambiguous: start-up stops.
-        """
-        by_name: dict[str, list[tuple[int, Path]]] = {}
-        for name, index, directory in self._partition_directories():
-            by_name.setdefault(name, []).append((index, directory))
-        if not by_name:
+        """No topics.json: rebuild it from the partition directories, so their data is not taken for strays."""
+        for info in topics_from_directories(self.data_dir):
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
+        if not self._topics:
             return
-        for name, directories in by_name.items():
-            ids: dict[uuid.UUID, list[Path]] = {}
-            for _, directory in directories:
-                try:
-                    stored = _stored_topic_id(directory)
-                except DamagedFileError as exc:
-                    log.warning("rebuilding %s: %s (the partition keeps its data and reports it)", TOPICS_FILE, exc)
-                    continue
-                if stored is not None:
-                    ids.setdefault(stored, []).append(directory)
-            if len(ids) > 1:
-                listing = "; ".join(f"{topic_id}: {', '.join(map(str, paths))}" for topic_id, paths in ids.items())
-                raise StorageError(
-                    f"{self.data_dir / TOPICS_FILE} is missing and cannot be rebuilt: the directories of topic "
-                    f"{name!r} name different topic ids ({listing}); move the directories of the wrong topic out "
-                    "of the data directory, or restore topics.json from a backup"
-                )
-            topic_id = next(iter(ids)) if ids else uuid.uuid4()
-            info = TopicInfo(name, topic_id, max(index for index, _ in directories) + 1)
-            self._topics[name] = info
-            self._by_id[topic_id] = info
         self._save_topics()
         log.warning(
             "%s was missing: rebuilt it from the partition directories (%s); topic config overrides could not be "
@@ -230,6 +263,45 @@ class LogManager:
             self.data_dir / TOPICS_FILE,
             ", ".join(f"{info.name}: {info.partitions} partition(s)" for info in self.topics()),
         )
+
+    # --- kept in step with the metadata image (``catalog``) -----------------------------------------
+
+    def register_topic(self, info: TopicInfo) -> range:
+        """A topic the image has, new or changed (more partitions, other configs): open partitions take the
+        new configs at once. Returns the partitions new to this manager: a log in memory has them now; on disk
+        their files are for ``build_partitions`` to make in a worker thread and ``finish_building`` to commit
+        (until then they are not served, as Kafka serves no replica it has not created yet)."""
+        known = self._topics.get(info.name)
+        if known is not None and known.topic_id != info.topic_id:
+            self.delete_topic(info.name)  # replaced by a topic of the same name (deleted and created again)
+            known = None
+        if known is None:
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
+            known, first = info, 0
+        else:
+            first = known.partitions
+            known.partitions = max(known.partitions, info.partitions)
+            if known.configs != info.configs:
+                self.alter_topic_config(info.name, info.configs)
+        new = range(first, known.partitions)
+        if not self.durable:
+            self.commit_partitions(known, self.build_partitions(known, first))
+        else:
+            self._building.update((info.name, index) for index in new)
+        return new
+
+    def finish_building(self, info: TopicInfo, new: range, logs: list[PartitionLog]) -> None:
+        """Serve the partitions built for ``register_topic``; built for a topic deleted meanwhile, they go."""
+        for index in new:
+            self._building.discard((info.name, index))
+        if self._topics.get(info.name) is not info:
+            for plog in logs:
+                plog.delete()
+            return
+        for plog in logs:
+            self._partitions[(info.name, plog.partition)] = plog
+            self._opened_this_run.add((info.name, plog.partition))
 
     def _quarantine_unknown_directories(self) -> None:
         """Move aside partition directories of topics (or partitions) the metadata does not know."""
@@ -313,7 +385,8 @@ class LogManager:
         return TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
 
     def build_partitions(self, info: TopicInfo, first: int, total: int | None = None) -> list[PartitionLog]:
-        """Directories and first segments of partitions ``first`` up to ``total`` (default: all of the topic)."""
+        """Directories and first segments of partitions ``first`` up to ``total`` (default: all of the topic).
+        Safe in a worker thread: it touches only the new directories."""
         config = self.log_config(info)
         logs = []
         for index in range(first, info.partitions if total is None else total):
@@ -389,7 +462,8 @@ class LogManager:
             if plog is not None:
                 plog.delete()
             directory = self._directory(name, index)
-            if self.durable and directory.exists():
+            # (a partition still being built is deleted by ``finish_building``)
+            if self.durable and (name, index) not in self._building and directory.exists():
                 self._discard_directory(directory)
 
     def add_partitions(self, name: str, total: int) -> TopicInfo:
@@ -427,6 +501,8 @@ class LogManager:
         plog = self._partitions.get((topic, partition))
         if plog is not None:
             return plog
+        if (topic, partition) in self._building:
+            return None
         info = self._topics.get(topic)
         if info is None or not 0 <= partition < info.partitions or not self.durable:
             return None  # (a log in memory exists from its creation)

@@ -7,6 +7,7 @@ tests/storage/test_damaged_files.py.
 
 from __future__ import annotations
 
+import shutil
 import struct
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch, decode_records, iter_batches
 
 TOPIC = "kept"
+OLDER_DATA_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "topics-json-datadir" / "data"
+OLD_TOPIC = "orders"
 BATCH_SIZE = 72  # one record with a 4-byte value
 
 
@@ -41,18 +44,18 @@ def _create(client: WireClient, partitions: int, **configs: str) -> None:
     assert client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0].error_code == 0
 
 
-def _produce(client: WireClient, partition: int, value: bytes) -> tuple[int, int]:
+def _produce(client: WireClient, partition: int, value: bytes, topic: str = TOPIC) -> tuple[int, int]:
     batch = build_batch([Record(offset_delta=0, value=value)], base_timestamp=0)
     data = [ProduceRequest.PartitionProduceData(index=partition, records=batch)]
     request = ProduceRequest(
-        acks=-1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=data)]
+        acks=-1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=data)]
     )
     answer = client.request(request, 9).responses[0].partition_responses[0]
     return answer.error_code, answer.base_offset
 
 
 def _fetch(
-    client: WireClient, offsets: dict[int, int], max_bytes: int = 1 << 20
+    client: WireClient, offsets: dict[int, int], max_bytes: int = 1 << 20, topic: str = TOPIC
 ) -> dict[int, tuple[int, list[bytes | None]]]:
     """partition -> (error code, the values fetched)."""
     partitions = [
@@ -64,7 +67,7 @@ def _fetch(
         max_wait_ms=0,
         min_bytes=1,
         max_bytes=1 << 20,
-        topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=partitions)],
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=partitions)],
     )
     answers = {}
     for part in client.request(request, 11).responses[0].partitions:
@@ -73,15 +76,25 @@ def _fetch(
     return answers
 
 
+def _older_data_dir(tmp_path: Path) -> Path:
+    """A data directory an older kbroker wrote, its topics in topics.json (tools/capture_topics_json_datadir.py):
+    topic ``orders``, partitions 0-2, each holding orders-<partition>-0..2."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(OLDER_DATA_DIR, data_dir)
+    return data_dir
+
+
 def _log_bytes(data_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(data_dir)): p.read_bytes() for p in sorted(data_dir.glob("*/*.log"))}
+    """The partitions' segments (not the metadata log's)."""
+    return {
+        str(p.relative_to(data_dir)): p.read_bytes()
+        for p in sorted(data_dir.glob("*/*.log"))
+        if p.parent.name != "__cluster_metadata-0"
+    }
 
 
 def test_a_truncated_topics_json_stops_start_up_with_the_file_and_the_fix(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    with RunningBroker(data_dir) as broker, WireClient(broker.bootstrap) as client:
-        _create(client, 1)
-        assert _produce(client, 0, b"v0") == (ErrorCode.NONE, 0)
+    data_dir = _older_data_dir(tmp_path)
     topics = data_dir / "topics.json"
     topics.write_bytes(topics.read_bytes()[:20])
     before = _log_bytes(data_dir)
@@ -93,10 +106,12 @@ def test_a_truncated_topics_json_stops_start_up_with_the_file_and_the_fix(tmp_pa
         "overrides are not recovered)"
     )
     assert _log_bytes(data_dir) == before
-    # The fix works: moved aside, the topic and its record are back.
+    # The fix works: moved aside, the topic and its records are back.
     topics.rename(tmp_path / "topics.json.damaged")
     with RunningBroker(data_dir) as broker, WireClient(broker.bootstrap) as client:
-        assert _fetch(client, {0: 0}) == {0: (ErrorCode.NONE, [b"v0"])}
+        assert _fetch(client, {0: 0}, topic=OLD_TOPIC) == {
+            0: (ErrorCode.NONE, [b"orders-0-0", b"orders-0-1", b"orders-0-2"])
+        }
 
 
 def test_an_empty_meta_properties_stops_start_up_with_the_file_and_the_fix(tmp_path: Path) -> None:
@@ -115,17 +130,18 @@ def test_an_empty_meta_properties_stops_start_up_with_the_file_and_the_fix(tmp_p
 
 
 def test_a_deleted_topics_json_keeps_the_records_and_auto_creation_does_not_wipe_them(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    with RunningBroker(data_dir) as broker, WireClient(broker.bootstrap) as client:
-        _create(client, 2)
-        assert [_produce(client, p, b"v%d" % p) for p in (0, 1)] == [(ErrorCode.NONE, 0), (ErrorCode.NONE, 0)]
+    data_dir = _older_data_dir(tmp_path)
     before = _log_bytes(data_dir)
     (data_dir / "topics.json").unlink()
     with RunningBroker(data_dir) as broker, WireClient(broker.bootstrap) as client:
-        # A produce to the name would auto-create it; it finds the rebuilt topic and appends after the record.
-        assert _produce(client, 1, b"after") == (ErrorCode.NONE, 1)
-        assert _fetch(client, {0: 0, 1: 0}) == {0: (ErrorCode.NONE, [b"v0"]), 1: (ErrorCode.NONE, [b"v1", b"after"])}
-    assert _log_bytes(data_dir)[f"{TOPIC}-0/00000000000000000000.log"] == before[f"{TOPIC}-0/00000000000000000000.log"]
+        # A produce to the name would auto-create it; it finds the rebuilt topic and appends after the records.
+        assert _produce(client, 1, b"after", topic=OLD_TOPIC) == (ErrorCode.NONE, 3)
+        assert _fetch(client, {0: 0, 1: 0}, topic=OLD_TOPIC) == {
+            0: (ErrorCode.NONE, [b"orders-0-0", b"orders-0-1", b"orders-0-2"]),
+            1: (ErrorCode.NONE, [b"orders-1-0", b"orders-1-1", b"orders-1-2", b"after"]),
+        }
+    old_log = f"{OLD_TOPIC}-0/00000000000000000000.log"
+    assert _log_bytes(data_dir)[old_log] == before[old_log]
 
 
 def test_a_broken_batch_answers_corrupt_message_and_other_partitions_are_served(tmp_path: Path) -> None:
@@ -167,19 +183,17 @@ def test_a_partition_directory_of_another_topic_is_kept_aside(tmp_path: Path) ->
 
 
 def test_a_topics_json_that_cannot_be_rebuilt_stops_start_up_with_one_line(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    with RunningBroker(data_dir) as broker, WireClient(broker.bootstrap) as client:
-        _create(client, 2)
+    data_dir = _older_data_dir(tmp_path)
     (data_dir / "topics.json").unlink()
     other = "00000000-0000-0000-0000-000000000004"
-    (data_dir / f"{TOPIC}-1" / "partition.metadata").write_text(f"version: 0\ntopic_id: {other}\n")
+    (data_dir / f"{OLD_TOPIC}-1" / "partition.metadata").write_text(f"version: 0\ntopic_id: {other}\n")
     result = serve(data_dir)
     assert "Traceback" not in result.stderr and result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"kbroker: {data_dir / 'topics.json'} is missing and cannot be rebuilt: the directories ")
     assert line.endswith(
-        f"{other}: {data_dir / (TOPIC + '-1')}); move the directories of the wrong topic out of the data directory, "
-        "or restore topics.json from a backup"
+        f"{other}: {data_dir / (OLD_TOPIC + '-1')}); move the directories of the wrong topic out of the data "
+        "directory, or restore topics.json from a backup"
     )
 
 

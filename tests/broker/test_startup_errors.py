@@ -296,8 +296,9 @@ def test_a_write_failing_at_start_up_names_the_file(tmp_path: Path, capsys: pyte
     with fs.installed(FaultyFileSystem(disk_full=True)):
         code = cli.main(["serve", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--log-level", "ERROR"])
     assert code == 1
-    # The first write of a start: the producer id block is reserved before any id is handed out.
-    assert capsys.readouterr().err == f"kbroker: No space left on device: {data_dir / 'producer-id-block.tmp'}\n"
+    # The first write of a start: the metadata log's new epoch, in quorum-state, before anything is committed.
+    quorum_state = data_dir / "__cluster_metadata-0" / "quorum-state.tmp"
+    assert capsys.readouterr().err == f"kbroker: No space left on device: {quorum_state}\n"
 
 
 def test_an_os_error_naming_no_file_names_the_data_directory() -> None:

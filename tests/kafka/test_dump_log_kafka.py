@@ -297,3 +297,58 @@ def test_kafka_decodes_every_coordinator_record_type_and_version_kbroker_encodes
                 "TransactionLogValue": transaction_log_value_json,
             }.get(value.NAME, kafka_json)
             assert line.payload == {"version": str(version), "data": as_json(value, version)}
+
+
+def test_kafkas_dump_tool_reads_the_metadata_log_a_running_broker_wrote(tmp_path: Path, dump: Dump) -> None:
+    """Migrated topics (an older kbroker's data directory), a topic created, grown, configured and deleted by
+    requests: the broker's own __cluster_metadata-0 as Kafka's tool prints it."""
+    from kbroker.testing import RunningBroker
+    from kbroker.wire_client import WireClient
+    from protocol.messages.create_partitions_request import CreatePartitionsRequest
+    from protocol.messages.create_topics_request import CreateTopicsRequest
+    from protocol.messages.delete_topics_request import DeleteTopicsRequest
+    from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+    from tests.metadata.test_migration import EXPECTED, older_data_dir
+
+    data_dir = older_data_dir(tmp_path)
+    with RunningBroker(data_dir) as broker, WireClient(broker.bootstrap) as client:
+        topic = CreateTopicsRequest.CreatableTopic(name="fresh", num_partitions=1, replication_factor=1)
+        created = client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0]
+        assert created.error_code == 0
+        grow = CreatePartitionsRequest.CreatePartitionsTopic(name="fresh", count=2, assignments=None)
+        assert client.request(CreatePartitionsRequest(topics=[grow], timeout_ms=5000), 3).results[0].error_code == 0
+        change = IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=2,
+            resource_name="fresh",
+            configs=[
+                IncrementalAlterConfigsRequest.AlterableConfig(name="retention.ms", config_operation=0, value="9")
+            ],
+        )
+        assert client.request(IncrementalAlterConfigsRequest(resources=[change]), 1).responses[0].error_code == 0
+        deleted = client.request(DeleteTopicsRequest(topic_names=["clicks"], timeout_ms=5000), 4).responses[0]
+        assert deleted.error_code == 0
+        node = broker.broker.node_id if broker.broker is not None else -1
+    batches = dump("--cluster-metadata-decoder", data_dir / "__cluster_metadata-0" / "00000000000000000000.log")
+    assert all(b.valid for b in batches)
+    printed = [r.payload for b in batches if not b.control for r in b.records]
+    kinds = [p["type"] for p in printed]
+    assert kinds[0] == "FEATURE_LEVEL_RECORD" and printed[0]["data"]["featureLevel"] == 30
+    # The migration, in one metadata transaction, before this broker registered.
+    begin, end = kinds.index("BEGIN_TRANSACTION_RECORD"), kinds.index("END_TRANSACTION_RECORD")
+    migrated = {p["data"]["name"] for p in printed[begin:end] if p["type"] == "TOPIC_RECORD"}
+    assert migrated == set(EXPECTED)
+    assert kinds[end + 1] == "REGISTER_BROKER_RECORD" and printed[end + 1]["data"]["brokerId"] == node
+    assert kinds[end + 2 :] == [
+        "TOPIC_RECORD",
+        "PARTITION_RECORD",
+        "PARTITION_RECORD",
+        "CONFIG_RECORD",
+        "REMOVE_TOPIC_RECORD",
+    ]
+    assert printed[end + 5]["data"] == {
+        "resourceType": 2,
+        "resourceName": "fresh",
+        "name": "retention.ms",
+        "value": "9",
+    }
+    assert [p["data"]["partitionId"] for p in printed[end + 3 : end + 5]] == [0, 1]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 
 from kbroker.durable import fs
 from kbroker.durable.fs import FaultyFileSystem
-from kbroker.storage import LogManager, validate_topic_name
+from kbroker.metadata.log import MetadataLog
+from kbroker.storage import LogManager, TopicInfo, validate_topic_name
 from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch
@@ -169,3 +171,33 @@ def test_a_store_kept_in_memory_serves_the_same_engine_and_writes_nothing(
         assert logs.topics() == []
         logs.close()
     assert (seam.steps, list(tmp_path.iterdir())) == (0, [])
+
+
+def test_the_metadata_log_directory_is_not_a_topic_partition(tmp_path: Path) -> None:
+    """``__cluster_metadata-0`` is named like a partition directory: it is neither taken for a topic when the
+    topics are rebuilt from the directories nor moved aside as a stray."""
+    MetadataLog(tmp_path).close()
+    catalog_kept = LogManager(tmp_path, {}, catalog=[])
+    assert catalog_kept.topics() == [] and (tmp_path / "__cluster_metadata-0").is_dir()
+    catalog_kept.close()
+    rebuilt = LogManager(tmp_path, {})  # no topics.json: rebuilt from the partition directories
+    assert rebuilt.topics() == [] and (tmp_path / "__cluster_metadata-0").is_dir()
+    assert not list(tmp_path.glob("*-stray"))
+    rebuilt.close()
+
+
+def test_a_catalog_from_the_image_writes_no_topics_json(tmp_path: Path) -> None:
+    logs = LogManager(tmp_path, {}, catalog=[])
+    new = logs.register_topic(TopicInfo("t", uuid.uuid4(), 1, {"retention.ms": "5"}))
+    grown = logs.topic("t")
+    assert new == range(0, 1) and grown is not None
+    assert logs.get_partition("t", 0) is None  # not served before its files are made
+    logs.finish_building(grown, new, logs.build_partitions(grown, new.start, new.stop))
+    logs.get_partition("t", 0).append(one_batch(b"x"))  # type: ignore[union-attr]
+    assert (tmp_path / "t-0" / PARTITION_METADATA_FILE).exists()
+    assert logs.register_topic(TopicInfo("t", grown.topic_id, 3, {})) == range(1, 3)
+    assert (grown.partitions, grown.configs) == (3, {})
+    assert logs.get_partition("t", 0).config.retention_ms != 5  # type: ignore[union-attr]
+    logs.delete_topic("t")
+    logs.close()
+    assert not (tmp_path / "topics.json").exists() and not (tmp_path / "t-0").exists()

@@ -1,0 +1,504 @@
+"""The controller: the one writer of cluster metadata, and the broker-side cache of the image it publishes.
+
+Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks; ACLs,
+SCRAM credentials, client quotas and features as their stores move onto the image) goes through one
+``Controller``: it validates the change against the current image as Kafka's QuorumController does
+(ReplicationControlManager, ConfigurationControlManager: the same error codes and messages), describes it as
+Kafka's metadata records, commits them to the metadata log and applies them to the image. Nothing outside
+this module knows which node the controller runs on: a single node is its own controller (``LocalController``),
+and a cluster swaps in Kafka's KRaft quorum behind the same interface.
+
+The broker side holds the newest image in a ``MetadataCache`` and tells its components (the log manager, ...) of
+every new image and the delta that made it, as Kafka's MetadataPublishers are told.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from kbroker.durable.files import StorageError
+from kbroker.metadata.image import (
+    ConfigResourceType,
+    ImageError,
+    MetadataDelta,
+    MetadataImage,
+    MetadataImageBuilder,
+    TopicImage,
+)
+from kbroker.metadata.log import MetadataLog
+from kbroker.storage.manager import validate_topic_name
+from protocol._codec import Message
+from protocol.errors import ErrorCode, KafkaError
+from protocol.metadata_frame import MetadataRecord
+from protocol.metadata_records.abort_transaction_record import AbortTransactionRecord
+from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord
+from protocol.metadata_records.config_record import ConfigRecord
+from protocol.metadata_records.end_transaction_record import EndTransactionRecord
+from protocol.metadata_records.feature_level_record import FeatureLevelRecord
+from protocol.metadata_records.partition_record import PartitionRecord
+from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
+from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
+from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
+from protocol.metadata_records.topic_record import TopicRecord
+
+log = logging.getLogger("kbroker.metadata")
+
+# The metadata.version a Kafka 4.3 cluster is formatted at (its storage tool's default).
+METADATA_VERSION_LEVEL = 30
+# Kafka's SecurityProtocol ids, as RegisterBrokerRecord.BrokerEndpoint carries them.
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdControlManager hands out blocks of this many ids
+
+
+def record(message: Message) -> MetadataRecord:
+    """``message`` at the newest version kbroker encodes (every one Kafka 4.3 writes at metadata.version 30)."""
+    return MetadataRecord(message, type(message).VALID_VERSIONS[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One of a broker's endpoints as it registers it (RegisterBrokerRecord.BrokerEndpoint)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+
+Publisher = Callable[[MetadataImage, MetadataDelta], None]
+
+
+class MetadataCache:
+    """The broker's view of the cluster: the newest image, and the components told of each new one."""
+
+    def __init__(self, image: MetadataImage | None = None) -> None:
+        self.image = image if image is not None else MetadataImage()
+        self._publishers: list[Publisher] = []
+
+    def subscribe(self, publisher: Publisher) -> None:
+        """Tell ``publisher`` of every image published from now on (in subscription order)."""
+        self._publishers.append(publisher)
+
+    def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        self.image = image
+        for publisher in self._publishers:
+            publisher(image, delta)
+
+
+class Controller(ABC):
+    """The operations that change cluster metadata; each answers once its records are committed and applied
+    to the image, or raises KafkaError with Kafka's error code and message and changes nothing."""
+
+    @abstractmethod
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        """Create a topic: ``partitions`` of ``replication_factor`` replicas placed by the controller, or the
+        replicas ``assignments`` names per partition (then ``partitions`` and ``replication_factor`` are -1)."""
+
+    @abstractmethod
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        """Grow a topic to ``total`` partitions."""
+
+    @abstractmethod
+    async def delete_topic(self, topic_id: uuid.UUID) -> TopicImage:
+        """Delete a topic (the topic as it was is returned)."""
+
+    @abstractmethod
+    async def alter_configs(
+        self, resource_type: ConfigResourceType, name: str, changes: Mapping[str, str | None]
+    ) -> None:
+        """Set (a value) or remove (None) configs of one resource; a broker is named by its id, the cluster
+        default by ""."""
+
+    @abstractmethod
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        """The next block of producer ids for ``broker_id``."""
+
+    @abstractmethod
+    def register_broker(
+        self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
+    ) -> int:
+        """Register (or re-register) a broker with its listeners and supported features; returns its epoch."""
+
+
+class LocalController(Controller):
+    """The controller of a single node: its own quorum of one, committing to the local metadata log.
+
+    Operations are serialized (one lock): each validates against the image the previous one left, so two
+    requests cannot both create one name. A commit is fsynced in a worker thread before it is applied.
+    """
+
+    def __init__(self, node_id: int, cache: MetadataCache, metadata_log: MetadataLog | None) -> None:
+        """``metadata_log`` None: nothing is persisted (a broker kept in memory, in unit tests)."""
+        self.node_id = node_id
+        self.cache = cache
+        self.metadata_log = metadata_log
+        self._builder = MetadataImageBuilder(cache.image)
+        self._lock = trio.Lock()
+        self._next_offset = 0  # where records go without a log
+        if metadata_log is not None:
+            self._replay(metadata_log)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.cache.image
+
+    # --- start-up ------------------------------------------------------------------------------------------
+
+    def _replay(self, metadata_log: MetadataLog) -> None:
+        try:
+            replay = metadata_log.replay()
+            if replay.snapshot is not None:
+                end = replay.snapshot.id.end_offset
+                for index, item in enumerate(replay.snapshot.records):
+                    self._builder.replay(item.message, end - len(replay.snapshot.records) + index, -1)
+            transaction_start = -1
+            for batch in replay.batches:
+                for index, item in enumerate(batch.records):
+                    if isinstance(item.message, BeginTransactionRecord):
+                        transaction_start = batch.base_offset + index
+                    self._builder.replay(item.message, batch.base_offset + index, batch.leader_epoch)
+        except ImageError as exc:
+            raise StorageError(f"{metadata_log.directory}: {exc}") from None
+        published = self._builder.publish()
+        if published is not None:
+            self.cache.publish(*published)
+        epoch = metadata_log.leader_epoch
+        metadata_log.become_leader(max(epoch, 0) + 1, self.node_id, [self.node_id])
+        if self._builder.in_transaction:
+            # As Kafka's controller on becoming leader: a transaction the previous leader left open is aborted.
+            log.warning(
+                "%s: the metadata transaction begun at offset %d was never ended (an interrupted start-up or "
+                "migration); it is aborted",
+                metadata_log.directory,
+                transaction_start,
+            )
+            self._commit_now([record(AbortTransactionRecord(reason="the leader changed"))])
+
+    def bootstrap(self) -> None:
+        """A new metadata log's first records, as Kafka's storage tool formats them: the metadata version."""
+        if self.image.metadata_version == 0:
+            self._commit_now(
+                [record(FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION_LEVEL))]
+            )
+
+    def register_broker(
+        self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
+    ) -> int:
+        # As Kafka's ClusterControlManager: the broker epoch is the offset of its registration record.
+        epoch = self._end_offset()
+        registration = RegisterBrokerRecord(
+            broker_id=broker_id,
+            is_migrating_zk_broker=False,
+            incarnation_id=uuid.uuid4(),
+            broker_epoch=epoch,
+            end_points=[
+                RegisterBrokerRecord.BrokerEndpoint(
+                    name=listener.name,
+                    host=listener.host,
+                    port=listener.port,
+                    security_protocol=listener.security_protocol,
+                )
+                for listener in listeners
+            ],
+            features=[
+                RegisterBrokerRecord.BrokerFeature(name=name, min_supported_version=low, max_supported_version=high)
+                for name, (low, high) in sorted(features.items())
+            ],
+            rack=None,
+            fenced=False,  # a single node's broker is caught up with its own metadata at once
+            in_controlled_shutdown=False,
+            log_dirs=[],
+        )
+        self._commit_now([record(registration)])
+        return epoch
+
+    def migrate_topics(self, topics: Iterable[tuple[str, uuid.UUID, int, Mapping[str, str]]]) -> int:
+        """Write topics kept elsewhere before (name, topic id, partition count, config overrides) into the
+        metadata log with their ids, in one metadata transaction; those already there with the same id are
+        skipped. Returns how many were written. Raises StorageError when a name is in the image with another id."""
+        records: list[MetadataRecord] = []
+        written = 0
+        for name, topic_id, partitions, configs in topics:
+            known = self.image.topics.get(name)
+            if known is not None:
+                if known.topic_id != topic_id:
+                    raise StorageError(f"topic {name!r} is {topic_id} there but {known.topic_id} in the metadata log")
+                continue
+            if topic_id in self.image.topics.by_id:
+                raise StorageError(f"topic id {topic_id} of {name!r} is another topic's in the metadata log")
+            records.extend(self._topic_records(name, topic_id, [[self.node_id]] * partitions, configs))
+            written += 1
+        if records:
+            self._commit_now(
+                [record(BeginTransactionRecord(name="migration of the topic catalog")), *records]
+                + [record(EndTransactionRecord())]
+            )
+        return written
+
+    # --- operations --------------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        async with self._lock:
+            problem = validate_topic_name(name)
+            if problem is not None:
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+            if self.image.topics.get(name) is not None:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            if assignments:
+                if partitions != -1 or replication_factor != -1:
+                    raise KafkaError(
+                        ErrorCode.INVALID_REQUEST,
+                        "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be "
+                        "used at the same time.",
+                    )
+                replicas = [list(brokers) for brokers in assignments]
+                for index, brokers in enumerate(replicas):
+                    self._check_assignment(index, brokers)
+            else:
+                if partitions <= 0:
+                    raise KafkaError(
+                        ErrorCode.INVALID_PARTITIONS,
+                        "Number of partitions must be larger than 0, or -1 to use the default value.",
+                    )
+                replicas = self._place(0, partitions, replication_factor)
+            topic_id = uuid.uuid4()
+            records = self._topic_records(name, topic_id, replicas, configs)
+            if validate_only:
+                return TopicImage(name, topic_id)
+            await self._commit(records)
+            return self._topic(name)
+
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        async with self._lock:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            current = len(topic.partitions)
+            if total <= current:
+                raise KafkaError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"Topic currently has {current} partitions, which is higher than the requested {total}."
+                    if total < current
+                    else f"Topic already has {current} partitions.",
+                )
+            if assignments is not None:
+                if len(assignments) != total - current:
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"Attempted to add {total - current} additional partition(s), but only {len(assignments)} "
+                        "assignment(s) were specified.",
+                    )
+                replicas = [list(brokers) for brokers in assignments]
+                for index, brokers in enumerate(replicas, start=current):
+                    self._check_assignment(index, brokers)
+            else:
+                replication_factor = len(topic.partitions[0].replicas) if topic.partitions else 1
+                replicas = self._place(current, total - current, replication_factor)
+            records = [
+                self._partition_record(topic.topic_id, index, brokers)
+                for index, brokers in enumerate(replicas, start=current)
+            ]
+            if not validate_only:
+                await self._commit(records)
+            return self._topic(name)
+
+    async def delete_topic(self, topic_id: uuid.UUID) -> TopicImage:
+        async with self._lock:
+            topic = self.image.topics.by_id.get(topic_id)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
+            await self._commit([record(RemoveTopicRecord(topic_id=topic_id))])
+            return topic
+
+    async def alter_configs(
+        self, resource_type: ConfigResourceType, name: str, changes: Mapping[str, str | None]
+    ) -> None:
+        async with self._lock:
+            if resource_type == ConfigResourceType.TOPIC and self.image.topics.get(name) is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+            current = self.image.config(resource_type, name)
+            records = [
+                record(ConfigRecord(resource_type=resource_type, resource_name=name, name=key, value=value))
+                for key, value in changes.items()
+                if current.get(key) != value
+            ]
+            if records:
+                await self._commit(records)
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        async with self._lock:
+            broker = self.image.brokers.get(broker_id)
+            if broker is None or broker.epoch != broker_epoch:
+                raise KafkaError(
+                    ErrorCode.STALE_BROKER_EPOCH, f"Unexpected broker epoch {broker_epoch} of broker {broker_id}."
+                )
+            start = self.image.next_producer_id
+            end = start + PRODUCER_ID_BLOCK_SIZE
+            await self._commit(
+                [record(ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end))]
+            )
+            return range(start, end)
+
+    # --- validation and placement, as Kafka's ReplicationControlManager ------------------------------------
+
+    def _usable_brokers(self) -> list[int]:
+        return sorted(b.broker_id for b in self.image.brokers.values() if not b.fenced)
+
+    def _check_assignment(self, index: int, brokers: Sequence[int]) -> None:
+        if not brokers:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment for partition {index} is empty."
+            )
+        if len(set(brokers)) != len(brokers):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment for partition {index} includes a duplicate broker.",
+            )
+        registered = self.image.brokers
+        for broker_id in brokers:
+            if broker_id not in registered:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment includes broker {broker_id}, but no broker with that ID is "
+                    "registered.",
+                )
+
+    def _place(self, first: int, count: int, replication_factor: int) -> list[list[int]]:
+        """Replicas for ``count`` new partitions: each a run of distinct brokers, their starts striped across the
+        brokers so leaders spread evenly (Kafka's StripedReplicaPlacer, without racks)."""
+        if replication_factor <= 0:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        brokers = self._usable_brokers()
+        if replication_factor > len(brokers):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
+                f"{replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
+            )
+        return [
+            [brokers[(index + offset) % len(brokers)] for offset in range(replication_factor)]
+            for index in range(first, first + count)
+        ]
+
+    # --- records ---------------------------------------------------------------------------------------------
+
+    def _topic_records(
+        self, name: str, topic_id: uuid.UUID, replicas: Sequence[Sequence[int]], configs: Mapping[str, str]
+    ) -> list[MetadataRecord]:
+        records = [record(TopicRecord(name=name, topic_id=topic_id))]
+        records.extend(
+            record(ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name, name=key, value=value))
+            for key, value in configs.items()
+        )
+        records.extend(self._partition_record(topic_id, index, brokers) for index, brokers in enumerate(replicas))
+        return records
+
+    @staticmethod
+    def _partition_record(topic_id: uuid.UUID, index: int, brokers: Sequence[int]) -> MetadataRecord:
+        return record(
+            PartitionRecord(
+                partition_id=index,
+                topic_id=topic_id,
+                replicas=list(brokers),
+                isr=list(brokers),
+                removing_replicas=[],
+                adding_replicas=[],
+                leader=brokers[0],
+                leader_recovery_state=0,
+                leader_epoch=0,
+                partition_epoch=0,
+                directories=[],
+                eligible_leader_replicas=[],
+                last_known_elr=[],
+            )
+        )
+
+    def _topic(self, name: str) -> TopicImage:
+        topic = self.image.topics.get(name)
+        assert topic is not None  # just committed, under the lock
+        return topic
+
+    # --- commit ------------------------------------------------------------------------------------------------
+
+    def _end_offset(self) -> int:
+        return self.metadata_log.end_offset if self.metadata_log is not None else self._next_offset
+
+    def _check(self, records: Sequence[MetadataRecord]) -> None:
+        """Apply ``records`` to a scratch delta first: what would not apply is never written."""
+        delta = MetadataDelta(self.image)
+        try:
+            for item in records:
+                delta.replay(item.message, -1, -1)
+        except ImageError as exc:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"the controller built records that do not apply: {exc}"
+            ) from None
+
+    def _apply(self, offset: int, records: Sequence[MetadataRecord]) -> None:
+        epoch = self.metadata_log.leader_epoch if self.metadata_log is not None else 0
+        for index, item in enumerate(records):
+            self._builder.replay(item.message, offset + index, epoch)
+        self._next_offset = offset + len(records)
+        published = self._builder.publish()
+        if published is not None:
+            self.cache.publish(*published)
+
+    def _commit_now(self, records: Sequence[MetadataRecord]) -> None:
+        """Commit on the calling thread (start-up, before requests are served)."""
+        self._check(records)
+        offset = self._next_offset if self.metadata_log is None else self.metadata_log.append(records)
+        self._apply(offset, records)
+
+    async def _commit(self, records: Sequence[MetadataRecord]) -> None:
+        """Commit (the append and its fsync in a worker thread), then apply; the caller holds the lock."""
+        self._check(records)
+        if self.metadata_log is None:
+            offset = self._next_offset
+        else:
+            try:
+                offset = await trio.to_thread.run_sync(self.metadata_log.append, records, abandon_on_cancel=False)
+            except StorageError as exc:
+                log.error("cannot commit metadata: %s", exc)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot commit metadata: {exc}") from None
+        self._apply(offset, records)

@@ -1,0 +1,51 @@
+"""Moving a data directory written before the metadata log onto it, once, at start-up.
+
+Older kbrokers kept topics (ids, partition counts, config overrides) in ``topics.json``. At the first start on
+this code its topics are written into the metadata log with the same topic ids, in one metadata transaction, and
+the file is then renamed ``topics.json.migrated`` (kept for the operator, never read again). A crash between the
+two leaves both: the next start finds the topics already in the log with the same ids and only renames the file;
+a crash inside the transaction leaves it open, and the controller aborts it at the next start, which migrates
+again. A topics.json that cannot be read, or that names a topic the log has under another id, stops start-up
+with one line and changes nothing. A data directory with partition directories but neither topics.json nor a
+metadata log has its topics rebuilt from the directories' ``partition.metadata``, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from kbroker.durable.files import StorageError, fsync_directory
+from kbroker.metadata.controller import LocalController
+from kbroker.storage.manager import TOPICS_FILE, read_topics_file, topics_from_directories
+
+log = logging.getLogger("kbroker.metadata")
+
+MIGRATED_SUFFIX = ".migrated"
+
+
+def migrate_topic_catalog(controller: LocalController, data_dir: Path, *, fresh: bool) -> None:
+    """``fresh``: no start on the metadata log got as far as registering this broker."""
+    path = data_dir / TOPICS_FILE
+    if path.exists():
+        _, topics = read_topics_file(path)
+        source = str(path)
+    elif fresh:
+        topics = topics_from_directories(data_dir)
+        source = f"the partition directories of {data_dir} (topic config overrides could not be recovered)"
+    else:
+        return
+    try:
+        written = controller.migrate_topics((t.name, t.topic_id, t.partitions, t.configs) for t in topics)
+    except StorageError as exc:
+        if not path.exists():
+            raise
+        raise StorageError(
+            f"{path}: {exc}; move {path} out of the data directory if the metadata log is right"
+        ) from None
+    if written:
+        log.warning("moved %d topic(s) from %s into the metadata log", written, source)
+    if path.exists():
+        os.replace(path, path.with_name(TOPICS_FILE + MIGRATED_SUFFIX))
+        fsync_directory(data_dir)
