@@ -80,13 +80,13 @@ def fetch(broker: Broker, topic: str, offset: int, *, replica_id: int = -1, epoc
 
 def with_follower(broker: Broker, topic: str, *, isr: tuple[int, ...], min_insync: int = 1, epoch: int = 1) -> None:
     """Make ``topic``-0 have a follower (broker FOLLOWER), as a metadata image would say."""
-    broker.topics.alter_configs(topic, {"min.insync.replicas": str(min_insync)})
+    run(lambda: broker.topics.alter_configs(topic, {"min.insync.replicas": str(min_insync)}))
     broker.replicas.apply(topic, 0, PartitionRegistration((NODE, FOLLOWER), isr, NODE, epoch, epoch))
 
 
 def test_a_single_node_leads_every_partition_and_min_insync_replicas_is_capped_by_the_replicas(broker: Broker) -> None:
     create(broker, "t")
-    broker.topics.alter_configs("t", {"min.insync.replicas": "2"})
+    run(lambda: broker.topics.alter_configs("t", {"min.insync.replicas": "2"}))
     partition = broker.replicas.partition("t", 0)
     assert partition is not None
     state = (partition.role, partition.isr, partition.leader_id, partition.effective_min_isr)
@@ -211,9 +211,11 @@ def test_a_waiting_acks_all_is_answered_not_leader_when_its_topic_is_deleted(bro
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(producer)
-            await trio.sleep(1)
-            broker.topics.delete("t")
+            await trio.testing.wait_all_tasks_blocked()  # the produce waits for its follower
+            # On the real clock: the deletion commits to the metadata log in a worker thread, and a mock clock
+            # would jump to the produce's timeout meanwhile.
+            await broker.topics.delete("t")
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(main)
     assert answers[0].responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert broker.replicas.partition("t", 0) is None
