@@ -1,7 +1,14 @@
-"""Generate protocol/messages/ from Kafka's JSON message schemas.
+"""Generate protocol/messages/ from Kafka's JSON message schemas, and Kafka's record types beside it.
 
 Source: Kafka's own schemas (common/message/*.json) inside the kafka-clients jar pinned below, fetched from
 Maven Central by tools/maven_artifacts.py (set ``kafka-clients-4.3.0``) and checked against its sha256.
+
+The record types are generated from the broker's jars of one Kafka release (``KAFKA_RECORDS_VERSION``, set
+``kafka-<version>``), each checked against its sha256: protocol/metadata_records/ from kafka-metadata's
+common/metadata/*.json (the KRaft controller's records in ``__cluster_metadata``), protocol/coordinator_records/
+from the coordinator-key and coordinator-value schemas of kafka-group-coordinator, kafka-transaction-coordinator
+and kafka-share-coordinator (the records of ``__consumer_offsets``, ``__transaction_state`` and
+``__share_group_state``). Each package has a registry by record type in its ``__init__``.
 
 Each schema becomes one module with straight-line decode and encode functions per version: runs of
 fixed-width fields are read and written with one precompiled struct, and identical functions are shared
@@ -30,6 +37,25 @@ SCHEMA_JAR = "kafka-clients-4.3.0.jar"
 SCHEMA_JAR_SHA256 = "97a5b492d4ad658fd2dfba969fa0e403c2e38c971fb1e083da4e391471925fc1"
 SCHEMA_PREFIX = "common/message/"
 MAX_VERSION = 32767
+
+# The record schemas: one Kafka release, its broker set (tools/maven/kafka-<version>.pom.xml) and each jar's sha256.
+KAFKA_RECORDS_VERSION = "4.3.1"
+RECORDS_JAR_SET = f"kafka-{KAFKA_RECORDS_VERSION}"
+RECORD_JARS_SHA256 = {
+    "kafka-metadata": "4d73a96c6474a4ebdd67a1cee14da1a94cfd6bb9e6e252685ba5667d8ab7f898",
+    "kafka-group-coordinator": "4ab56d002e1624185c874199e9e0ffb243dbeb9f68b4d0cadf48ce2f617a1126",
+    "kafka-transaction-coordinator": "c64aaa2a88d8fd382c4800204872917686e542043c7916c9e8797d939d8eb313",
+    "kafka-share-coordinator": "8ceeed7346127e652ea5c650b217890aaff14919f967d27fadce420745bd3066",
+}
+METADATA_RECORDS_DIR = REPO / "protocol" / "metadata_records"
+COORDINATOR_RECORDS_DIR = REPO / "protocol" / "coordinator_records"
+# Which coordinator reads the records of each jar: record types are numbered per coordinator.
+COORDINATOR_JARS = {
+    "group": "kafka-group-coordinator",
+    "transaction": "kafka-transaction-coordinator",
+    "share": "kafka-share-coordinator",
+}
+RECORD_KINDS = ("metadata", "coordinator-key", "coordinator-value")
 FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "float64": "d", "bool": "?"}
 FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "d": 8, "?": 1}
 PRIMITIVES = set(FIXED) | {"string", "bytes", "records", "uuid"}
@@ -114,6 +140,7 @@ class Schema:
     flexible: Versions
     root: Struct
     structs: dict[str, Struct]
+    latest_version_unstable: bool = False
 
 
 def default_text(value: object) -> str | None:
@@ -175,6 +202,7 @@ def build_schema(data: dict) -> Schema:
         flexible=parse_versions(data.get("flexibleVersions")),
         root=root,
         structs=structs,
+        latest_version_unstable=bool(data.get("latestVersionUnstable", False)),
     )
 
 
@@ -536,6 +564,9 @@ class Emitter:
             if schema.flexible is not None:
                 flexible = (schema.flexible[0], min(schema.flexible[1], MAX_VERSION))
             lines.append(f"    FLEXIBLE_VERSIONS = {flexible!r}")
+            if schema.kind in RECORD_KINDS and schema.latest_version_unstable:
+                # The newest version is still being designed: read, never written (Kafka's rule for the flag).
+                lines.append("    LATEST_VERSION_UNSTABLE = True")
             # Nested structs are reachable as class attributes (FetchResponse.PartitionData). Assigned in the
             # body (the module-level classes are defined first) and marked as aliases, because mypy reads a
             # plain `X = X` in a class body as a variable, which annotations cannot use as a type.
@@ -661,29 +692,246 @@ def generate(out_dir: Path) -> list[str]:
     return written
 
 
+# ---- record schemas ----------------------------------------------------------------------------------
+
+
+def record_jar(artifact: str) -> Path:
+    """One jar of the pinned Kafka release (fetched from Maven Central if need be), checked against its sha256."""
+    import maven_artifacts
+
+    try:
+        jar = maven_artifacts.prepare(RECORDS_JAR_SET) / f"{artifact}-{KAFKA_RECORDS_VERSION}.jar"
+    except maven_artifacts.MavenUnavailable as exc:
+        raise SystemExit(f"gen_messages: the record schemas are unavailable: {exc}") from None
+    if not jar.exists():
+        raise SystemExit(f"gen_messages: {RECORDS_JAR_SET} has no {jar.name}")
+    digest = hashlib.sha256(jar.read_bytes()).hexdigest()
+    expected = RECORD_JARS_SHA256[artifact]
+    if digest != expected:
+        raise SystemExit(f"gen_messages: {jar} has sha256 {digest}, expected {expected}")
+    return jar
+
+
+def check_record_schema(schema: Schema) -> None:
+    """Kafka's generator rules for record schemas (MessageSpec), so a schema it would refuse is refused here."""
+    if schema.api_key is None:
+        raise SystemExit(f"gen_messages: {schema.name} ({schema.kind}) has no apiKey")
+    if schema.flexible is not None and schema.flexible[1] != MAX_VERSION:
+        raise SystemExit(f"gen_messages: {schema.name} has flexibleVersions that are not open-ended")
+    if schema.kind == "coordinator-key" and (schema.valid != (0, 0) or schema.flexible is not None):
+        raise SystemExit(f"gen_messages: coordinator key {schema.name} must have version 0 only, none flexible")
+
+
+def collect_record_schemas(artifact: str, prefix: str, kinds: tuple[str, ...]) -> list[Schema]:
+    schemas = []
+    with zipfile.ZipFile(record_jar(artifact)) as archive:
+        for name in sorted(archive.namelist()):
+            if name.startswith(prefix) and name.endswith(".json"):
+                data = load_schema(archive.read(name).decode())
+                if data.get("type") in kinds:
+                    schema = build_schema(data)
+                    check_record_schema(schema)
+                    schemas.append(schema)
+    return sorted(schemas, key=lambda s: s.name)
+
+
+def write_modules(out_dir: Path, schemas: list[Schema]) -> list[str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for schema in schemas:
+        name = f"{snake(schema.name)}.py"
+        (out_dir / name).write_text(Emitter(schema).module())
+        written.append(name)
+    return written
+
+
+def stable_versions(schema: Schema) -> tuple[int, int]:
+    """The versions a writer may use: all valid ones but an unstable latest."""
+    low, high = schema.valid
+    return (low, high - 1) if schema.latest_version_unstable and high > low else (low, high)
+
+
+RECORD_REGISTRY_HELPERS = [
+    "",
+    "from __future__ import annotations",
+    "",
+    "import importlib",
+    "from dataclasses import dataclass",
+    "from functools import cache",
+    "",
+    "from protocol._codec import Message",
+    "",
+    "",
+    "@cache  # the import machinery once per class",
+    "def _record_class(module: str, name: str) -> type[Message]:",
+    "    cls: type[Message] = getattr(importlib.import_module(module), name)",
+    "    return cls",
+    "",
+    "",
+]
+
+
+def metadata_registry_source(schemas: list[Schema]) -> str:
+    lines = [
+        '"""Kafka\'s metadata records, by record type (api key). Generated by tools/gen_messages.py. Do not edit.',
+        "",
+        f"From the common/metadata schemas of kafka-metadata-{KAFKA_RECORDS_VERSION}; in ``__cluster_metadata`` a",
+        "record's value is one of them framed as protocol/metadata_frame.py says. Modules are imported on first use.",
+        '"""',
+        *RECORD_REGISTRY_HELPERS,
+        f"KAFKA_VERSION = {KAFKA_RECORDS_VERSION!r}",
+        "",
+        "",
+        "@dataclass(frozen=True)",
+        "class MetadataRecordType:",
+        "    api_key: int",
+        "    name: str",
+        "    module: str",
+        "    class_name: str",
+        "    valid_versions: tuple[int, int]",
+        "    stable_versions: tuple[int, int]  # what may be written: an unstable latest version is only read",
+        "",
+        "    def record_class(self) -> type[Message]:",
+        "        return _record_class(self.module, self.class_name)",
+        "",
+        "",
+        "RECORD_TYPES: dict[int, MetadataRecordType] = {",
+    ]
+    seen: dict[int, str] = {}
+    for schema in sorted(schemas, key=lambda s: s.api_key or 0):
+        key = schema.api_key
+        assert key is not None
+        if key in seen:
+            raise SystemExit(f"gen_messages: metadata records {seen[key]} and {schema.name} share type {key}")
+        seen[key] = schema.name
+        lines.append(
+            f"    {key}: MetadataRecordType({key}, {schema.name!r}, "
+            f"'protocol.metadata_records.{snake(schema.name)}', {schema.name!r}, {schema.valid!r}, "
+            f"{stable_versions(schema)!r}),"
+        )
+    lines += [
+        "}",
+        "",
+        "RECORD_TYPE_BY_NAME: dict[str, MetadataRecordType] = {r.name: r for r in RECORD_TYPES.values()}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def coordinator_registry_source(by_coordinator: dict[str, list[Schema]]) -> str:
+    lines = [
+        '"""Kafka\'s coordinator records, by coordinator and record type. Generated by tools/gen_messages.py.',
+        "",
+        f"From the coordinator-key and coordinator-value schemas of Kafka {KAFKA_RECORDS_VERSION}'s jars of the group,",
+        "transaction and share coordinators. A record's key is its record type (int16) and key struct, its value the",
+        "value's version (int16) and value struct (protocol/coordinator_frame.py). Modules are imported on first use.",
+        "Do not edit.",
+        '"""',
+        *RECORD_REGISTRY_HELPERS,
+        f"KAFKA_VERSION = {KAFKA_RECORDS_VERSION!r}",
+        "",
+        "",
+        "@dataclass(frozen=True)",
+        "class CoordinatorRecordType:",
+        "    coordinator: str  # group, transaction or share",
+        "    record_type: int  # the key's int16 prefix (the key schema's apiKey)",
+        "    name: str  # the key's name without Key: OffsetCommit, GroupMetadata, TransactionLog ...",
+        "    key_module: str",
+        "    key_class_name: str",
+        "    value_module: str",
+        "    value_class_name: str",
+        "    value_versions: tuple[int, int]",
+        "    value_stable_versions: tuple[int, int]  # what may be written: an unstable latest version is only read",
+        "",
+        "    def key_class(self) -> type[Message]:",
+        "        return _record_class(self.key_module, self.key_class_name)",
+        "",
+        "    def value_class(self) -> type[Message]:",
+        "        return _record_class(self.value_module, self.value_class_name)",
+        "",
+    ]
+    for coordinator, schemas in by_coordinator.items():
+        keys = {s.api_key: s for s in schemas if s.kind == "coordinator-key"}
+        values = {s.api_key: s for s in schemas if s.kind == "coordinator-value"}
+        if len(keys) + len(values) != len(schemas) or set(keys) != set(values):
+            raise SystemExit(f"gen_messages: the {coordinator} coordinator's record types do not pair keys and values")
+        lines += ["", f"{coordinator.upper()}_RECORD_TYPES: dict[int, CoordinatorRecordType] = {{"]
+        for record_type in sorted(k for k in keys if k is not None):
+            key, value = keys[record_type], values[record_type]
+            stem = key.name.removesuffix("Key")
+            if value.name != stem + "Value":
+                raise SystemExit(f"gen_messages: record type {record_type} pairs {key.name} with {value.name}")
+            lines.append(
+                f"    {record_type}: CoordinatorRecordType({coordinator!r}, {record_type}, {stem!r}, "
+                f"'protocol.coordinator_records.{snake(key.name)}', {key.name!r}, "
+                f"'protocol.coordinator_records.{snake(value.name)}', {value.name!r}, {value.valid!r}, "
+                f"{stable_versions(value)!r}),"
+            )
+        lines.append("}")
+    lines += ["", "RECORD_TYPES_BY_COORDINATOR: dict[str, dict[int, CoordinatorRecordType]] = {"]
+    lines += [f"    {c!r}: {c.upper()}_RECORD_TYPES," for c in by_coordinator]
+    lines += ["}", ""]
+    return "\n".join(lines)
+
+
+def generate_metadata_records(out_dir: Path) -> list[str]:
+    schemas = collect_record_schemas("kafka-metadata", "common/metadata/", ("metadata",))
+    written = write_modules(out_dir, schemas)
+    (out_dir / "__init__.py").write_text(metadata_registry_source(schemas))
+    return written + ["__init__.py"]
+
+
+def generate_coordinator_records(out_dir: Path) -> list[str]:
+    by_coordinator = {
+        coordinator: collect_record_schemas(artifact, "common/message/", ("coordinator-key", "coordinator-value"))
+        for coordinator, artifact in COORDINATOR_JARS.items()
+    }
+    everything = [schema for schemas in by_coordinator.values() for schema in schemas]
+    names = [schema.name for schema in everything]
+    if len(set(names)) != len(names):  # one package for all three coordinators: module names must not clash
+        raise SystemExit("gen_messages: two coordinator jars define a record of the same name")
+    written = write_modules(out_dir, sorted(everything, key=lambda s: s.name))
+    (out_dir / "__init__.py").write_text(coordinator_registry_source(by_coordinator))
+    return written + ["__init__.py"]
+
+
+# What the script writes: each package with its generator.
+TARGETS = (
+    (OUT_DIR, generate),
+    (METADATA_RECORDS_DIR, generate_metadata_records),
+    (COORDINATOR_RECORDS_DIR, generate_coordinator_records),
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="fail if the committed code differs")
     args = parser.parse_args()
     if not args.check:
-        with tempfile.TemporaryDirectory() as tmp:
-            written = generate(Path(tmp))  # nothing is removed unless generation succeeds
-            for stale in OUT_DIR.glob("*.py"):
-                stale.unlink()
-            for name in written:
-                shutil.copyfile(Path(tmp) / name, OUT_DIR / name)
-        print(f"wrote {len(written)} modules to {OUT_DIR}")
+        for out_dir, make in TARGETS:
+            with tempfile.TemporaryDirectory() as tmp:
+                written = make(Path(tmp))  # nothing is removed unless generation succeeds
+                out_dir.mkdir(parents=True, exist_ok=True)
+                for stale in out_dir.glob("*.py"):
+                    stale.unlink()
+                for name in written:
+                    shutil.copyfile(Path(tmp) / name, out_dir / name)
+            print(f"wrote {len(written)} modules to {out_dir}")
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        written = generate(Path(tmp))
-        committed = sorted(p.name for p in OUT_DIR.glob("*.py"))
-        drift = sorted(set(committed) ^ set(written))
-        drift += [n for n in written if n in committed and not filecmp.cmp(Path(tmp) / n, OUT_DIR / n, False)]
-    if drift:
-        print("protocol/messages drifted from the schemas: " + ", ".join(drift), file=sys.stderr)
-        return 1
-    print("protocol/messages matches the schemas")
-    return 0
+    failed = False
+    for out_dir, make in TARGETS:
+        with tempfile.TemporaryDirectory() as tmp:
+            written = make(Path(tmp))
+            committed = sorted(p.name for p in out_dir.glob("*.py"))
+            drift = sorted(set(committed) ^ set(written))
+            drift += [n for n in written if n in committed and not filecmp.cmp(Path(tmp) / n, out_dir / n, False)]
+        where = out_dir.relative_to(REPO)
+        if drift:
+            print(f"{where} drifted from the schemas: " + ", ".join(drift), file=sys.stderr)
+            failed = True
+        else:
+            print(f"{where} matches the schemas")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
