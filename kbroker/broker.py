@@ -29,7 +29,7 @@ from kbroker.durable.files import (
 )
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.security.acls import Authorizer
@@ -112,8 +112,8 @@ class Broker:
         self.topics = TopicService(self.logs, self.offsets, config)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
-        # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
-        self.coordinator_runtime = CoordinatorRuntime()
+        # One timer service for every coordinator (kbroker.groups.timers); each registers with it.
+        self.coordinator_timers = CoordinatorTimers()
         try:
             self.transactions = TransactionCoordinator(
                 data_dir,
@@ -123,7 +123,7 @@ class Broker:
                 max_timeout_ms=config["transaction.max.timeout.ms"],
                 id_expiration_ms=config["transactional.id.expiration.ms"],
                 sync=config["log.flush.interval.messages"] == 1,
-                runtime=self.coordinator_runtime,
+                runtime=self.coordinator_timers,
             )
             # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
             self.transactions.recover(reconcile_markers=not self.logs.clean_start)
@@ -152,7 +152,7 @@ class Broker:
             max_session_timeout_ms=self.config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=self.config["group.initial.rebalance.delay.ms"],
             max_size=self.config["group.max.size"],
-            runtime=self.coordinator_runtime,
+            runtime=self.coordinator_timers,
             started_ms=self.started_ms,
         )
 
@@ -169,7 +169,7 @@ class Broker:
             max_size=self.config["group.consumer.max.size"],
             assignors=self.config["group.consumer.assignors"].split(","),
             classic=self.groups,
-            runtime=self.coordinator_runtime,
+            runtime=self.coordinator_timers,
         )
 
     @cached_property

@@ -17,8 +17,8 @@ heartbeating are removed after their session timeout, members that never send Sy
 rebalance timeout. Assignors run in the clients, so eager and cooperative rebalancing both work unchanged.
 
 Time comes from an injectable ``clock`` (seconds, monotonic); ``tick`` fires every timer that is due and
-``next_deadline`` says when the next one is. The coordinator registers with a CoordinatorRuntime
-(kbroker.groups.runtime), which calls ``tick`` at those deadlines; setting a timer wakes the runtime if it would
+``next_deadline`` says when the next one is. The coordinator registers with a CoordinatorTimers
+(kbroker.groups.timers), which calls ``tick`` at those deadlines; setting a timer wakes the runtime if it would
 sleep past it. Waiting requests park on trio events.
 """
 
@@ -34,7 +34,7 @@ from enum import Enum
 
 import trio
 
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.groups.timers import CoordinatorTimers
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kbroker.groups")
@@ -205,7 +205,7 @@ class GroupCoordinator:
         max_size: int = 2**31 - 1,
         clock: Callable[[], float] = trio.current_time,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        runtime: CoordinatorRuntime | None = None,
+        runtime: CoordinatorTimers | None = None,
         started_ms: int | None = None,
     ) -> None:
         self.groups: dict[str, Group] = {}
@@ -218,7 +218,7 @@ class GroupCoordinator:
         # The broker's start (offsets of groups unknown since then age from it): now, unless made later.
         self.started_ms = wall_clock_ms() if started_ms is None else started_ms
         # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
-        self.runtime = runtime if runtime is not None else CoordinatorRuntime()
+        self.runtime = runtime if runtime is not None else CoordinatorTimers()
         self.runtime.register(self)
 
     # --- helpers --------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ commitTransaction returns. If a marker cannot be written (a full disk), EndTxn i
 is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
 written the id answers CONCURRENT_TRANSACTIONS.
 
-Timers (registered with kbroker.groups.runtime.CoordinatorRuntime): an Ongoing transaction older than its
+Timers (registered with kbroker.groups.timers.CoordinatorTimers): an Ongoing transaction older than its
 timeout is aborted with the epoch bumped (the producer is fenced, as Kafka's abortTimedOutTransactions); an id
 idle (Empty or Complete*) for transactional.id.expiration.ms is forgotten; markers that failed are retried.
 
@@ -67,7 +67,7 @@ import trio
 
 from kbroker.durable.files import StorageError
 from kbroker.durable.journal import Journal
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.groups.timers import CoordinatorTimers
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.transactions")
@@ -268,7 +268,7 @@ class TransactionCoordinator:
         id_expiration_ms: int = 604_800_000,
         sync: bool = False,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        runtime: CoordinatorRuntime | None = None,
+        runtime: CoordinatorTimers | None = None,
     ) -> None:
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms

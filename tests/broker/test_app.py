@@ -16,7 +16,7 @@ from kbroker import app
 from kbroker.config import BrokerConfig
 from kbroker.server.listeners import plaintext_listener
 
-SERVICES = ["retention", "flush", "coordinator-runtime", "offset-expiry", "log-cleaner", "server"]
+SERVICES = ["retention", "flush", "coordinator-timers", "offset-expiry", "log-cleaner", "server"]
 
 
 class TaskCounter(trio.abc.Instrument):
