@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.coordinators.migration import migrate_offsets_journal
 from kbroker.durable.files import (
     DamagedFileError,
     lock_data_dir,
@@ -83,12 +84,14 @@ class Broker:
             self.cluster_id = self._load_meta()
             # ``logs``: a store given by the caller (one kept in memory, in unit tests); files in data_dir by default.
             self.logs = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
-            # With log.flush.interval.messages=1 a commit is fsynced before it is acknowledged, as a produce is.
+            # Committed offsets: the shards of __consumer_offsets (kbroker/groups/offsets.py), loaded here.
             self.offsets = OffsetStore(
-                data_dir,
-                sync_commits=config["log.flush.interval.messages"] == 1,
-                health=self.logs.dir_health if self.logs.durable else None,  # the journal's directory
+                self.logs,
+                partitions=config["offsets.topic.num.partitions"],
+                segment_bytes=config["offsets.topic.segment.bytes"],
             )
+            if self.logs.durable:  # the offsets journal of an older kbroker, once
+                migrate_offsets_journal(data_dir, self.offsets)
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
             self.quotas = ClientQuotas(
                 data_dir, window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
@@ -247,7 +250,7 @@ class Broker:
 
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
         expired = 0
-        for group_id in list(self.offsets.offsets):
+        for group_id in self.offsets.groups():
             if self.group_router.has_members(group_id):
                 continue
             base_ms = self.groups.offset_expiry_base_ms(group_id)

@@ -21,6 +21,10 @@ from protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger("kbroker")
 
 
+# Kafka's internal topics: Metadata marks them is_internal.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
 def unknown_topic(name: str) -> KafkaError:
     return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.groups.coordinator import GroupState
+from kbroker.groups.offsets import OffsetStoreError
 from kbroker.groups.router import GroupKind
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -55,15 +56,35 @@ def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[E
     return None
 
 
+def _coordinator_code(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
+    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition (the topic is
+    created by the first group FindCoordinator, as Kafka's), and of every transactional id."""
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        return ErrorCode.INVALID_REQUEST
+    if key_type == GROUP_KEY:
+        offsets = ctx.groups.offsets
+        try:
+            offsets.ensure_topic()
+        except OffsetStoreError:  # logged; the client looks again
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if offsets.partition_for(key) not in offsets.runtime.shards:  # its partition cannot be read here
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.NONE
+
+
+def _coordinator_message(code: ErrorCode, key_type: int) -> str | None:
+    if code == ErrorCode.NONE:
+        return None
+    if code == ErrorCode.INVALID_REQUEST:
+        return f"unknown key type {key_type}"
+    return "The coordinator is not available."
+
+
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    """A single node coordinates every group (and, once transactions exist, every transactional id)."""
+    """The coordinator of a group is the leader of its __consumer_offsets partition: this node."""
     advertised = ctx.advertised
     node, host, port = ctx.cluster.node_id, advertised.host, advertised.port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
-    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        code = ErrorCode.INVALID_REQUEST
-    else:
-        code = ErrorCode.NONE
     if ctx.api_version >= 4:  # batched (KIP-699)
         coordinators = []
         for key in request.coordinator_keys:
@@ -75,6 +96,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     )
                 )
                 continue
+            code = _coordinator_code(ctx, key_type, key)
             coordinators.append(
                 FindCoordinatorResponse.Coordinator(
                     key=key,
@@ -82,18 +104,19 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     host=host if code == ErrorCode.NONE else "",
                     port=port if code == ErrorCode.NONE else -1,
                     error_code=code,
-                    error_message=None if code == ErrorCode.NONE else f"unknown key type {key_type}",
+                    error_message=_coordinator_message(code, key_type),
                 )
             )
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
     denial = _coordinator_denial(ctx, key_type, request.key)
     if denial is not None:
         raise KafkaError(*denial)
+    code = _coordinator_code(ctx, key_type, request.key)
     if code != ErrorCode.NONE:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=code,
-            error_message=f"unknown key type {key_type}",
+            error_message=_coordinator_message(code, key_type),
             node_id=-1,
             host="",
             port=-1,

@@ -72,7 +72,7 @@ class World:
         self.now = 1_000_000
         self.next_pid = 100
         self.partitions: dict[tuple[str, int], FakePartition] = {(t, p): FakePartition() for t in "ab" for p in (0, 1)}
-        self.offsets = OffsetStore(data_dir)
+        self.offsets = OffsetStore.in_data_dir(data_dir, partitions=3)
         self.coordinator = self.start()
 
     def allocate(self) -> int:
@@ -94,7 +94,7 @@ class World:
     def restart(self, reconcile_markers: bool = False, **settings: int) -> TransactionCoordinator:
         self.coordinator.close()
         self.offsets.close()
-        self.offsets = OffsetStore(self.data_dir)
+        self.offsets = OffsetStore.in_data_dir(self.data_dir, partitions=3)
         self.coordinator = self.start(reconcile_markers, **settings)
         return self.coordinator
 
