@@ -11,10 +11,13 @@ principal that may DESCRIBE the cluster, else only the groups it may DESCRIBE; D
 
 from __future__ import annotations
 
+import logging
+
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
+from kbroker.durable.files import StorageError
 from kbroker.groups.coordinator import GroupState
-from kbroker.groups.offsets import OffsetStoreError
+from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError
 from kbroker.groups.router import GroupKind
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -34,6 +37,8 @@ from protocol.messages.list_groups_request import ListGroupsRequest
 from protocol.messages.list_groups_response import ListGroupsResponse
 from protocol.messages.sync_group_request import SyncGroupRequest
 from protocol.messages.sync_group_response import SyncGroupResponse
+
+log = logging.getLogger("kbroker.groups")
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
@@ -56,19 +61,34 @@ def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[E
     return None
 
 
-def _coordinator_code(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
-    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition (the topic is
-    created by the first group FindCoordinator, as Kafka's), and of every transactional id."""
+async def _offsets_topic_ready(ctx: RequestContext) -> bool:
+    """Create __consumer_offsets if it does not exist (its files in a worker thread), as Kafka does on the first
+    FindCoordinator for a group; False while that fails or another request is creating it (the client retries)."""
+    offsets = ctx.groups.offsets
+    if ctx.topics.topic(OFFSETS_TOPIC) is None:
+        try:
+            await ctx.topics.create(OFFSETS_TOPIC, offsets.configured_partitions, offsets.topic_configs())
+        except KafkaError:  # being created by another request
+            return False
+        except (OSError, StorageError) as exc:
+            log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+            return False
+    try:
+        offsets.ensure_topic()  # its shards loaded
+    except OffsetStoreError:
+        return False
+    return True
+
+
+def _coordinator_code(ctx: RequestContext, key_type: int, key: str, offsets_ready: bool) -> ErrorCode:
+    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition, and of
+    every transactional id."""
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return ErrorCode.INVALID_REQUEST
     if key_type == GROUP_KEY:
         offsets = ctx.groups.offsets
-        try:
-            offsets.ensure_topic()
-        except OffsetStoreError:  # logged; the client looks again
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if offsets.partition_for(key) not in offsets.runtime.shards:  # its partition cannot be read here
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not offsets_ready or offsets.partition_for(key) not in offsets.runtime.shards:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # Kafka's answer while the topic or its leader is missing
     return ErrorCode.NONE
 
 
@@ -85,6 +105,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     advertised = ctx.advertised
     node, host, port = ctx.cluster.node_id, advertised.host, advertised.port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
+    offsets_ready = key_type != GROUP_KEY or await _offsets_topic_ready(ctx)
     if ctx.api_version >= 4:  # batched (KIP-699)
         coordinators = []
         for key in request.coordinator_keys:
@@ -96,7 +117,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     )
                 )
                 continue
-            code = _coordinator_code(ctx, key_type, key)
+            code = _coordinator_code(ctx, key_type, key, offsets_ready)
             coordinators.append(
                 FindCoordinatorResponse.Coordinator(
                     key=key,
@@ -111,7 +132,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     denial = _coordinator_denial(ctx, key_type, request.key)
     if denial is not None:
         raise KafkaError(*denial)
-    code = _coordinator_code(ctx, key_type, request.key)
+    code = _coordinator_code(ctx, key_type, request.key, offsets_ready)
     if code != ErrorCode.NONE:
         return FindCoordinatorResponse(
             throttle_time_ms=0,

@@ -182,6 +182,7 @@ class OffsetStore:
             OFFSETS_TOPIC, logs.get_partition, OffsetsShard
         )
         self._owns_logs = False
+        self._loaded = False  # the shards: loaded once the topic exists (a single node leads every partition)
         if logs.topic(OFFSETS_TOPIC) is not None:
             self._load_all()
 
@@ -208,25 +209,26 @@ class OffsetStore:
     def partition_for(self, group: str) -> int:
         return offsets_partition(group, self.partition_count)
 
+    def topic_configs(self) -> dict[str, str]:
+        """The configs __consumer_offsets is created with, as Kafka's."""
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"}
+
     def ensure_topic(self) -> None:
-        """Create __consumer_offsets if it does not exist yet (Kafka: on the first FindCoordinator for a group).
+        """Create __consumer_offsets if it does not exist yet, here on the event loop (FindCoordinator creates it
+        first, in a worker thread, as Kafka does on the first FindCoordinator for a group), and load its shards.
 
         OffsetStoreError if its files cannot be made."""
-        if self.logs.topic(OFFSETS_TOPIC) is not None:
-            return
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(self.segment_bytes),
-            "compression.type": "producer",
-        }
-        try:
-            self.logs.create_topic(OFFSETS_TOPIC, self.configured_partitions, configs)
-        except (OSError, StorageError, KafkaError) as exc:
-            raise OffsetStoreError(f"cannot create {OFFSETS_TOPIC}: {exc}") from None
-        log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
-        self._load_all()
+        if self.logs.topic(OFFSETS_TOPIC) is None:
+            try:
+                self.logs.create_topic(OFFSETS_TOPIC, self.configured_partitions, self.topic_configs())
+            except (OSError, StorageError, KafkaError) as exc:
+                raise OffsetStoreError(f"cannot create {OFFSETS_TOPIC}: {exc}") from None
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
+        if not self._loaded:
+            self._load_all()
 
     def _load_all(self) -> None:
+        self._loaded = True
         for partition in range(self.partition_count):
             try:
                 shard = self.runtime.load(partition)
@@ -369,5 +371,6 @@ class OffsetStore:
     def close(self) -> None:
         """Forget the shards; the partitions are closed (and fsynced) with the other logs by the log manager."""
         self.runtime.shards.clear()
+        self._loaded = False
         if self._owns_logs:
             self.logs.close()
