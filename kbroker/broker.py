@@ -150,14 +150,17 @@ class Broker:
         """The classic group coordinator (JoinGroup, SyncGroup, Heartbeat...)."""
         from kbroker.groups.coordinator import GroupCoordinator
 
-        return GroupCoordinator(
+        coordinator = GroupCoordinator(
             min_session_timeout_ms=self.config["group.min.session.timeout.ms"],
             max_session_timeout_ms=self.config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=self.config["group.initial.rebalance.delay.ms"],
             max_size=self.config["group.max.size"],
             runtime=self.coordinator_timers,
             started_ms=self.started_ms,
+            store=self.offsets,  # each generation is written to __consumer_offsets, as Kafka's GroupMetadata
         )
+        coordinator.restore(self.offsets.stored_groups())  # the groups as a restart finds them
+        return coordinator
 
     @cached_property
     def consumer_groups(self) -> ConsumerGroupCoordinator:

@@ -37,12 +37,15 @@ from typing import TYPE_CHECKING
 from kbroker.coordinators.runtime import NO_PRODUCER, CoordinatorRecord, CoordinatorRuntime, Transaction
 from kbroker.durable.files import StorageError
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
+from protocol.coordinator_records.group_metadata_key import GroupMetadataKey
+from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
 from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
 from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.errors import KafkaError
 from protocol.exceptions import DecodeError
 
 if TYPE_CHECKING:
+    from kbroker.groups.coordinator import Group
     from kbroker.storage import LogManager
 
 log = logging.getLogger("kbroker.groups")
@@ -56,6 +59,7 @@ GROUP_METADATA = 2
 # retention_time_ms), else v3 (with the leader epoch).
 _VALUE_WITH_EXPIRY = 1
 _VALUE_WITH_EPOCH = 3
+GROUP_METADATA_VERSION = 3  # what Kafka 4's coordinator writes (with static members' group.instance.id)
 # The epoch transaction markers carry, as the transaction coordinator's (kbroker/transactions/coordinator.py).
 MARKER_COORDINATOR_EPOCH = 0
 
@@ -107,6 +111,8 @@ class OffsetsShard:
     # Offsets committed in a transaction not yet ended: (group, producer id) -> offsets, and the producer's epoch.
     pending: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     producer_epochs: dict[int, int] = field(default_factory=dict)
+    # Each classic group's last generation (its GroupMetadata record).
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
     skipped: int = 0  # records this version cannot use (logged once each load)
 
     def replay(
@@ -126,8 +132,16 @@ class OffsetsShard:
                 exc,
             )
             return
+        if record.record_type == GROUP_METADATA:
+            assert isinstance(record.key, GroupMetadataKey)
+            if record.value is None:
+                self.groups.pop(record.key.group, None)
+            else:
+                assert isinstance(record.value, GroupMetadataValue)
+                self.groups[record.key.group] = record.value
+            return
         if record.record_type != OFFSET_COMMIT:
-            return  # group metadata: not kept by this store
+            return  # a consumer (KIP-848) or share group's record: not kept by this store
         k = record.key
         assert isinstance(k, OffsetCommitKey)
         tp = (k.topic, k.partition)
@@ -336,8 +350,13 @@ class OffsetStore:
         self._write(group, [offset_commit_record(group, t, p, None) for t, p in removed])
 
     def delete_group(self, group: str) -> None:
-        """Write tombstones for, then forget, the group's offsets; OffsetStoreError (nothing forgotten) on failure."""
-        self.delete(group, list(self.get(group)))
+        """Write tombstones for, then forget, the group's offsets (and its GroupMetadata, as Kafka's
+        DeleteGroups); OffsetStoreError (nothing forgotten) on failure."""
+        records = [offset_commit_record(group, t, p, None) for t, p in self.get(group)]
+        shard = self._shard_of(group)
+        if shard is not None and group in shard.groups:
+            records.append(encode_coordinator_record(GroupMetadataKey(group=group), None))
+        self._write(group, records)
 
     def delete_topic(self, topic: str) -> None:
         """Forget the offsets of a deleted topic. Best effort: a failure is logged and those offsets stay (as
@@ -367,6 +386,79 @@ class OffsetStore:
         except OffsetStoreError:  # logged; the next expiry check tries again
             return 0
         return len(stale)
+
+    # --- classic group membership (Kafka's GroupMetadata records) ----------------------------------------
+
+    def store_group(self, group: Group) -> None:
+        """Write the classic group's generation; OffsetStoreError (nothing written) on failure."""
+        protocol = group.protocol_name
+        members = [
+            GroupMetadataValue.MemberMetadata(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout=m.rebalance_timeout_ms,
+                session_timeout=m.session_timeout_ms,
+                subscription=m.metadata_for(protocol) if protocol is not None else b"",
+                assignment=m.assignment,
+            )
+            for m in group.members.values()
+        ]
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation_id,
+            protocol=protocol,
+            leader=group.leader_id,
+            current_state_timestamp=group.state_since_ms,
+            members=members,
+        )
+        key = GroupMetadataKey(group=group.group_id)
+        self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
+
+    def remove_group(self, group_id: str) -> None:
+        """Write the group's GroupMetadata tombstone, if it has a record; OffsetStoreError on failure."""
+        shard = self._shard_of(group_id)
+        if shard is not None and group_id in shard.groups:
+            self._write(group_id, [encode_coordinator_record(GroupMetadataKey(group=group_id), None)])
+
+    def stored_groups(self) -> list[Group]:
+        """The classic groups as their last GroupMetadata records left them: Stable with their members (whose
+        sessions start again), or Empty, as Kafka's coordinator loads them."""
+        from kbroker.groups.coordinator import Group, GroupState, Member
+
+        groups = []
+        for shard in self._shards():
+            for group_id, value in shard.groups.items():
+                protocol = value.protocol
+                members = {
+                    m.member_id: Member(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        session_timeout_ms=m.session_timeout,
+                        rebalance_timeout_ms=m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout,
+                        protocol_type=value.protocol_type,
+                        protocols=[(protocol, m.subscription)] if protocol is not None else [],
+                        assignment=m.assignment,
+                    )
+                    for m in value.members
+                }
+                group = Group(
+                    group_id,
+                    state=GroupState.STABLE if members else GroupState.EMPTY,
+                    generation_id=value.generation,
+                    protocol_type=value.protocol_type or None,
+                    protocol_name=protocol if members else None,
+                    leader_id=value.leader if members else None,
+                    members=members,
+                    static_members={m.group_instance_id: m.member_id for m in members.values() if m.group_instance_id},
+                )
+                if value.current_state_timestamp >= 0:
+                    group.state_since_ms = value.current_state_timestamp
+                groups.append(group)
+        return groups
 
     def close(self) -> None:
         """Forget the shards; the partitions are closed (and fsynced) with the other logs by the log manager."""
