@@ -28,6 +28,7 @@ import trio
 from kbroker.storage import PartitionEvent, PartitionLog
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
+    BatchHeader,
     ControlRecordType,
     Record,
     build_batch,
@@ -150,7 +151,8 @@ class CoordinatorRuntime(Generic[S]):
             base_sequence=_next_sequence(plog, transaction) if transaction is not None else -1,
             is_transactional=transaction is not None,
         )
-        result = plog.append(bytearray(batch))
+        # Built here, so not validated again (Kafka's coordinator appends skip the produce validation too).
+        result = plog.append(bytearray(batch), BatchHeader.parse(batch))
         if result.error_code != ErrorCode.NONE:
             raise KafkaError(result.error_code, result.error_message or f"append to {self.topic}-{partition} failed")
         self._sync_if_due(plog)

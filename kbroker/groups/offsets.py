@@ -31,6 +31,7 @@ import logging
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,7 @@ class CommittedOffset:
     expire_timestamp: int = -1  # set by OffsetCommit v2-4 retention_time_ms; -1 means group-based expiry
 
 
+@lru_cache(maxsize=1 << 14)  # every commit asks; the hash is a Python loop over the id
 def offsets_partition(group_id: str, partitions: int) -> int:
     """The __consumer_offsets partition of a group, as Kafka computes it: Java's String.hashCode, made
     non-negative by masking the sign bit (Utils.abs), modulo the partition count."""
