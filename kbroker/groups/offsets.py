@@ -363,7 +363,11 @@ class OffsetStore:
     def delete_topic(self, topic: str) -> None:
         """Forget the offsets of a deleted topic. Best effort: a failure is logged and those offsets stay (as
         Kafka's, they go when their group expires or is deleted)."""
-        if topic == OFFSETS_TOPIC:
+        if topic == OFFSETS_TOPIC:  # Kafka allows it: every group's offsets (and stored membership) go with it
+            log.warning("%s was deleted: the committed offsets of every group are gone", OFFSETS_TOPIC)
+            for partition in list(self.runtime.shards):
+                self.runtime.unload(partition)
+            self._loaded = False
             return
         for group in self.groups():
             try:

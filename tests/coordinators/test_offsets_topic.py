@@ -165,3 +165,37 @@ def test_the_first_find_coordinator_creates_the_topic_with_the_configured_partit
         assert info is not None
         configs = broker.broker.logs.effective_configs(info)  # type: ignore[union-attr]
         assert (configs["cleanup.policy"], configs["segment.bytes"]) == ("compact", "1048576")
+
+
+def test_deleting_the_topic_forgets_the_offsets_and_the_next_commit_creates_it_again(tmp_path: Path) -> None:
+    """Kafka 4.3.1 deletes __consumer_offsets when asked (DeleteTopics answers NONE): the groups' offsets go."""
+    from protocol.messages.delete_topics_request import DeleteTopicsRequest
+    from protocol.messages.offset_commit_request import OffsetCommitRequest
+    from protocol.messages.offset_fetch_request import OffsetFetchRequest
+
+    def commit(client: WireClient, offset: int) -> int:
+        part = OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)
+        topic = OffsetCommitRequest.OffsetCommitRequestTopic(name="orders", partitions=[part])
+        request = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[topic])
+        return int(client.request(request, 8).topics[0].partitions[0].error_code)
+
+    def fetched(client: WireClient) -> int:
+        wanted = OffsetFetchRequest.OffsetFetchRequestTopic(name="orders", partition_indexes=[0])
+        return int(
+            client.request(OffsetFetchRequest(group_id="g", topics=[wanted]), 7)
+            .topics[0]
+            .partitions[0]
+            .committed_offset
+        )
+
+    with RunningBroker(tmp_path / "data") as broker, WireClient(broker.bootstrap) as client:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=30)
+        assert (commit(client, 5), fetched(client)) == (0, 5)
+        delete = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=OFFSETS_TOPIC)], timeout_ms=10_000
+        )
+        assert client.request(delete, 6).responses[0].error_code == 0
+        assert fetched(client) == -1
+        assert (commit(client, 6), fetched(client)) == (0, 6)  # __consumer_offsets is there again
+        assert broker.broker is not None and broker.broker.logs.topic(OFFSETS_TOPIC) is not None
