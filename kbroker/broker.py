@@ -141,9 +141,10 @@ class Broker:
         self._drain_listeners: set[Callable[[], None]] = set()
 
     # --- group coordinators: made by the first request (or check) that needs one --------------------------
-    # Their state is in memory only (committed offsets are in ``offsets``), so nothing is lost by making them
-    # late, and ``kbroker serve`` answers its first requests without importing them (about 10 ms). The group
-    # handlers import their modules (kbroker.server.connection.load_handlers does so soon after start-up).
+    # What they keep is in ``offsets`` (committed offsets, classic groups' GroupMetadata, restored when the classic
+    # coordinator is made), so nothing is lost by making them late, and ``kbroker serve`` answers its first
+    # requests without importing them (about 10 ms). The group handlers import their modules
+    # (kbroker.server.connection.load_handlers does so soon after start-up).
 
     @cached_property
     def groups(self) -> GroupCoordinator:

@@ -32,8 +32,9 @@ sent it may DESCRIBE (Kafka 4.3 never assigns a regex member a topic it could no
 The group state is derived, as in Kafka: Empty (no members), Assigning (group epoch ahead of the
 assignment epoch), Reconciling (some member not at the target), Stable.
 
-Kafka keeps all of this in ``__consumer_offsets``; here it lives in memory (committed offsets are
-durable, membership is not: after a broker restart members rejoin).
+Kafka keeps all of this in ``__consumer_offsets`` (ConsumerGroup* records); here it lives in memory (committed
+offsets are in ``__consumer_offsets``, as a classic group's membership is, but a consumer group's membership is not
+written: after a broker restart its members rejoin).
 """
 
 from __future__ import annotations

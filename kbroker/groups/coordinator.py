@@ -20,6 +20,10 @@ Time comes from an injectable ``clock`` (seconds, monotonic); ``tick`` fires eve
 ``next_deadline`` says when the next one is. The coordinator registers with a CoordinatorTimers
 (kbroker.groups.timers), which calls ``tick`` at those deadlines; setting a timer wakes the runtime if it would
 sleep past it. Waiting requests park on trio events.
+
+Each generation is written to ``store`` (Kafka's GroupMetadata record in __consumer_offsets) when a rebalance
+completes (the leader's SyncGroup) or leaves the group Empty, and a deleted group's tombstone; after a restart
+``restore`` brings the groups back Stable or Empty, as Kafka's coordinator loads them.
 """
 
 from __future__ import annotations
@@ -859,9 +863,9 @@ class GroupCoordinator:
     def offset_expiry_base_ms(self, group_id: str) -> int | None:
         """When an empty group's offsets start to age (KIP-211), or None to age each from its commit.
 
-        A group that had members ages from the moment it became Empty. A group unknown since start-up
-        (membership is not kept across restarts) ages at the earliest from start-up, so a restart never
-        makes offsets expire sooner than Kafka would.
+        A group that had members ages from the moment it became Empty (kept across restarts in its GroupMetadata
+        record). A group with no such record (only offsets: a "simple" group, or one written by an older kbroker)
+        ages at the earliest from start-up, so a restart never makes offsets expire sooner than Kafka would.
         """
         group = self.groups.get(group_id)
         if group is None:
