@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.config import BrokerConfig
-from kbroker.coordinators.migration import migrate_offsets_journal
+from kbroker.coordinators.migration import migrate_offsets_journal, migrate_transactions_journal
 from kbroker.durable.files import (
     DamagedFileError,
     lock_data_dir,
@@ -125,9 +125,14 @@ class Broker:
                 offsets=self.offsets,
                 max_timeout_ms=config["transaction.max.timeout.ms"],
                 id_expiration_ms=config["transactional.id.expiration.ms"],
-                sync=config["log.flush.interval.messages"] == 1,
                 runtime=self.coordinator_timers,
+                logs=self.logs,
+                state_partitions=config["transaction.state.log.num.partitions"],
+                segment_bytes=config["transaction.state.log.segment.bytes"],
+                offsets_partitions=config["offsets.topic.num.partitions"],
             )
+            if self.logs.durable:  # the transactions journal of an older kbroker, once
+                migrate_transactions_journal(data_dir, self.transactions)
             # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
             self.transactions.recover(reconcile_markers=not self.logs.clean_start)
         except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked

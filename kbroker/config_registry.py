@@ -188,10 +188,7 @@ _NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection
 _NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
 _KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
 _TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
-_TRANSACTION_JOURNAL = (
-    "no meaning for kbroker: transaction state is kept in kbroker's own journal "
-    "(__transaction_state/transactions.journal), not a partitioned topic"
-)
+_LOAD_BUFFER = "not applied: kbroker loads __transaction_state a megabyte of whole batches at a time"
 _TRANSACTION_TIMERS = (
     "not applied: kbroker aborts a timed-out transaction and forgets an expired transactional id at its deadline, "
     "not on a periodic scan"
@@ -582,10 +579,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "50",
         Int(1, INT_MAX),
-        "Partitions of the transaction state log.",
+        "Partitions of the transaction state log (__transaction_state), set when the broker creates it.",
         B,
-        WARNED,
-        _TRANSACTION_JOURNAL,
         described=False,
     ),
     ConfigDef(
@@ -593,10 +588,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "104857600",
         Int(1, INT_MAX),
-        "Segment size of the transaction state log.",
+        "Segment size of the transaction state log (__transaction_state), set when the broker creates it.",
         B,
-        WARNED,
-        _TRANSACTION_JOURNAL,
         described=False,
     ),
     ConfigDef(
@@ -607,7 +600,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "Read buffer for loading the transaction state log.",
         B,
         WARNED,
-        _TRANSACTION_JOURNAL,
+        _LOAD_BUFFER,
         described=False,
     ),
     ConfigDef(

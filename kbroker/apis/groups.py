@@ -20,6 +20,7 @@ from kbroker.groups.coordinator import GroupState
 from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError
 from kbroker.groups.router import GroupKind
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.delete_groups_response import DeleteGroupsResponse
@@ -80,15 +81,37 @@ async def _offsets_topic_ready(ctx: RequestContext) -> bool:
     return True
 
 
-def _coordinator_code(ctx: RequestContext, key_type: int, key: str, offsets_ready: bool) -> ErrorCode:
-    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition, and of
-    every transactional id."""
+async def _transaction_topic_ready(ctx: RequestContext) -> bool:
+    """As ``_offsets_topic_ready``, for __transaction_state and the first FindCoordinator for a transactional id."""
+    coordinator = ctx.transactions
+    if ctx.topics.topic(TRANSACTION_TOPIC) is None:
+        try:
+            await ctx.topics.create(TRANSACTION_TOPIC, coordinator.configured_partitions, coordinator.topic_configs())
+        except KafkaError:  # being created by another request
+            return False
+        except (OSError, StorageError) as exc:
+            log.error("cannot create %s: %s", TRANSACTION_TOPIC, exc)
+            return False
+    try:
+        coordinator.ensure_topic()
+    except (OSError, StorageError, KafkaError):
+        return False
+    return True
+
+
+def _coordinator_code(ctx: RequestContext, key_type: int, key: str, topic_ready: bool) -> ErrorCode:
+    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition, or of its
+    transactional id's __transaction_state partition (``topic_ready``: that topic exists and is loaded)."""
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return ErrorCode.INVALID_REQUEST
     if key_type == GROUP_KEY:
         offsets = ctx.groups.offsets
-        if not offsets_ready or offsets.partition_for(key) not in offsets.runtime.shards:
+        if not topic_ready or offsets.partition_for(key) not in offsets.runtime.shards:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE  # Kafka's answer while the topic or its leader is missing
+    if key_type == TRANSACTION_KEY:
+        coordinator = ctx.transactions
+        if not topic_ready or coordinator.partition_for(key) not in coordinator.state_log.shards:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return ErrorCode.NONE
 
 
@@ -105,7 +128,10 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     advertised = ctx.advertised
     node, host, port = ctx.cluster.node_id, advertised.host, advertised.port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
-    offsets_ready = key_type != GROUP_KEY or await _offsets_topic_ready(ctx)
+    if key_type == GROUP_KEY:
+        topic_ready = await _offsets_topic_ready(ctx)
+    else:
+        topic_ready = key_type != TRANSACTION_KEY or await _transaction_topic_ready(ctx)
     if ctx.api_version >= 4:  # batched (KIP-699)
         coordinators = []
         for key in request.coordinator_keys:
@@ -117,7 +143,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     )
                 )
                 continue
-            code = _coordinator_code(ctx, key_type, key, offsets_ready)
+            code = _coordinator_code(ctx, key_type, key, topic_ready)
             coordinators.append(
                 FindCoordinatorResponse.Coordinator(
                     key=key,
@@ -132,7 +158,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     denial = _coordinator_denial(ctx, key_type, request.key)
     if denial is not None:
         raise KafkaError(*denial)
-    code = _coordinator_code(ctx, key_type, request.key, offsets_ready)
+    code = _coordinator_code(ctx, key_type, request.key, topic_ready)
     if code != ErrorCode.NONE:
         return FindCoordinatorResponse(
             throttle_time_ms=0,

@@ -1,4 +1,5 @@
-"""Migrating the offsets journal of older kbrokers into ``__consumer_offsets``, once, at start-up.
+"""Migrating the journals of older kbrokers into ``__consumer_offsets`` and ``__transaction_state``, once, at
+start-up.
 
 Older kbrokers kept committed offsets in ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/durable/
 journal.py records of compact JSON objects, or, older still, bare JSON lines). At start-up such a journal is
@@ -13,6 +14,9 @@ without that file but ``__consumer_offsets`` already holding offsets stops with 
 current cannot be known (a journal copied back from a backup?), and neither is overwritten. A journal that is not
 readable stops start-up with one line naming it (DamagedFileError); torn or corrupt records inside it are skipped
 with a warning, as the old store did.
+
+The transaction coordinator's journal, ``__transaction_state/transactions.journal``, is migrated the same way
+(each id's last state written as its TransactionLog record), with the same rules.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbroker.durable.files import DamagedFileError, StorageError, fsync_directory, write_atomically
 from kbroker.durable.journal import Journal
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore
+
+if TYPE_CHECKING:
+    from kbroker.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger("kbroker.groups")
 
@@ -35,6 +42,8 @@ LEGACY_JOURNAL_KIND = "consumer-offsets"
 LEGACY_JOURNAL_VERSION = 1
 MIGRATED_SUFFIX = ".migrated"
 MIGRATION_STARTED = "migration-started"
+LEGACY_TRANSACTIONS_DIRECTORY = "__transaction_state"
+LEGACY_TRANSACTIONS_JOURNAL = "transactions.journal"
 
 Offsets = dict[str, dict[tuple[str, int], CommittedOffset]]
 Pending = dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]]
@@ -153,3 +162,54 @@ def _committed(entry: dict[str, Any]) -> CommittedOffset:
     return CommittedOffset(
         int(entry["o"]), int(entry.get("e", -1)), entry.get("m"), int(entry.get("ts", -1)), int(entry.get("x", -1))
     )
+
+
+def migrate_transactions_journal(data_dir: Path, coordinator: TransactionCoordinator) -> bool:
+    """Migrate ``data_dir``'s old transactions journal into ``coordinator``'s topic if there is one."""
+    from kbroker.transactions.coordinator import TransactionMetadata
+    from kbroker.transactions.state_log import TRANSACTION_TOPIC
+
+    directory = data_dir / LEGACY_TRANSACTIONS_DIRECTORY
+    journal = directory / LEGACY_TRANSACTIONS_JOURNAL
+    if not journal.is_file():
+        return False
+    started = directory / MIGRATION_STARTED
+    if not started.exists() and coordinator.transactions:
+        raise MigrationError(
+            f"{journal} (transactions of an older kbroker) was never migrated, but {TRANSACTION_TOPIC} already "
+            f"holds transactional ids: move the journal out of the data directory to keep {TRANSACTION_TOPIC}'s, or "
+            f"remove the {TRANSACTION_TOPIC}-* directories to migrate the journal's"
+        )
+    states: dict[str, dict[str, Any]] = {}
+    for number, payload in enumerate(list(Journal(journal, "transactions", 1).replay()), 1):
+        try:
+            record = json.loads(payload)
+            if record.get("state") == "Dead":
+                states.pop(str(record["id"]), None)
+            else:
+                TransactionMetadata.from_record(record)  # checked now, not half-way through the migration
+                states[str(record["id"])] = record
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("%s: skipping record %d, whose content is not a transaction state", journal, number)
+    write_atomically(started, "transactions journal migration to __transaction_state started\n", sync_directory=True)
+    try:
+        for transactional_id, record in states.items():
+            coordinator._persist(TransactionMetadata.from_record(record), transactional_id)
+        if states:
+            coordinator.flush()
+    except StorageError as exc:
+        raise MigrationError(
+            f"migrating {journal} into {TRANSACTION_TOPIC} failed (the journal is kept): {exc}"
+        ) from None
+    os.rename(journal, journal.with_name(LEGACY_TRANSACTIONS_JOURNAL + MIGRATED_SUFFIX))
+    started.unlink()
+    fsync_directory(directory)
+    log.warning(
+        "migrated %d transactional id(s) from %s into %s; the journal is kept as %s%s",
+        len(states),
+        journal,
+        TRANSACTION_TOPIC,
+        LEGACY_TRANSACTIONS_JOURNAL,
+        MIGRATED_SUFFIX,
+    )
+    return True

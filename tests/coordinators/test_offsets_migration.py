@@ -17,16 +17,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.coordinators.migration import LEGACY_DIRECTORY, LEGACY_JOURNAL, MIGRATION_STARTED, migrate_offsets_journal
+from kbroker.coordinators.migration import (
+    LEGACY_DIRECTORY,
+    LEGACY_JOURNAL,
+    LEGACY_TRANSACTIONS_DIRECTORY,
+    LEGACY_TRANSACTIONS_JOURNAL,
+    MIGRATION_STARTED,
+    migrate_offsets_journal,
+)
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore
 from kbroker.testing import RunningBroker
+from kbroker.wire_client import WireClient
+from protocol.messages.list_transactions_request import ListTransactionsRequest
 
 JOURNAL_COMMIT = "c7802a9"  # main before __consumer_offsets: committed offsets in offsets.journal
 REPOSITORY = Path(__file__).resolve().parents[2]
 COMMITS = {"alpha": {0: 11, 1: 22}, "beta": {1: 5}}
+TRANSACTIONAL_ID = "migrated-txn"
 
 
 def checkout(commit: str, into: Path) -> Path:
@@ -67,10 +77,16 @@ def old_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             wanted = [TopicPartition("orders", p, o) for p, o in offsets.items()]
             consumer.commit(offsets=wanted, asynchronous=False)
             consumer.close()
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": TRANSACTIONAL_ID})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("orders", b"in a transaction", partition=0)
+        producer.commit_transaction(30)
     finally:
         process.terminate()
         process.wait(timeout=30)
-    assert (data_dir / LEGACY_DIRECTORY / LEGACY_JOURNAL).stat().st_size > 0  # the old code's journal
+    assert (data_dir / LEGACY_DIRECTORY / LEGACY_JOURNAL).stat().st_size > 0  # the old code's journals
+    assert (data_dir / LEGACY_TRANSACTIONS_DIRECTORY / LEGACY_TRANSACTIONS_JOURNAL).stat().st_size > 0
     assert not (data_dir / f"{OFFSETS_TOPIC}-0").exists()
     yield data_dir
 
@@ -85,14 +101,29 @@ def committed(bootstrap: str) -> dict[str, dict[int, int]]:
     return found
 
 
-def test_an_old_data_directory_is_migrated_once_and_its_journal_kept_aside(old_data_dir: Path, tmp_path: Path) -> None:
+def transactions(bootstrap: str) -> list[tuple[str, int, str]]:
+    with WireClient(bootstrap) as client:
+        listed = client.request(ListTransactionsRequest(), 1).transaction_states
+    return [(t.transactional_id, t.producer_id, t.transaction_state) for t in listed]
+
+
+def test_an_old_data_directory_is_migrated_once_and_its_journals_kept_aside(old_data_dir: Path, tmp_path: Path) -> None:
     data_dir = shutil.copytree(old_data_dir, tmp_path / "data")
-    legacy = data_dir / LEGACY_DIRECTORY
     with RunningBroker(data_dir) as broker:
         assert committed(broker.bootstrap) == COMMITS
-    assert sorted(os.listdir(legacy)) == [LEGACY_JOURNAL + ".migrated"]
-    with RunningBroker(data_dir) as broker:  # the second start reads the topic alone
+        [(transactional_id, producer_id, state)] = transactions(broker.bootstrap)
+        assert (transactional_id, state) == (TRANSACTIONAL_ID, "CompleteCommit")
+    assert sorted(os.listdir(data_dir / LEGACY_DIRECTORY)) == [LEGACY_JOURNAL + ".migrated"]
+    assert sorted(os.listdir(data_dir / LEGACY_TRANSACTIONS_DIRECTORY)) == [LEGACY_TRANSACTIONS_JOURNAL + ".migrated"]
+    with RunningBroker(data_dir) as broker:  # the second start reads the topics alone
         assert committed(broker.bootstrap) == COMMITS
+        assert transactions(broker.bootstrap) == [(TRANSACTIONAL_ID, producer_id, "CompleteCommit")]
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": TRANSACTIONAL_ID})
+        producer.init_transactions(30)  # the migrated id goes on: its producer id, the epoch bumped
+        producer.begin_transaction()
+        producer.produce("orders", b"after the migration", partition=0)
+        producer.commit_transaction(30)
+        assert transactions(broker.bootstrap) == [(TRANSACTIONAL_ID, producer_id, "CompleteCommit")]
 
 
 def test_a_migration_cut_short_finishes_at_the_next_start(old_data_dir: Path, tmp_path: Path) -> None:
