@@ -199,3 +199,30 @@ def test_deleting_the_topic_forgets_the_offsets_and_the_next_commit_creates_it_a
         assert fetched(client) == -1
         assert (commit(client, 6), fetched(client)) == (0, 6)  # __consumer_offsets is there again
         assert broker.broker is not None and broker.broker.logs.topic(OFFSETS_TOPIC) is not None
+
+
+def test_an_operators_marker_for_a_consumer_offsets_partition_applies_the_pending_offsets(tmp_path: Path) -> None:
+    """WriteTxnMarkers (kafka-transactions.sh abort, Admin abortTransaction) to __consumer_offsets goes through the
+    group coordinator's shard, as Kafka's onTransactionCompleted: the transaction's offsets apply (or go)."""
+    from protocol.messages.offset_fetch_request import OffsetFetchRequest
+    from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+
+    with RunningBroker(tmp_path / "data", {"offsets.topic.num.partitions": str(PARTITIONS)}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=30)
+        assert broker.broker is not None
+        store = broker.broker.offsets
+        store.commit_pending("g", 88, {("orders", 0): CommittedOffset(12, -1, None, T0)}, producer_epoch=3)
+        topic = WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+            name=OFFSETS_TOPIC, partition_indexes=[offsets_partition("g", PARTITIONS)]
+        )
+        marker = WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=88, producer_epoch=3, transaction_result=True, topics=[topic], coordinator_epoch=0
+        )
+        wanted = OffsetFetchRequest.OffsetFetchRequestTopic(name="orders", partition_indexes=[0])
+        with WireClient(broker.bootstrap) as client:
+            answer = client.request(WriteTxnMarkersRequest(markers=[marker]), 1)
+            assert [p.error_code for p in answer.markers[0].topics[0].partitions] == [0]
+            fetched = client.request(OffsetFetchRequest(group_id="g", topics=[wanted]), 7)
+            assert fetched.topics[0].partitions[0].committed_offset == 12
+        assert not store.has_pending("g", "orders", 0)
