@@ -14,15 +14,16 @@ import uuid
 import trio
 
 from kbroker.config import BrokerConfig
-from kbroker.groups.offsets import OffsetStore
+from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
+from kbroker.transactions.state_log import TRANSACTION_TOPIC, transaction_topic_configs
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker")
 
 
 # Kafka's internal topics: Metadata marks them is_internal.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
 
 
 def unknown_topic(name: str) -> KafkaError:
@@ -111,12 +112,23 @@ class TopicService:
             await pending.wait()
         info = self.logs.topic(name)
         if info is None:
+            partitions, configs = self._auto_created_shape(name)
             try:
-                info = await self.create(name, self.config["num.partitions"], {})
+                info = await self.create(name, partitions, configs)
             except KafkaError:  # created meanwhile (or not a valid name)
                 return self.logs.topic(name)
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         return info
+
+    def _auto_created_shape(self, name: str) -> tuple[int, dict[str, str]]:
+        """Partitions and configs of an auto-created topic: the broker defaults, or an internal topic's own (as
+        Kafka's auto-creation makes the internal topics as their coordinators would)."""
+        if name == OFFSETS_TOPIC:
+            return self.offsets.configured_partitions, self.offsets.topic_configs()
+        if name == TRANSACTION_TOPIC:
+            segment_bytes = self.config["transaction.state.log.segment.bytes"]
+            return self.config["transaction.state.log.num.partitions"], transaction_topic_configs(segment_bytes)
+        return self.config["num.partitions"], {}
 
     def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         """Replace the topic's config overrides; they apply to its open partitions at once."""

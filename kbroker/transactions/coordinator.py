@@ -76,6 +76,7 @@ from kbroker.transactions.state_log import (
     TransactionStateShard,
     transaction_record,
     transaction_tombstone,
+    transaction_topic_configs,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -321,7 +322,7 @@ class TransactionCoordinator:
         return offsets_partition(transactional_id, self.partition_count)
 
     def topic_configs(self) -> dict[str, str]:
-        return {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"}
+        return transaction_topic_configs(self.segment_bytes)
 
     def ensure_topic(self) -> None:
         """Create __transaction_state if it does not exist (FindCoordinator creates it first, in a worker thread),

@@ -58,6 +58,11 @@ _INT16 = struct.Struct(">h")
 PREVIOUS_PRODUCER_ID_TAG, NEXT_PRODUCER_ID_TAG, CLIENT_TRANSACTION_VERSION_TAG = 0, 1, 2
 
 
+def transaction_topic_configs(segment_bytes: int) -> dict[str, str]:
+    """The configs __transaction_state is created with (by FindCoordinator, the coordinator, or auto-creation)."""
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes), "compression.type": "producer"}
+
+
 def transaction_record(record: dict[str, Any], offsets_partitions: int) -> CoordinatorRecord:
     """The TransactionLog record of a coordinator record dict (its ``to_record``)."""
     key = TransactionLogKey(transactional_id=record["id"])

@@ -226,3 +226,21 @@ def test_an_operators_marker_for_a_consumer_offsets_partition_applies_the_pendin
             fetched = client.request(OffsetFetchRequest(group_id="g", topics=[wanted]), 7)
             assert fetched.topics[0].partitions[0].committed_offset == 12
         assert not store.has_pending("g", "orders", 0)
+
+
+def test_auto_creation_makes_the_internal_topics_as_their_coordinators_would(tmp_path: Path) -> None:
+    overrides = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "2"}
+    with RunningBroker(tmp_path / "data", overrides) as broker, WireClient(broker.bootstrap) as client:
+        names = [OFFSETS_TOPIC, "__transaction_state"]
+        wanted = [MetadataRequest.MetadataRequestTopic(name=name) for name in names]
+        client.request(MetadataRequest(topics=wanted, allow_auto_topic_creation=True), 12)
+        topics = {
+            t.name: (t.is_internal, len(t.partitions)) for t in client.request(MetadataRequest(topics=None), 12).topics
+        }
+        assert topics == {OFFSETS_TOPIC: (True, 3), "__transaction_state": (True, 2)}
+        assert broker.broker is not None
+        for name in names:
+            info = broker.broker.logs.topic(name)
+            assert info is not None and broker.broker.logs.effective_configs(info)["cleanup.policy"] == "compact"
+        answer = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+        assert [c.error_code for c in answer.coordinators] == [0]  # its shards load on the topic made by Metadata
