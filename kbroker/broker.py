@@ -33,6 +33,7 @@ from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
+from kbroker.replication import ReplicaManager, SingleNodeLeadership, read_high_watermarks
 from kbroker.security.acls import Authorizer
 from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
@@ -82,13 +83,30 @@ class Broker:
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
         try:
             self.cluster_id = self._load_meta()
+            # Where reopened logs' high watermarks start (a damaged file stops start-up, see kbroker/replication).
+            high_watermarks = read_high_watermarks(data_dir)
             # ``logs``: a store given by the caller (one kept in memory, in unit tests); files in data_dir by default.
-            self.logs = logs if logs is not None else LogManager(data_dir, config.topic_defaults())
+            self.logs = (
+                logs
+                if logs is not None
+                else LogManager(data_dir, config.topic_defaults(), high_watermarks=high_watermarks)
+            )
+            # The replica layer between handlers and logs; this node leads every partition, alone in its ISR.
+            self.replicas = ReplicaManager(
+                self.logs,
+                self.node_id,
+                SingleNodeLeadership(self.node_id),
+                data_dir,
+                checkpointed=high_watermarks,
+                checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+            )
+            self.logs.opened = self.replicas.adopt  # a log opened by anyone is a replica at once
             # Committed offsets: the shards of __consumer_offsets (kbroker/groups/offsets.py), loaded here.
             self.offsets = OffsetStore(
                 self.logs,
                 partitions=config["offsets.topic.num.partitions"],
                 segment_bytes=config["offsets.topic.segment.bytes"],
+                replicas=self.replicas,
             )
             if self.logs.durable:  # the offsets journal of an older kbroker, once
                 migrate_offsets_journal(data_dir, self.offsets)
@@ -112,7 +130,7 @@ class Broker:
         except BaseException:  # a damaged ACL file: nothing was started, the data directory is released
             self._data_dir_lock.release()
             raise
-        self.topics = TopicService(self.logs, self.offsets, config)
+        self.topics = TopicService(self.logs, self.offsets, config, self.replicas)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
         # One timer service for every coordinator (kbroker.groups.timers); each registers with it.
@@ -130,6 +148,7 @@ class Broker:
                 state_partitions=config["transaction.state.log.num.partitions"],
                 segment_bytes=config["transaction.state.log.segment.bytes"],
                 offsets_partitions=config["offsets.topic.num.partitions"],
+                replicas=self.replicas,
             )
             if self.logs.durable:  # the transactions journal of an older kbroker, once
                 migrate_transactions_journal(data_dir, self.transactions)
@@ -282,6 +301,7 @@ class Broker:
 
     def close(self) -> None:
         try:
+            self.replicas.close()  # the high watermarks' last checkpoint
             self.logs.close()
             self.offsets.close()
             self.transactions.close()

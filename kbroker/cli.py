@@ -275,6 +275,10 @@ DAMAGED_FILE_FIXES = {
         "restore it from a backup, or write its lines again: version=1, cluster.id=<this cluster's id>, "
         "node.id=<this broker's node.id> (moved aside instead, the broker starts as a new cluster)"
     ),
+    "replication-offset-checkpoint": (
+        "move it out of the data directory: each partition's high watermark then starts from its log start offset, "
+        "and its leader moves it to its log end"
+    ),
     "producer-id-block": (
         "restore it from a backup, or write in its place a decimal number above every producer id this broker "
         "handed out (moved aside instead, producer ids are handed out again from 0)"

@@ -9,7 +9,7 @@ level, whether Kafka can change it at run time, and what kbroker does with it:
   not built yet and clients send the key anyway); setting it logs a warning with the reason.
 * REFUSED: setting it is an error naming the reason (and the issue that will implement it).
 
-``when`` narrows WARNED or REFUSED to some values (cleanup.policy with compact, min.insync.replicas above 1).
+``when`` narrows WARNED or REFUSED to some values (log.cleaner.threads above 1, remote.storage.enable=true).
 kbroker/config.py (server.properties), kbroker/topic_config.py (topic overrides) and the DescribeConfigs
 handler all read this table. kbroker/UNSUPPORTED.md lists what is warned or refused and why.
 """
@@ -192,10 +192,6 @@ _LOAD_BUFFER = "not applied: kbroker loads __transaction_state a megabyte of who
 _TRANSACTION_TIMERS = (
     "not applied: kbroker aborts a timed-out transaction and forgets an expired transactional id at its deadline, "
     "not on a periodic scan"
-)
-_MIN_ISR = (
-    "a single broker keeps one replica of each partition, so acks=all could never be acknowledged by more; "
-    "replication across brokers is not built"
 )
 
 CONFIG_DEFS: list[ConfigDef] = [
@@ -424,11 +420,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "1",
         Int(1, INT_MAX),
-        "Replicas that must acknowledge acks=all.",
+        "In-sync replicas (capped by the replica count) without which acks=all is refused NOT_ENOUGH_REPLICAS.",
         BOTH,
-        REFUSED,
-        _MIN_ISR,
-        when=lambda value: value > 1,
         dynamic=True,
     ),
     ConfigDef(
@@ -758,6 +751,15 @@ CONFIG_DEFS: list[ConfigDef] = [
         WARNED,
         _NO_POOLS,
         dynamic=True,
+        described=False,
+    ),
+    ConfigDef(
+        "replica.high.watermark.checkpoint.interval.ms",
+        "LONG",
+        "5000",
+        Int(1, LONG_MAX),
+        "How often the partitions' high watermarks are written to replication-offset-checkpoint.",
+        B,
         described=False,
     ),
     ConfigDef(

@@ -422,6 +422,7 @@ def background_services(broker: Broker) -> list[tuple[str, Service]]:
     return [
         ("retention", RetentionService(broker)),
         ("flush", FlushService(broker)),
+        ("high-watermark-checkpoint", broker.replicas),  # replication-offset-checkpoint (kbroker/replication)
         ("coordinator-timers", broker.coordinator_timers),
         ("offset-expiry", OffsetExpiryService(broker)),
         ("log-cleaner", LogCleanerService(broker)),

@@ -174,7 +174,8 @@ class BrokerProcess(_StartedBroker):
     """``kbroker serve`` as a child process on an ephemeral port (then the same port across restarts).
 
     Its log goes to ``<data_dir>.log`` beside the data directory. ``kill()`` ends it with SIGKILL, as a crash
-    would: no drain, no final flush.
+    would: no drain, no final flush. ``advertised`` (HOST:PORT) is given to clients in place of the listening
+    address, e.g. a proxy in front of the broker (tests/cluster); the broker then listens on the fixed ``port``.
     """
 
     def __init__(
@@ -184,12 +185,17 @@ class BrokerProcess(_StartedBroker):
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "WARNING",
+        advertised: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
         BrokerConfig(self.overrides)  # a bad key fails here, with Kafka's key name, not in the child
+        if advertised is not None and (port == 0 or "listeners" in self.overrides):
+            # The ready file names the advertised address, so where the broker listens must be known beforehand.
+            raise ValueError("an advertised address needs a fixed port and no listeners override")
         self.host = host
         self.port = port
+        self.advertised = advertised
         self.log_level = log_level
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self._ready_file = self.data_dir.with_name(self.data_dir.name + ".ready")
@@ -205,6 +211,8 @@ class BrokerProcess(_StartedBroker):
         command = [sys.executable, "-m", "kbroker", "serve"]
         if "listeners" not in self.overrides:  # else the configured listeners, the main one in the ready file
             command += ["--listen", f"{self.host}:{self.port}"]
+        if self.advertised is not None:
+            command += ["--advertised-listener", self.advertised]
         command += ["--data-dir", str(self.data_dir), "--ready-file", str(self._ready_file)]
         command += ["--log-level", self.log_level]
         for name, value in self.overrides.items():
@@ -220,10 +228,11 @@ class BrokerProcess(_StartedBroker):
                 self.kill()
                 raise RuntimeError(f"kbroker serve did not start within {timeout:g} s:\n{self._log_tail()}")
             time.sleep(0.005)
-        host, _, port = self._ready_file.read_text().strip().rpartition(":")
-        self.port = int(port)
-        if "listeners" in self.overrides:
-            self.host = host
+        if self.advertised is None:  # else the ready file names the advertised address, not the listening one
+            host, _, port = self._ready_file.read_text().strip().rpartition(":")
+            self.port = int(port)
+            if "listeners" in self.overrides:
+                self.host = host
         return self
 
     def _log_tail(self) -> str:

@@ -15,6 +15,7 @@ import trio
 
 from kbroker.config import BrokerConfig
 from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStore
+from kbroker.replication import ReplicaManager
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.transactions.state_log import TRANSACTION_TOPIC, transaction_topic_configs
 from protocol.errors import ErrorCode, KafkaError
@@ -31,8 +32,9 @@ def unknown_topic(name: str) -> KafkaError:
 
 
 class TopicService:
-    def __init__(self, logs: LogManager, offsets: OffsetStore, config: BrokerConfig) -> None:
+    def __init__(self, logs: LogManager, offsets: OffsetStore, config: BrokerConfig, replicas: ReplicaManager) -> None:
         self.logs = logs
+        self.replicas = replicas
         self.offsets = offsets
         self.config = config
         self._in_creation: dict[str, trio.Event] = {}
@@ -58,7 +60,8 @@ class TopicService:
 
         Raises KafkaError KAFKA_STORAGE_ERROR if its files cannot be opened.
         """
-        return self.logs.get_partition(topic, partition)
+        replica = self.replicas.partition(topic, partition)  # the log as the replica layer holds it
+        return None if replica is None else replica.log
 
     def effective_configs(self, info: TopicInfo) -> dict[str, str]:
         return self.logs.effective_configs(info)
@@ -136,5 +139,8 @@ class TopicService:
 
     def delete(self, name: str) -> None:
         """Delete the topic, its files and the offsets committed for it."""
+        info = self.logs.topic(name)
+        if info is not None:
+            self.replicas.stop_topic(name, info.partitions)
         self.logs.delete_topic(name)
         self.offsets.delete_topic(name)

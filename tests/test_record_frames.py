@@ -306,3 +306,28 @@ def test_only_coordinator_records_at_their_versions_are_encoded() -> None:
         encode_coordinator_record(OffsetCommitKey(), OffsetCommitValue(), 5)
     with pytest.raises(EncodeError, match="cannot be written at version -1"):
         encode_coordinator_record(OffsetCommitKey(), OffsetCommitValue())
+
+
+def test_a_tagged_nullable_struct_is_framed_as_kafkas_generated_code_frames_it() -> None:
+    # Inside a tagged field a nullable struct's marker is a varint (0 null, 1 present), not the int8 of a plain
+    # field; and a null whose schema default is not "null" is written, not left out (ConsumerGroupMemberMetadataValue
+    # as Kafka 4.3.1 wrote it for a consumer-protocol member).
+    from protocol.coordinator_records.consumer_group_member_metadata_value import (
+        ConsumerGroupMemberMetadataValue as Member,
+    )
+
+    plain = Member(client_id="c", client_host="h", subscribed_topic_names=[], rebalance_timeout_ms=1)
+    assert plain.classic_member_metadata == Member.ClassicMemberMetadata()  # the schema's default: an empty struct
+    empty_tags = plain.encode(0)
+    assert empty_tags.endswith(b"\x00")  # the default is not written
+    null = Member(
+        client_id="c", client_host="h", subscribed_topic_names=[], rebalance_timeout_ms=1, classic_member_metadata=None
+    )
+    encoded = null.encode(0)
+    assert encoded == empty_tags[:-1] + bytes([1, 0, 1, 0])  # one tagged field: tag 0, size 1, marker 0
+    assert Member.decode(encoded, 0)[0].classic_member_metadata is None
+    classic = Member.ClassicMemberMetadata(session_timeout_ms=45000, supported_protocols=[])
+    present = Member(client_id="c", client_host="h", subscribed_topic_names=[], classic_member_metadata=classic)
+    # One tagged field: tag 0, size 7, marker 1, then the struct: session timeout, an empty array, no tags.
+    assert present.encode(0).endswith(bytes([1, 0, 7, 1]) + struct.pack(">i", 45000) + b"\x01\x00")
+    assert Member.decode(present.encode(0), 0)[0].classic_member_metadata == classic

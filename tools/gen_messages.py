@@ -270,8 +270,12 @@ class Emitter:
 
     # ---- decoding ---------------------------------------------------------------------------------------
 
-    def decode_value(self, f: Field, target: str, version: int, flexible: bool, ind: str) -> list[str]:
-        """Lines that read field ``f`` from buf at pos into ``target`` (not for fixed-width scalars)."""
+    def decode_value(
+        self, f: Field, target: str, version: int, flexible: bool, ind: str, *, tagged: bool = False
+    ) -> list[str]:
+        """Lines that read field ``f`` from buf at pos into ``target`` (not for fixed-width scalars); ``tagged``:
+        the value of a tagged field, where a nullable struct's marker is a varint (0 null, 1 present), as Kafka's
+        generated code reads it, instead of an int8."""
         compact = self.compact(f, flexible, version)
         nullable = in_versions(version, f.nullable)
         t = f.element
@@ -300,6 +304,14 @@ class Emitter:
             return lines
         if f.struct is not None:
             fn = self.struct_decoder(f.struct, version, flexible)
+            if nullable and tagged:
+                return [
+                    f"{ind}marker, pos = _c.read_uvarint(buf, pos)",
+                    f"{ind}if marker == 0:",
+                    f"{ind}    {target} = None",
+                    f"{ind}else:",
+                    f"{ind}    {target}, pos = {fn}(buf, pos)",
+                ]
             if nullable:
                 return [
                     f"{ind}if buf[pos] == 0xFF:",
@@ -364,7 +376,7 @@ class Emitter:
             keyword_ = "if"
             for f in sorted(tagged, key=lambda item: item.tag or 0):
                 body.append(f"        {keyword_} tag == {f.tag}:")
-                body += self.decode_value(f, f"o.{f.attr}", version, flexible, "            ")
+                body += self.decode_value(f, f"o.{f.attr}", version, flexible, "            ", tagged=True)
                 body.append(f"            _c.check_tag_end(pos, end, {f.tag})")
                 keyword_ = "elif"
             body += [
@@ -382,7 +394,9 @@ class Emitter:
 
     # ---- encoding ---------------------------------------------------------------------------------------
 
-    def encode_value(self, f: Field, value: str, version: int, flexible: bool, ind: str, out: str) -> list[str]:
+    def encode_value(
+        self, f: Field, value: str, version: int, flexible: bool, ind: str, out: str, *, tagged: bool = False
+    ) -> list[str]:
         compact = self.compact(f, flexible, version)
         nullable = in_versions(version, f.nullable)
         t = f.element
@@ -416,7 +430,7 @@ class Emitter:
             if nullable:
                 return [
                     f"{ind}if {value} is None:",
-                    f"{ind}    {out}.append(0xFF)",
+                    f"{ind}    {out}.append({'0' if tagged else '0xFF'})",  # a tagged field's marker is a varint
                     f"{ind}else:",
                     f"{ind}    {out}.append(1)",
                     f"{ind}    {fn}({value}, {out})",
@@ -464,7 +478,7 @@ class Emitter:
                     # A tagged field is written only when it differs from its default, as Kafka does.
                     body.append(f"    if o.{f.attr} != {default_expr(f)}:")
                     body.append("        t = bytearray()")
-                    body += self.encode_value(f, f"o.{f.attr}", version, flexible, "        ", "t")
+                    body += self.encode_value(f, f"o.{f.attr}", version, flexible, "        ", "t", tagged=True)
                     body.append(f"        tags.append(({f.tag}, t))")
                 body += [
                     "    if o.unknown_tagged_fields:",

@@ -4,7 +4,8 @@ Handlers see typed services, each a narrow view of one concern, not the whole br
 and changes, kbroker/topics.py), ``groups`` (the group router and through it both group coordinators and
 the committed offsets, kbroker/groups), ``transactions`` (the transaction coordinator, kbroker/transactions),
 ``fetch_sessions``, ``producer_ids``, ``quotas`` (client quotas, kbroker/quotas.py), ``scram_credentials``
-(kbroker/security/scram_credentials.py), ``authorizer`` (None without ``authorizer.class.name``), ``cluster``
+(kbroker/security/scram_credentials.py), ``replicas`` (the replica layer produce and fetch go through,
+kbroker/replication), ``authorizer`` (None without ``authorizer.class.name``), ``cluster``
 (this node's identity and listeners) and ``config``. ``RequestContext.authorize`` is how a handler asks the ACLs.
 kbroker/app.py builds them once (``HandlerServices``) and each connection puts them in every request's context.
 """
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from kbroker.fetch_sessions import FetchSessionCache
     from kbroker.groups.router import GroupRouter
     from kbroker.quotas import ClientQuotas
+    from kbroker.replication import ReplicaManager
     from kbroker.security.acls import AclOperation, Authorizer, ResourceType
     from kbroker.security.scram_credentials import ScramCredentialStore
     from kbroker.topics import TopicService
@@ -75,6 +77,7 @@ class HandlerServices:
     transactions: TransactionCoordinator
     quotas: ClientQuotas
     scram_credentials: ScramCredentialStore
+    replicas: ReplicaManager  # the replica layer: produce and fetch reach the logs through it
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, every request is allowed (as Kafka)
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)  # counters per topic (kbroker/metrics.py)
 
@@ -90,6 +93,7 @@ class HandlerServices:
             transactions=broker.transactions,
             quotas=broker.quotas,
             scram_credentials=broker.scram_credentials,
+            replicas=broker.replicas,
             authorizer=broker.authorizer,
             metrics=broker.metrics,
         )
@@ -146,6 +150,10 @@ class RequestContext:
     @property
     def scram_credentials(self) -> ScramCredentialStore:
         return self.services.scram_credentials
+
+    @property
+    def replicas(self) -> ReplicaManager:
+        return self.services.replicas
 
     @property
     def client_address(self) -> str:

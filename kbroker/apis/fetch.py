@@ -17,6 +17,12 @@ From v9 a partition may carry the fetcher's current_leader_epoch: one below the 
 FENCED_LEADER_EPOCH, one above it UNKNOWN_LEADER_EPOCH, -1 is not checked (partitions a session remembers
 without the request naming them are not checked either).
 
+Partitions are read through the replica layer (kbroker/replication, ``ctx.replicas``): a consumer reads up to
+the high watermark (or last stable offset) of a partition this broker leads, else NOT_LEADER_OR_FOLLOWER; a
+follower (replica_id >= 0, from v15 ReplicaState) reads up to the log end, waits for the log end to move, and
+its fetch offset is recorded as its log end (which moves the high watermark). A replica the partition does not
+have is refused as Kafka refuses it (UNKNOWN_LEADER_EPOCH if it sent an epoch, else NOT_LEADER_OR_FOLLOWER).
+
 Authorization as Kafka's: a consumer needs READ on each topic (else its partitions, the session's included, are
 TOPIC_AUTHORIZATION_FAILED, whether they exist or not); a follower (replica_id >= 0) needs CLUSTER_ACTION on the
 cluster instead, else every partition is TOPIC_AUTHORIZATION_FAILED. Asked once per request, before any waiting;
@@ -32,7 +38,6 @@ from dataclasses import dataclass
 import trio
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.list_offsets import leader_epoch_error
 from kbroker.apis.turns import Turns
 from kbroker.fetch_sessions import (
     FINAL_EPOCH,
@@ -69,6 +74,7 @@ class Wanted:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1  # v9+: the epoch the fetcher knows (-1: not checked)
+    log_start_offset: int = -1  # v5+: a follower's log start offset
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
@@ -102,11 +108,12 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
                 session.epoch = next_epoch(session.epoch)
                 requested = await _session_partitions(ctx, session, uses_ids, requested, turns)
 
-    denied = _denied_topics(ctx, request, requested) if ctx.services.authorizer is not None else None
+    replica_id = request.replica_state.replica_id if ctx.api_version >= 15 else request.replica_id
+    denied = _denied_topics(ctx, replica_id, requested) if ctx.services.authorizer is not None else None
     keys = [(w.name, w.partition) for w in requested if w.name is not None and not (denied and w.name in denied)]
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        answers, total_bytes, has_error = await _read_all(ctx, request, requested, turns, denied)
+        answers, total_bytes, has_error = await _read_all(ctx, request, replica_id, requested, turns, denied)
         if (
             total_bytes >= request.min_bytes
             or has_error
@@ -115,7 +122,13 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
             or not keys
         ):
             break
-        await _wait_for_data(ctx, keys, deadline, turns, read_committed=request.isolation_level == READ_COMMITTED)
+        if replica_id >= 0:  # a follower reads up to the log end
+            readable_end_moved = PartitionEvent.APPENDED
+        elif request.isolation_level == READ_COMMITTED:
+            readable_end_moved = PartitionEvent.STABLE_OFFSET
+        else:
+            readable_end_moved = PartitionEvent.HIGH_WATERMARK
+        await _wait_for_data(ctx, keys, deadline, turns, readable_end_moved)
     if total_bytes:
         _count_bytes_out(ctx, answers)
 
@@ -143,10 +156,9 @@ def _count_bytes_out(ctx: RequestContext, answers: list[tuple[Wanted, PartitionD
             metrics.topic(wanted.name).bytes_out += len(data.records)
 
 
-def _denied_topics(ctx: RequestContext, request: FetchRequest, wanted: list[Wanted]) -> set[str]:
+def _denied_topics(ctx: RequestContext, replica_id: int, wanted: list[Wanted]) -> set[str]:
     """The topics of ``wanted`` this request may not read: READ on the topic for a consumer, CLUSTER_ACTION on the
     cluster for a follower (which then may read every topic)."""
-    replica_id = request.replica_state.replica_id if ctx.api_version >= 15 else request.replica_id
     names = {w.name for w in wanted if w.name is not None}
     if replica_id >= 0:
         return set() if ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else names
@@ -158,12 +170,15 @@ def _session_error(code: ErrorCode) -> FetchResponse:
 
 
 async def _wait_for_data(
-    ctx: RequestContext, keys: list[tuple[str, int]], deadline: float, turns: Turns, *, read_committed: bool
+    ctx: RequestContext,
+    keys: list[tuple[str, int]],
+    deadline: float,
+    turns: Turns,
+    readable_end_moved: PartitionEvent,
 ) -> None:
-    """Until a partition's readable end moves (the high watermark, or the last stable offset for read_committed),
-    the broker starts draining, or the deadline."""
+    """Until a partition's readable end moves (the high watermark, the last stable offset for read_committed, the
+    log end for a follower), the broker starts draining, or the deadline."""
     woken = trio.Event()
-    readable_end_moved = PartitionEvent.STABLE_OFFSET if read_committed else PartitionEvent.HIGH_WATERMARK
 
     def on_change(event: PartitionEvent) -> None:
         if event & readable_end_moved:
@@ -173,11 +188,11 @@ async def _wait_for_data(
     try:
         for topic, index in keys:
             try:
-                plog = ctx.topics.partition(topic, index)
+                partition = ctx.replicas.partition(topic, index)
             except KafkaError:  # answered with its error already
                 continue
-            if plog is not None:
-                unsubscribes.append(plog.subscribe(on_change))
+            if partition is not None:
+                unsubscribes.append(partition.log.subscribe(on_change))
             await turns.step()
         with trio.move_on_at(deadline):
             await woken.wait()
@@ -206,6 +221,7 @@ async def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool,
                     part.fetch_offset,
                     part.partition_max_bytes,
                     part.current_leader_epoch,
+                    part.log_start_offset,
                 )
             )
             await turns.step()
@@ -299,9 +315,16 @@ def _partition_error(index: int, code: ErrorCode) -> PartitionData:
 
 
 async def _read_all(
-    ctx: RequestContext, request: FetchRequest, wanted: list[Wanted], turns: Turns, denied: set[str] | None = None
+    ctx: RequestContext,
+    request: FetchRequest,
+    replica_id: int,
+    wanted: list[Wanted],
+    turns: Turns,
+    denied: set[str] | None = None,
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     read_committed = request.isolation_level == READ_COMMITTED
+    replicas = ctx.replicas
+    fetch_ms = int(time.time() * 1000) if replica_id >= 0 else 0  # when followers' positions were recorded
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     inline_left = INLINE_RECORD_BYTES
     total = 0
@@ -320,22 +343,27 @@ async def _read_all(
             unknown.append((part, _partition_error(part.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
             continue
         try:
-            plog = ctx.topics.partition(part.name, part.partition)
+            partition = replicas.partition(part.name, part.partition)
         except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
             has_error = True
             answers.append((part, _partition_error(part.partition, exc.code)))
             continue
-        if plog is None:
+        if partition is None:
             unknown.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             continue
-        epoch_error = leader_epoch_error(part.current_leader_epoch, plog.leader_epoch)
-        if epoch_error != ErrorCode.NONE:  # checked before the offset, as Kafka's Partition.fetchRecords
+        refusal = partition.fetch_error(replica_id, part.current_leader_epoch)
+        if refusal != ErrorCode.NONE:  # checked before the offset, as Kafka's Partition.fetchRecords
             has_error = True
-            answers.append((part, _partition_error(part.partition, epoch_error)))
+            answers.append((part, _partition_error(part.partition, refusal)))
             continue
+        plog = partition.log
         high_watermark = plog.high_watermark
         stable = plog.last_stable_offset
-        upper = stable if read_committed else high_watermark
+        if replica_id >= 0:
+            log_end = plog.log_end_offset
+            upper = log_end  # a follower reads all the leader has
+        else:
+            upper = stable if read_committed else high_watermark
         data = PartitionData(
             partition_index=part.partition,
             error_code=ErrorCode.NONE,
@@ -371,6 +399,8 @@ async def _read_all(
             data.aborted_transactions = [
                 FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted
             ]
+        if replica_id >= 0:  # its log ends where it asks from: the high watermark may move (told at its next fetch)
+            partition.record_follower_fetch(replica_id, part.fetch_offset, part.log_start_offset, fetch_ms, log_end)
         total += chunk.size
         remaining -= chunk.size
         answers.append((part, data))

@@ -18,8 +18,8 @@ consumer); the partitions of a topic allowed neither are TOPIC_AUTHORIZATION_FAI
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.list_offsets import leader_epoch_error
 from kbroker.apis.turns import Turns
+from kbroker.replication.partition import leader_epoch_error
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest

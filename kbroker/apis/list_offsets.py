@@ -1,5 +1,8 @@
 """ListOffsets (key 2): earliest, latest, max timestamp and offsets by timestamp through the time index.
 
+The partition is read through the replica layer (kbroker/replication) as a consumer reads it: from its leader
+(else NOT_LEADER_OR_FOLLOWER), latest being the high watermark (the last stable offset for read_committed).
+
 Authorization as Kafka's: each topic needs DESCRIBE; the partitions of one that does not are answered
 TOPIC_AUTHORIZATION_FAILED after all the others, whether the topic exists or not.
 """
@@ -22,15 +25,9 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
 READ_COMMITTED = 1
+CONSUMER = -1  # the replica id offsets are read as: from the leader, up to the high watermark
 
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
-
-
-def leader_epoch_error(current_leader_epoch: int, leader_epoch: int) -> ErrorCode:
-    """Kafka's check of a client's view of the partition's leader epoch (-1: the client does not know it)."""
-    if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
-        return ErrorCode.NONE
-    return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
@@ -76,20 +73,21 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                     duplicates.setdefault(topic.name, []).append(response)
                 continue
             try:
-                plog = ctx.topics.partition(topic.name, part.partition_index)
+                partition = ctx.replicas.partition(topic.name, part.partition_index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 response.error_code = exc.code
                 partitions.append(response)
                 continue
-            if plog is None:
+            if partition is None:
                 response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 partitions.append(response)
                 continue
-            epoch_error = leader_epoch_error(part.current_leader_epoch, plog.leader_epoch)
-            if epoch_error != ErrorCode.NONE:
-                response.error_code = epoch_error
+            refusal = partition.fetch_error(CONSUMER, part.current_leader_epoch)  # the epoch, then leadership
+            if refusal != ErrorCode.NONE:
+                response.error_code = refusal
                 partitions.append(response)
                 continue
+            plog = partition.log
             response.leader_epoch = plog.leader_epoch
             timestamp = part.timestamp
             if timestamp == LATEST:

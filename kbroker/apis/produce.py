@@ -1,4 +1,9 @@
-"""Produce (key 0): validate record batches without decoding their records, then append them.
+"""Produce (key 0): validate record batches without decoding their records, then append them as leader.
+
+Appends go through the replica layer (kbroker/replication, ``ctx.replicas``), which applies Kafka's acks:
+acks=all is refused NOT_ENOUGH_REPLICAS while the ISR is smaller than the effective min.insync.replicas, and its
+answer waits until the high watermark passes the batch (at once on a single node), REQUEST_TIMED_OUT after the
+request's timeout.
 
 Batches stay opaque bytes: the header and CRC are checked (kbroker/storage/validation.py), offsets are
 assigned in place by the log, and the bytes go to disk as received. Records are only decoded where a feature needs them.
@@ -23,6 +28,7 @@ import trio
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
+from kbroker.replication.manager import PendingAck
 from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.storage.validation import RecordValidationError, validate_batch
 from protocol.errors import ErrorCode, KafkaError
@@ -105,6 +111,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     by_id = ctx.api_version >= 13
     topics: list[ProduceResponse.TopicProduceResponse] = []
     to_flush = []
+    awaiting: list[PendingAck] = []  # acks=all answers held until the high watermark passes their batch
+    replicas = ctx.replicas
     metrics = ctx.services.metrics
     for topic_data in request.topic_data:
         info = ctx.topics.topic_by_id(topic_data.topic_id) if by_id else ctx.topics.topic(topic_data.name)
@@ -131,13 +139,14 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 results.append(_error(part.index, code))
                 continue
             try:
-                plog = ctx.topics.partition(info.name, part.index)
+                partition = replicas.partition(info.name, part.index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 results.append(_error(part.index, exc.code, exc.message))
                 continue
-            if plog is None:
+            if partition is None:
                 results.append(_error(part.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            plog = partition.log
             records = part.records
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
@@ -159,9 +168,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 log.debug("rejecting produce to %s-%d: %s", info.name, part.index, exc.message)
                 results.append(_error(part.index, exc.code, exc.message))
                 continue
-            result = plog.append(
+            result = partition.append_as_leader(
                 records,
                 header,
+                acks,
                 now_ms=now_ms,
                 timestamp_type_log_append=plog.config.message_timestamp_type == "LogAppendTime",
             )
@@ -175,15 +185,18 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             counters.messages_in += header.records_count
             if plog.needs_flush:
                 to_flush.append((plog, results, len(results)))
-            results.append(
-                PartitionResponse(
-                    index=part.index,
-                    error_code=ErrorCode.NONE,
-                    base_offset=result.base_offset,
-                    log_append_time_ms=result.log_append_time_ms,
-                    log_start_offset=result.log_start_offset,
-                )
+            answer = PartitionResponse(
+                index=part.index,
+                error_code=ErrorCode.NONE,
+                base_offset=result.base_offset,
+                log_append_time_ms=result.log_append_time_ms,
+                log_start_offset=result.log_start_offset,
             )
+            results.append(answer)
+            if acks == -1:
+                required_offset = result.base_offset + header.last_offset_delta + 1
+                if plog.high_watermark < required_offset:  # followers must have it first (never on one node)
+                    awaiting.append((partition, required_offset, answer))
         topics.append(
             ProduceResponse.TopicProduceResponse(
                 name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=results
@@ -199,6 +212,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if not synced:
                 message = f"{plog.topic}-{plog.partition}: the fsync that flush.messages asks for failed"
                 answers[index] = _error(answers[index].index, ErrorCode.KAFKA_STORAGE_ERROR, message)
+    if awaiting:
+        await replicas.await_acks(awaiting, request.timeout_ms)  # REQUEST_TIMED_OUT for those still waiting then
     if acks == 0:
         return None
     return ProduceResponse(responses=topics, throttle_time_ms=0)

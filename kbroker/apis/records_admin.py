@@ -2,7 +2,8 @@
 
 Authorization as Kafka's: DELETE on each topic, else its partitions are TOPIC_AUTHORIZATION_FAILED whether the
 topic exists or not. A topic whose cleanup.policy lacks ``delete`` (compact only) answers POLICY_VIOLATION before
-the offset is looked at, as Kafka's Partition.deleteRecordsOnLeader does.
+the offset is looked at, as Kafka's Partition.deleteRecordsOnLeader does. Only the partition's leader deletes,
+up to its high watermark (the partition as the replica layer holds it, kbroker/replication).
 """
 
 from __future__ import annotations
@@ -33,13 +34,17 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             try:
-                plog = ctx.topics.partition(topic.name, part.partition_index)
+                partition = ctx.replicas.partition(topic.name, part.partition_index)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 result.error_code = exc.code
                 continue
-            if plog is None:
+            if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
+            if not partition.is_leader:  # as Kafka's deleteRecordsOnLeader
+                result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                continue
+            plog = partition.log
             if "delete" not in plog.config.cleanup_policy.split(","):
                 result.error_code = ErrorCode.POLICY_VIOLATION
                 continue

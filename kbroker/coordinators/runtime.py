@@ -5,7 +5,10 @@ A coordinator's state is split into shards, one per partition of its internal to
 change and the response to give; the runtime appends the records as one batch to the shard's partition, replays
 them into the shard (so the state in memory is always the replay of the log, one code path for writes and
 loading), and the response is given once the batch is committed: once the partition's high watermark has passed
-it. On a single node the high watermark follows appends, so that is at once.
+it. Writes go through the replica layer (kbroker/replication: the partition's ``append_as_leader``, its
+``acks_reached`` as an acks=all produce waits) when the runtime is given it; on a single node the high watermark
+follows appends, so a write is committed at once. A write not committed within ``COMMIT_TIMEOUT_SECONDS``
+(Kafka's offsets.commit.timeout.ms default) answers REQUEST_TIMED_OUT.
 
 A failed append changes nothing: the records are replayed only once written. With flush.messages reached
 (log.flush.interval.messages=1) the partition is fsynced before they are replayed, as a produce is before it is
@@ -21,11 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-import trio
-
-from kbroker.storage import PartitionEvent, PartitionLog
+from kbroker.storage import PartitionLog
+from kbroker.storage.segment import wall_clock_ms
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
     BatchHeader,
@@ -37,10 +39,15 @@ from protocol.records import (
     parse_control_record,
 )
 
+if TYPE_CHECKING:
+    from kbroker.replication import Partition, ReplicaManager
+
 # (key, value) of one coordinator record; a None value is a tombstone.
 CoordinatorRecord = tuple[bytes, bytes | None]
 NO_PRODUCER = -1
 _LOAD_READ_BYTES = 1 << 20
+COMMIT_TIMEOUT_SECONDS = 5.0
+ALL_REPLICAS = -1  # coordinator records are written as with acks=all
 
 
 class CoordinatorShard(Protocol):
@@ -69,6 +76,13 @@ class Transaction:
     producer_epoch: int
 
 
+@dataclass(slots=True)
+class _Answer:
+    """Where the replica layer's acks=all wait puts its outcome."""
+
+    error_code: int = ErrorCode.NONE
+
+
 @dataclass(frozen=True, slots=True)
 class Written(Generic[R]):
     """An operation's response, and the offset after its batch (what the high watermark must pass)."""
@@ -81,9 +95,17 @@ class CoordinatorRuntime(Generic[S]):
     """Shards of one coordinator, each keyed by a partition of ``topic``."""
 
     def __init__(
-        self, topic: str, partition_log: Callable[[str, int], PartitionLog | None], new_shard: Callable[[int], S]
+        self,
+        topic: str,
+        partition_log: Callable[[str, int], PartitionLog | None],
+        new_shard: Callable[[int], S],
+        *,
+        replicas: ReplicaManager | None = None,
     ) -> None:
+        """``replicas``: the replica layer the records are written through; without it (unit tests) the logs are
+        written directly, a single node's own replicas."""
         self.topic = topic
+        self._replicas = replicas
         self._partition_log = partition_log
         self._new_shard = new_shard
         self.shards: dict[int, S] = {}
@@ -93,6 +115,9 @@ class CoordinatorRuntime(Generic[S]):
     def load(self, partition: int) -> S:
         """This broker leads ``partition``: a new shard, the replay of the partition from its log start."""
         plog = self._log(partition)
+        replica = self._replica(partition)
+        if replica is not None and not replica.is_leader:
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"this broker does not lead {self.topic}-{partition}")
         shard = self._new_shard(partition)
         offset = plog.log_start_offset
         end = plog.log_end_offset
@@ -152,9 +177,15 @@ class CoordinatorRuntime(Generic[S]):
             is_transactional=transaction is not None,
         )
         # Built here, so not validated again (Kafka's coordinator appends skip the produce validation too).
-        result = plog.append(bytearray(batch), BatchHeader.parse(batch))
+        header = BatchHeader.parse(batch)
+        replica = self._replica(partition)
+        if replica is not None:
+            result = replica.append_as_leader(bytearray(batch), header, ALL_REPLICAS, now_ms=wall_clock_ms())
+        else:
+            result = plog.append(bytearray(batch), header)
         if result.error_code != ErrorCode.NONE:
-            raise KafkaError(result.error_code, result.error_message or f"append to {self.topic}-{partition} failed")
+            code = ErrorCode(result.error_code)
+            raise KafkaError(code, result.error_message or f"append to {self.topic}-{partition} failed: {code.name}")
         self._sync_if_due(plog)
         for i, (key, value) in enumerate(records):
             shard.replay(result.base_offset + i, producer_id, producer_epoch, key, value)
@@ -172,25 +203,26 @@ class CoordinatorRuntime(Generic[S]):
         return result.base_offset + 1
 
     async def committed(self, partition: int, end_offset: int) -> None:
-        """Return once the partition's high watermark reached ``end_offset`` (at once on a single node).
+        """Return once the partition's high watermark reached ``end_offset`` (at once on a single node): through
+        the replica layer, the wait of an acks=all produce.
 
-        KafkaError NOT_COORDINATOR if the shard is unloaded while waiting (this broker stopped leading it)."""
-        plog = self._log(partition)
-        if plog.high_watermark >= end_offset:
+        KafkaError: NOT_COORDINATOR if this broker stopped leading the partition meanwhile, the replica layer's
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas, REQUEST_TIMED_OUT after
+        COMMIT_TIMEOUT_SECONDS."""
+        replica = self._replica(partition)
+        if replica is None:
+            plog = self._log(partition)
+            if plog.high_watermark < end_offset:  # only a replica layer holds the high watermark back
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} has no replica here")
             return
-        reached = trio.Event()
-
-        def on_event(event: PartitionEvent) -> None:
-            if plog.high_watermark >= end_offset or partition not in self.shards:
-                reached.set()
-
-        unsubscribe = plog.subscribe(on_event)
-        try:
-            await reached.wait()
-        finally:
-            unsubscribe()
-        if plog.high_watermark < end_offset:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{partition} changed leader")
+        assert self._replicas is not None
+        answer = _Answer()
+        await self._replicas.await_acks([(replica, end_offset, answer)], int(COMMIT_TIMEOUT_SECONDS * 1000))
+        code = ErrorCode(answer.error_code)
+        if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            code = ErrorCode.NOT_COORDINATOR
+        if code != ErrorCode.NONE:
+            raise KafkaError(code, f"{self.topic}-{partition}: the write was not committed ({code.name})")
 
     async def schedule_write(
         self,
@@ -206,6 +238,9 @@ class CoordinatorRuntime(Generic[S]):
         return written.response
 
     # --- helpers ---------------------------------------------------------------------------------------
+
+    def _replica(self, partition: int) -> Partition | None:
+        return self._replicas.partition(self.topic, partition) if self._replicas is not None else None
 
     def _log(self, partition: int) -> PartitionLog:
         plog = self._partition_log(self.topic, partition)

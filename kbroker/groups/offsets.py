@@ -47,6 +47,7 @@ from protocol.exceptions import DecodeError
 
 if TYPE_CHECKING:
     from kbroker.groups.coordinator import Group
+    from kbroker.replication import ReplicaManager
     from kbroker.storage import LogManager
 
 log = logging.getLogger("kbroker.groups")
@@ -188,14 +189,16 @@ class OffsetStore:
         *,
         partitions: int = DEFAULT_PARTITIONS,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        replicas: ReplicaManager | None = None,
     ) -> None:
         """``partitions``, ``segment_bytes``: offsets.topic.num.partitions and offsets.topic.segment.bytes, used
-        when the topic is created; an existing topic keeps its own."""
+        when the topic is created; an existing topic keeps its own. ``replicas``: the replica layer the records
+        are written through (None: the logs directly)."""
         self.logs = logs
         self.configured_partitions = partitions
         self.segment_bytes = segment_bytes
         self.runtime: CoordinatorRuntime[OffsetsShard] = CoordinatorRuntime(
-            OFFSETS_TOPIC, logs.get_partition, OffsetsShard
+            OFFSETS_TOPIC, logs.get_partition, OffsetsShard, replicas=replicas
         )
         self._owns_logs = False
         self._loaded = False  # the shards: loaded once the topic exists (a single node leads every partition)

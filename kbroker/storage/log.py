@@ -174,6 +174,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     min_cleanable_dirty_ratio: float = 0.5
+    min_insync_replicas: int = 1  # read by the replica layer (acks=all), not by the log
 
     @property
     def compacted(self) -> bool:
@@ -203,6 +204,7 @@ class LogConfig:
             min_compaction_lag_ms=number("min.compaction.lag.ms", base.min_compaction_lag_ms),
             max_compaction_lag_ms=number("max.compaction.lag.ms", base.max_compaction_lag_ms),
             min_cleanable_dirty_ratio=float(configs.get("min.cleanable.dirty.ratio", base.min_cleanable_dirty_ratio)),
+            min_insync_replicas=number("min.insync.replicas", base.min_insync_replicas),
         )
 
     def timestamp_window(self, now_ms: int) -> TimestampWindow | None:
@@ -363,6 +365,7 @@ class PartitionLog:
         recovery_point: int = 0,
         descriptors: DescriptorCache | None = None,
         backend: LogBackend | None = None,
+        high_watermark: int | None = None,
     ) -> None:
         """``clean``: the broker stopped cleanly, every segment and index is trusted. Otherwise the segments from
         the one holding ``recovery_point`` (everything below it was fsynced: the recovery-point-offset-checkpoint)
@@ -370,7 +373,9 @@ class PartitionLog:
         (its bytes kept aside), and a corrupt batch followed by valid ones is kept and reported (Segment._recover).
 
         ``backend``: where the bytes live (kbroker/storage/backend.py); by default files in ``directory``. A log
-        whose backend is not durable starts empty (``directory`` only names it)."""
+        whose backend is not durable starts empty (``directory`` only names it).
+        ``high_watermark``: where the high watermark starts, bounded by the log (the replica layer's
+        replication-offset-checkpoint); None: at the log end, as a log on its own is its whole ISR."""
         self.topic = topic
         self.partition = partition
         self._name = f"{topic}-{partition}"  # as refusals name it (made once, not for every append)
@@ -414,8 +419,8 @@ class PartitionLog:
             # produce took a second and a half doing that); the file is written when another epoch begins.
             self.leader_epochs.assume_first(LEADER_EPOCH, self.log_start_offset)
         self.leader_epoch = max(self.leader_epochs.latest_epoch, LEADER_EPOCH)
-        # After a restart everything on disk counts as replicated (a single node is its whole ISR).
-        self._high_watermark = self.log_end_offset
+        end = self.log_end_offset
+        self._high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
         self._last_stable_offset = self._stable_offset_for(self._high_watermark)
 
     # --- segments -----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,10 +110,13 @@ class LogManager:
         *,
         open_segment_files: int | None = None,
         in_memory: bool = False,
+        high_watermarks: Mapping[tuple[str, int], int] | None = None,
     ) -> None:
         """``open_segment_files``: how many segment files may be open at once (default: half the soft
         open-file limit, see kbroker/storage/descriptors.py). ``in_memory``: every log over the memory backend
-        (kbroker/storage/memory.py) and nothing written to ``data_dir``, which then only names the logs."""
+        (kbroker/storage/memory.py) and nothing written to ``data_dir``, which then only names the logs.
+        ``high_watermarks``: the replica layer's checkpoint (kbroker/replication), where a reopened log's high
+        watermark starts (at its log start if it has no entry, as Kafka's); None: at its log end."""
         self.data_dir = Path(data_dir)
         self.durable = not in_memory
         self.topic_defaults = dict(topic_defaults)
@@ -132,6 +136,9 @@ class LogManager:
         self.descriptors = DescriptorCache(open_segment_files)
         self._opened_this_run: set[tuple[str, int]] = set()  # recovered, if the start was unclean
         self._recovery_points: dict[tuple[str, int], int] = {}
+        self._high_watermarks = high_watermarks
+        # Told of each log opened after start-up, before anyone else sees it (the replica layer takes it).
+        self.opened: Callable[[PartitionLog], object] | None = None
         if not self.durable:
             return
         if (self.data_dir / TOPICS_FILE).exists():
@@ -435,6 +442,7 @@ class LogManager:
                 self._quarantine(directory, reason)
                 self._recovery_points.pop((topic, partition), None)
                 self._write_partition_metadata(info, directory)
+            checkpointed = self._high_watermarks
             plog = PartitionLog(
                 topic,
                 partition,
@@ -444,6 +452,7 @@ class LogManager:
                 health=self.dir_health,
                 recovery_point=self._recovery_points.get((topic, partition), 0),
                 descriptors=self.descriptors,
+                high_watermark=None if checkpointed is None else checkpointed.get((topic, partition), 0),
             )
         except (StorageError, OSError, DecodeError) as exc:
             # Kafka takes such a log offline; here the partition answers KAFKA_STORAGE_ERROR until repaired.
@@ -451,6 +460,8 @@ class LogManager:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} cannot be opened: {exc}") from None
         self._partitions[(topic, partition)] = plog
         self._opened_this_run.add((topic, partition))
+        if self.opened is not None:
+            self.opened(plog)
         return plog
 
     def open_partitions(self) -> list[PartitionLog]:

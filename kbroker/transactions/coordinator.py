@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -79,6 +79,9 @@ from kbroker.transactions.state_log import (
     transaction_topic_configs,
 )
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kbroker.replication import ReplicaManager
 
 log = logging.getLogger("kbroker.transactions")
 
@@ -276,11 +279,13 @@ class TransactionCoordinator:
         state_partitions: int = DEFAULT_PARTITIONS,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         offsets_partitions: int = 50,
+        replicas: ReplicaManager | None = None,
     ) -> None:
         """``logs``: where __transaction_state lives (the broker's log manager; by default one of its own in
         ``data_dir``, closed with the coordinator). ``state_partitions``, ``segment_bytes``:
         transaction.state.log.num.partitions and .segment.bytes, used when the topic is created.
-        ``offsets_partitions``: __consumer_offsets' partition count, to list a transaction's groups as Kafka does."""
+        ``offsets_partitions``: __consumer_offsets' partition count, to list a transaction's groups as Kafka does.
+        ``replicas``: the replica layer the records are written through (None: the logs directly)."""
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
         self._allocate_producer_id = allocate_producer_id
@@ -302,7 +307,10 @@ class TransactionCoordinator:
         self.segment_bytes = segment_bytes
         self.offsets_partitions = offsets_partitions
         self.state_log: CoordinatorRuntime[TransactionStateShard] = CoordinatorRuntime(
-            TRANSACTION_TOPIC, self.logs.get_partition, lambda p: TransactionStateShard(p, self._apply)
+            TRANSACTION_TOPIC,
+            self.logs.get_partition,
+            lambda p: TransactionStateShard(p, self._apply),
+            replicas=replicas,
         )
         self._loaded = False
         if self.logs.topic(TRANSACTION_TOPIC) is not None:

@@ -105,11 +105,11 @@ def _decode_ConsumerGroupMemberMetadataValue_v0(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            if buf[pos] == 0xFF:
+            marker, pos = _c.read_uvarint(buf, pos)
+            if marker == 0:
                 o.classic_member_metadata = None
-                pos += 1
             else:
-                o.classic_member_metadata, pos = _decode_ClassicMemberMetadata_v0(buf, pos + 1)
+                o.classic_member_metadata, pos = _decode_ClassicMemberMetadata_v0(buf, pos)
             _c.check_tag_end(pos, end, 0)
         else:
             if unknown is None:
@@ -154,7 +154,7 @@ def _encode_ConsumerGroupMemberMetadataValue_v0(o, out):
     if o.classic_member_metadata != ClassicMemberMetadata():
         t = bytearray()
         if o.classic_member_metadata is None:
-            t.append(0xFF)
+            t.append(0)
         else:
             t.append(1)
             _encode_ClassicMemberMetadata_v0(o.classic_member_metadata, t)

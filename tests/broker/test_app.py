@@ -16,7 +16,15 @@ from kbroker import app
 from kbroker.config import BrokerConfig
 from kbroker.server.listeners import plaintext_listener
 
-SERVICES = ["retention", "flush", "coordinator-timers", "offset-expiry", "log-cleaner", "server"]
+SERVICES = [
+    "retention",
+    "flush",
+    "high-watermark-checkpoint",
+    "coordinator-timers",
+    "offset-expiry",
+    "log-cleaner",
+    "server",
+]
 
 
 class TaskCounter(trio.abc.Instrument):

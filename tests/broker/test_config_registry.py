@@ -80,9 +80,10 @@ def test_what_is_not_applied_is_warned_or_refused_with_the_issue_that_owns_it() 
         assert REGISTRY["cleanup.policy"].status_of(policy) is Status.IMPLEMENTED
     assert REGISTRY["log.cleaner.threads"].status_of(1) is Status.IMPLEMENTED
     assert REGISTRY["log.cleaner.threads"].status_of(4) is Status.WARNED
-    assert REGISTRY["min.insync.replicas"].status_of(2) is Status.REFUSED
-    assert REGISTRY["min.insync.replicas"].status_of(1) is Status.IMPLEMENTED
-    assert "keeps one replica of each partition" in REGISTRY["min.insync.replicas"].reason
+    assert REGISTRY["min.insync.replicas"].status_of(2) is Status.IMPLEMENTED  # the replica layer applies it
+    assert REGISTRY["remote.storage.enable"].status_of(True) is Status.REFUSED
+    assert REGISTRY["remote.storage.enable"].status_of(False) is Status.IMPLEMENTED
+    assert "Tiered storage" in REGISTRY["remote.storage.enable"].reason
     for name in ("transactional.id.expiration.ms", "transaction.max.timeout.ms"):  # the coordinator applies them
         assert REGISTRY[name].status is Status.IMPLEMENTED
     assert REGISTRY["transaction.state.log.num.partitions"].status is Status.WARNED
@@ -92,33 +93,36 @@ def test_what_is_not_applied_is_warned_or_refused_with_the_issue_that_owns_it() 
 
 
 def test_refused_values_name_their_reason() -> None:
-    problem = validate_topic_configs({"min.insync.replicas": "2"})
-    assert problem is not None and problem.startswith("Invalid value 2 for configuration min.insync.replicas: ")
-    assert "keeps one replica of each partition" in problem
-    assert validate_topic_configs({"min.insync.replicas": "1", "cleanup.policy": "compact"}) is None
+    problem = validate_topic_configs({"remote.storage.enable": "true"})
+    assert problem is not None and problem.startswith("Invalid value true for configuration remote.storage.enable: ")
+    assert "Tiered storage" in problem
+    assert validate_topic_configs({"min.insync.replicas": "2", "cleanup.policy": "compact"}) is None
     assert BrokerConfig({"transaction.max.timeout.ms": "1000"})["transaction.max.timeout.ms"] == 1000
     with pytest.raises(ConfigError, match="num.io.threads: expected an integer"):
         BrokerConfig({"num.io.threads": "many"})  # a warned key is still validated
 
 
 def test_create_topics_refuses_a_refused_value_with_its_reason(broker: RunningBroker) -> None:
-    config = CreateTopicsRequest.CreatableTopicConfig(name="min.insync.replicas", value="2")
-    topic = CreateTopicsRequest.CreatableTopic(name="isr", num_partitions=1, replication_factor=1, configs=[config])
+    config = CreateTopicsRequest.CreatableTopicConfig(name="remote.storage.enable", value="true")
+    topic = CreateTopicsRequest.CreatableTopic(name="tiered", num_partitions=1, replication_factor=1, configs=[config])
     with WireClient(broker.bootstrap) as client:
         answer = client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0]
     assert answer.error_code == ErrorCode.INVALID_CONFIG
-    assert answer.error_message == f"Invalid value 2 for configuration min.insync.replicas: {registry._MIN_ISR}"
-    assert broker.broker is not None and broker.broker.topic("isr") is None
+    reason = REGISTRY["remote.storage.enable"].reason
+    assert answer.error_message == f"Invalid value true for configuration remote.storage.enable: {reason}"
+    assert broker.broker is not None and broker.broker.topic("tiered") is None
 
 
 def test_the_command_line_refuses_a_refused_key_in_one_line(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "kbroker", "serve", "--data-dir", str(tmp_path)]
     result = subprocess.run(
-        [*command, "--override", "min.insync.replicas=2"], capture_output=True, text=True, timeout=30
+        [*command, "--override", "sasl.jaas.config=x required;"], capture_output=True, text=True, timeout=30
     )
     assert result.returncode == 2
-    assert result.stderr.strip() == (
-        f"kbroker: configuration error: min.insync.replicas=2 is not supported: {registry._MIN_ISR}"
+    reason = REGISTRY["sasl.jaas.config"].reason
+    assert (
+        result.stderr.strip()
+        == f"kbroker: configuration error: sasl.jaas.config=x required; is not supported: {reason}"
     )
 
 

@@ -1,0 +1,224 @@
+"""The replicas this broker holds: Kafka's ReplicaManager, between the request handlers and the logs.
+
+It owns a ``Partition`` (kbroker/replication/partition.py) per partition log it was asked for, made on first
+use (logs open lazily) and told its role by the ``LeadershipSource`` (kbroker/replication/registration.py);
+``apply`` takes a new registration (become leader, become follower) and ``stop`` drops a replica. Produce and
+fetch reach the logs through it (``RequestContext.replicas``): appends as leader with Kafka's acks semantics
+(``await_acks`` waits, on the partitions' events, until the high watermark passes each batch, or answers
+REQUEST_TIMED_OUT at the produce timeout), and fetches read up to the high watermark (consumers) or the log end
+(replicas, whose position is recorded).
+
+The high watermarks are checkpointed in ``replication-offset-checkpoint`` (Kafka's file and layout) every
+replica.high.watermark.checkpoint.interval.ms and at shutdown; a log reopened after a restart starts from its
+checkpointed high watermark (bounded by its log), and one the file does not name from its log start, as Kafka's.
+A leader with no other replica then moves it to its log end at once. A damaged file stops start-up with one
+line, where Kafka takes the log directory offline (and a broker whose only directory is offline stops).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from kbroker.replication.partition import Partition
+from kbroker.replication.registration import LeadershipSource, Registration
+from kbroker.storage import LogManager, PartitionEvent, PartitionLog
+from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("kbroker.replication")
+
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
+
+TopicPartition = tuple[str, int]
+
+
+class Answer(Protocol):
+    """Where a waiting partition's outcome goes (a produce response's partition answer)."""
+
+    error_code: int
+
+
+# One acks=all partition still waiting: its replica, the offset its high watermark must reach, its answer.
+PendingAck = tuple[Partition, int, Answer]
+
+
+def read_high_watermarks(data_dir: Path) -> dict[TopicPartition, int]:
+    """The checkpointed high watermarks ({} without the file); DamagedFileError for a damaged one."""
+    return read_offset_checkpoint(data_dir / HIGH_WATERMARK_FILE)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        logs: LogManager,
+        local_broker_id: int,
+        leadership: LeadershipSource,
+        data_dir: Path,
+        *,
+        checkpointed: Mapping[TopicPartition, int] | None = None,
+        checkpoint_interval_ms: int = 5000,
+    ) -> None:
+        self.logs = logs
+        self.local_broker_id = local_broker_id
+        self.leadership = leadership
+        self.checkpoint_path = data_dir / HIGH_WATERMARK_FILE
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        # What the file said at start-up, kept for partitions not opened this run (so rewriting loses none).
+        self._checkpointed = dict(checkpointed or {})
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._leadership_listeners: set[Callable[[], None]] = set()  # acks=all waits, woken by a change of role
+
+    # --- partitions ----------------------------------------------------------------------------------
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """The replica of a partition (its log opened on first use); None if there is no such partition.
+
+        Raises KafkaError KAFKA_STORAGE_ERROR if its files cannot be opened.
+        """
+        partition = self._partitions.get((topic, index))
+        if partition is not None:
+            return partition
+        plog = self.logs.get_partition(topic, index)
+        if plog is None:
+            return None
+        return self._partitions.get((topic, index)) or self.adopt(plog)
+
+    def adopt(self, plog: PartitionLog) -> Partition:
+        """Hold ``plog``'s replica and give it the role its registration says (called as a log is opened)."""
+        key = (plog.topic, plog.partition)
+        partition = self._partitions.get(key)
+        if partition is not None and partition.log is plog:
+            return partition
+        partition = Partition(plog.topic, plog.partition, plog, self.local_broker_id)
+        self._partitions[key] = partition
+        registration = self.leadership.partition(plog.topic, plog.partition)
+        if registration is not None:
+            self._apply(partition, registration)
+        return partition
+
+    def apply(self, topic: str, index: int, registration: Registration) -> None:
+        """A new registration for a partition: become its leader or a follower (Kafka's applyDelta)."""
+        partition = self.partition(topic, index)
+        if partition is not None:
+            self._apply(partition, registration)
+            self._leadership_changed()
+
+    def _apply(self, partition: Partition, registration: Registration) -> None:
+        if registration.leader == self.local_broker_id:
+            partition.make_leader(registration, _now_ms())
+        else:
+            partition.make_follower(registration)
+
+    def stop(self, topic: str, index: int) -> None:
+        """Stop being a replica of the partition (deleted, or moved away); its log is left to the log store."""
+        stopped = self._partitions.pop((topic, index), None)
+        if stopped is not None:
+            stopped.stop()
+            self._leadership_changed()
+        self._checkpointed.pop((topic, index), None)
+
+    def stop_topic(self, topic: str, partitions: int) -> None:
+        for index in range(partitions):
+            self.stop(topic, index)
+
+    def _leadership_changed(self) -> None:
+        for wake in list(self._leadership_listeners):
+            wake()
+
+    # --- acks=all ------------------------------------------------------------------------------------
+
+    async def await_acks(self, pending: list[PendingAck], timeout_ms: int) -> None:
+        """Wait until each partition's high watermark reaches its offset (its answer's error code becomes NONE,
+        or NOT_ENOUGH_REPLICAS_AFTER_APPEND / NOT_LEADER_OR_FOLLOWER as Kafka's DelayedProduce decides), or the
+        timeout: the answers still waiting get REQUEST_TIMED_OUT."""
+        moved = trio.Event()
+
+        def wake() -> None:
+            moved.set()
+
+        def on_change(event: PartitionEvent) -> None:
+            if event & PartitionEvent.HIGH_WATERMARK:
+                moved.set()
+
+        unsubscribes = [partition.log.subscribe(on_change) for partition, _, _ in pending]
+        self._leadership_listeners.add(wake)
+        try:
+            with trio.move_on_after(max(timeout_ms, 0) / 1000):
+                while True:
+                    pending = self._settle(pending)
+                    if not pending:
+                        return
+                    await moved.wait()
+                    moved = trio.Event()
+        finally:
+            self._leadership_listeners.discard(wake)
+            for unsubscribe in unsubscribes:
+                unsubscribe()
+        for _, _, answer in pending:
+            answer.error_code = ErrorCode.REQUEST_TIMED_OUT
+
+    @staticmethod
+    def _settle(pending: list[PendingAck]) -> list[PendingAck]:
+        waiting = []
+        for item in pending:
+            partition, required_offset, answer = item
+            reached = partition.acks_reached(required_offset)
+            if reached is None:
+                waiting.append(item)
+            else:
+                answer.error_code = reached
+        return waiting
+
+    # --- the high-watermark checkpoint ---------------------------------------------------------------
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """What the checkpoint holds: each replica's high watermark, and the start-up entries of partitions not
+        opened since (while their topic exists)."""
+        entries = {}
+        for (topic, index), offset in self._checkpointed.items():
+            info = self.logs.topic(topic)
+            if info is not None and index < info.partitions:
+                entries[(topic, index)] = offset
+        for key, partition in self._partitions.items():
+            entries[key] = partition.log.high_watermark
+        return entries
+
+    def checkpoint(self, entries: Mapping[TopicPartition, int] | None = None) -> None:
+        """Write replication-offset-checkpoint (atomically; may run in a worker thread given ``entries``)."""
+        write_offset_checkpoint(self.checkpoint_path, self.high_watermarks() if entries is None else entries)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Checkpoint the high watermarks every replica.high.watermark.checkpoint.interval.ms; a write that fails
+        is logged (once until one succeeds again) and tried at the next interval."""
+        task_status.started()
+        failing = False
+        while True:
+            await trio.sleep(self.checkpoint_interval_ms / 1000)
+            entries = self.high_watermarks()  # read on the event loop, written in a worker thread
+            try:
+                await trio.to_thread.run_sync(self.checkpoint, entries)
+            except OSError as exc:
+                if not failing:
+                    log.error("cannot write %s, tried again later: %s", self.checkpoint_path, exc)
+                failing = True
+                continue
+            if failing:
+                log.warning("writing %s works again", self.checkpoint_path)
+            failing = False
+
+    def close(self) -> None:
+        """Checkpoint the high watermarks one last time (before the logs close, as Kafka's shutdown does)."""
+        try:
+            self.checkpoint()
+        except OSError as exc:  # the previous checkpoint stays: high watermarks restart lower, nothing is lost
+            log.error("cannot write %s: %s", self.checkpoint_path, exc)
