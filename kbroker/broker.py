@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.coordinators.migration import migrate_offsets_journal, migrate_transactions_journal
 from kbroker.durable.files import (
     DamagedFileError,
     lock_data_dir,
@@ -29,7 +30,7 @@ from kbroker.durable.files import (
 )
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
 from kbroker.metadata.image import ConfigResourceType
 from kbroker.metadata.log import MetadataLog
@@ -118,12 +119,20 @@ class Broker:
                 checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
             )
             self.logs.opened = self.replicas.adopt  # a log opened by anyone is a replica at once
-            # With log.flush.interval.messages=1 a commit is fsynced before it is acknowledged, as a produce is.
+            # Committed offsets: the shards of __consumer_offsets (kbroker/groups/offsets.py), loaded here.
             self.offsets = OffsetStore(
-                data_dir,
-                sync_commits=config["log.flush.interval.messages"] == 1,
-                health=self.logs.dir_health if self.logs.durable else None,  # the journal's directory
+                self.logs,
+                partitions=config["offsets.topic.num.partitions"],
+                segment_bytes=config["offsets.topic.segment.bytes"],
+                replicas=self.replicas,
             )
+            self.topics = TopicService(
+                self.logs, self.offsets, config, self.controller, self.metadata, self.node_id, self.replicas
+            )
+            # An internal topic a coordinator needs at once is created through the controller, as any other.
+            self.offsets.create_topic = self.topics.create_now
+            if self.logs.durable:  # the offsets journal of an older kbroker, once
+                migrate_offsets_journal(data_dir, self.offsets)
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
             self.quotas = ClientQuotas(
                 data_dir, window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
@@ -146,13 +155,10 @@ class Broker:
             self._close_metadata_log()
             self._data_dir_lock.release()
             raise
-        self.topics = TopicService(
-            self.logs, self.offsets, config, self.controller, self.metadata, self.node_id, self.replicas
-        )
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
-        # One timer service for every coordinator (kbroker.groups.runtime); each registers with it.
-        self.coordinator_runtime = CoordinatorRuntime()
+        # One timer service for every coordinator (kbroker.groups.timers); each registers with it.
+        self.coordinator_timers = CoordinatorTimers()
         try:
             self.transactions = TransactionCoordinator(
                 data_dir,
@@ -161,9 +167,16 @@ class Broker:
                 offsets=self.offsets,
                 max_timeout_ms=config["transaction.max.timeout.ms"],
                 id_expiration_ms=config["transactional.id.expiration.ms"],
-                sync=config["log.flush.interval.messages"] == 1,
-                runtime=self.coordinator_runtime,
+                runtime=self.coordinator_timers,
+                logs=self.logs,
+                state_partitions=config["transaction.state.log.num.partitions"],
+                segment_bytes=config["transaction.state.log.segment.bytes"],
+                offsets_partitions=config["offsets.topic.num.partitions"],
+                replicas=self.replicas,
             )
+            self.transactions.create_topic = self.topics.create_now
+            if self.logs.durable:  # the transactions journal of an older kbroker, once
+                migrate_transactions_journal(data_dir, self.transactions)
             # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
             self.transactions.recover(reconcile_markers=not self.logs.clean_start)
         except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked
@@ -178,23 +191,27 @@ class Broker:
         self._drain_listeners: set[Callable[[], None]] = set()
 
     # --- group coordinators: made by the first request (or check) that needs one --------------------------
-    # Their state is in memory only (committed offsets are in ``offsets``), so nothing is lost by making them
-    # late, and ``kbroker serve`` answers its first requests without importing them (about 10 ms). The group
-    # handlers import their modules (kbroker.server.connection.load_handlers does so soon after start-up).
+    # What they keep is in ``offsets`` (committed offsets, classic groups' GroupMetadata, restored when the classic
+    # coordinator is made), so nothing is lost by making them late, and ``kbroker serve`` answers its first
+    # requests without importing them (about 10 ms). The group handlers import their modules
+    # (kbroker.server.connection.load_handlers does so soon after start-up).
 
     @cached_property
     def groups(self) -> GroupCoordinator:
         """The classic group coordinator (JoinGroup, SyncGroup, Heartbeat...)."""
         from kbroker.groups.coordinator import GroupCoordinator
 
-        return GroupCoordinator(
+        coordinator = GroupCoordinator(
             min_session_timeout_ms=self.config["group.min.session.timeout.ms"],
             max_session_timeout_ms=self.config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=self.config["group.initial.rebalance.delay.ms"],
             max_size=self.config["group.max.size"],
-            runtime=self.coordinator_runtime,
+            runtime=self.coordinator_timers,
             started_ms=self.started_ms,
+            store=self.offsets,  # each generation is written to __consumer_offsets, as Kafka's GroupMetadata
         )
+        coordinator.restore(self.offsets.stored_groups())  # the groups as a restart finds them
+        return coordinator
 
     @cached_property
     def consumer_groups(self) -> ConsumerGroupCoordinator:
@@ -209,7 +226,7 @@ class Broker:
             max_size=self.config["group.consumer.max.size"],
             assignors=self.config["group.consumer.assignors"].split(","),
             classic=self.groups,
-            runtime=self.coordinator_runtime,
+            runtime=self.coordinator_timers,
         )
 
     @cached_property
@@ -316,7 +333,7 @@ class Broker:
 
     def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
         expired = 0
-        for group_id in list(self.offsets.offsets):
+        for group_id in self.offsets.groups():
             if self.group_router.has_members(group_id):
                 continue
             base_ms = self.groups.offset_expiry_base_ms(group_id)

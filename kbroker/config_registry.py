@@ -193,10 +193,7 @@ _DECOMPRESSED_RECORD = (
     "not applied: kbroker bounds a batch's decompressed size, not each record's (Kafka 4.4 refuses a larger record "
     "with INVALID_RECORD)"
 )
-_TRANSACTION_JOURNAL = (
-    "no meaning for kbroker: transaction state is kept in kbroker's own journal "
-    "(__transaction_state/transactions.journal), not a partitioned topic"
-)
+_LOAD_BUFFER = "not applied: kbroker loads __transaction_state a megabyte of whole batches at a time"
 _TRANSACTION_TIMERS = (
     "not applied: kbroker aborts a timed-out transaction and forgets an expired transactional id at its deadline, "
     "not on a periodic scan"
@@ -469,10 +466,16 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "50",
         Int(1, 1000),
-        "Partitions of the committed-offsets log.",
+        "Partitions of __consumer_offsets, set when the broker creates it (on the first FindCoordinator).",
         B,
-        WARNED,
-        "no meaning for kbroker: committed offsets are kept in kbroker's own journal, not a partitioned topic",
+    ),
+    ConfigDef(
+        "offsets.topic.segment.bytes",
+        "INT",
+        "104857600",
+        Int(1, INT_MAX),
+        "segment.bytes of __consumer_offsets, set when the broker creates it.",
+        B,
     ),
     ConfigDef(
         "group.initial.rebalance.delay.ms",
@@ -574,10 +577,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "50",
         Int(1, INT_MAX),
-        "Partitions of the transaction state log.",
+        "Partitions of the transaction state log (__transaction_state), set when the broker creates it.",
         B,
-        WARNED,
-        _TRANSACTION_JOURNAL,
         described=False,
     ),
     ConfigDef(
@@ -585,10 +586,8 @@ CONFIG_DEFS: list[ConfigDef] = [
         "INT",
         "104857600",
         Int(1, INT_MAX),
-        "Segment size of the transaction state log.",
+        "Segment size of the transaction state log (__transaction_state), set when the broker creates it.",
         B,
-        WARNED,
-        _TRANSACTION_JOURNAL,
         described=False,
     ),
     ConfigDef(
@@ -599,7 +598,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "Read buffer for loading the transaction state log.",
         B,
         WARNED,
-        _TRANSACTION_JOURNAL,
+        _LOAD_BUFFER,
         described=False,
     ),
     ConfigDef(

@@ -1,8 +1,8 @@
 """The broker's background services: each is an object with ``async def run(*, task_status)`` that reports
 ``started`` once running and runs until cancelled. kbroker/app.py builds them and starts them in one place.
 
-The group coordinators' timers are one service of the same shape: the CoordinatorRuntime
-(kbroker.groups.runtime) the coordinators register with, which ticks each at its next deadline.
+The group coordinators' timers are one service of the same shape: the CoordinatorTimers
+(kbroker.groups.timers) the coordinators register with, which ticks each at its next deadline.
 
 Nothing a tick meets ends a service, let alone the broker: a full disk, a process out of descriptors or a bug
 fails that tick, which TickFailures logs once per kind of failure, and the next tick tries again. What a failed
@@ -423,7 +423,7 @@ def background_services(broker: Broker) -> list[tuple[str, Service]]:
         ("retention", RetentionService(broker)),
         ("flush", FlushService(broker)),
         ("high-watermark-checkpoint", broker.replicas),  # replication-offset-checkpoint (kbroker/replication)
-        ("coordinator-runtime", broker.coordinator_runtime),
+        ("coordinator-timers", broker.coordinator_timers),
         ("offset-expiry", OffsetExpiryService(broker)),
         ("log-cleaner", LogCleanerService(broker)),
     ]

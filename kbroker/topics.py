@@ -17,14 +17,19 @@ import trio
 
 from kbroker.config import BrokerConfig
 from kbroker.durable.files import StorageError
-from kbroker.groups.offsets import OffsetStore
+from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStore
 from kbroker.metadata.controller import Controller, MetadataCache
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage, PartitionRegistration
 from kbroker.replication import ReplicaManager
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
+from kbroker.transactions.state_log import TRANSACTION_TOPIC, transaction_topic_configs
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker")
+
+
+# Kafka's internal topics: Metadata marks them is_internal.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
 
 
 def unknown_topic(name: str) -> KafkaError:
@@ -167,6 +172,26 @@ class TopicService:
             created.set()
         return self._published(name)
 
+    def create_now(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        """Create an internal topic a coordinator needs at once, committed and its files made before this returns
+        (Controller.create_topic_now: start-up migration, a commit before any FindCoordinator).
+
+        Raises KafkaError as the controller refuses it (or cannot commit here and now)."""
+        if name in self._in_creation:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        self.controller.create_topic_now(
+            name, partitions=partitions, replication_factor=self.config["default.replication.factor"], configs=configs
+        )
+        for info, new in self._to_build.pop(name, []):
+            logs: list[PartitionLog] = []
+            try:
+                logs = self.logs.build_partitions(info, new.start, new.stop)
+            except (OSError, StorageError) as exc:  # made, or reported, when first used (as ``create``)
+                log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
+            finally:
+                self.logs.finish_building(info, new, logs)
+        return self._published(name)
+
     async def check_create(
         self, name: str, partitions: int, replication_factor: int, assignments: list[list[int]] | None
     ) -> None:
@@ -208,12 +233,23 @@ class TopicService:
             await pending.wait()
         info = self.logs.topic(name)
         if info is None:
+            partitions, configs = self._auto_created_shape(name)
             try:
-                info = await self.create(name, self.config["num.partitions"], {})
+                info = await self.create(name, partitions, configs)
             except KafkaError:  # created meanwhile (or not a valid name)
                 return self.logs.topic(name)
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         return info
+
+    def _auto_created_shape(self, name: str) -> tuple[int, dict[str, str]]:
+        """Partitions and configs of an auto-created topic: the broker defaults, or an internal topic's own (as
+        Kafka's auto-creation makes the internal topics as their coordinators would)."""
+        if name == OFFSETS_TOPIC:
+            return self.offsets.configured_partitions, self.offsets.topic_configs()
+        if name == TRANSACTION_TOPIC:
+            segment_bytes = self.config["transaction.state.log.segment.bytes"]
+            return self.config["transaction.state.log.num.partitions"], transaction_topic_configs(segment_bytes)
+        return self.config["num.partitions"], {}
 
     async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         """Replace the topic's config overrides; they apply to its open partitions at once."""

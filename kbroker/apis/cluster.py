@@ -13,6 +13,7 @@ import uuid
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from kbroker.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_cluster_response import DescribeClusterResponse
@@ -122,7 +123,7 @@ async def handle_describe_topic_partitions(
                 error_code=ErrorCode.NONE,
                 name=name,
                 topic_id=info.topic_id,
-                is_internal=False,
+                is_internal=name in INTERNAL_TOPICS,
                 partitions=partitions,
                 topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, name),
             )

@@ -87,8 +87,9 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     topics = unreadable + topics
     if commits:
         try:
-            ctx.groups.offsets.commit(request.group_id, commits)
-        except OffsetStoreError:  # logged by the store; nothing was committed
+            end_offset = ctx.groups.offsets.commit(request.group_id, commits)
+            await ctx.groups.offsets.committed(request.group_id, end_offset)  # answered once committed
+        except (OffsetStoreError, KafkaError):  # logged by the store; nothing was committed
             # Kafka's coordinator answers a failed append to __consumer_offsets (KAFKA_STORAGE_ERROR) so: the
             # client finds the coordinator again and retries.
             for topic_response in topics:

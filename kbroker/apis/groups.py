@@ -13,11 +13,16 @@ has: like Kafka's, its answers for a missing group, a group with members or a re
 
 from __future__ import annotations
 
+import logging
+
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
+from kbroker.durable.files import StorageError
 from kbroker.groups.coordinator import GroupState
+from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError
 from kbroker.groups.router import GroupKind
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.delete_groups_response import DeleteGroupsResponse
@@ -35,6 +40,8 @@ from protocol.messages.list_groups_request import ListGroupsRequest
 from protocol.messages.list_groups_response import ListGroupsResponse
 from protocol.messages.sync_group_request import SyncGroupRequest
 from protocol.messages.sync_group_response import SyncGroupResponse
+
+log = logging.getLogger("kbroker.groups")
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
@@ -57,15 +64,76 @@ def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[E
     return None
 
 
+async def _offsets_topic_ready(ctx: RequestContext) -> bool:
+    """Create __consumer_offsets if it does not exist (its files in a worker thread), as Kafka does on the first
+    FindCoordinator for a group; False while that fails or another request is creating it (the client retries)."""
+    offsets = ctx.groups.offsets
+    if ctx.topics.topic(OFFSETS_TOPIC) is None:
+        try:
+            await ctx.topics.create(OFFSETS_TOPIC, offsets.configured_partitions, offsets.topic_configs())
+        except KafkaError:  # being created by another request
+            return False
+        except (OSError, StorageError) as exc:
+            log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+            return False
+    try:
+        offsets.ensure_topic()  # its shards loaded
+    except OffsetStoreError:
+        return False
+    return True
+
+
+async def _transaction_topic_ready(ctx: RequestContext) -> bool:
+    """As ``_offsets_topic_ready``, for __transaction_state and the first FindCoordinator for a transactional id."""
+    coordinator = ctx.transactions
+    if ctx.topics.topic(TRANSACTION_TOPIC) is None:
+        try:
+            await ctx.topics.create(TRANSACTION_TOPIC, coordinator.configured_partitions, coordinator.topic_configs())
+        except KafkaError:  # being created by another request
+            return False
+        except (OSError, StorageError) as exc:
+            log.error("cannot create %s: %s", TRANSACTION_TOPIC, exc)
+            return False
+    try:
+        coordinator.ensure_topic()
+    except (OSError, StorageError, KafkaError):
+        return False
+    return True
+
+
+def _coordinator_code(ctx: RequestContext, key_type: int, key: str, topic_ready: bool) -> ErrorCode:
+    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition, or of its
+    transactional id's __transaction_state partition (``topic_ready``: that topic exists and is loaded)."""
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        return ErrorCode.INVALID_REQUEST
+    if key_type == GROUP_KEY:
+        offsets = ctx.groups.offsets
+        if not topic_ready or offsets.partition_for(key) not in offsets.runtime.shards:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # Kafka's answer while the topic or its leader is missing
+    if key_type == TRANSACTION_KEY:
+        coordinator = ctx.transactions
+        if not topic_ready or coordinator.partition_for(key) not in coordinator.state_log.shards:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.NONE
+
+
+def _coordinator_message(code: ErrorCode, key_type: int) -> str | None:
+    if code == ErrorCode.NONE:
+        return None
+    if code == ErrorCode.INVALID_REQUEST:
+        return f"unknown key type {key_type}"
+    return "The coordinator is not available."
+
+
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    """A single node coordinates every group (and, once transactions exist, every transactional id)."""
+    """The coordinator of a group is the leader of its __consumer_offsets partition: this node."""
     advertised = ctx.advertised
     node, host, port = ctx.cluster.node_id, advertised.host, advertised.port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
-    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        code = ErrorCode.INVALID_REQUEST
+    if key_type == GROUP_KEY:
+        topic_ready = await _offsets_topic_ready(ctx)
     else:
-        code = ErrorCode.NONE
+        topic_ready = key_type != TRANSACTION_KEY or await _transaction_topic_ready(ctx)
     if ctx.api_version >= 4:  # batched (KIP-699)
         coordinators = []
         for key in request.coordinator_keys:
@@ -77,6 +145,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     )
                 )
                 continue
+            code = _coordinator_code(ctx, key_type, key, topic_ready)
             coordinators.append(
                 FindCoordinatorResponse.Coordinator(
                     key=key,
@@ -84,18 +153,19 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     host=host if code == ErrorCode.NONE else "",
                     port=port if code == ErrorCode.NONE else -1,
                     error_code=code,
-                    error_message=None if code == ErrorCode.NONE else f"unknown key type {key_type}",
+                    error_message=_coordinator_message(code, key_type),
                 )
             )
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
     denial = _coordinator_denial(ctx, key_type, request.key)
     if denial is not None:
         raise KafkaError(*denial)
+    code = _coordinator_code(ctx, key_type, request.key, topic_ready)
     if code != ErrorCode.NONE:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=code,
-            error_message=f"unknown key type {key_type}",
+            error_message=_coordinator_message(code, key_type),
             node_id=-1,
             host="",
             port=-1,

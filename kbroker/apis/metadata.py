@@ -13,6 +13,7 @@ from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import TopicInfo, validate_topic_name
+from kbroker.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
@@ -62,7 +63,7 @@ def topic_metadata(
         error_code=ErrorCode.NONE,
         name=info.name,
         topic_id=info.topic_id,
-        is_internal=False,
+        is_internal=info.name in INTERNAL_TOPICS,
         partitions=partitions,
         topic_authorized_operations=topic_operations(ctx, info.name, with_operations),
     )

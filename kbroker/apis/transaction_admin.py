@@ -17,11 +17,11 @@ is TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a described transaction shows only the
 from __future__ import annotations
 
 import re
-import struct
 import time
 from collections import defaultdict
 
 from kbroker.apis.context import RequestContext
+from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.transactions.coordinator import TransactionMetadata, TxnState
 from protocol.errors import ErrorCode
@@ -31,19 +31,6 @@ from protocol.messages.list_transactions_request import ListTransactionsRequest
 from protocol.messages.list_transactions_response import ListTransactionsResponse
 
 STATE_NAMES = {state.value: state for state in TxnState}
-OFFSETS_TOPIC = "__consumer_offsets"
-
-
-def offsets_partition(group_id: str, partitions: int) -> int:
-    """The __consumer_offsets partition of a group, as Kafka computes it: Java's String.hashCode, made
-    non-negative by masking the sign bit (Utils.abs), modulo the partition count."""
-    units = group_id.encode("utf-16-be")  # Java hashes a string's UTF-16 code units
-    code = 0
-    for (unit,) in struct.iter_unpack(">H", units):
-        code = (31 * code + unit) & 0xFFFFFFFF
-    return (code & 0x7FFFFFFF) % partitions
-
-
 NO_DURATION_FILTER = -1
 
 

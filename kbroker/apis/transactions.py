@@ -279,8 +279,11 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
         topics.append(TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=topic.name, partitions=partitions))
     if commits:
         try:
-            ctx.groups.offsets.commit_pending(request.group_id, request.producer_id, commits)
-        except OffsetStoreError:  # logged by the store; nothing recorded (as OffsetCommit answers a failed write)
+            end_offset = ctx.groups.offsets.commit_pending(
+                request.group_id, request.producer_id, commits, request.producer_epoch
+            )
+            await ctx.groups.offsets.committed(request.group_id, end_offset)
+        except (OffsetStoreError, KafkaError):  # logged; nothing recorded (as OffsetCommit answers a failed write)
             for topic_response in topics:
                 for partition in topic_response.partitions:
                     if partition.error_code == ErrorCode.NONE:

@@ -7,8 +7,9 @@ coordinator epoch DescribeProducers reports. As Kafka, each partition's marker i
 would be: a marker from an older producer epoch is INVALID_PRODUCER_EPOCH (with transaction version 2, v2's field,
 one not newer than the producer's), from an older coordinator epoch TRANSACTION_COORDINATOR_FENCED, and a marker
 for a producer with no open transaction is written all the same; an unknown partition is
-UNKNOWN_TOPIC_OR_PARTITION. The answer has one entry per producer id, as Kafka's (markers of the same producer are
-merged).
+UNKNOWN_TOPIC_OR_PARTITION. A marker for a ``__consumer_offsets`` partition goes through the group coordinator's
+shard of it, which applies or drops the transaction's pending offsets there. The answer has one entry per
+producer id, as Kafka's (markers of the same producer are merged).
 
 Authorization as Kafka's: ALTER on the cluster, or else CLUSTER_ACTION on it; otherwise every partition is
 CLUSTER_AUTHORIZATION_FAILED and nothing is written.
@@ -17,6 +18,8 @@ CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.coordinators.runtime import Transaction
+from kbroker.groups.offsets import OFFSETS_TOPIC
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
@@ -40,6 +43,18 @@ def _may_write_markers(ctx: RequestContext) -> bool:
 def _write_marker(
     ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int
 ) -> ErrorCode:
+    if topic == OFFSETS_TOPIC and ctx.topics.topic(topic) is not None:
+        # Through the group coordinator's shard, as Kafka's onTransactionCompleted: its pending offsets apply.
+        try:
+            ctx.groups.offsets.runtime.end_transaction(
+                index,
+                Transaction(marker.producer_id, marker.producer_epoch),
+                marker.transaction_result,
+                marker.coordinator_epoch,
+            )
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
     try:
         plog = ctx.topics.partition(topic, index)
     except KafkaError as exc:  # its files cannot be opened

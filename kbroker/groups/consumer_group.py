@@ -20,7 +20,7 @@ stays at its epoch until a heartbeat no longer lists them among its owned partit
 should gain are handed over only once no other member owns them (their *partition epoch* is free).
 Members that stop heartbeating are removed after the session timeout; members that do not revoke
 within their rebalance timeout are removed too. Those timers fire in ``tick``, called at ``next_deadline`` by
-the CoordinatorRuntime (kbroker.groups.runtime) the coordinator registers with.
+the CoordinatorTimers (kbroker.groups.timers) the coordinator registers with.
 
 Group ids are shared with classic groups: an id held by a classic group with members is not taken over, an
 empty classic group gives its id up. The coordinator asks through a one-method interface (OtherGroupKinds),
@@ -32,8 +32,9 @@ sent it may DESCRIBE (Kafka 4.3 never assigns a regex member a topic it could no
 The group state is derived, as in Kafka: Empty (no members), Assigning (group epoch ahead of the
 assignment epoch), Reconciling (some member not at the target), Stable.
 
-Kafka keeps all of this in ``__consumer_offsets``; here it lives in memory (committed offsets are
-durable, membership is not: after a broker restart members rejoin).
+Kafka keeps all of this in ``__consumer_offsets`` (ConsumerGroup* records); here it lives in memory (committed
+offsets are in ``__consumer_offsets``, as a classic group's membership is, but a consumer group's membership is not
+written: after a broker restart its members rejoin).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Protocol
 import trio
 
 from kbroker.groups.assignors import ASSIGNORS, Assignor, MemberSpec, TopicAssignment, TopicMetadata
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.groups.timers import CoordinatorTimers
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.groups")
@@ -217,7 +218,7 @@ class ConsumerGroupCoordinator:
         assignors: Iterable[str],
         classic: OtherGroupKinds | None = None,
         clock: Callable[[], float] = trio.current_time,
-        runtime: CoordinatorRuntime | None = None,
+        runtime: CoordinatorTimers | None = None,
     ) -> None:
         self.groups: dict[str, ConsumerGroup] = {}
         self._topics = topics
@@ -230,7 +231,7 @@ class ConsumerGroupCoordinator:
         self.clock = clock
         self._regex_cache: dict[str, re.Pattern[str]] = {}
         # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
-        self.runtime = runtime if runtime is not None else CoordinatorRuntime()
+        self.runtime = runtime if runtime is not None else CoordinatorTimers()
         self.runtime.register(self)
 
     # --- the heartbeat --------------------------------------------------------------------------------

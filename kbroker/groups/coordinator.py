@@ -17,9 +17,13 @@ heartbeating are removed after their session timeout, members that never send Sy
 rebalance timeout. Assignors run in the clients, so eager and cooperative rebalancing both work unchanged.
 
 Time comes from an injectable ``clock`` (seconds, monotonic); ``tick`` fires every timer that is due and
-``next_deadline`` says when the next one is. The coordinator registers with a CoordinatorRuntime
-(kbroker.groups.runtime), which calls ``tick`` at those deadlines; setting a timer wakes the runtime if it would
+``next_deadline`` says when the next one is. The coordinator registers with a CoordinatorTimers
+(kbroker.groups.timers), which calls ``tick`` at those deadlines; setting a timer wakes the runtime if it would
 sleep past it. Waiting requests park on trio events.
+
+Each generation is written to ``store`` (Kafka's GroupMetadata record in __consumer_offsets) when a rebalance
+completes (the leader's SyncGroup) or leaves the group Empty, and a deleted group's tombstone; after a restart
+``restore`` brings the groups back Stable or Empty, as Kafka's coordinator loads them.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 import trio
 
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.durable.files import StorageError
+from kbroker.groups.timers import CoordinatorTimers
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kbroker.groups")
@@ -195,6 +201,18 @@ def parse_subscription(metadata: bytes) -> set[str] | None:
         return None
 
 
+class GroupStore(Protocol):
+    """Where a classic group's membership is kept (kbroker/groups/offsets.py: Kafka's GroupMetadata records)."""
+
+    def store_group(self, group: Group) -> None:
+        """Write the group's generation: its members and their assignments (raises StorageError on failure)."""
+        ...
+
+    def remove_group(self, group_id: str) -> None:
+        """Write the group's tombstone (raises StorageError on failure)."""
+        ...
+
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -205,10 +223,13 @@ class GroupCoordinator:
         max_size: int = 2**31 - 1,
         clock: Callable[[], float] = trio.current_time,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        runtime: CoordinatorRuntime | None = None,
+        runtime: CoordinatorTimers | None = None,
         started_ms: int | None = None,
+        store: GroupStore | None = None,
     ) -> None:
         self.groups: dict[str, Group] = {}
+        # Where each generation is written (GroupMetadata records in __consumer_offsets); None: memory only.
+        self.store = store
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -218,7 +239,7 @@ class GroupCoordinator:
         # The broker's start (offsets of groups unknown since then age from it): now, unless made later.
         self.started_ms = wall_clock_ms() if started_ms is None else started_ms
         # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
-        self.runtime = runtime if runtime is not None else CoordinatorRuntime()
+        self.runtime = runtime if runtime is not None else CoordinatorTimers()
         self.runtime.register(self)
 
     # --- helpers --------------------------------------------------------------------------------------
@@ -227,6 +248,26 @@ class GroupCoordinator:
         group.previous_state = group.state
         group.state = state
         group.state_since_ms = self.wall_clock_ms()
+
+    def _store(self, group: Group) -> None:
+        """Write the group's new generation, as Kafka's coordinator does when a rebalance completes (the leader's
+        SyncGroup) or leaves the group empty. A failed write is logged and the group carries on in memory; the
+        generation before it is what a restart finds."""
+        if self.store is None:
+            return
+        try:
+            self.store.store_group(group)
+        except StorageError as exc:
+            log.warning("group %s: generation %d was not written: %s", group.group_id, group.generation_id, exc)
+
+    def restore(self, groups: Iterable[Group]) -> None:
+        """Take the groups a restart found (the replay of their GroupMetadata records): each member's session
+        counts from now, so a member that is still there carries on with its generation by heartbeating."""
+        for group in groups:
+            self.groups[group.group_id] = group
+            for member in group.members.values():
+                self._schedule_heartbeat(member)
+        self.runtime.wake()
 
     @staticmethod
     def validate_member(group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
@@ -529,6 +570,7 @@ class GroupCoordinator:
             group.leader_id = None
             self._transition(group, GroupState.EMPTY)
             log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
+            self._store(group)
             return
         group.protocol_name = group.select_protocol()
         self._transition(group, GroupState.COMPLETING_REBALANCE)
@@ -622,6 +664,7 @@ class GroupCoordinator:
                 m.assignment = assignments.get(m.member_id, b"")
             self._transition(group, GroupState.STABLE)
             log.info("group %s: stable at generation %d", group_id, group.generation_id)
+            self._store(group)
             for m in group.members.values():
                 if m.awaiting_sync:
                     self._finish_sync(m, self._sync_result(group, m))
@@ -820,9 +863,9 @@ class GroupCoordinator:
     def offset_expiry_base_ms(self, group_id: str) -> int | None:
         """When an empty group's offsets start to age (KIP-211), or None to age each from its commit.
 
-        A group that had members ages from the moment it became Empty. A group unknown since start-up
-        (membership is not kept across restarts) ages at the earliest from start-up, so a restart never
-        makes offsets expire sooner than Kafka would.
+        A group that had members ages from the moment it became Empty (kept across restarts in its GroupMetadata
+        record). A group with no such record (only offsets: a "simple" group, or one written by an older kbroker)
+        ages at the earliest from start-up, so a restart never makes offsets expire sooner than Kafka would.
         """
         group = self.groups.get(group_id)
         if group is None:
@@ -838,6 +881,11 @@ class GroupCoordinator:
         if group is not None:
             self._transition(group, GroupState.DEAD)
             del self.groups[group_id]
+            if self.store is not None:
+                try:
+                    self.store.remove_group(group_id)
+                except StorageError as exc:  # logged by the store; the group may come back after a restart, empty
+                    log.warning("group %s: its deletion was not written: %s", group_id, exc)
         return ErrorCode.NONE
 
     def has_members(self, group_id: str) -> bool:

@@ -1,58 +1,69 @@
-"""Committed offsets, durable across restarts.
+"""Committed offsets, kept in Kafka's ``__consumer_offsets`` topic as Kafka keeps them.
 
-Kept in memory and journalled to ``<data dir>/__consumer_offsets/offsets.journal`` (kbroker/durable/journal.py):
-one checksummed record per change (a commit, a deleted offset, a deleted group), each a compact JSON object,
-a request's changes appended with a single write. A crash loses at most a torn last record; a damaged record
-is skipped and the ones after it are kept. When the journal holds many superseded records it is rewritten
-atomically with the live state — the same idea as Kafka's compacted ``__consumer_offsets`` topic, without
-the partitions a single node does not need.
+``__consumer_offsets`` is an internal topic of ``offsets.topic.num.partitions`` partitions (default 50,
+cleanup.policy=compact, segment.bytes ``offsets.topic.segment.bytes``), created by the broker when first needed
+(the first FindCoordinator for a group, as Kafka, or the first commit). A group's offsets live in partition
+``abs(hashCode(group id)) % partitions`` (Kafka's hash, ``offsets_partition``). Each commit is an OffsetCommit
+record in Kafka's format (kbroker's records decode with Kafka's ``kafka-dump-log --offsets-decoder``): key
+OffsetCommitKey (group, topic, partition), value OffsetCommitValue (offset, leader epoch, metadata, commit and
+expire timestamps); a deleted or expired offset is the key's tombstone, which compaction eventually removes.
 
-Record payloads: ``{"g": group, "t": topic, "p": partition, "o": offset, "e": leader epoch, "m": metadata,
-"ts": commit timestamp, "x": expire timestamp}`` for a commit, the same with ``"o": null`` for a deleted
-offset, ``{"g": group, "delete_group": true}`` for a deleted group. Transactional commits (TxnOffsetCommit) are
-journalled as a commit with ``"pid": producer id`` and stay pending, invisible to OffsetFetch, until the
-transaction's end is journalled as ``{"g": group, "pid": producer id, "txn": "commit" | "abort"}``: a commit applies
-them, an abort drops them (as Kafka's group coordinator applies the offsets when the commit marker reaches
-``__consumer_offsets``). A pending transaction at restart stays pending until the transaction coordinator ends it.
-Older kbrokers wrote the same objects as bare JSON lines; such a journal is read once and rewritten in the current
-format.
+The offsets in memory are the replay of those partitions (kbroker/coordinators/runtime.py): each partition is a
+shard, loaded by replaying it when the store opens (a single node leads every partition). A write is appended
+before it changes anything in memory, so a write that fails (a full disk, an offline data directory) changes
+nothing and raises OffsetStoreError, which OffsetCommit answers as Kafka's coordinator answers a failed append
+to ``__consumer_offsets`` (NOT_COORDINATOR). With log.flush.interval.messages=1 a commit is fsynced before it is
+applied, as a produce is before it is acknowledged.
 
-Durability: a change is written to the journal before it changes the offsets in memory, so a write that fails
-(a full disk) changes nothing and raises OffsetStoreError, which OffsetCommit answers as Kafka's coordinator
-answers a failed append to ``__consumer_offsets`` (KAFKA_STORAGE_ERROR becomes NOT_COORDINATOR). With
-``sync_commits`` (the broker's log.flush.interval.messages is 1) each change is also fsynced before it is
-applied; otherwise the flush service and ``close`` fsync it. A failed fsync takes the store offline until the
-broker restarts (Kafka treats a failed fsync as fatal for the log dir): every later change is refused.
+Transactional commits (TxnOffsetCommit) are appended as a transactional batch of the producer and stay pending,
+invisible to OffsetFetch, until the transaction coordinator writes the transaction's commit or abort marker to
+the group's partition (``complete_transaction``): a commit applies them, an abort drops them, as Kafka's group
+coordinator does when the marker reaches ``__consumer_offsets``. A pending transaction at restart stays pending
+until the transaction coordinator ends it.
 
-The journal lives in the data directory and shares its health (LogDirHealth, kbroker/storage/log.py), as
-Kafka's ``__consumer_offsets`` partitions live in a log dir: a failed journal write counts as a failed write of
-the directory, a failed fsync takes the directory offline, and while the directory is offline every change is
-refused (OffsetCommit then answers NOT_COORDINATOR, Kafka's answer when the append to an offline log dir fails
-with KAFKA_STORAGE_ERROR).
+Older kbrokers kept the offsets in a journal, ``__consumer_offsets/offsets.journal``; it is migrated into the
+topic once at start-up (kbroker/coordinators/migration.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kbroker.durable.files import DamagedFileError, StorageError
-from kbroker.durable.journal import Journal
+from kbroker.coordinators.runtime import NO_PRODUCER, CoordinatorRecord, CoordinatorRuntime, Transaction
+from kbroker.durable.files import StorageError
+from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
+from protocol.coordinator_records.group_metadata_key import GroupMetadataKey
+from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
+from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
+from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
+from protocol.errors import KafkaError
+from protocol.exceptions import DecodeError
 
 if TYPE_CHECKING:
-    from kbroker.storage.log import LogDirHealth
+    from kbroker.groups.coordinator import Group
+    from kbroker.replication import ReplicaManager
+    from kbroker.storage import LogManager
 
 log = logging.getLogger("kbroker.groups")
 
-DIRECTORY = "__consumer_offsets"
-JOURNAL = "offsets.journal"
-JOURNAL_KIND = "consumer-offsets"
-JOURNAL_VERSION = 1
-_COMPACT_FACTOR = 4  # rewrite when the journal has this many times more records than live offsets
-_COMPACT_MIN_RECORDS = 10_000
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_PARTITIONS = 50
+DEFAULT_SEGMENT_BYTES = 104857600
+OFFSET_COMMIT = 1  # the group coordinator's record types (protocol.coordinator_records.GROUP_RECORD_TYPES)
+GROUP_METADATA = 2
+# Kafka's coordinator writes OffsetCommitValue v1 when the commit has an expire timestamp (OffsetCommit v2-4's
+# retention_time_ms), else v3 (with the leader epoch).
+_VALUE_WITH_EXPIRY = 1
+_VALUE_WITH_EPOCH = 3
+GROUP_METADATA_VERSION = 3  # what Kafka 4's coordinator writes (with static members' group.instance.id)
+# The epoch transaction markers carry, as the transaction coordinator's (kbroker/transactions/coordinator.py).
+MARKER_COORDINATOR_EPOCH = 0
 
 
 class OffsetStoreError(StorageError):
@@ -68,220 +79,305 @@ class CommittedOffset:
     expire_timestamp: int = -1  # set by OffsetCommit v2-4 retention_time_ms; -1 means group-based expiry
 
 
-class OffsetStore:
-    def __init__(self, data_dir: Path, *, sync_commits: bool = False, health: LogDirHealth | None = None) -> None:
-        """``health``: the data directory's (None: the store keeps only its own offline state)."""
-        self.sync_commits = sync_commits
-        self.offline_reason: str | None = None
-        self.health = health
-        self.directory = data_dir / DIRECTORY
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / JOURNAL
-        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
-        # Offsets committed in a transaction not yet ended: (group, producer id) -> offsets.
-        self.pending: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = {}
-        self._journal = Journal(self.path, JOURNAL_KIND, JOURNAL_VERSION)
-        self._records = 0
-        if self._journal.has_other_format():
-            self._load_json_lines()
-            self._compact()  # the legacy file is replaced by a journal holding the same live offsets
-        else:
-            self._load()
-            if self._journal.damaged_regions:
-                try:
-                    self._compact()  # drop the damaged bytes (already logged) so they are not reported at every start
-                except OSError as exc:  # a full disk: the journal stays as it is, its damage skipped again next time
-                    log.warning("%s: not rewritten without its damaged bytes: %s", self.path, _describe(exc))
-        self._journal.open()
+@lru_cache(maxsize=1 << 14)  # every commit asks; the hash is a Python loop over the id
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """The __consumer_offsets partition of a group, as Kafka computes it: Java's String.hashCode, made
+    non-negative by masking the sign bit (Utils.abs), modulo the partition count."""
+    code = 0
+    for (unit,) in struct.iter_unpack(">H", group_id.encode("utf-16-be")):  # Java hashes UTF-16 code units
+        code = (31 * code + unit) & 0xFFFFFFFF
+    return (code & 0x7FFFFFFF) % partitions
 
-    def _load(self) -> None:
-        for number, payload in enumerate(self._journal.replay(), 1):
-            try:
-                self._apply(json.loads(payload))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                # Intact frame (its crc32c matched) but content this version cannot use: skip only this record.
-                log.warning("%s: skipping record %d, whose content is not a valid offsets change", self.path, number)
-                continue
-            self._records += 1
 
-    def _load_json_lines(self) -> None:
-        """The journal of older kbrokers: one JSON object per line, a torn last line possible."""
-        with open(self.path, "rb") as f:
-            if f.read(1) != b"{":
-                raise DamagedFileError(self.path, "neither an offsets journal nor the older JSON-lines format")
-            f.seek(0)
-            for number, raw in enumerate(f, 1):
-                try:
-                    self._apply(json.loads(raw))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    log.warning("%s: skipping unreadable line %d (torn write?)", self.path, number)
-                    continue
-                self._records += 1
+def offset_commit_record(group: str, topic: str, partition: int, c: CommittedOffset | None) -> CoordinatorRecord:
+    """The OffsetCommit record of a commit, or (None) the tombstone of the group's offset for the partition."""
+    key = OffsetCommitKey(group=group, topic=topic, partition=partition)
+    if c is None:
+        return encode_coordinator_record(key, None)
+    value = OffsetCommitValue(
+        offset=c.offset,
+        leader_epoch=c.leader_epoch,
+        metadata=c.metadata or "",  # Kafka stores a null metadata as "" (OffsetAndMetadata.NO_METADATA)
+        commit_timestamp=c.commit_timestamp,
+        expire_timestamp=c.expire_timestamp,
+    )
+    version = _VALUE_WITH_EXPIRY if c.expire_timestamp >= 0 else _VALUE_WITH_EPOCH
+    return encode_coordinator_record(key, value, version)
 
-    def _apply(self, entry: dict[str, Any]) -> None:
-        group = entry["g"]
-        if "pid" in entry:
-            self._apply_transactional(group, int(entry["pid"]), entry)
+
+@dataclass
+class OffsetsShard:
+    """The committed offsets of the groups of one __consumer_offsets partition: the replay of its records."""
+
+    partition: int
+    offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    # Offsets committed in a transaction not yet ended: (group, producer id) -> offsets, and the producer's epoch.
+    pending: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    producer_epochs: dict[int, int] = field(default_factory=dict)
+    # Each classic group's last generation (its GroupMetadata record).
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    skipped: int = 0  # records this version cannot use (logged once each load)
+
+    def replay(
+        self, offset: int, producer_id: int, producer_epoch: int, key: bytes | None, value: bytes | None
+    ) -> None:
+        try:
+            record = decode_coordinator_record("group", key, value)
+        except UnknownRecordType:
+            return  # a record type of another coordinator version: Kafka's loader skips it too
+        except DecodeError as exc:
+            self.skipped += 1
+            log.warning(
+                "%s-%d offset %d: skipping a record that does not decode: %s",
+                OFFSETS_TOPIC,
+                self.partition,
+                offset,
+                exc,
+            )
             return
-        if entry.get("delete_group"):
-            self.offsets.pop(group, None)
+        if record.record_type == GROUP_METADATA:
+            assert isinstance(record.key, GroupMetadataKey)
+            if record.value is None:
+                self.groups.pop(record.key.group, None)
+            else:
+                assert isinstance(record.value, GroupMetadataValue)
+                self.groups[record.key.group] = record.value
             return
-        key = (entry["t"], int(entry["p"]))
-        if entry.get("o") is None:
-            group_offsets = self.offsets.get(group)
+        if record.record_type != OFFSET_COMMIT:
+            return  # a consumer (KIP-848) or share group's record: not kept by this store
+        k = record.key
+        assert isinstance(k, OffsetCommitKey)
+        tp = (k.topic, k.partition)
+        if producer_id != NO_PRODUCER:
+            self.producer_epochs[producer_id] = producer_epoch
+            pending = self.pending.setdefault((k.group, producer_id), {})
+            if record.value is None:
+                pending.pop(tp, None)
+            else:
+                pending[tp] = _committed(record.value)
+            return
+        if record.value is None:
+            group_offsets = self.offsets.get(k.group)
             if group_offsets is not None:
-                group_offsets.pop(key, None)
+                group_offsets.pop(tp, None)
                 if not group_offsets:
-                    del self.offsets[group]
+                    del self.offsets[k.group]
             return
-        self.offsets.setdefault(group, {})[key] = _committed(entry)
+        self.offsets.setdefault(k.group, {})[tp] = _committed(record.value)
 
-    def _apply_transactional(self, group: str, producer_id: int, entry: dict[str, Any]) -> None:
-        end = entry.get("txn")
-        if end is None:
-            key = (entry["t"], int(entry["p"]))
-            self.pending.setdefault((group, producer_id), {})[key] = _committed(entry)
-            return
-        if end not in ("commit", "abort"):
-            raise ValueError(f"unknown transaction end {end!r}")
-        offsets = self.pending.pop((group, producer_id), {})
-        if end == "commit" and offsets:
-            self.offsets.setdefault(group, {}).update(offsets)
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        for group, pid in [key for key in self.pending if key[1] == producer_id]:
+            offsets = self.pending.pop((group, pid))
+            if commit and offsets:
+                self.offsets.setdefault(group, {}).update(offsets)
+        self.producer_epochs.pop(producer_id, None)
 
-    def _write(self, entries: list[dict[str, Any]]) -> None:
-        """Journal ``entries`` (and fsync them if ``sync_commits``) before the caller applies them.
 
-        OffsetStoreError if they could not be written (nothing of them remains, or a torn record that replay
-        skips) or synced (then they may or may not survive a power cut, and the store goes offline).
-        """
-        if not entries:
-            return
-        if self.offline_reason is not None:
-            raise OffsetStoreError(f"{self.path} is offline until the broker restarts: {self.offline_reason}")
-        if self.health is not None and self.health.offline:
-            raise OffsetStoreError(f"data directory {self.health.path} is offline until the broker restarts")
-        try:
-            self._journal.append([_encode(e) for e in entries])
-        except (OSError, StorageError) as exc:
-            log.error("%s: writing %d offset change(s) failed: %s", self.path, len(entries), _describe(exc))
-            if self.health is not None:
-                self.health.write_failed(f"writing {self.path}", exc, logged=True)
-            raise OffsetStoreError(f"writing {self.path} failed: {_describe(exc)}") from None
-        if self.health is not None:
-            self.health.write_succeeded()
-        self._records += len(entries)
-        if self.sync_commits:
-            self._sync()
+def _committed(value: object) -> CommittedOffset:
+    assert isinstance(value, OffsetCommitValue)
+    return CommittedOffset(
+        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp
+    )
 
-    def _sync(self) -> None:
-        try:
-            self._journal.sync()
-        except OSError as exc:
-            self.offline_reason = f"fsync failed: {_describe(exc)}"
-            log.error("%s is offline until the broker restarts: %s", self.path, self.offline_reason)
-            if self.health is not None:
-                self.health.take_offline(f"fsync of {self.path} failed")
-            raise OffsetStoreError(f"{self.path}: {self.offline_reason}") from None
 
-    def _maybe_compact(self) -> None:
-        live = sum(len(v) for v in self.offsets.values())
-        if self._records > _COMPACT_MIN_RECORDS and self._records > _COMPACT_FACTOR * live:
+class OffsetStore:
+    """Committed offsets of every group, as shards of ``__consumer_offsets`` (one per partition)."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        *,
+        partitions: int = DEFAULT_PARTITIONS,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        replicas: ReplicaManager | None = None,
+    ) -> None:
+        """``partitions``, ``segment_bytes``: offsets.topic.num.partitions and offsets.topic.segment.bytes, used
+        when the topic is created; an existing topic keeps its own. ``replicas``: the replica layer the records
+        are written through (None: the logs directly)."""
+        self.logs = logs
+        self.configured_partitions = partitions
+        self.segment_bytes = segment_bytes
+        self.runtime: CoordinatorRuntime[OffsetsShard] = CoordinatorRuntime(
+            OFFSETS_TOPIC, logs.get_partition, OffsetsShard, replicas=replicas
+        )
+        self._owns_logs = False
+        # How the topic is created when a commit needs it at once: the broker's topic service (through the
+        # controller, kbroker/topics.py create_now); the log manager directly for a store of its own.
+        self.create_topic: Callable[[str, int, dict[str, str]], object] = logs.create_topic
+        self._loaded = False  # the shards: loaded once the topic exists (a single node leads every partition)
+        if logs.topic(OFFSETS_TOPIC) is not None:
+            self._load_all()
+
+    @classmethod
+    def in_data_dir(
+        cls, data_dir: Path, *, partitions: int = DEFAULT_PARTITIONS, flush_messages: int | None = None
+    ) -> OffsetStore:
+        """A store over a log manager of its own in ``data_dir``, closed with it (tests and tools; the broker
+        gives its own). ``flush_messages``: the topics' flush.messages (1: each write fsynced before it applies)."""
+        from kbroker.storage import LogManager
+
+        defaults = {} if flush_messages is None else {"flush.messages": str(flush_messages)}
+        store = cls(LogManager(data_dir, defaults), partitions=partitions)
+        store._owns_logs = True
+        return store
+
+    # --- the topic -------------------------------------------------------------------------------------
+
+    @property
+    def partition_count(self) -> int:
+        info = self.logs.topic(OFFSETS_TOPIC)
+        return info.partitions if info is not None else self.configured_partitions
+
+    def partition_for(self, group: str) -> int:
+        return offsets_partition(group, self.partition_count)
+
+    def topic_configs(self) -> dict[str, str]:
+        """The configs __consumer_offsets is created with, as Kafka's."""
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes), "compression.type": "producer"}
+
+    def ensure_topic(self) -> None:
+        """Create __consumer_offsets if it does not exist yet, here on the event loop (FindCoordinator creates it
+        first, in a worker thread, as Kafka does on the first FindCoordinator for a group), and load its shards.
+
+        OffsetStoreError if its files cannot be made."""
+        if self.logs.topic(OFFSETS_TOPIC) is None:
             try:
-                self._compact()
-            except OSError as exc:  # the journal is as it was (rewritten atomically): try again later
-                log.warning("%s: compaction failed, the journal is kept as it is: %s", self.path, _describe(exc))
+                self.create_topic(OFFSETS_TOPIC, self.configured_partitions, self.topic_configs())
+            except (OSError, StorageError, KafkaError) as exc:
+                raise OffsetStoreError(f"cannot create {OFFSETS_TOPIC}: {exc}") from None
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
+        if not self._loaded:
+            self._load_all()
 
-    def _compact(self) -> None:
-        live = [
-            _encode(self._entry(group, topic, partition, c))
-            for group, offsets in self.offsets.items()
-            for (topic, partition), c in offsets.items()
-        ]
-        live += [
-            _encode({**self._entry(group, topic, partition, c), "pid": producer_id})
-            for (group, producer_id), offsets in self.pending.items()
-            for (topic, partition), c in offsets.items()
-        ]
-        self._journal.rewrite(live)
-        self._records = len(live)
+    def _load_all(self) -> None:
+        self._loaded = True
+        for partition in range(self.partition_count):
+            try:
+                shard = self.runtime.load(partition)
+            except KafkaError as exc:  # a partition that cannot be read: its groups answer NOT_COORDINATOR
+                log.error("%s-%d is not loaded: %s", OFFSETS_TOPIC, partition, exc)
+                continue
+            if shard.skipped:
+                log.warning("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, shard.skipped)
 
-    @staticmethod
-    def _entry(group: str, topic: str, partition: int, c: CommittedOffset) -> dict[str, Any]:
-        return {
-            "g": group,
-            "t": topic,
-            "p": partition,
-            "o": c.offset,
-            "e": c.leader_epoch,
-            "m": c.metadata,
-            "ts": c.commit_timestamp,
-            "x": c.expire_timestamp,
-        }
+    def _shard_of(self, group: str) -> OffsetsShard | None:
+        return self.runtime.shards.get(self.partition_for(group))
+
+    def _write(self, group: str, records: list[CoordinatorRecord], transaction: Transaction | None = None) -> int:
+        """Append the group's records to its partition (creating the topic if needed); the offset after them.
+
+        OffsetStoreError, nothing changed, if they could not be written."""
+        if not records:
+            return -1
+        self.ensure_topic()
+        partition = self.partition_for(group)
+        try:
+            written = self.runtime.write(partition, lambda shard: (records, None), transaction=transaction)
+        except KafkaError as exc:
+            log.error("%s-%d: writing %d record(s) failed: %s", OFFSETS_TOPIC, partition, len(records), exc)
+            raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{partition} failed: {exc}") from None
+        return written.end_offset
+
+    async def committed(self, group: str, end_offset: int) -> None:
+        """Wait until the write that returned ``end_offset`` is committed (at once on a single node)."""
+        if end_offset >= 0:
+            await self.runtime.committed(self.partition_for(group), end_offset)
+
+    # --- views -----------------------------------------------------------------------------------------
+
+    @property
+    def offsets(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+        """Every group's committed offsets (a merged view of the shards)."""
+        return {group: o for shard in self._shards() for group, o in shard.offsets.items()}
+
+    @property
+    def pending(self) -> dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]]:
+        return {key: o for shard in self._shards() for key, o in shard.pending.items()}
+
+    def _shards(self) -> Iterator[OffsetsShard]:
+        return iter(list(self.runtime.shards.values()))
 
     # --- API ------------------------------------------------------------------------------------------
 
-    def commit(self, group: str, commits: dict[tuple[str, int], CommittedOffset]) -> None:
-        """Journal the commits, then apply them; OffsetStoreError (nothing applied) if they could not be written."""
-        self._write([self._entry(group, t, p, c) for (t, p), c in commits.items()])
-        if commits:
-            self.offsets.setdefault(group, {}).update(commits)
-            self._maybe_compact()
+    def commit(self, group: str, commits: dict[tuple[str, int], CommittedOffset]) -> int:
+        """Append the commits, then apply them; OffsetStoreError (nothing applied) if they could not be written.
+        Returns the offset after them, for ``committed``."""
+        return self._write(group, [offset_commit_record(group, t, p, c) for (t, p), c in commits.items()])
 
-    def commit_pending(self, group: str, producer_id: int, commits: dict[tuple[str, int], CommittedOffset]) -> None:
-        """TxnOffsetCommit: journal the commits as pending in the producer's transaction (invisible until it
-        commits); OffsetStoreError (nothing recorded) if they could not be written."""
-        self._write([{**self._entry(group, t, p, c), "pid": producer_id} for (t, p), c in commits.items()])
-        if commits:
-            self.pending.setdefault((group, producer_id), {}).update(commits)
+    def commit_pending(
+        self,
+        group: str,
+        producer_id: int,
+        commits: dict[tuple[str, int], CommittedOffset],
+        producer_epoch: int = 0,
+    ) -> int:
+        """TxnOffsetCommit: append the commits in the producer's transaction (invisible until it commits);
+        OffsetStoreError (nothing recorded) if they could not be written."""
+        records = [offset_commit_record(group, t, p, c) for (t, p), c in commits.items()]
+        return self._write(group, records, Transaction(producer_id, producer_epoch))
 
     def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None:
-        """The producer's transaction ended: apply (commit) or drop (abort) its pending offsets for ``group``.
-        Called by the transaction coordinator for each group of the transaction, again after a restart if it
-        did not complete: a second call finds nothing pending and writes nothing."""
-        if (group, producer_id) not in self.pending:
+        """The producer's transaction ended: write its marker to the group's partition, which applies (commit) or
+        drops (abort) its pending offsets there. Called by the transaction coordinator for each group of the
+        transaction, again after a restart if it did not complete: a second call finds nothing pending and writes
+        nothing."""
+        shard = self._shard_of(group)
+        if shard is None or (group, producer_id) not in shard.pending:
             return
-        self._write([{"g": group, "pid": producer_id, "txn": "commit" if commit else "abort"}])
-        offsets = self.pending.pop((group, producer_id))
-        if commit:
-            self.offsets.setdefault(group, {}).update(offsets)
-            self._maybe_compact()
+        transaction = Transaction(producer_id, shard.producer_epochs.get(producer_id, 0))
+        try:
+            self.runtime.end_transaction(shard.partition, transaction, commit, MARKER_COORDINATOR_EPOCH)
+        except KafkaError as exc:
+            log.error("%s-%d: writing a transaction marker failed: %s", OFFSETS_TOPIC, shard.partition, exc)
+            raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{shard.partition} failed: {exc}") from None
 
     def has_pending(self, group: str, topic: str, partition: int) -> bool:
         """Whether a transaction not yet ended holds an offset for the partition (OffsetFetch's require_stable
         answers UNSTABLE_OFFSET_COMMIT then, KIP-447)."""
-        return any(g == group and (topic, partition) in offsets for (g, _), offsets in self.pending.items())
+        shard = self._shard_of(group)
+        return shard is not None and any(
+            g == group and (topic, partition) in offsets for (g, _), offsets in shard.pending.items()
+        )
 
     def get(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
-        return self.offsets.get(group, {})
+        shard = self._shard_of(group)
+        return shard.offsets.get(group, {}) if shard is not None else {}
 
     def has_group(self, group: str) -> bool:
-        return bool(self.offsets.get(group))
+        return bool(self.get(group))
+
+    def groups(self) -> list[str]:
+        """Every group with committed offsets."""
+        return [group for shard in self._shards() for group in shard.offsets]
 
     def delete(self, group: str, keys: list[tuple[str, int]]) -> None:
-        """Journal, then forget, the group's offsets for ``keys``; OffsetStoreError (nothing forgotten) on failure."""
-        group_offsets = self.offsets.get(group)
-        if not group_offsets:
-            return
+        """Write tombstones for, then forget, the group's offsets for ``keys``; OffsetStoreError (nothing
+        forgotten) on failure."""
+        group_offsets = self.get(group)
         removed = [k for k in dict.fromkeys(keys) if k in group_offsets]
-        self._write([{"g": group, "t": t, "p": p, "o": None} for t, p in removed])
-        for key in removed:
-            del group_offsets[key]
-        if not group_offsets:
-            del self.offsets[group]
-        self._maybe_compact()
+        self._write(group, [offset_commit_record(group, t, p, None) for t, p in removed])
 
     def delete_group(self, group: str) -> None:
-        """Journal, then forget, the group's offsets; OffsetStoreError (nothing forgotten) on failure."""
-        if group in self.offsets:
-            self._write([{"g": group, "delete_group": True}])
-            del self.offsets[group]
+        """Write tombstones for, then forget, the group's offsets (and its GroupMetadata, as Kafka's
+        DeleteGroups); OffsetStoreError (nothing forgotten) on failure."""
+        records = [offset_commit_record(group, t, p, None) for t, p in self.get(group)]
+        shard = self._shard_of(group)
+        if shard is not None and group in shard.groups:
+            records.append(encode_coordinator_record(GroupMetadataKey(group=group), None))
+        self._write(group, records)
 
     def delete_topic(self, topic: str) -> None:
         """Forget the offsets of a deleted topic. Best effort: a failure is logged and those offsets stay (as
         Kafka's, they go when their group expires or is deleted)."""
-        for group in list(self.offsets):
+        if topic == OFFSETS_TOPIC:  # Kafka allows it: every group's offsets (and stored membership) go with it
+            log.warning("%s was deleted: the committed offsets of every group are gone", OFFSETS_TOPIC)
+            for partition in list(self.runtime.shards):
+                self.runtime.unload(partition)
+            self._loaded = False
+            return
+        for group in self.groups():
             try:
-                self.delete(group, [k for k in self.offsets[group] if k[0] == topic])
+                self.delete(group, [k for k in self.get(group) if k[0] == topic])
             except OffsetStoreError as exc:
                 log.warning("offsets of deleted topic %s kept for group %s: %s", topic, group, exc)
 
@@ -291,10 +387,9 @@ class OffsetStore:
         An offset ages from its commit, or from ``base_ms`` if that is later: the moment its group became
         empty (KIP-211), so a group that stopped committing while it still had members keeps its offsets.
         """
-        group_offsets = self.offsets.get(group, {})
         stale = [
             key
-            for key, c in group_offsets.items()
+            for key, c in self.get(group).items()
             if (c.expire_timestamp >= 0 and c.expire_timestamp <= now_ms)
             or (c.expire_timestamp < 0 and max(c.commit_timestamp, base_ms or -1) < older_than_ms)
         ]
@@ -304,28 +399,82 @@ class OffsetStore:
             return 0
         return len(stale)
 
-    def flush(self) -> None:
-        """fsync the journal (OffsetStoreError if that fails, and the store goes offline)."""
-        if self.offline_reason is None:
-            self._sync()
+    # --- classic group membership (Kafka's GroupMetadata records) ----------------------------------------
+
+    def store_group(self, group: Group) -> None:
+        """Write the classic group's generation; OffsetStoreError (nothing written) on failure."""
+        protocol = group.protocol_name
+        members = [
+            GroupMetadataValue.MemberMetadata(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout=m.rebalance_timeout_ms,
+                session_timeout=m.session_timeout_ms,
+                subscription=m.metadata_for(protocol) if protocol is not None else b"",
+                assignment=m.assignment,
+            )
+            for m in group.members.values()
+        ]
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation_id,
+            protocol=protocol,
+            leader=group.leader_id,
+            current_state_timestamp=group.state_since_ms,
+            members=members,
+        )
+        key = GroupMetadataKey(group=group.group_id)
+        self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
+
+    def remove_group(self, group_id: str) -> None:
+        """Write the group's GroupMetadata tombstone, if it has a record; OffsetStoreError on failure."""
+        shard = self._shard_of(group_id)
+        if shard is not None and group_id in shard.groups:
+            self._write(group_id, [encode_coordinator_record(GroupMetadataKey(group=group_id), None)])
+
+    def stored_groups(self) -> list[Group]:
+        """The classic groups as their last GroupMetadata records left them: Stable with their members (whose
+        sessions start again), or Empty, as Kafka's coordinator loads them."""
+        from kbroker.groups.coordinator import Group, GroupState, Member
+
+        groups = []
+        for shard in self._shards():
+            for group_id, value in shard.groups.items():
+                protocol = value.protocol
+                members = {
+                    m.member_id: Member(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        session_timeout_ms=m.session_timeout,
+                        rebalance_timeout_ms=m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout,
+                        protocol_type=value.protocol_type,
+                        protocols=[(protocol, m.subscription)] if protocol is not None else [],
+                        assignment=m.assignment,
+                    )
+                    for m in value.members
+                }
+                group = Group(
+                    group_id,
+                    state=GroupState.STABLE if members else GroupState.EMPTY,
+                    generation_id=value.generation,
+                    protocol_type=value.protocol_type or None,
+                    protocol_name=protocol if members else None,
+                    leader_id=value.leader if members else None,
+                    members=members,
+                    static_members={m.group_instance_id: m.member_id for m in members.values() if m.group_instance_id},
+                )
+                if value.current_state_timestamp >= 0:
+                    group.state_since_ms = value.current_state_timestamp
+                groups.append(group)
+        return groups
 
     def close(self) -> None:
-        """fsync and close the journal; a failure is logged (the next start replays what reached the disk)."""
-        try:
-            self._journal.close(sync=self.offline_reason is None)
-        except OSError as exc:
-            log.error("%s: fsync at close failed: %s", self.path, _describe(exc))
-
-
-def _describe(exc: BaseException) -> str:
-    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-
-
-def _committed(entry: dict[str, Any]) -> CommittedOffset:
-    return CommittedOffset(
-        int(entry["o"]), int(entry.get("e", -1)), entry.get("m"), int(entry.get("ts", -1)), int(entry.get("x", -1))
-    )
-
-
-def _encode(entry: dict[str, Any]) -> bytes:
-    return json.dumps(entry, separators=(",", ":")).encode()
+        """Forget the shards; the partitions are closed (and fsynced) with the other logs by the log manager."""
+        self.runtime.shards.clear()
+        self._loaded = False
+        if self._owns_logs:
+            self.logs.close()

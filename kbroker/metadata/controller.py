@@ -109,6 +109,15 @@ class Controller(ABC):
         """Create a topic: ``partitions`` of ``replication_factor`` replicas placed by the controller, or the
         replicas ``assignments`` names per partition (then ``partitions`` and ``replication_factor`` are -1)."""
 
+    def create_topic_now(
+        self, name: str, *, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> TopicImage:
+        """``create_topic``, committed before it returns, on the calling thread: for an internal topic a
+        coordinator needs at once (an older data directory migrated at start-up, an offset commit before any
+        FindCoordinator). Only a controller in this process can; others raise KafkaError, which callers answer as
+        a coordinator not yet available (clients retry, and FindCoordinator creates the topic asynchronously)."""
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} is created through FindCoordinator")
+
     @abstractmethod
     async def create_partitions(
         self,
@@ -270,34 +279,54 @@ class LocalController(Controller):
         validate_only: bool = False,
     ) -> TopicImage:
         async with self._lock:
-            problem = validate_topic_name(name)
-            if problem is not None:
-                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-            if self.image.topics.get(name) is not None:
-                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-            if assignments:
-                if partitions != -1 or replication_factor != -1:
-                    raise KafkaError(
-                        ErrorCode.INVALID_REQUEST,
-                        "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be "
-                        "used at the same time.",
-                    )
-                replicas = [list(brokers) for brokers in assignments]
-                for index, brokers in enumerate(replicas):
-                    self._check_assignment(index, brokers)
-            else:
-                if partitions <= 0:
-                    raise KafkaError(
-                        ErrorCode.INVALID_PARTITIONS,
-                        "Number of partitions must be larger than 0, or -1 to use the default value.",
-                    )
-                replicas = self._place(0, partitions, replication_factor)
-            topic_id = uuid.uuid4()
-            records = self._topic_records(name, topic_id, replicas, configs)
+            topic_id, records = self._new_topic(name, partitions, replication_factor, configs, assignments)
             if validate_only:
                 return TopicImage(name, topic_id)
             await self._commit(records)
             return self._topic(name)
+
+    def create_topic_now(
+        self, name: str, *, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> TopicImage:
+        if self._lock.locked():  # an asynchronous change is between its append and its apply: not now
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the metadata log is busy; try again")
+        _, records = self._new_topic(name, partitions, replication_factor, configs, None)
+        self._commit_now(records)
+        return self._topic(name)
+
+    def _new_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        assignments: Sequence[Sequence[int]] | None,
+    ) -> tuple[uuid.UUID, list[MetadataRecord]]:
+        """The records that create topic ``name``, as QuorumController checks it; KafkaError if it may not."""
+        problem = validate_topic_name(name)
+        if problem is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        if self.image.topics.get(name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if assignments:
+            if partitions != -1 or replication_factor != -1:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be "
+                    "used at the same time.",
+                )
+            replicas = [list(brokers) for brokers in assignments]
+            for index, brokers in enumerate(replicas):
+                self._check_assignment(index, brokers)
+        else:
+            if partitions <= 0:
+                raise KafkaError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    "Number of partitions must be larger than 0, or -1 to use the default value.",
+                )
+            replicas = self._place(0, partitions, replication_factor)
+        topic_id = uuid.uuid4()
+        return topic_id, self._topic_records(name, topic_id, replicas, configs)
 
     async def create_partitions(
         self,

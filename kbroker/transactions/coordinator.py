@@ -34,18 +34,18 @@ commitTransaction returns. If a marker cannot be written (a full disk), EndTxn i
 is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
 written the id answers CONCURRENT_TRANSACTIONS.
 
-Timers (registered with kbroker.groups.runtime.CoordinatorRuntime): an Ongoing transaction older than its
+Timers (registered with kbroker.groups.timers.CoordinatorTimers): an Ongoing transaction older than its
 timeout is aborted with the epoch bumped (the producer is fenced, as Kafka's abortTimedOutTransactions); an id
 idle (Empty or Complete*) for transactional.id.expiration.ms is forgotten; markers that failed are retried.
 
-Persistence: ``<data dir>/__transaction_state/transactions.journal`` (kbroker/durable/journal.py) holds one
-record per transition, the whole metadata of the id as a compact JSON object (Kafka's ``__transaction_state``
-value); a tombstone ``{"id": ..., "state": "Dead"}`` when an id expires. A transition is journalled before it
-changes the state in memory, so a failed write changes nothing (the request answers NOT_COORDINATOR, as Kafka
-answers a failed append to its transaction log, and the client finds the coordinator again and retries). At
-start-up the journal is replayed: a transaction in PrepareCommit/PrepareAbort is completed (its markers written
-again: a marker for a transaction the partition already ended is harmless) and an Ongoing one keeps its deadline,
-measured from its start on the wall clock. The journal is rewritten with the live state when it grows. Each id
+Persistence: each transition is a TransactionLog record in the id's partition of ``__transaction_state``, in
+Kafka's format (kbroker/transactions/state_log.py), written through the coordinator runtime
+(kbroker/coordinators/runtime.py); a tombstone when an id expires. A transition is written before it changes the
+state in memory (the state is the replay of the topic), so a failed write changes nothing (the request answers
+NOT_COORDINATOR, as Kafka answers a failed append to its transaction log, and the client finds the coordinator
+again and retries). At start-up the topic is replayed: a transaction in PrepareCommit/PrepareAbort is completed
+(its markers written again: a marker for a transaction the partition already ended is harmless) and an Ongoing one
+keeps its deadline, measured from its start on the wall clock. Compaction keeps each id's last record. Each id
 keeps its last completed transaction (producer id, marker epoch, outcome, partitions): after an unclean stop the
 markers of those partitions that recovery cut off are written again (``reconcile_markers``).
 """
@@ -54,36 +54,43 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from kbroker.coordinators.runtime import CoordinatorRuntime
 from kbroker.durable.files import StorageError
-from kbroker.durable.journal import Journal
-from kbroker.groups.runtime import CoordinatorRuntime
+from kbroker.groups.offsets import offsets_partition
+from kbroker.groups.timers import CoordinatorTimers
+from kbroker.storage import LogManager
+from kbroker.transactions.state_log import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_SEGMENT_BYTES,
+    TRANSACTION_TOPIC,
+    TransactionStateShard,
+    transaction_record,
+    transaction_tombstone,
+    transaction_topic_configs,
+)
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kbroker.replication import ReplicaManager
 
 log = logging.getLogger("kbroker.transactions")
 
-DIRECTORY = "__transaction_state"
-JOURNAL = "transactions.journal"
-JOURNAL_KIND = "transactions"
-JOURNAL_VERSION = 1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767  # Short.MaxValue
 # The coordinator epoch markers carry: Kafka's is the leader epoch of the __transaction_state partition, which a
 # single node that never changes leader keeps at 0.
 COORDINATOR_EPOCH = 0
-_COMPACT_MIN_RECORDS = 1000
-_COMPACT_FACTOR = 4
 # Markers that could not be written are tried again this often (seconds).
 MARKER_RETRY_SECONDS = 1.0
 
@@ -266,13 +273,21 @@ class TransactionCoordinator:
         offsets: TransactionalOffsets,
         max_timeout_ms: int = 900_000,
         id_expiration_ms: int = 604_800_000,
-        sync: bool = False,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        runtime: CoordinatorRuntime | None = None,
+        runtime: CoordinatorTimers | None = None,
+        logs: LogManager | None = None,
+        state_partitions: int = DEFAULT_PARTITIONS,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        offsets_partitions: int = 50,
+        replicas: ReplicaManager | None = None,
     ) -> None:
+        """``logs``: where __transaction_state lives (the broker's log manager; by default one of its own in
+        ``data_dir``, closed with the coordinator). ``state_partitions``, ``segment_bytes``:
+        transaction.state.log.num.partitions and .segment.bytes, used when the topic is created.
+        ``offsets_partitions``: __consumer_offsets' partition count, to list a transaction's groups as Kafka does.
+        ``replicas``: the replica layer the records are written through (None: the logs directly)."""
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
-        self.sync = sync
         self._allocate_producer_id = allocate_producer_id
         self._partition = partition
         self._offsets = offsets
@@ -286,35 +301,65 @@ class TransactionCoordinator:
         self._timers: list[tuple[int, str]] = []
         self._timer_at: dict[str, int] = {}
         self._backoff_until_ms = 0  # after a failed journal write, timers wait until then
-        self.directory = data_dir / DIRECTORY
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / JOURNAL
-        self._journal = Journal(self.path, JOURNAL_KIND, JOURNAL_VERSION)
-        self._records = 0
-        self._load()
-        if self._journal.damaged_regions:
-            self._try_compact()
-        self._journal.open()
+        self._owns_logs = logs is None
+        self.logs = logs if logs is not None else LogManager(data_dir, {})
+        self.configured_partitions = state_partitions
+        self.segment_bytes = segment_bytes
+        self.offsets_partitions = offsets_partitions
+        self.state_log: CoordinatorRuntime[TransactionStateShard] = CoordinatorRuntime(
+            TRANSACTION_TOPIC,
+            self.logs.get_partition,
+            lambda p: TransactionStateShard(p, self._apply),
+            replicas=replicas,
+        )
+        # How the topic is created when needed at once: the broker's topic service (through the controller); the
+        # log manager directly for a coordinator of its own.
+        self.create_topic: Callable[[str, int, dict[str, str]], object] = self.logs.create_topic
+        self._loaded = False
+        if self.logs.topic(TRANSACTION_TOPIC) is not None:
+            self._load()
         if runtime is not None:
             runtime.register(self)
 
     # --- persistence -----------------------------------------------------------------------------------
 
+    @property
+    def partition_count(self) -> int:
+        info = self.logs.topic(TRANSACTION_TOPIC)
+        return info.partitions if info is not None else self.configured_partitions
+
+    def partition_for(self, transactional_id: str) -> int:
+        """The id's __transaction_state partition, as Kafka's (the same hash as a group's)."""
+        return offsets_partition(transactional_id, self.partition_count)
+
+    def topic_configs(self) -> dict[str, str]:
+        return transaction_topic_configs(self.segment_bytes)
+
+    def ensure_topic(self) -> None:
+        """Create __transaction_state if it does not exist (FindCoordinator creates it first, in a worker thread),
+        and load its shards; StorageError or KafkaError if its files cannot be made."""
+        if self.logs.topic(TRANSACTION_TOPIC) is None:
+            self.create_topic(TRANSACTION_TOPIC, self.configured_partitions, self.topic_configs())
+            log.info("created %s with %d partitions", TRANSACTION_TOPIC, self.configured_partitions)
+        if not self._loaded:
+            self._load()
+
+    def _apply(self, transactional_id: str, record: dict[str, Any] | None) -> None:
+        """A record of __transaction_state replayed (at load, or once written): the id's state, or its end."""
+        if record is None:
+            self.transactions.pop(transactional_id, None)
+        else:
+            self.transactions[transactional_id] = TransactionMetadata.from_record(record)
+
     def _load(self) -> None:
-        for number, payload in enumerate(self._journal.replay(), 1):
+        self._loaded = True
+        for partition in range(self.partition_count):
             try:
-                record = json.loads(payload)
-                if record.get("state") == TxnState.DEAD.value:
-                    self.transactions.pop(str(record["id"]), None)
-                else:
-                    metadata = TransactionMetadata.from_record(record)
-                    self.transactions[metadata.transactional_id] = metadata
-            except (ValueError, KeyError, TypeError, AttributeError):
-                log.warning("%s: skipping record %d, whose content is not a transaction state", self.path, number)
-                continue
-            self._records += 1
+                self.state_log.load(partition)
+            except KafkaError as exc:  # its ids answer NOT_COORDINATOR
+                log.error("%s-%d is not loaded: %s", TRANSACTION_TOPIC, partition, exc)
         if self.transactions:
-            log.info("%s: %d transactional id(s) loaded", self.path, len(self.transactions))
+            log.info("%s: %d transactional id(s) loaded", TRANSACTION_TOPIC, len(self.transactions))
         for transactional_id, metadata in self.transactions.items():
             self._set_timer(transactional_id, metadata)
 
@@ -425,40 +470,32 @@ class TransactionCoordinator:
         return False, view.producer_epoch
 
     def _persist(self, metadata: TransactionMetadata | None, transactional_id: str) -> None:
-        """Journal ``metadata`` (None: the id is gone), then make it the id's state; TransactionLogError if the
-        write fails, and then nothing changed."""
-        record = metadata.to_record() if metadata is not None else {"id": transactional_id, "state": "Dead"}
-        try:
-            self._journal.append([json.dumps(record, separators=(",", ":")).encode()], sync=self.sync)
-        except (OSError, StorageError) as exc:
-            log.error("%s: writing the state of %r failed: %s", self.path, transactional_id, exc)
-            raise TransactionLogError(f"writing {self.path} failed: {exc}") from None
-        self._records += 1
-        if metadata is None:
-            self.transactions.pop(transactional_id, None)
+        """Write ``metadata`` (None: the id is gone) to the id's __transaction_state partition, which makes it the
+        id's state; TransactionLogError if the write fails, and then nothing changed."""
+        if metadata is not None:
+            records = [transaction_record(metadata.to_record(), self.offsets_partitions)]
         else:
-            self.transactions[transactional_id] = metadata
-        self._set_timer(transactional_id, metadata)
-        if self._records > _COMPACT_MIN_RECORDS and self._records > _COMPACT_FACTOR * len(self.transactions):
-            self._try_compact()
-
-    def _try_compact(self) -> None:
-        live = [json.dumps(m.to_record(), separators=(",", ":")).encode() for m in self.transactions.values()]
+            records = [transaction_tombstone(transactional_id)]
         try:
-            self._journal.rewrite(live)
-        except OSError as exc:  # the journal is as it was (rewritten atomically): try again later
-            log.warning("%s: compaction failed, the journal is kept as it is: %s", self.path, exc)
-            return
-        self._records = len(live)
+            self.ensure_topic()
+            self.state_log.write(self.partition_for(transactional_id), lambda shard: (records, None))
+        except (OSError, StorageError, KafkaError) as exc:
+            log.error("%s: writing the state of %r failed: %s", TRANSACTION_TOPIC, transactional_id, exc)
+            raise TransactionLogError(f"writing {TRANSACTION_TOPIC} failed: {exc}") from None
+        self._set_timer(transactional_id, metadata)
 
     def flush(self) -> None:
-        self._journal.sync()
+        for partition in range(self.partition_count):
+            plog = self.logs.get_partition(TRANSACTION_TOPIC, partition) if self._loaded else None
+            if plog is not None and not plog.sync():
+                raise StorageError(f"fsync of {TRANSACTION_TOPIC}-{partition} failed")
 
     def close(self) -> None:
-        try:
-            self._journal.close()
-        except OSError as exc:
-            log.error("%s: fsync at close failed: %s", self.path, exc)
+        """Forget the shards; the partitions close with the broker's logs (or here, with a log manager of its own)."""
+        self.state_log.shards.clear()
+        self._loaded = False
+        if self._owns_logs:
+            self.logs.close()
 
     # --- InitProducerId ----------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ SERVICES = [
     "retention",
     "flush",
     "high-watermark-checkpoint",
-    "coordinator-runtime",
+    "coordinator-timers",
     "offset-expiry",
     "log-cleaner",
     "server",

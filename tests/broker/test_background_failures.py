@@ -2,8 +2,8 @@
 full disk, a process out of descriptors and a bug in its ticks, logs each kind of failure once (not once per
 tick), goes on ticking, and says when the work succeeds again. The recovery-point checkpoint feeds the data
 directory's health policy as a failed append does. kbroker/app.py starts a background service that fails
-anyway again after a pause; the coordinators' timers (kbroker/groups/runtime.py) are covered by
-tests/groups/test_coordinator_runtime.py."""
+anyway again after a pause; the coordinators' timers (kbroker/groups/timers.py) are covered by
+tests/groups/test_coordinator_timers.py."""
 
 from __future__ import annotations
 

@@ -84,9 +84,17 @@ def test_what_is_not_applied_is_warned_or_refused_with_the_issue_that_owns_it() 
     assert REGISTRY["remote.storage.enable"].status_of(True) is Status.REFUSED
     assert REGISTRY["remote.storage.enable"].status_of(False) is Status.IMPLEMENTED
     assert "Tiered storage" in REGISTRY["remote.storage.enable"].reason
-    for name in ("transactional.id.expiration.ms", "transaction.max.timeout.ms"):  # the coordinator applies them
+    applied = (
+        "transactional.id.expiration.ms",  # the transaction coordinator's
+        "transaction.max.timeout.ms",
+        "transaction.state.log.num.partitions",  # __transaction_state's, at its creation
+        "transaction.state.log.segment.bytes",
+        "offsets.topic.num.partitions",  # __consumer_offsets'
+        "offsets.topic.segment.bytes",
+    )
+    for name in applied:
         assert REGISTRY[name].status is Status.IMPLEMENTED
-    assert REGISTRY["transaction.state.log.num.partitions"].status is Status.WARNED
+    assert REGISTRY["transaction.state.log.load.buffer.size"].status is Status.WARNED
     assert set(KEYS) == {name for name, key in registry.BROKER_DEFS.items() if key.described}
     messages = warn_unapplied("t", {"cleanup.policy": "compact", "retention.ms": "1000", "preallocate": "true"})
     assert [m.split(":")[0] for m in messages] == ["topic t"] and "preallocate" in messages[0]

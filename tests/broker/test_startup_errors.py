@@ -226,22 +226,26 @@ def test_damaged_producer_snapshot_is_named_and_rebuilt_from_the_log(
 
 
 def test_damaged_offsets_journal_line_is_named_and_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from kbroker.coordinators.migration import migrate_offsets_journal
     from kbroker.groups.offsets import OffsetStore
 
-    store = OffsetStore(tmp_path)
-    store.close()
-    # The JSON-lines journal of older kbrokers (the current one frames and checksums its records).
-    store.path.write_text(json.dumps({"g": "g", "t": "t", "p": 0, "o": 5, "e": -1, "m": None, "ts": 1}) + "\n")
-    with open(store.path, "ab") as journal:
+    # The JSON-lines journal of older kbrokers, migrated into __consumer_offsets with its damaged line skipped.
+    path = tmp_path / "__consumer_offsets" / "offsets.journal"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"g": "g", "t": "t", "p": 0, "o": 5, "e": -1, "m": None, "ts": 1}) + "\n")
+    with open(path, "ab") as journal:
         journal.write(b"\xff{not json\n")
     journal_line = json.dumps({"g": "g", "t": "t", "p": 1, "o": 9})
-    with open(store.path, "a") as journal:
+    with open(path, "a") as journal:
         journal.write(journal_line + "\n")
+    store = OffsetStore.in_data_dir(tmp_path, partitions=2)
     with caplog.at_level(logging.WARNING, logger="kbroker.groups"):
-        reopened = OffsetStore(tmp_path)
-    reopened.close()
-    assert f"{store.path}: skipping unreadable line 2" in caplog.text
+        assert migrate_offsets_journal(tmp_path, store)
+    store.close()
+    assert f"{path}: skipping record 2, whose content is not a valid offsets change" in caplog.text
+    reopened = OffsetStore.in_data_dir(tmp_path, partitions=2)
     assert {k: c.offset for k, c in reopened.get("g").items()} == {("t", 0): 5, ("t", 1): 9}
+    reopened.close()
 
 
 # --- the ready line -------------------------------------------------------------------------------------------

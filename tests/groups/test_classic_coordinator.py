@@ -813,7 +813,7 @@ def test_offsets_of_an_empty_group_age_from_when_it_became_empty(tmp_path: Path)
     retention_ms = 7 * day_ms
 
     async def scenario(h: Harness) -> None:
-        store = OffsetStore(tmp_path)
+        store = OffsetStore.in_data_dir(tmp_path, partitions=3)
         (a,) = await h.stable_group(1)
         store.commit("g", {("orders", 0): CommittedOffset(42, -1, None, h.wall_ms)})
         store.commit("simple", {("orders", 0): CommittedOffset(7, -1, None, h.wall_ms)})

@@ -36,7 +36,7 @@ class Harness:
             classic=self.classic,
             clock=lambda: self.now,
         )
-        self.offsets = OffsetStore(data_dir)
+        self.offsets = OffsetStore.in_data_dir(data_dir, partitions=3)
         self.router = GroupRouter(self.classic, self.consumer, self.offsets)
 
     def commit(self, group_id: str) -> None:

@@ -204,32 +204,34 @@ def test_while_the_data_directory_is_offline_offset_commits_answer_not_coordinat
         assert committed(client) == 6
 
 
-def test_a_failed_fsync_of_the_offsets_journal_takes_the_data_directory_offline(
+def test_a_failed_fsync_of_consumer_offsets_takes_the_data_directory_offline(
     tmp_path: Path, faulty: FaultyFileSystem
 ) -> None:
-    """The journal is in the data directory, as __consumer_offsets is in a Kafka log dir: an fsync failing there
-    is fatal for the directory, produces included."""
+    """__consumer_offsets is in the data directory, as in a Kafka log dir: an fsync failing there is fatal for
+    the directory, produces included."""
     with (
         RunningBroker(tmp_path, {"log.flush.interval.messages": "1"}) as broker,
         WireClient(broker.bootstrap) as client,
     ):
         create(client)
         assert produce(client, b"a") == (ErrorCode.NONE, 0)
+        assert commit(client, 0) == ErrorCode.NONE  # __consumer_offsets is created
         faulty.nth[("fsync", faulty.counts.get("fsync", 0) + 1)] = "fsync"  # the next commit's fsync
         assert commit(client, 1) == ErrorCode.NOT_COORDINATOR
         assert produce(client, b"b") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
         assert fetch_values(client) == [(0, b"a")]
 
 
-def test_failed_journal_writes_count_towards_taking_the_directory_offline(
+def test_failed_offsets_writes_count_towards_taking_the_directory_offline(
     tmp_path: Path, faulty: FaultyFileSystem
 ) -> None:
     from kbroker.groups.offsets import CommittedOffset, OffsetStore, OffsetStoreError
     from kbroker.storage.log import LogDirHealth
 
-    health = LogDirHealth(tmp_path)
-    store = OffsetStore(tmp_path, health=health)
+    store = OffsetStore.in_data_dir(tmp_path, partitions=1)
+    health = store.logs.dir_health
     commit_one = {(TOPIC, 0): CommittedOffset(1, -1, None, 0)}
+    store.commit("g", commit_one)  # creates __consumer_offsets
     faulty.disk_full = True
     for _ in range(LogDirHealth.FAILURE_LIMIT - 1):
         with pytest.raises(OffsetStoreError):
@@ -244,7 +246,7 @@ def test_failed_journal_writes_count_towards_taking_the_directory_offline(
             store.commit("g", {(TOPIC, 0): CommittedOffset(2, -1, None, 0)})
     assert health.offline
     faulty.disk_full = False
-    with pytest.raises(OffsetStoreError, match=f"data directory {tmp_path} is offline until the broker restarts"):
+    with pytest.raises(OffsetStoreError, match=f"data directory {tmp_path} is offline"):
         store.commit("g", {(TOPIC, 0): CommittedOffset(3, -1, None, 0)})
     assert store.get("g")[(TOPIC, 0)].offset == 1
     store.close()

@@ -1,9 +1,9 @@
-"""The append-only journal (kbroker/durable/journal.py) and the offsets store journalled in it: framing, torn
-and corrupt records skipped with the later ones kept, compaction, and the JSON-lines journal of older kbrokers."""
+"""The append-only journal (kbroker/durable/journal.py): framing, torn and corrupt records skipped with the later
+ones kept, rewriting. (Older kbrokers journalled committed offsets in it; their migration is tested in
+tests/coordinators/test_offsets_topic.py.)"""
 
 from __future__ import annotations
 
-import json
 import logging
 import struct
 from pathlib import Path
@@ -12,8 +12,6 @@ import pytest
 
 from kbroker.durable.files import DamagedFileError
 from kbroker.durable.journal import FILE_MAGIC, RECORD_MAGIC, Journal, encode_header, encode_record
-from kbroker.groups import offsets as offsets_module
-from kbroker.groups.offsets import CommittedOffset, OffsetStore
 from protocol.records import crc32c
 
 RECORD_OVERHEAD = 12
@@ -162,110 +160,3 @@ def test_rewrite_replaces_the_journal_and_later_appends_go_to_the_new_file(tmp_p
 
 
 # --- the offsets store ----------------------------------------------------------------------------------------
-
-
-def committed(store: OffsetStore, group: str) -> dict[tuple[str, int], int]:
-    return {key: c.offset for key, c in store.get(group).items()}
-
-
-def commit(store: OffsetStore, group: str, partition: int, offset: int) -> None:
-    store.commit(group, {("t", partition): CommittedOffset(offset, 4, f"m{offset}", 1000 + offset)})
-
-
-def test_offsets_survive_a_restart_with_all_fields(tmp_path: Path) -> None:
-    store = OffsetStore(tmp_path)
-    store.commit("g", {("t", 0): CommittedOffset(5, 3, "meta", 111, 222), ("t", 1): CommittedOffset(6, -1, None, 7)})
-    store.commit("h", {("u", 0): CommittedOffset(1, -1, None, 1)})
-    store.delete("g", [("t", 1)])
-    store.delete_group("h")
-    store.close()
-    again = OffsetStore(tmp_path)
-    assert again.offsets == {"g": {("t", 0): CommittedOffset(5, 3, "meta", 111, 222)}}
-    again.close()
-    payloads, damaged_regions = replayed(store.path, "consumer-offsets")
-    assert damaged_regions == 0 and len(payloads) == 5
-
-
-def test_a_torn_last_commit_loses_only_that_commit(tmp_path: Path) -> None:
-    store = OffsetStore(tmp_path)
-    commit(store, "g", 0, 10)
-    commit(store, "g", 1, 20)
-    store.close()
-    with open(store.path, "r+b") as f:
-        f.truncate(store.path.stat().st_size - 3)
-    again = OffsetStore(tmp_path)
-    assert committed(again, "g") == {("t", 0): 10}
-    commit(again, "g", 2, 30)  # the damage was rewritten away: nothing is skipped at the next start
-    again.close()
-    assert replayed(store.path, "consumer-offsets")[1] == 0
-    third = OffsetStore(tmp_path)
-    assert committed(third, "g") == {("t", 0): 10, ("t", 2): 30}
-    third.close()
-
-
-def test_a_corrupt_commit_in_the_middle_keeps_the_later_commits_after_restart(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = OffsetStore(tmp_path)
-    commit(store, "g", 0, 10)
-    commit(store, "g", 1, 20)
-    commit(store, "g", 2, 30)
-    commit(store, "g", 0, 11)
-    store.close()
-    data = bytearray(store.path.read_bytes())
-    data[data.index(b'"o":20') + 5] ^= 0x01  # 20 -> 21 inside the second record: its crc32c no longer matches
-    store.path.write_bytes(data)
-    with caplog.at_level(logging.WARNING, logger="kbroker.storage"):
-        again = OffsetStore(tmp_path)
-    assert committed(again, "g") == {("t", 0): 11, ("t", 2): 30}
-    assert len([r for r in caplog.records if "damaged bytes" in r.getMessage()]) == 1
-    commit(again, "g", 3, 40)
-    again.close()
-    third = OffsetStore(tmp_path)
-    assert committed(third, "g") == {("t", 0): 11, ("t", 2): 30, ("t", 3): 40}
-    third.close()
-
-
-def test_compaction_rewrites_the_live_offsets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offsets_module, "_COMPACT_MIN_RECORDS", 10)
-    store = OffsetStore(tmp_path)
-    for offset in range(11):
-        commit(store, "g", 0, offset)  # the 11th record passes the minimum with 1 live offset: compaction
-    commit(store, "g", 1, 100)
-    store.close()
-    payloads, _ = replayed(store.path, "consumer-offsets")
-    assert [json.loads(p)["o"] for p in payloads] == [10, 100]
-    again = OffsetStore(tmp_path)
-    assert committed(again, "g") == {("t", 0): 10, ("t", 1): 100}
-    again.close()
-
-
-def test_a_legacy_json_lines_journal_is_read_and_rewritten(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "__consumer_offsets" / "offsets.journal"
-    path.parent.mkdir()
-    lines = [
-        {"g": "g", "t": "t", "p": 0, "o": 5, "e": 2, "m": "x", "ts": 100, "x": -1},
-        {"g": "g", "t": "t", "p": 1, "o": 6},  # the oldest kbrokers wrote fewer fields
-        {"g": "h", "t": "t", "p": 0, "o": 1},
-        {"g": "h", "delete_group": True},
-        {"g": "g", "t": "t", "p": 1, "o": None},
-    ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"g": "g", "t": "t", "p": 2, "o')
-    with caplog.at_level(logging.WARNING, logger="kbroker.groups"):
-        store = OffsetStore(tmp_path)
-    assert f"{path}: skipping unreadable line 6 (torn write?)" in caplog.text
-    assert store.offsets == {"g": {("t", 0): CommittedOffset(5, 2, "x", 100, -1)}}
-    store.close()
-    assert path.read_bytes().startswith(FILE_MAGIC)
-    again = OffsetStore(tmp_path)
-    assert again.offsets == {"g": {("t", 0): CommittedOffset(5, 2, "x", 100, -1)}}
-    again.close()
-
-
-def test_a_journal_in_no_known_format_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "__consumer_offsets" / "offsets.journal"
-    path.parent.mkdir()
-    path.write_bytes(bytes([FILE_MAGIC[0] ^ 0x01]) + encode_header("consumer-offsets", 1)[1:])
-    with pytest.raises(DamagedFileError) as info:
-        OffsetStore(tmp_path)
-    assert str(info.value) == f"damaged file {path}: neither an offsets journal nor the older JSON-lines format"

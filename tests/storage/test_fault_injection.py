@@ -10,7 +10,6 @@ fault or a crash at a random step, then a power cut (unsynced bytes dropped) and
 from __future__ import annotations
 
 import errno
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,7 +240,7 @@ def committed(store: OffsetStore, group: str) -> dict[int, int]:
 
 
 def test_a_commit_that_cannot_be_written_changes_nothing(tmp_path: Path, faulty: FaultyFileSystem) -> None:
-    store = OffsetStore(tmp_path)
+    store = OffsetStore.in_data_dir(tmp_path, partitions=1)
     commit(store, "g", 0, 5)
     faulty.disk_full = True
     with pytest.raises(OffsetStoreError):
@@ -255,26 +254,26 @@ def test_a_commit_that_cannot_be_written_changes_nothing(tmp_path: Path, faulty:
     faulty.disk_full = False
     commit(store, "g", 1, 7)
     store.close()
-    assert committed(OffsetStore(tmp_path), "g") == {0: 5, 1: 7}
+    assert committed(OffsetStore.in_data_dir(tmp_path, partitions=1), "g") == {0: 5, 1: 7}
 
 
-def test_with_sync_commits_a_commit_is_fsynced_before_it_applies_and_a_failed_fsync_is_fatal(
+def test_with_flush_messages_1_a_commit_is_fsynced_before_it_applies_and_a_failed_fsync_is_fatal(
     tmp_path: Path, faulty: FaultyFileSystem
 ) -> None:
-    store = OffsetStore(tmp_path, sync_commits=True)
+    store = OffsetStore.in_data_dir(tmp_path, partitions=1, flush_messages=1)
     commit(store, "g", 0, 5)
-    journal = tmp_path / "__consumer_offsets" / "offsets.journal"
-    assert faulty.durable_length(journal) == journal.stat().st_size  # durable before the answer
+    segment = tmp_path / "__consumer_offsets-0" / "00000000000000000000.log"
+    assert faulty.durable_length(segment) == segment.stat().st_size  # durable before the answer
     faulty.faults[next_step(faulty) + 1] = "fsync"  # the write, then its fsync
     with pytest.raises(OffsetStoreError):
         commit(store, "g", 0, 6)
     assert committed(store, "g") == {0: 5}
-    assert store.offline_reason is not None
-    with pytest.raises(OffsetStoreError, match="offline until the broker restarts"):
+    assert store.logs.dir_health.offline
+    with pytest.raises(OffsetStoreError, match="offline"):
         commit(store, "g", 1, 1)
     store.close()
     faulty.power_cut()
-    assert committed(OffsetStore(tmp_path), "g") == {0: 5}  # the unsynced commit was lost with the power
+    assert committed(OffsetStore.in_data_dir(tmp_path, partitions=1), "g") == {0: 5}  # the unsynced one was lost
 
 
 # --- property tests: random operations, a fault at a random step, a power cut, recovery -------------------------
@@ -323,7 +322,7 @@ def run_operations(
     try:
         try:
             plog = open_log(directory / "t-0", **config)
-            store = OffsetStore(directory, sync_commits=durable)
+            store = OffsetStore.in_data_dir(directory / "offsets", partitions=1, flush_messages=1 if durable else None)
         except (OSError, StorageError):
             ops = []  # the broker did not start: nothing is acknowledged
         for kind, argument in ops:
@@ -368,9 +367,9 @@ def run_operations(
     # The process is gone: descriptors close, nothing more is written (no clean shutdown).
     for segment in plog.segments if plog is not None else []:
         segment.close()
-    fd = store._journal._fd if store is not None else None
-    if fd is not None:
-        os.close(fd)
+    for offsets_log in store.logs.open_partitions() if store is not None else []:
+        for segment in offsets_log.segments:
+            segment.close()
 
 
 def check_recovery(directory: Path, model: Model) -> None:
@@ -387,7 +386,7 @@ def check_recovery(directory: Path, model: Model) -> None:
     # The next append goes after everything acknowledged: no offset is used twice.
     assert plog.append(batch(b"after"), now_ms=T0).base_offset >= model.acked_end
     plog.close()
-    store = OffsetStore(directory)
+    store = OffsetStore.in_data_dir(directory / "offsets", partitions=1)
     found = committed(store, "g")
     for partition in set(model.commits) | set(model.pending_commits):
         allowed = model.pending_commits.get(partition, set()) | (

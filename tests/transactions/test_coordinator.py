@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.durable.files import DamagedFileError
-from kbroker.groups.offsets import CommittedOffset, OffsetStore
+from kbroker.groups.offsets import CommittedOffset, OffsetStore, offsets_partition
+from kbroker.storage import LogManager
 from kbroker.transactions.coordinator import (
     MAX_EPOCH,
     ProducerIdAndEpoch,
@@ -19,7 +19,9 @@ from kbroker.transactions.coordinator import (
     TransactionMetadata,
     TxnState,
 )
-from protocol.errors import ErrorCode
+from protocol.coordinator_frame import decode_coordinator_record
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import decode_records, iter_batches
 
 TID = "txn-1"
 TIMEOUT = 60_000
@@ -72,7 +74,8 @@ class World:
         self.now = 1_000_000
         self.next_pid = 100
         self.partitions: dict[tuple[str, int], FakePartition] = {(t, p): FakePartition() for t in "ab" for p in (0, 1)}
-        self.offsets = OffsetStore(data_dir)
+        self.logs = LogManager(data_dir, {})  # __consumer_offsets and __transaction_state
+        self.offsets = OffsetStore(self.logs, partitions=3)
         self.coordinator = self.start()
 
     def allocate(self) -> int:
@@ -86,6 +89,9 @@ class World:
             partition=lambda t, p: self.partitions.get((t, p)),
             offsets=self.offsets,
             wall_clock_ms=lambda: self.now,
+            logs=self.logs,
+            state_partitions=3,
+            offsets_partitions=3,
             **settings,  # type: ignore[arg-type]
         )
         coordinator.recover(reconcile_markers=reconcile_markers)
@@ -94,7 +100,9 @@ class World:
     def restart(self, reconcile_markers: bool = False, **settings: int) -> TransactionCoordinator:
         self.coordinator.close()
         self.offsets.close()
-        self.offsets = OffsetStore(self.data_dir)
+        self.logs.close()
+        self.logs = LogManager(self.data_dir, {})
+        self.offsets = OffsetStore(self.logs, partitions=3)
         self.coordinator = self.start(reconcile_markers, **settings)
         return self.coordinator
 
@@ -318,31 +326,37 @@ def test_restart_in_each_state(world: World, state: str) -> None:
     assert init(world).error == ErrorCode.NONE  # the id goes on after the restart
 
 
-def test_a_failed_journal_write_changes_nothing(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_changes_nothing(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     c = world.coordinator
     init(world)
     before = world.state()
 
     def full_disk(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "No space left on device")
 
-    monkeypatch.setattr(c._journal, "append", full_disk)
+    monkeypatch.setattr(c.state_log, "write", full_disk)
     assert c.add_partitions(TID, 101, 0, [("a", 0)]) == ErrorCode.NOT_COORDINATOR
     assert init(world).error == ErrorCode.NOT_COORDINATOR
     assert world.state() == before
 
 
-def test_a_torn_last_record_is_skipped_and_a_damaged_header_stops_start_up(world: World) -> None:
+def test_each_transition_is_a_transaction_log_record_and_a_restart_replays_them(world: World) -> None:
     init(world)
-    world.coordinator.add_partitions(TID, 101, 0, [("a", 0)])
-    world.coordinator.close()
-    path = world.data_dir / "__transaction_state" / "transactions.journal"
-    data = path.read_bytes()
-    path.write_bytes(data[:-5])  # the Ongoing record torn by a crash
-    assert world.start().get(TID) == TransactionMetadata(TID, 101, 0, TIMEOUT, last_update_ms=world.now)
-    path.write_bytes(b"garbage" + data)
-    with pytest.raises(DamagedFileError, match="transactions.journal"):
-        world.start()
+    world.coordinator.add_partitions(TID, 101, 0, [("a", 0), ("b", 1)])
+    ongoing = world.state()
+    plog = world.logs.get_partition("__transaction_state", offsets_partition(TID, 3))
+    assert plog is not None
+    chunk = plog.read(0, 1 << 20, max_offset=plog.log_end_offset)
+    values = [
+        decode_coordinator_record("transaction", r.key, r.value).value
+        for _, batch in iter_batches(chunk.read_bytes())
+        for r in decode_records(batch)
+    ]
+    assert [(v.transaction_status, v.producer_id, v.producer_epoch) for v in values] == [(0, 101, 0), (1, 101, 0)]  # type: ignore[union-attr]
+    partitions = [(p.topic, p.partition_ids) for p in values[1].transaction_partitions]  # type: ignore[union-attr]
+    assert partitions == [("a", [0]), ("b", [1])]
+    world.restart()
+    assert world.state() == ongoing
 
 
 # --- markers lost to a crash (issue #26) ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ stays at 0 and every other transactional producer's records stay invisible to re
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -204,8 +205,8 @@ def hanging_transaction(tmp_path: Path, topic: str) -> tuple[BrokerProcess, RawT
         with WireClient(broker.bootstrap) as client:
             transaction = RawTransaction(client, "lost-id", topic, [b"hanging"])
         broker.kill()
-        for journal in (data_dir / "__transaction_state").iterdir():
-            journal.unlink()
+        for partition in data_dir.glob("__transaction_state-*"):
+            shutil.rmtree(partition)  # the topic's partitions come back empty
         broker.start()
         with WireClient(broker.bootstrap) as client:
             assert open_transactions(client, topic) == [(transaction.producer_id, 0)]

@@ -1,5 +1,6 @@
-"""One timer for every coordinator: the classic and consumer group coordinators (and later the transaction
-coordinator) register with a CoordinatorRuntime instead of each running its own loop.
+"""One timer service for every coordinator: the classic and consumer group coordinators and the transaction
+coordinator register with CoordinatorTimers instead of each running its own loop. (Kafka's CoordinatorRuntime,
+which writes coordinator records to their partitions, is kbroker/coordinators/runtime.py.)
 
 A coordinator is anything with ``next_deadline(now)`` (the earliest moment one of its timers is due: a session
 expiry, a rebalance or revocation timeout, the end of an initial rebalance delay; None if it has none) and
@@ -37,7 +38,7 @@ class TimedCoordinator(Protocol):
     def tick(self, now: float) -> None: ...
 
 
-class CoordinatorRuntime:
+class CoordinatorTimers:
     """The coordinators' timer service: ``run`` ticks each registered coordinator when its deadline comes."""
 
     def __init__(self) -> None:

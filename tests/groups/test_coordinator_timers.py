@@ -1,4 +1,4 @@
-"""kbroker.groups.runtime: one timer service ticks every registered coordinator at its next deadline.
+"""kbroker.groups.timers: one timer service ticks every registered coordinator at its next deadline.
 
 Each test runs under trio's MockClock with autojump, so time is virtual: a tick recorded at 1.5 happened when
 trio's clock read exactly 1.5, and nothing waits in real time. The deadlines used are exact binary fractions,
@@ -18,7 +18,7 @@ import trio.testing
 from kbroker.groups.assignors import TopicMetadata
 from kbroker.groups.consumer_group import ConsumerGroupCoordinator, MemberHeartbeat
 from kbroker.groups.coordinator import GroupCoordinator, GroupState, JoinResult
-from kbroker.groups.runtime import RETRY_SECONDS, CoordinatorRuntime
+from kbroker.groups.timers import RETRY_SECONDS, CoordinatorTimers
 from protocol.errors import ErrorCode
 
 
@@ -42,11 +42,11 @@ class ScriptedCoordinator:
         self.deadlines = [deadline for deadline in self.deadlines if deadline > now]
 
 
-def run_virtual(test: Callable[[trio.Nursery, CoordinatorRuntime], Awaitable[None]]) -> None:
+def run_virtual(test: Callable[[trio.Nursery, CoordinatorTimers], Awaitable[None]]) -> None:
     """Run ``test`` with a started runtime under a virtual clock; the runtime is cancelled afterwards."""
 
     async def main() -> None:
-        runtime = CoordinatorRuntime()
+        runtime = CoordinatorTimers()
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
             await test(nursery, runtime)
@@ -59,7 +59,7 @@ def test_each_coordinator_is_ticked_exactly_at_its_own_deadlines() -> None:
     first = ScriptedCoordinator(1.5, 4.0, 4.0)
     second = ScriptedCoordinator(2.25)
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         runtime.register(first)
         runtime.register(second)
         await trio.sleep_until(1000.0)  # long after the last deadline: nothing else fires
@@ -72,7 +72,7 @@ def test_each_coordinator_is_ticked_exactly_at_its_own_deadlines() -> None:
 def test_an_idle_runtime_sleeps_until_a_coordinator_wakes_it() -> None:
     work = ScriptedCoordinator()
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         runtime.register(work)
         await trio.sleep_until(10.0)
         assert work.ticks == []  # no deadline: never ticked, however long
@@ -88,7 +88,7 @@ def test_an_idle_runtime_sleeps_until_a_coordinator_wakes_it() -> None:
 def test_a_deadline_earlier_than_the_planned_wake_up_is_honoured_when_the_coordinator_wakes_the_runtime() -> None:
     work = ScriptedCoordinator(100.0)
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         runtime.register(work)
         await trio.sleep_until(1.0)  # the runtime now sleeps towards 100
         work.deadlines = [3.5, 100.0]
@@ -103,7 +103,7 @@ def test_a_deadline_earlier_than_the_planned_wake_up_is_honoured_when_the_coordi
 def test_wake_without_a_time_makes_the_runtime_read_the_deadlines_at_once() -> None:
     work = ScriptedCoordinator()
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         runtime.register(work)
         await trio.sleep_until(5.0)
         work.deadlines = [2.0]  # already past: due now
@@ -120,7 +120,7 @@ def test_a_failing_tick_is_logged_once_retried_and_does_not_stop_the_other_coord
     broken = ScriptedCoordinator(0.5, failures=3)
     healthy = ScriptedCoordinator(1.0, 2.0)
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         runtime.register(broken)
         runtime.register(healthy)
         await trio.sleep_until(10.0)
@@ -151,7 +151,7 @@ def test_a_failing_next_deadline_is_asked_again_and_does_not_stop_the_runtime(ca
     flaky = Flaky()
     healthy = ScriptedCoordinator(1.0)
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         runtime.register(flaky)
         runtime.register(healthy)
         await trio.sleep_until(0.5)
@@ -170,7 +170,7 @@ def test_a_failing_next_deadline_is_asked_again_and_does_not_stop_the_runtime(ca
 def test_cancelling_the_runtime_ends_it_while_it_waits_for_a_deadline_or_for_work() -> None:
     async def main() -> None:
         for timers_in in ((), (5.0,)):  # waiting for work; waiting for a deadline 5 s ahead
-            runtime = CoordinatorRuntime()
+            runtime = CoordinatorTimers()
             work = ScriptedCoordinator(*(trio.current_time() + seconds for seconds in timers_in))
             runtime.register(work)
             with trio.CancelScope() as scope:
@@ -190,7 +190,7 @@ def test_cancelling_the_runtime_ends_it_while_it_waits_for_a_deadline_or_for_wor
 
 
 def test_a_classic_member_that_stops_heartbeating_expires_exactly_at_its_session_timeout() -> None:
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         coordinator = GroupCoordinator(
             min_session_timeout_ms=1000, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=0, runtime=runtime
         )
@@ -224,7 +224,7 @@ def test_a_classic_member_that_stops_heartbeating_expires_exactly_at_its_session
 
 
 def test_the_initial_rebalance_delay_ends_exactly_on_time() -> None:
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         coordinator = GroupCoordinator(
             min_session_timeout_ms=1000, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=3000, runtime=runtime
         )
@@ -249,7 +249,7 @@ def test_the_initial_rebalance_delay_ends_exactly_on_time() -> None:
 def test_consumer_group_members_are_fenced_exactly_at_their_session_and_revocation_deadlines() -> None:
     topic = TopicMetadata(uuid.UUID(int=1), "orders", 2)
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         coordinator = ConsumerGroupCoordinator(
             topics=lambda: [topic],
             session_timeout_ms=45_000,
@@ -298,7 +298,7 @@ def test_consumer_group_members_are_fenced_exactly_at_their_session_and_revocati
 def test_a_member_answered_after_its_session_ran_out_while_it_waited_in_sync_group_expires_at_once() -> None:
     """A member parked in SyncGroup cannot heartbeat, so its session does not count; once answered it does."""
 
-    async def test(nursery: trio.Nursery, runtime: CoordinatorRuntime) -> None:
+    async def test(nursery: trio.Nursery, runtime: CoordinatorTimers) -> None:
         coordinator = GroupCoordinator(
             min_session_timeout_ms=1000, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=1000, runtime=runtime
         )

@@ -1,0 +1,1 @@
+"""Coordinators on logs: Kafka's CoordinatorRuntime (runtime.py) and the internal topics it writes."""

@@ -1,0 +1,246 @@
+"""Committed offsets in __consumer_offsets (kbroker/groups/offsets.py over kbroker/coordinators/runtime.py): the
+records are Kafka's, byte for byte as Kafka's own dump tool reads them, and the offsets are their replay."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker.coordinators.runtime import NO_PRODUCER
+from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore, offsets_partition
+from kbroker.storage import PartitionLog
+from kbroker.testing import RunningBroker
+from kbroker.wire_client import WireClient
+from protocol.coordinator_frame import decode_coordinator_record
+from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
+from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
+from protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
+from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.list_config_resources_request import ListConfigResourcesRequest
+from protocol.messages.metadata_request import MetadataRequest
+from protocol.records import decode_records, iter_batches
+
+T0 = 1_700_000_000_000
+PARTITIONS = 5
+
+
+def batches(plog: PartitionLog) -> list[tuple[int, bool, bool, list[tuple[bytes | None, bytes | None]]]]:
+    """(producer id, transactional, control, [(key, value)]) of each batch of the partition."""
+    chunk = plog.read(plog.log_start_offset, 1 << 24, max_offset=plog.log_end_offset)
+    return [
+        (h.producer_id, h.is_transactional, h.is_control, [(r.key, r.value) for r in decode_records(b)])
+        for h, b in iter_batches(chunk.read_bytes())
+    ]
+
+
+def group_log(store: OffsetStore, group: str) -> PartitionLog:
+    plog = store.logs.get_partition(OFFSETS_TOPIC, offsets_partition(group, PARTITIONS))
+    assert plog is not None
+    return plog
+
+
+def test_a_commit_is_one_batch_of_kafkas_offset_commit_records_in_the_groups_partition(tmp_path: Path) -> None:
+    store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    assert store.logs.topic(OFFSETS_TOPIC) is None  # created when first needed
+    store.commit("g", {("orders", 0): CommittedOffset(42, 3, "m", T0), ("orders", 1): CommittedOffset(7, -1, None, T0)})
+    info = store.logs.topic(OFFSETS_TOPIC)
+    assert info is not None and info.partitions == PARTITIONS
+    assert store.logs.effective_configs(info)["cleanup.policy"] == "compact"
+    [(producer, transactional, control, records)] = batches(group_log(store, "g"))
+    assert (producer, transactional, control) == (NO_PRODUCER, False, False)
+    decoded = [decode_coordinator_record("group", k, v) for k, v in records]
+    assert [(r.record_type, r.value_version) for r in decoded] == [(1, 3), (1, 3)]
+    key, value = decoded[0].key, decoded[0].value
+    assert isinstance(key, OffsetCommitKey) and isinstance(value, OffsetCommitValue)
+    assert (key.group, key.topic, key.partition) == ("g", "orders", 0)
+    assert (value.offset, value.leader_epoch, value.metadata, value.commit_timestamp) == (42, 3, "m", T0)
+    # Every other partition is empty: a group's records go to abs(hashCode) % partitions only.
+    others = [p for p in range(PARTITIONS) if p != offsets_partition("g", PARTITIONS)]
+    assert all(store.logs.get_partition(OFFSETS_TOPIC, p).log_end_offset == 0 for p in others)  # type: ignore[union-attr]
+    store.close()
+
+
+def test_offsets_are_the_replay_of_the_topic_after_a_restart(tmp_path: Path) -> None:
+    store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    store.commit("g", {("a", 0): CommittedOffset(1, 2, "x", T0), ("a", 1): CommittedOffset(5, -1, None, T0, T0 + 9)})
+    store.commit("g", {("a", 0): CommittedOffset(10, 4, "y", T0 + 1)})
+    store.commit("h", {("a", 0): CommittedOffset(3, -1, None, T0)})
+    store.delete("h", [("a", 0)])
+    store.close()
+    again = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    assert again.get("g") == {
+        ("a", 0): CommittedOffset(10, 4, "y", T0 + 1),
+        ("a", 1): CommittedOffset(5, -1, "", T0, T0 + 9),  # v1 (with an expiry) has no leader epoch, as Kafka's
+    }
+    assert again.get("h") == {} and sorted(again.groups()) == ["g"]
+    [*_, (_, _, _, [(key, value)])] = batches(group_log(again, "h"))
+    assert value is None and decode_coordinator_record("group", key, None).key == OffsetCommitKey(
+        group="h", topic="a", partition=0
+    )
+    again.close()
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_transactional_offsets_are_pending_until_the_marker_and_survive_a_restart(tmp_path: Path, commit: bool) -> None:
+    store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    store.commit("g", {("a", 0): CommittedOffset(1, -1, None, T0)})
+    store.commit_pending("g", 77, {("a", 0): CommittedOffset(9, -1, None, T0)}, producer_epoch=2)
+    assert store.get("g")[("a", 0)].offset == 1 and store.has_pending("g", "a", 0)
+    store.close()
+    store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    assert store.get("g")[("a", 0)].offset == 1 and store.has_pending("g", "a", 0)  # still pending after a restart
+    store.complete_transaction("g", 77, commit)
+    store.complete_transaction("g", 77, commit)  # again (a coordinator retrying): nothing more is written
+    flags = [(p, t, c) for p, t, c, _ in batches(group_log(store, "g"))]
+    assert flags == [(NO_PRODUCER, False, False), (77, True, False), (77, True, True)]
+    store.close()
+    store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    assert store.get("g")[("a", 0)].offset == (9 if commit else 1) and not store.has_pending("g", "a", 0)
+    store.close()
+
+
+def test_kafkas_dump_tool_decodes_the_segment(tmp_path: Path) -> None:
+    from tools import maven_artifacts
+
+    classpath = maven_artifacts.classpath("kafka-tools-4.3.1")
+    store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+    store.commit("dumped", {("orders", 3): CommittedOffset(42, 7, "meta", T0)})
+    store.delete("dumped", [("orders", 3)])
+    store.close()
+    segment = tmp_path / f"{OFFSETS_TOPIC}-{offsets_partition('dumped', PARTITIONS)}" / "00000000000000000000.log"
+    command = ["java", "-cp", classpath, "org.apache.kafka.tools.DumpLogSegments", "--offsets-decoder"]
+    out = subprocess.run([*command, "--files", str(segment)], capture_output=True, text=True, timeout=120, check=True)
+    key = 'key: {"type":"1","data":{"group":"dumped","topic":"orders","partition":3}}'
+    value = (
+        f'payload: {{"version":"3","data":{{"offset":42,"leaderEpoch":7,"metadata":"meta","commitTimestamp":{T0}}}}}'
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("| offset:")]
+    assert len(lines) == 2
+    assert key in lines[0] and value in lines[0]
+    assert key in lines[1] and "payload: <DELETE>" in lines[1]
+
+
+def test_offsets_committed_with_a_client_survive_a_broker_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with RunningBroker(data) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(timeout=30)
+        consumer = Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": "survivor", "enable.auto.commit": False}
+        )
+        consumer.commit(offsets=[TopicPartition("orders", 0, 11), TopicPartition("orders", 1, 22)], asynchronous=False)
+        consumer.close()
+    with RunningBroker(data) as broker:
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "survivor"})
+        found = consumer.committed([TopicPartition("orders", 0), TopicPartition("orders", 1)], timeout=30)
+        consumer.close()
+        assert [(tp.partition, tp.offset) for tp in found] == [(0, 11), (1, 22)]
+        with WireClient(broker.bootstrap) as client:
+            topics = client.request(MetadataRequest(topics=None), 12).topics
+            internal = {t.name: (t.is_internal, len(t.partitions)) for t in topics}
+            assert internal == {"orders": (False, 2), OFFSETS_TOPIC: (True, 50)}
+            dirs = client.request(DescribeLogDirsRequest(topics=None), 4).results
+            in_dirs = {t.name: len(t.partitions) for d in dirs for t in d.topics}
+            assert in_dirs == {"orders": 2, OFFSETS_TOPIC: 50}
+            resources = client.request(ListConfigResourcesRequest(resource_types=[2]), 1).config_resources
+            assert sorted(r.resource_name for r in resources) == [OFFSETS_TOPIC, "orders"]
+    # The group's records are in its partition of the data directory, Kafka's partition for it.
+    partition = data / f"{OFFSETS_TOPIC}-{offsets_partition('survivor', 50)}"
+    assert (partition / "00000000000000000000.log").stat().st_size > 0
+
+
+def test_the_first_find_coordinator_creates_the_topic_with_the_configured_partitions(tmp_path: Path) -> None:
+    overrides = {"offsets.topic.num.partitions": "3", "offsets.topic.segment.bytes": "1048576"}
+    with RunningBroker(tmp_path / "data", overrides) as broker, WireClient(broker.bootstrap) as client:
+        assert client.request(MetadataRequest(topics=None), 12).topics == []
+        answer = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+        assert [(c.error_code, c.node_id) for c in answer.coordinators] == [(0, broker.broker.node_id)]  # type: ignore[union-attr]
+        [topic] = client.request(MetadataRequest(topics=None), 12).topics
+        assert (topic.name, topic.is_internal, len(topic.partitions)) == (OFFSETS_TOPIC, True, 3)
+        info = broker.broker.logs.topic(OFFSETS_TOPIC)  # type: ignore[union-attr]
+        assert info is not None
+        configs = broker.broker.logs.effective_configs(info)  # type: ignore[union-attr]
+        assert (configs["cleanup.policy"], configs["segment.bytes"]) == ("compact", "1048576")
+
+
+def test_deleting_the_topic_forgets_the_offsets_and_the_next_commit_creates_it_again(tmp_path: Path) -> None:
+    """Kafka 4.3.1 deletes __consumer_offsets when asked (DeleteTopics answers NONE): the groups' offsets go."""
+    from protocol.messages.delete_topics_request import DeleteTopicsRequest
+    from protocol.messages.offset_commit_request import OffsetCommitRequest
+    from protocol.messages.offset_fetch_request import OffsetFetchRequest
+
+    def commit(client: WireClient, offset: int) -> int:
+        part = OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)
+        topic = OffsetCommitRequest.OffsetCommitRequestTopic(name="orders", partitions=[part])
+        request = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[topic])
+        return int(client.request(request, 8).topics[0].partitions[0].error_code)
+
+    def fetched(client: WireClient) -> int:
+        wanted = OffsetFetchRequest.OffsetFetchRequestTopic(name="orders", partition_indexes=[0])
+        return int(
+            client.request(OffsetFetchRequest(group_id="g", topics=[wanted]), 7)
+            .topics[0]
+            .partitions[0]
+            .committed_offset
+        )
+
+    with RunningBroker(tmp_path / "data") as broker, WireClient(broker.bootstrap) as client:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=30)
+        assert (commit(client, 5), fetched(client)) == (0, 5)
+        delete = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=OFFSETS_TOPIC)], timeout_ms=10_000
+        )
+        assert client.request(delete, 6).responses[0].error_code == 0
+        assert fetched(client) == -1
+        assert (commit(client, 6), fetched(client)) == (0, 6)  # __consumer_offsets is there again
+        assert broker.broker is not None and broker.broker.logs.topic(OFFSETS_TOPIC) is not None
+
+
+def test_an_operators_marker_for_a_consumer_offsets_partition_applies_the_pending_offsets(tmp_path: Path) -> None:
+    """WriteTxnMarkers (kafka-transactions.sh abort, Admin abortTransaction) to __consumer_offsets goes through the
+    group coordinator's shard, as Kafka's onTransactionCompleted: the transaction's offsets apply (or go)."""
+    from protocol.messages.offset_fetch_request import OffsetFetchRequest
+    from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+
+    with RunningBroker(tmp_path / "data", {"offsets.topic.num.partitions": str(PARTITIONS)}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=30)
+        assert broker.broker is not None
+        store = broker.broker.offsets
+        store.commit_pending("g", 88, {("orders", 0): CommittedOffset(12, -1, None, T0)}, producer_epoch=3)
+        topic = WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+            name=OFFSETS_TOPIC, partition_indexes=[offsets_partition("g", PARTITIONS)]
+        )
+        marker = WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=88, producer_epoch=3, transaction_result=True, topics=[topic], coordinator_epoch=0
+        )
+        wanted = OffsetFetchRequest.OffsetFetchRequestTopic(name="orders", partition_indexes=[0])
+        with WireClient(broker.bootstrap) as client:
+            answer = client.request(WriteTxnMarkersRequest(markers=[marker]), 1)
+            assert [p.error_code for p in answer.markers[0].topics[0].partitions] == [0]
+            fetched = client.request(OffsetFetchRequest(group_id="g", topics=[wanted]), 7)
+            assert fetched.topics[0].partitions[0].committed_offset == 12
+        assert not store.has_pending("g", "orders", 0)
+
+
+def test_auto_creation_makes_the_internal_topics_as_their_coordinators_would(tmp_path: Path) -> None:
+    overrides = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "2"}
+    with RunningBroker(tmp_path / "data", overrides) as broker, WireClient(broker.bootstrap) as client:
+        names = [OFFSETS_TOPIC, "__transaction_state"]
+        wanted = [MetadataRequest.MetadataRequestTopic(name=name) for name in names]
+        client.request(MetadataRequest(topics=wanted, allow_auto_topic_creation=True), 12)
+        topics = {
+            t.name: (t.is_internal, len(t.partitions)) for t in client.request(MetadataRequest(topics=None), 12).topics
+        }
+        assert topics == {OFFSETS_TOPIC: (True, 3), "__transaction_state": (True, 2)}
+        assert broker.broker is not None
+        for name in names:
+            info = broker.broker.logs.topic(name)
+            assert info is not None and broker.broker.logs.effective_configs(info)["cleanup.policy"] == "compact"
+        answer = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+        assert [c.error_code for c in answer.coordinators] == [0]  # its shards load on the topic made by Metadata

@@ -1,0 +1,91 @@
+"""Transaction state in __transaction_state (kbroker/transactions/state_log.py): Kafka's TransactionLog records,
+which Kafka's own dump tool decodes, replayed at start-up."""
+
+from __future__ import annotations
+
+import subprocess
+from itertools import count
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker.groups.offsets import OffsetStore, offsets_partition
+from kbroker.storage import LogManager
+from kbroker.testing import RunningBroker
+from kbroker.transactions.coordinator import TransactionCoordinator
+from kbroker.transactions.state_log import TRANSACTION_TOPIC
+from kbroker.wire_client import WireClient
+from protocol.errors import ErrorCode
+from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
+from protocol.messages.metadata_request import MetadataRequest
+
+TID = "dumped-txn"
+
+
+def test_kafkas_dump_tool_decodes_the_transaction_log(tmp_path: Path) -> None:
+    from tools import maven_artifacts
+
+    classpath = maven_artifacts.classpath("kafka-tools-4.3.1")
+    logs = LogManager(tmp_path, {})
+    ids = count(1000)
+    coordinator = TransactionCoordinator(
+        tmp_path,
+        allocate_producer_id=lambda: next(ids),
+        partition=lambda topic, partition: None,
+        offsets=OffsetStore(logs, partitions=3),
+        logs=logs,
+        state_partitions=3,
+        offsets_partitions=3,
+        wall_clock_ms=lambda: 1_700_000_000_000,
+    )
+    assert coordinator.init_producer_id(TID, 60_000).error == ErrorCode.NONE
+    assert coordinator.add_partitions(TID, 1000, 0, [("orders", 1), ("orders", 0)]) == ErrorCode.NONE
+    assert coordinator.add_offsets(TID, 1000, 0, "readers") == ErrorCode.NONE
+    logs.close()
+    segment = tmp_path / f"{TRANSACTION_TOPIC}-{offsets_partition(TID, 3)}" / "00000000000000000000.log"
+    command = ["java", "-cp", classpath, "org.apache.kafka.tools.DumpLogSegments", "--transaction-log-decoder"]
+    out = subprocess.run([*command, "--files", str(segment)], capture_output=True, text=True, timeout=120, check=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("| offset:")]
+    assert len(lines) == 3
+    key = 'key: {"type":"0","data":{"transactionalId":"dumped-txn"}}'
+    assert all(key in line for line in lines)
+    assert (
+        'payload: {"version":"1","data":{"producerId":1000,"producerEpoch":0,"transactionTimeoutMs":60000,'
+        '"transactionStatus":0,"transactionPartitions":[],"transactionLastUpdateTimestampMs":1700000000000,'
+        '"transactionStartTimestampMs":-1,"clientTransactionVersion":1}}'
+    ) in lines[0]
+    # The group is listed as its __consumer_offsets partition, as Kafka lists it.
+    group_partition = offsets_partition("readers", 3)
+    assert (
+        '"transactionStatus":1,"transactionPartitions":[{"topic":"__consumer_offsets","partitionIds":['
+        f'{group_partition}]}},{{"topic":"orders","partitionIds":[0,1]}}]'
+    ) in lines[2]
+
+
+def describe(bootstrap: str) -> tuple[int, int, str]:
+    with WireClient(bootstrap) as client:
+        [state] = client.request(DescribeTransactionsRequest(transactional_ids=["kept-txn"]), 0).transaction_states
+    return state.producer_id, state.producer_epoch, state.transaction_state
+
+
+def test_a_transactional_id_survives_a_restart_and_its_producer_goes_on(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with RunningBroker(data) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "kept-txn"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("orders", b"one")
+        producer.commit_transaction(30)
+        producer_id, epoch, state = describe(broker.bootstrap)
+        assert state == "CompleteCommit"
+        with WireClient(broker.bootstrap) as client:
+            topics = {t.name: t.is_internal for t in client.request(MetadataRequest(topics=None), 12).topics}
+        assert topics[TRANSACTION_TOPIC] is True
+    with RunningBroker(data) as broker:
+        assert describe(broker.bootstrap) == (producer_id, epoch, "CompleteCommit")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "kept-txn"})
+        producer.init_transactions(30)  # the next instance fences the last: the same id, the epoch bumped
+        assert describe(broker.bootstrap)[:2] == (producer_id, epoch + 1)
