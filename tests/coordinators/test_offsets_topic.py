@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat.apache_kafka import KAFKA_VERSION
 from kbroker.coordinators.runtime import NO_PRODUCER
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore, offsets_partition
 from kbroker.storage import PartitionLog
@@ -106,7 +107,7 @@ def test_transactional_offsets_are_pending_until_the_marker_and_survive_a_restar
 def test_kafkas_dump_tool_decodes_the_segment(tmp_path: Path) -> None:
     from tools import maven_artifacts
 
-    classpath = maven_artifacts.classpath("kafka-tools-4.3.1")
+    classpath = maven_artifacts.classpath(f"kafka-tools-{KAFKA_VERSION}")
     store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
     store.commit("dumped", {("orders", 3): CommittedOffset(42, 7, "meta", T0)})
     store.delete("dumped", [("orders", 3)])
@@ -168,7 +169,7 @@ def test_the_first_find_coordinator_creates_the_topic_with_the_configured_partit
 
 
 def test_deleting_the_topic_forgets_the_offsets_and_the_next_commit_creates_it_again(tmp_path: Path) -> None:
-    """Kafka 4.3.1 deletes __consumer_offsets when asked (DeleteTopics answers NONE): the groups' offsets go."""
+    """Kafka deletes __consumer_offsets when asked (DeleteTopics answers NONE): the groups' offsets go."""
     from protocol.messages.delete_topics_request import DeleteTopicsRequest
     from protocol.messages.offset_commit_request import OffsetCommitRequest
     from protocol.messages.offset_fetch_request import OffsetFetchRequest

@@ -10,6 +10,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat.apache_kafka import KAFKA_VERSION
 from kbroker.groups.offsets import OffsetStore, offsets_partition
 from kbroker.storage import LogManager
 from kbroker.testing import RunningBroker
@@ -26,7 +27,7 @@ TID = "dumped-txn"
 def test_kafkas_dump_tool_decodes_the_transaction_log(tmp_path: Path) -> None:
     from tools import maven_artifacts
 
-    classpath = maven_artifacts.classpath("kafka-tools-4.3.1")
+    classpath = maven_artifacts.classpath(f"kafka-tools-{KAFKA_VERSION}")
     logs = LogManager(tmp_path, {})
     ids = count(1000)
     coordinator = TransactionCoordinator(
@@ -52,13 +53,13 @@ def test_kafkas_dump_tool_decodes_the_transaction_log(tmp_path: Path) -> None:
     assert all(key in line for line in lines)
     assert (
         'payload: {"version":"1","data":{"producerId":1000,"producerEpoch":0,"transactionTimeoutMs":60000,'
-        '"transactionStatus":0,"transactionPartitions":[],"transactionLastUpdateTimestampMs":1700000000000,'
+        '"transactionStatus":"Empty","transactionPartitions":[],"transactionLastUpdateTimestampMs":1700000000000,'
         '"transactionStartTimestampMs":-1,"clientTransactionVersion":1}}'
     ) in lines[0]
     # The group is listed as its __consumer_offsets partition, as Kafka lists it.
     group_partition = offsets_partition("readers", 3)
     assert (
-        '"transactionStatus":1,"transactionPartitions":[{"topic":"__consumer_offsets","partitionIds":['
+        '"transactionStatus":"Ongoing","transactionPartitions":[{"topic":"__consumer_offsets","partitionIds":['
         f'{group_partition}]}},{{"topic":"orders","partitionIds":[0,1]}}]'
     ) in lines[2]
 
