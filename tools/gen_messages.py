@@ -170,7 +170,8 @@ def build_schema(data: dict) -> Schema:
             name=spec["name"],
             attr=snake(spec["name"]),
             type=spec["type"],
-            versions=parse_versions(spec.get("versions")),
+            # A field that names only taggedVersions exists in those versions (Kafka's FieldSpec rule).
+            versions=parse_versions(spec.get("versions", spec.get("taggedVersions"))),
             nullable=parse_versions(spec.get("nullableVersions")),
             tagged=parse_versions(spec.get("taggedVersions")),
             tag=spec.get("tag"),

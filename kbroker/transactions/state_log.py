@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,13 +48,6 @@ STATUS_IDS = {
     "PrepareEpochFence": 7,
 }
 STATUS_NAMES = {number: name for name, number in STATUS_IDS.items()}
-# Kafka's tagged fields of TransactionLogValue v1 (tag: field). The generated codec (protocol/coordinator_records)
-# does not write or read fields that have only taggedVersions, so they are written here as the raw tagged fields
-# Kafka expects: PreviousProducerId (0) and NextProducerId (1) int64, ClientTransactionVersion (2) and
-# NextProducerEpoch (3) int16.
-_INT64 = struct.Struct(">q")
-_INT16 = struct.Struct(">h")
-PREVIOUS_PRODUCER_ID_TAG, NEXT_PRODUCER_ID_TAG, CLIENT_TRANSACTION_VERSION_TAG = 0, 1, 2
 
 
 def transaction_topic_configs(segment_bytes: int) -> dict[str, str]:
@@ -87,12 +79,7 @@ def transaction_record(record: dict[str, Any], offsets_partitions: int) -> Coord
         transaction_last_update_timestamp_ms=record["update"],
         transaction_start_timestamp_ms=record["start"],
         client_transaction_version=record["tv"],
-        unknown_tagged_fields={
-            PREVIOUS_PRODUCER_ID_TAG: _INT64.pack(record["prev_pid"]),
-            NEXT_PRODUCER_ID_TAG: _INT64.pack(record["next_pid"]),
-            CLIENT_TRANSACTION_VERSION_TAG: _INT16.pack(record["tv"]),
-            KBROKER_TAG: json.dumps(extra, separators=(",", ":")).encode(),
-        },
+        unknown_tagged_fields={KBROKER_TAG: json.dumps(extra, separators=(",", ":")).encode()},
     )
     return encode_coordinator_record(key, value, VALUE_VERSION)
 
@@ -107,10 +94,6 @@ def record_of(key: TransactionLogKey, value: TransactionLogValue) -> dict[str, A
     tagged = tags.get(KBROKER_TAG)
     extra: dict[str, Any] = json.loads(tagged) if tagged is not None else {}
 
-    def tag(number: int, codec: struct.Struct, default: int) -> int:
-        data = tags.get(number)
-        return int(codec.unpack(data)[0]) if data is not None and len(data) == codec.size else default
-
     partitions = [
         [p.topic, index]
         for p in value.transaction_partitions or []
@@ -122,15 +105,15 @@ def record_of(key: TransactionLogKey, value: TransactionLogValue) -> dict[str, A
         "pid": value.producer_id,
         "epoch": value.producer_epoch,
         "last_epoch": extra.get("last_epoch", -1),
-        "prev_pid": tag(PREVIOUS_PRODUCER_ID_TAG, _INT64, -1),
-        "next_pid": tag(NEXT_PRODUCER_ID_TAG, _INT64, -1),
+        "prev_pid": value.previous_producer_id,
+        "next_pid": value.next_producer_id,
         "timeout": value.transaction_timeout_ms,
         "state": STATUS_NAMES[value.transaction_status],
         "partitions": partitions,
         "groups": extra.get("groups", []),
         "start": value.transaction_start_timestamp_ms,
         "update": value.transaction_last_update_timestamp_ms,
-        "tv": max(tag(CLIENT_TRANSACTION_VERSION_TAG, _INT16, 0), 1),
+        "tv": max(value.client_transaction_version, 1),
     }
     if "done" in extra:
         record["done"] = extra["done"]

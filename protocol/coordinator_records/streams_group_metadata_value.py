@@ -41,6 +41,13 @@ class StreamsGroupMetadataValue(_c.Message):
         self.failed_description_topology_epoch = failed_description_topology_epoch
         self.unknown_tagged_fields = unknown_tagged_fields
 
+def _decode_LastAssignmentConfig_v0(buf, pos):
+    o = _new(LastAssignmentConfig)
+    o.key, pos = _c.read_compact_string(buf, pos)
+    o.value, pos = _c.read_compact_string(buf, pos)
+    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    return o, pos
+
 def _decode_StreamsGroupMetadataValue_v0(buf, pos):
     o = _new(StreamsGroupMetadataValue)
     o.validated_topology_epoch = -1
@@ -61,6 +68,17 @@ def _decode_StreamsGroupMetadataValue_v0(buf, pos):
             (o.validated_topology_epoch,) = _S_i.unpack_from(buf, pos)
             pos += 4
             _c.check_tag_end(pos, end, 0)
+        elif tag == 1:
+            n, pos = _c.read_compact_array_length(buf, pos)
+            if n < 0:
+                o.last_assignment_configs = None
+            else:
+                items = []
+                for _ in range(n):
+                    item, pos = _decode_LastAssignmentConfig_v0(buf, pos)
+                    items.append(item)
+                o.last_assignment_configs = items
+            _c.check_tag_end(pos, end, 1)
         elif tag == 2:
             (o.stored_description_topology_epoch,) = _S_i.unpack_from(buf, pos)
             pos += 4
@@ -77,6 +95,14 @@ def _decode_StreamsGroupMetadataValue_v0(buf, pos):
     o.unknown_tagged_fields = unknown
     return o, pos
 
+def _encode_LastAssignmentConfig_v0(o, out):
+    _c.write_compact_string(out, o.key)
+    _c.write_compact_string(out, o.value)
+    if o.unknown_tagged_fields:
+        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
+    else:
+        out.append(0)
+
 def _encode_StreamsGroupMetadataValue_v0(o, out):
     out += _S_iq.pack(o.epoch, o.metadata_hash)
     tags = []
@@ -84,6 +110,16 @@ def _encode_StreamsGroupMetadataValue_v0(o, out):
         t = bytearray()
         t += _S_i.pack(o.validated_topology_epoch)
         tags.append((0, t))
+    if o.last_assignment_configs != []:
+        t = bytearray()
+        v = o.last_assignment_configs
+        if v is None:
+            t.append(0)
+        else:
+            _c.write_uvarint(t, len(v) + 1)
+            for item in v:
+                _encode_LastAssignmentConfig_v0(item, t)
+        tags.append((1, t))
     if o.stored_description_topology_epoch != -1:
         t = bytearray()
         t += _S_i.pack(o.stored_description_topology_epoch)

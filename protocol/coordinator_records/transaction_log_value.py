@@ -11,7 +11,9 @@ from protocol import _codec as _c
 from protocol.exceptions import DecodeError
 
 _new = _c.new_object
+_S_h = _struct.Struct('>h')
 _S_i = _struct.Struct('>i')
+_S_q = _struct.Struct('>q')
 _S_qhib = _struct.Struct('>qhib')
 _S_qq = _struct.Struct('>qq')
 
@@ -127,7 +129,36 @@ def _decode_TransactionLogValue_v1(buf, pos):
         o.transaction_partitions = items
     (o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms,) = _S_qq.unpack_from(buf, pos)
     pos += 16
-    o.unknown_tagged_fields, pos = _c.read_unknown_tagged_fields(buf, pos)
+    n, pos = _c.read_uvarint(buf, pos)
+    unknown = None
+    for _ in range(n):
+        tag, pos = _c.read_uvarint(buf, pos)
+        size, pos = _c.read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError('tagged field runs past the end of the buffer')
+        if tag == 0:
+            (o.previous_producer_id,) = _S_q.unpack_from(buf, pos)
+            pos += 8
+            _c.check_tag_end(pos, end, 0)
+        elif tag == 1:
+            (o.next_producer_id,) = _S_q.unpack_from(buf, pos)
+            pos += 8
+            _c.check_tag_end(pos, end, 1)
+        elif tag == 2:
+            (o.client_transaction_version,) = _S_h.unpack_from(buf, pos)
+            pos += 2
+            _c.check_tag_end(pos, end, 2)
+        elif tag == 3:
+            (o.next_producer_epoch,) = _S_h.unpack_from(buf, pos)
+            pos += 2
+            _c.check_tag_end(pos, end, 3)
+        else:
+            if unknown is None:
+                unknown = {}
+            unknown[tag] = bytes(buf[pos:end])
+        pos = end
+    o.unknown_tagged_fields = unknown
     return o, pos
 
 def _encode_PartitionsSchema_v1(o, out):
@@ -150,10 +181,26 @@ def _encode_TransactionLogValue_v1(o, out):
         for item in v:
             _encode_PartitionsSchema_v1(item, out)
     out += _S_qq.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
+    tags = []
+    if o.previous_producer_id != -1:
+        t = bytearray()
+        t += _S_q.pack(o.previous_producer_id)
+        tags.append((0, t))
+    if o.next_producer_id != -1:
+        t = bytearray()
+        t += _S_q.pack(o.next_producer_id)
+        tags.append((1, t))
+    if o.client_transaction_version != 0:
+        t = bytearray()
+        t += _S_h.pack(o.client_transaction_version)
+        tags.append((2, t))
+    if o.next_producer_epoch != -1:
+        t = bytearray()
+        t += _S_h.pack(o.next_producer_epoch)
+        tags.append((3, t))
     if o.unknown_tagged_fields:
-        _c.write_tagged_fields(out, list(o.unknown_tagged_fields.items()))
-    else:
-        out.append(0)
+        tags.extend(o.unknown_tagged_fields.items())
+    _c.write_tagged_fields(out, tags)
 
 TransactionLogValue.DECODERS = (_decode_TransactionLogValue_v0, _decode_TransactionLogValue_v1,)
 TransactionLogValue.ENCODERS = (_encode_TransactionLogValue_v0, _encode_TransactionLogValue_v1,)
