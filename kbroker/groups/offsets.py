@@ -204,7 +204,8 @@ class OffsetStore:
         # How the topic is created when a commit needs it at once: the broker's topic service (through the
         # controller, kbroker/topics.py create_now); the log manager directly for a store of its own.
         self.create_topic: Callable[[str, int, dict[str, str]], object] = logs.create_topic
-        self._loaded = False  # the shards: loaded once the topic exists (a single node leads every partition)
+        self._loaded = False  # every shard loaded (a single node leads every partition)
+        self._not_loaded: set[int] = set()  # partitions that could not be loaded yet (each logged once)
         if logs.topic(OFFSETS_TOPIC) is not None:
             self._load_all()
 
@@ -250,15 +251,24 @@ class OffsetStore:
             self._load_all()
 
     def _load_all(self) -> None:
-        self._loaded = True
+        """Load the shards not loaded yet. A partition whose files are still being made (the topic was just
+        created) or cannot be read is tried again by the next ``ensure_topic`` (its groups' FindCoordinator)."""
+        missing = False
         for partition in range(self.partition_count):
+            if partition in self.runtime.shards:
+                continue
             try:
                 shard = self.runtime.load(partition)
-            except KafkaError as exc:  # a partition that cannot be read: its groups answer NOT_COORDINATOR
-                log.error("%s-%d is not loaded: %s", OFFSETS_TOPIC, partition, exc)
+            except KafkaError as exc:  # not yet loadable: its groups answer NOT_COORDINATOR meanwhile
+                if partition not in self._not_loaded:
+                    self._not_loaded.add(partition)
+                    log.warning("%s-%d is not loaded (tried again on use): %s", OFFSETS_TOPIC, partition, exc)
+                missing = True
                 continue
+            self._not_loaded.discard(partition)
             if shard.skipped:
                 log.warning("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, shard.skipped)
+        self._loaded = not missing
 
     def _shard_of(self, group: str) -> OffsetsShard | None:
         return self.runtime.shards.get(self.partition_for(group))

@@ -315,7 +315,8 @@ class TransactionCoordinator:
         # How the topic is created when needed at once: the broker's topic service (through the controller); the
         # log manager directly for a coordinator of its own.
         self.create_topic: Callable[[str, int, dict[str, str]], object] = self.logs.create_topic
-        self._loaded = False
+        self._loaded = False  # every shard loaded
+        self._not_loaded: set[int] = set()  # partitions that could not be loaded yet (each logged once)
         if self.logs.topic(TRANSACTION_TOPIC) is not None:
             self._load()
         if runtime is not None:
@@ -352,12 +353,23 @@ class TransactionCoordinator:
             self.transactions[transactional_id] = TransactionMetadata.from_record(record)
 
     def _load(self) -> None:
-        self._loaded = True
+        """Load the shards not loaded yet; a partition whose files are still being made (the topic was just
+        created) or cannot be read is tried again by the next ``ensure_topic``, its ids answering NOT_COORDINATOR
+        meanwhile."""
+        missing = False
         for partition in range(self.partition_count):
+            if partition in self.state_log.shards:
+                continue
             try:
                 self.state_log.load(partition)
-            except KafkaError as exc:  # its ids answer NOT_COORDINATOR
-                log.error("%s-%d is not loaded: %s", TRANSACTION_TOPIC, partition, exc)
+            except KafkaError as exc:
+                if partition not in self._not_loaded:
+                    self._not_loaded.add(partition)
+                    log.warning("%s-%d is not loaded (tried again on use): %s", TRANSACTION_TOPIC, partition, exc)
+                missing = True
+                continue
+            self._not_loaded.discard(partition)
+        self._loaded = not missing
         if self.transactions:
             log.info("%s: %d transactional id(s) loaded", TRANSACTION_TOPIC, len(self.transactions))
         for transactional_id, metadata in self.transactions.items():

@@ -4,6 +4,7 @@ records are Kafka's, byte for byte as Kafka's own dump tool reads them, and the 
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat.apache_kafka import KAFKA_VERSION
 from kbroker.coordinators.runtime import NO_PRODUCER
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore, offsets_partition
-from kbroker.storage import PartitionLog
+from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.coordinator_frame import decode_coordinator_record
@@ -245,3 +246,21 @@ def test_auto_creation_makes_the_internal_topics_as_their_coordinators_would(tmp
             assert info is not None and broker.broker.logs.effective_configs(info)["cleanup.policy"] == "compact"
         answer = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
         assert [c.error_code for c in answer.coordinators] == [0]  # its shards load on the topic made by Metadata
+
+
+def test_shards_whose_files_were_still_being_made_are_loaded_on_the_next_use(tmp_path: Path) -> None:
+    """The topic is in the image before its files exist (the controller commits, then a worker thread makes 50
+    partitions): a FindCoordinator meanwhile must not leave those shards unloaded for good."""
+    logs = LogManager(tmp_path, {}, catalog=[])
+    info = TopicInfo(OFFSETS_TOPIC, uuid.uuid4(), 3, {"cleanup.policy": "compact"})
+    new = logs.register_topic(info)  # as the image's publisher does: the partitions are being built
+    store = OffsetStore(logs, partitions=3)
+    group = "early"
+    assert store.runtime.shards == {}  # nothing loadable yet
+    logs.finish_building(info, new, logs.build_partitions(info, new.start, new.stop))
+    store.ensure_topic()  # the next FindCoordinator
+    assert sorted(store.runtime.shards) == [0, 1, 2]
+    store.commit(group, {("orders", 0): CommittedOffset(5, -1, None, 0)})
+    assert store.get(group)[("orders", 0)].offset == 5
+    store.close()
+    logs.close()
