@@ -14,6 +14,7 @@ has: like Kafka's, its answers for a missing group, a group with members or a re
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
@@ -64,41 +65,39 @@ def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[E
     return None
 
 
-async def _offsets_topic_ready(ctx: RequestContext) -> bool:
-    """Create __consumer_offsets if it does not exist (its files in a worker thread), as Kafka does on the first
-    FindCoordinator for a group; False while that fails or another request is creating it (the client retries)."""
-    offsets = ctx.groups.offsets
-    if ctx.topics.topic(OFFSETS_TOPIC) is None:
+async def _internal_topic_ready(
+    ctx: RequestContext, topic: str, partitions: int, configs: dict[str, str], load: Callable[[], object]
+) -> bool:
+    """Create an internal topic if it does not exist (its files in a worker thread), as Kafka does on the first
+    FindCoordinator for a group or transactional id, then ``load`` its shards; False while that fails or another
+    request is creating it (the client retries)."""
+    if ctx.topics.topic(topic) is None:
         try:
-            await ctx.topics.create(OFFSETS_TOPIC, offsets.configured_partitions, offsets.topic_configs())
+            await ctx.topics.create(topic, partitions, configs)
         except KafkaError:  # being created by another request
             return False
         except (OSError, StorageError) as exc:
-            log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+            log.error("cannot create %s: %s", topic, exc)
             return False
     try:
-        offsets.ensure_topic()  # its shards loaded
-    except OffsetStoreError:
+        load()
+    except (OffsetStoreError, OSError, StorageError, KafkaError):
         return False
     return True
+
+
+async def _offsets_topic_ready(ctx: RequestContext) -> bool:
+    offsets = ctx.groups.offsets
+    return await _internal_topic_ready(
+        ctx, OFFSETS_TOPIC, offsets.configured_partitions, offsets.topic_configs(), offsets.ensure_topic
+    )
 
 
 async def _transaction_topic_ready(ctx: RequestContext) -> bool:
-    """As ``_offsets_topic_ready``, for __transaction_state and the first FindCoordinator for a transactional id."""
     coordinator = ctx.transactions
-    if ctx.topics.topic(TRANSACTION_TOPIC) is None:
-        try:
-            await ctx.topics.create(TRANSACTION_TOPIC, coordinator.configured_partitions, coordinator.topic_configs())
-        except KafkaError:  # being created by another request
-            return False
-        except (OSError, StorageError) as exc:
-            log.error("cannot create %s: %s", TRANSACTION_TOPIC, exc)
-            return False
-    try:
-        coordinator.ensure_topic()
-    except (OSError, StorageError, KafkaError):
-        return False
-    return True
+    return await _internal_topic_ready(
+        ctx, TRANSACTION_TOPIC, coordinator.configured_partitions, coordinator.topic_configs(), coordinator.ensure_topic
+    )
 
 
 def _coordinator_code(ctx: RequestContext, key_type: int, key: str, topic_ready: bool) -> ErrorCode:
