@@ -10,6 +10,7 @@ by one, ``SingleNodeLeadership`` is: this node leads every partition, alone in i
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,17 @@ class Registration(Protocol):
     def leader_epoch(self) -> int: ...
     @property
     def partition_epoch(self) -> int: ...
+
+
+class LocalChanges(Protocol):
+    """What a metadata delta changes for this broker's replicas (the image's LocalChanges)."""
+
+    @property
+    def leaders(self) -> Mapping[tuple[str, int], Registration]: ...
+    @property
+    def followers(self) -> Mapping[tuple[str, int], Registration]: ...
+    @property
+    def deletes(self) -> Set[tuple[str, int]]: ...
 
 
 class LeadershipSource(Protocol):
