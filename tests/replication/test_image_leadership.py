@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from kbroker.apis.groups import handle_find_coordinator
+from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
+from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.apis.metadata import handle_metadata
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
@@ -21,7 +23,9 @@ from kbroker.storage import LogManager
 from protocol._codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.metadata_records.partition_change_record import PartitionChangeRecord
 from protocol.metadata_records.register_broker_record import BrokerEndpoint, RegisterBrokerRecord
 from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
@@ -94,6 +98,28 @@ def find_coordinator(broker: Broker, group: str) -> tuple[int, int, str, int]:
     return answer.error_code, answer.node_id, answer.host, answer.port
 
 
+def epoch_end(broker: Broker, topic: str, current_epoch: int, epoch: int) -> tuple[int, int, int]:
+    """(error code, epoch, end offset) of OffsetForLeaderEpoch v4 for partition 0."""
+    partition = OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=current_epoch, leader_epoch=epoch
+    )
+    request = OffsetForLeaderEpochRequest(
+        replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[partition])]
+    )
+    [answer] = run(lambda: handle_offset_for_leader_epoch(context(broker, 23, 4), request)).topics[0].partitions
+    return answer.error_code, answer.leader_epoch, answer.end_offset
+
+
+def latest_epoch(broker: Broker, topic: str) -> tuple[int, int]:
+    """(error code, leader epoch) of ListOffsets v7 for the latest offset of partition 0."""
+    partition = ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+    request = ListOffsetsRequest(
+        replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[partition])]
+    )
+    answer = run(lambda: handle_list_offsets(context(broker, 2, 7), request)).topics[0].partitions[0]
+    return answer.error_code, answer.leader_epoch
+
+
 def test_a_follower_registration_refuses_produce_and_leading_again_starts_the_images_epoch(broker: Broker) -> None:
     assert create(broker, "orders").topics[0].error_code == ErrorCode.NONE
     assert produce(broker, "orders", [b"a"], 1) == (ErrorCode.NONE, 0)
@@ -105,15 +131,20 @@ def test_a_follower_registration_refuses_produce_and_leading_again_starts_the_im
     assert replica is not None and not replica.is_leader and replica.leader_epoch == follower_epoch
     assert produce(broker, "orders", [b"b"], 1) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
     assert metadata_leader(broker, "orders") == (OTHER, follower_epoch)
+    assert epoch_end(broker, "orders", -1, 0)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert latest_epoch(broker, "orders")[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     leader_epoch = move_leader(broker, "orders", 0, NODE)
     assert leader_epoch > follower_epoch > 0
     assert replica.is_leader and log.leader_epoch == leader_epoch == replica.leader_epoch
     assert metadata_leader(broker, "orders") == (NODE, leader_epoch)
+    assert latest_epoch(broker, "orders") == (ErrorCode.NONE, leader_epoch)
+    assert epoch_end(broker, "orders", follower_epoch, 0)[0] == ErrorCode.FENCED_LEADER_EPOCH
     # A follower in the ISR that has not fetched holds the high watermark: acks=1 is answered at once.
     assert produce(broker, "orders", [b"c"], 1) == (ErrorCode.NONE, 1)
     assert log.end_offset_for_epoch(follower_epoch) == (0, 1)  # epoch 0 ended where the new leader began
     assert log.end_offset_for_epoch(leader_epoch) == (leader_epoch, 2)
+    assert epoch_end(broker, "orders", leader_epoch, 0) == (ErrorCode.NONE, 0, 1)
 
 
 def test_the_offsets_shard_unloads_with_leadership_and_reloads_from_the_log_in_the_new_epoch(broker: Broker) -> None:
