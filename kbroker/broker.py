@@ -32,12 +32,12 @@ from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
-from kbroker.metadata.image import ConfigResourceType
+from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage
 from kbroker.metadata.log import MetadataLog
 from kbroker.metadata.migration import migrate_topic_catalog
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
-from kbroker.replication import ReplicaManager, SingleNodeLeadership, read_high_watermarks
+from kbroker.replication import ReplicaManager, read_high_watermarks
 from kbroker.security.acls import Authorizer
 from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
@@ -109,15 +109,18 @@ class Broker:
                 ]
                 logs = LogManager(data_dir, config.topic_defaults(), catalog=catalog, high_watermarks=high_watermarks)
             self.logs = logs
-            # The replica layer between handlers and logs; this node leads every partition, alone in its ISR.
+            # The replica layer between handlers and logs: each replica's role and leader epoch are the image's,
+            # read as its log opens and changed by each delta (the first subscriber: roles change before the
+            # topic service deletes a removed topic's logs).
             self.replicas = ReplicaManager(
                 self.logs,
                 self.node_id,
-                SingleNodeLeadership(self.node_id),
+                self.metadata,
                 data_dir,
                 checkpointed=high_watermarks,
                 checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
             )
+            self.metadata.subscribe(self._apply_to_replicas)
             self.logs.opened = self.replicas.adopt  # a log opened by anyone is a replica at once
             # Committed offsets: the shards of __consumer_offsets (kbroker/groups/offsets.py), loaded here.
             self.offsets = OffsetStore(
@@ -189,6 +192,9 @@ class Broker:
         self.accepting = trio.CancelScope()  # cancelled to stop accepting new connections
         self.open_connections: dict[int, OpenConnection] = {}  # connection id -> its connection
         self._drain_listeners: set[Callable[[], None]] = set()
+
+    def _apply_to_replicas(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        self.replicas.apply_delta(delta.local_changes(self.node_id))
 
     # --- group coordinators: made by the first request (or check) that needs one --------------------------
     # What they keep is in ``offsets`` (committed offsets, classic groups' GroupMetadata, restored when the classic

@@ -100,20 +100,37 @@ async def _transaction_topic_ready(ctx: RequestContext) -> bool:
     )
 
 
-def _coordinator_code(ctx: RequestContext, key_type: int, key: str, topic_ready: bool) -> ErrorCode:
-    """Whether this node coordinates ``key``: the leader of its group's __consumer_offsets partition, or of its
-    transactional id's __transaction_state partition (``topic_ready``: that topic exists and is loaded)."""
+NO_COORDINATOR = (-1, "", -1)
+
+
+def _coordinator_of(ctx: RequestContext, key_type: int, key: str, topic_ready: bool) -> tuple[ErrorCode, int, str, int]:
+    """Who coordinates ``key``, as the image says: the leader of its group's __consumer_offsets partition, or of
+    its transactional id's __transaction_state partition (``topic_ready``: that topic exists). This node answers
+    only once its shard is loaded; another leader is named by its endpoint on the request's listener."""
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        return ErrorCode.INVALID_REQUEST
+        return (ErrorCode.INVALID_REQUEST, *NO_COORDINATOR)
+    if not topic_ready:
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)  # Kafka's answer while the topic is missing
     if key_type == GROUP_KEY:
         offsets = ctx.groups.offsets
-        if not topic_ready or offsets.partition_for(key) not in offsets.runtime.shards:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # Kafka's answer while the topic or its leader is missing
-    if key_type == TRANSACTION_KEY:
+        topic, partition = OFFSETS_TOPIC, offsets.partition_for(key)
+        loaded = partition in offsets.runtime.shards
+    else:
         coordinator = ctx.transactions
-        if not topic_ready or coordinator.partition_for(key) not in coordinator.state_log.shards:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return ErrorCode.NONE
+        topic, partition = TRANSACTION_TOPIC, coordinator.partition_for(key)
+        loaded = partition in coordinator.state_log.shards
+    registration = ctx.topics.registration(topic, partition)
+    if registration is None or registration.leader < 0:
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)  # and while its partition has no leader
+    if registration.leader == ctx.cluster.node_id:
+        if not loaded:
+            return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)
+        return ErrorCode.NONE, ctx.cluster.node_id, ctx.advertised.host, ctx.advertised.port
+    broker = ctx.topics.image.brokers.get(registration.leader)
+    endpoint = None if broker is None or broker.fenced else broker.endpoints.get(ctx.listener)
+    if endpoint is None:
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)
+    return ErrorCode.NONE, registration.leader, endpoint.host, endpoint.port
 
 
 def _coordinator_message(code: ErrorCode, key_type: int) -> str | None:
@@ -125,9 +142,8 @@ def _coordinator_message(code: ErrorCode, key_type: int) -> str | None:
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    """The coordinator of a group is the leader of its __consumer_offsets partition: this node."""
-    advertised = ctx.advertised
-    node, host, port = ctx.cluster.node_id, advertised.host, advertised.port
+    """The coordinator of a group is the leader of its __consumer_offsets partition (of a transactional id, of
+    its __transaction_state partition), as the metadata image registers it."""
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
     if key_type == GROUP_KEY:
         topic_ready = await _offsets_topic_ready(ctx)
@@ -144,13 +160,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
                     )
                 )
                 continue
-            code = _coordinator_code(ctx, key_type, key, topic_ready)
+            code, node, host, port = _coordinator_of(ctx, key_type, key, topic_ready)
             coordinators.append(
                 FindCoordinatorResponse.Coordinator(
                     key=key,
-                    node_id=node if code == ErrorCode.NONE else -1,
-                    host=host if code == ErrorCode.NONE else "",
-                    port=port if code == ErrorCode.NONE else -1,
+                    node_id=node,
+                    host=host,
+                    port=port,
                     error_code=code,
                     error_message=_coordinator_message(code, key_type),
                 )
@@ -159,7 +175,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     denial = _coordinator_denial(ctx, key_type, request.key)
     if denial is not None:
         raise KafkaError(*denial)
-    code = _coordinator_code(ctx, key_type, request.key, topic_ready)
+    code, node, host, port = _coordinator_of(ctx, key_type, request.key, topic_ready)
     if code != ErrorCode.NONE:
         return FindCoordinatorResponse(
             throttle_time_ms=0,

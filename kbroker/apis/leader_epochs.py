@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
-from kbroker.replication.partition import leader_epoch_error
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
@@ -31,6 +30,9 @@ UNDEFINED = -1
 
 def _failed(partition: int, code: ErrorCode) -> EpochEndOffset:
     return EpochEndOffset(error_code=code, partition=partition, leader_epoch=UNDEFINED, end_offset=UNDEFINED)
+
+
+CONSUMER = -1  # answered as to a client: by the leader only
 
 
 async def handle_offset_for_leader_epoch(
@@ -55,18 +57,19 @@ async def handle_offset_for_leader_epoch(
         for part in topic.partitions:
             await turns.step()
             try:
-                plog = ctx.topics.partition(topic.topic, part.partition)
+                partition = ctx.replicas.partition(topic.topic, part.partition)
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 answers.append(_failed(part.partition, exc.code))
                 continue
-            if plog is None:
+            if partition is None:
                 answers.append(_failed(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            epoch_error = leader_epoch_error(part.current_leader_epoch, plog.leader_epoch)
-            if epoch_error != ErrorCode.NONE:
-                answers.append(_failed(part.partition, epoch_error))
+            # As Kafka's (fetchOnlyFromLeader): the epoch the image registered, then leadership.
+            refusal = partition.fetch_error(CONSUMER, part.current_leader_epoch)
+            if refusal != ErrorCode.NONE:
+                answers.append(_failed(part.partition, refusal))
                 continue
-            epoch, end_offset = plog.end_offset_for_epoch(part.leader_epoch)
+            epoch, end_offset = partition.log.end_offset_for_epoch(part.leader_epoch)
             answers.append(
                 EpochEndOffset(
                     error_code=ErrorCode.NONE, partition=part.partition, leader_epoch=epoch, end_offset=end_offset

@@ -15,13 +15,15 @@ A failed append changes nothing: the records are replayed only once written. Wit
 acknowledged.
 
 A shard is loaded by replaying its partition from the log start when this broker becomes the partition's leader
-(today: for every partition, when the coordinator starts) and unloaded when it stops being leader. Records of a
+(told by the replica layer, which applies the metadata image's registrations; and for every partition the
+image gives this broker when the coordinator starts) and unloaded when it stops being leader. Records of a
 transaction (TxnOffsetCommit) are written as a transactional batch of the producer, and the transaction's end as
 Kafka's commit or abort marker; the shard sees both in order.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
@@ -41,6 +43,8 @@ from protocol.records import (
 
 if TYPE_CHECKING:
     from kbroker.replication import Partition, ReplicaManager
+
+log = logging.getLogger("kbroker.coordinators")
 
 # (key, value) of one coordinator record; a None value is a tombstone.
 CoordinatorRecord = tuple[bytes, bytes | None]
@@ -101,14 +105,20 @@ class CoordinatorRuntime(Generic[S]):
         new_shard: Callable[[int], S],
         *,
         replicas: ReplicaManager | None = None,
+        unloaded: Callable[[int], None] | None = None,
     ) -> None:
-        """``replicas``: the replica layer the records are written through; without it (unit tests) the logs are
-        written directly, a single node's own replicas."""
+        """``replicas``: the replica layer the records are written through, whose changes of leadership load and
+        unload shards; without it (unit tests) the logs are written directly, a single node's own replicas.
+        ``unloaded``: told of each partition whose shard is dropped (state the coordinator keeps beside it)."""
         self.topic = topic
         self._replicas = replicas
         self._partition_log = partition_log
         self._new_shard = new_shard
+        self._unloaded = unloaded
         self.shards: dict[int, S] = {}
+        self.shard_epochs: dict[int, int] = {}  # the leader epoch each shard was loaded in (-1: no replica layer)
+        if replicas is not None:
+            replicas.on_role_change(self._role_changed)
 
     # --- leadership ------------------------------------------------------------------------------------
 
@@ -136,11 +146,32 @@ class CoordinatorRuntime(Generic[S]):
                     shard.replay(offset, producer, header.producer_epoch, record.key, record.value)
             offset = chunk.last_offset + 1
         self.shards[partition] = shard
+        self.shard_epochs[partition] = replica.leader_epoch if replica is not None else -1
         return shard
 
     def unload(self, partition: int) -> None:
         """This broker no longer leads ``partition``: its shard is dropped (requests for it: NOT_COORDINATOR)."""
-        self.shards.pop(partition, None)
+        self.shard_epochs.pop(partition, None)
+        if self.shards.pop(partition, None) is not None and self._unloaded is not None:
+            self._unloaded(partition)
+
+    def _role_changed(self, replica: Partition) -> None:
+        """The replica layer applied a registration (or stopped a replica): as Kafka's coordinator, a shard is
+        loaded when this broker becomes its partition's leader (again from the log, in a newer leader epoch) and
+        unloaded when it stops leading it."""
+        if replica.topic != self.topic:
+            return
+        index = replica.index
+        if not replica.is_leader:
+            self.unload(index)
+            return
+        if self.shard_epochs.get(index) == replica.leader_epoch:
+            return
+        self.unload(index)
+        try:
+            self.load(index)
+        except KafkaError as exc:  # its coordinator's next use loads it (FindCoordinator, a commit)
+            log.warning("%s-%d is not loaded (tried again on use): %s", self.topic, index, exc)
 
     def shard(self, partition: int) -> S:
         shard = self.shards.get(partition)

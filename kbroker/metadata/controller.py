@@ -29,6 +29,7 @@ from kbroker.metadata.image import (
     MetadataDelta,
     MetadataImage,
     MetadataImageBuilder,
+    PartitionRegistration,
     TopicImage,
 )
 from kbroker.metadata.log import MetadataLog
@@ -80,6 +81,10 @@ class MetadataCache:
     def __init__(self, image: MetadataImage | None = None) -> None:
         self.image = image if image is not None else MetadataImage()
         self._publishers: list[Publisher] = []
+
+    def partition(self, topic: str, index: int, /) -> PartitionRegistration | None:
+        """The partition's registration in the newest image: the cache is the replica layer's LeadershipSource."""
+        return self.image.topics.partition(topic, index)
 
     def subscribe(self, publisher: Publisher) -> None:
         """Tell ``publisher`` of every image published from now on (in subscription order)."""

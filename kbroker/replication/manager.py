@@ -26,7 +26,7 @@ from typing import Protocol
 import trio
 
 from kbroker.replication.partition import Partition
-from kbroker.replication.registration import LeadershipSource, Registration
+from kbroker.replication.registration import LeadershipSource, LocalChanges, Registration
 from kbroker.storage import LogManager, PartitionEvent, PartitionLog
 from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from protocol.errors import ErrorCode
@@ -77,6 +77,8 @@ class ReplicaManager:
         self._checkpointed = dict(checkpointed or {})
         self._partitions: dict[TopicPartition, Partition] = {}
         self._leadership_listeners: set[Callable[[], None]] = set()  # acks=all waits, woken by a change of role
+        # Told of each change of role a registration or a stop makes (the coordinator runtimes load and unload).
+        self._role_listeners: list[Callable[[Partition], None]] = []
 
     # --- partitions ----------------------------------------------------------------------------------
 
@@ -111,7 +113,34 @@ class ReplicaManager:
         partition = self.partition(topic, index)
         if partition is not None:
             self._apply(partition, registration)
+            self._role_changed(partition)
             self._leadership_changed()
+
+    def apply_delta(self, changes: LocalChanges) -> None:
+        """A metadata delta's changes to this broker's replicas, as Kafka's ReplicaManager.applyDelta: the
+        partitions held become leader or follower as registered, and those no longer here stop. A partition
+        whose log is not open yet takes its registration from the leadership source when it is opened."""
+        changed = False
+        for registrations in (changes.leaders, changes.followers):
+            for key, registration in registrations.items():
+                partition = self._partitions.get(key)
+                if partition is not None:
+                    self._apply(partition, registration)
+                    self._role_changed(partition)
+                    changed = True
+        for topic, index in sorted(changes.deletes):
+            self.stop(topic, index)
+        if changed:
+            self._leadership_changed()
+
+    def on_role_change(self, listener: Callable[[Partition], None]) -> None:
+        """Call ``listener`` with each partition a registration or a stop changes (a stopped one is a follower
+        without a leader)."""
+        self._role_listeners.append(listener)
+
+    def _role_changed(self, partition: Partition) -> None:
+        for listener in self._role_listeners:
+            listener(partition)
 
     def _apply(self, partition: Partition, registration: Registration) -> None:
         if registration.leader == self.local_broker_id:
@@ -124,6 +153,7 @@ class ReplicaManager:
         stopped = self._partitions.pop((topic, index), None)
         if stopped is not None:
             stopped.stop()
+            self._role_changed(stopped)
             self._leadership_changed()
         self._checkpointed.pop((topic, index), None)
 

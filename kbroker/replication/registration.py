@@ -3,13 +3,15 @@
 A registration is what Kafka's metadata image holds for a partition (its PartitionRegistration): the replicas,
 the in-sync replicas, the leader, the leader epoch and the partition epoch. A ``LeadershipSource`` answers it for
 each partition, and the ReplicaManager applies the answer (become leader, become follower, stop). Nothing in
-kbroker/replication decides leadership itself. The metadata image's topics (kbroker/metadata/image.py
-``TopicsImage``, whose ``PartitionRegistration`` is a ``Registration``) are such a source; until the broker is fed
-by one, ``SingleNodeLeadership`` is: this node leads every partition, alone in its ISR, in epoch 0.
+kbroker/replication decides leadership itself. The broker's source is its MetadataCache (kbroker/metadata/
+controller.py: the newest image's ``PartitionRegistration``, which is a ``Registration``), and each delta's
+``LocalChanges`` are applied as they are published. ``SingleNodeLeadership`` (this node leads every partition,
+alone in its ISR, in epoch 0) serves a replica layer without an image.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +31,17 @@ class Registration(Protocol):
     def leader_epoch(self) -> int: ...
     @property
     def partition_epoch(self) -> int: ...
+
+
+class LocalChanges(Protocol):
+    """What a metadata delta changes for this broker's replicas (the image's LocalChanges)."""
+
+    @property
+    def leaders(self) -> Mapping[tuple[str, int], Registration]: ...
+    @property
+    def followers(self) -> Mapping[tuple[str, int], Registration]: ...
+    @property
+    def deletes(self) -> Set[tuple[str, int]]: ...
 
 
 class LeadershipSource(Protocol):

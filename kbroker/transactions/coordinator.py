@@ -311,6 +311,7 @@ class TransactionCoordinator:
             self.logs.get_partition,
             lambda p: TransactionStateShard(p, self._apply),
             replicas=replicas,
+            unloaded=self._forget_partition,
         )
         # How the topic is created when needed at once: the broker's topic service (through the controller); the
         # log manager directly for a coordinator of its own.
@@ -351,6 +352,11 @@ class TransactionCoordinator:
             self.transactions.pop(transactional_id, None)
         else:
             self.transactions[transactional_id] = TransactionMetadata.from_record(record)
+
+    def _forget_partition(self, partition: int) -> None:
+        """Its shard was unloaded (this broker no longer leads it): its ids' states go with it, as on Kafka."""
+        for transactional_id in [t for t in self.transactions if self.partition_for(t) == partition]:
+            del self.transactions[transactional_id]
 
     def _load(self) -> None:
         """Load the shards not loaded yet; a partition whose files are still being made (the topic was just

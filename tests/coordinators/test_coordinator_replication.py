@@ -69,7 +69,13 @@ def test_a_commit_not_committed_in_time_times_out_and_one_to_a_follower_is_not_c
         assert raised.value.code == ErrorCode.REQUEST_TIMED_OUT
 
     trio.run(lagging, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert broker.offsets.get("g")[("orders", 0)].offset == 5
+    replica = broker.replicas.partition(OFFSETS_TOPIC, 0)
+    assert replica is not None
+    end = replica.log.log_end_offset
+    # A follower: the shard is unloaded with the leadership, and a commit is refused without being written.
     broker.replicas.apply(OFFSETS_TOPIC, 0, PartitionRegistration((NODE, FOLLOWER), (FOLLOWER,), FOLLOWER, 2, 2))
-    with pytest.raises(Exception, match="NOT_LEADER_OR_FOLLOWER"):
+    assert 0 not in broker.offsets.runtime.shards
+    with pytest.raises(Exception, match="not loaded on this broker"):
         commit(broker, 6)
-    assert broker.offsets.get("g")[("orders", 0)].offset == 5  # nothing written as a follower
+    assert replica.log.log_end_offset == end

@@ -1,0 +1,187 @@
+"""The replica layer and the coordinators take leadership from the metadata image: each delta's local changes
+make this broker's replicas leader, follower or stopped (Kafka's ReplicaManager.applyDelta), a leader's log
+starts the image's leader epoch, the coordinator shards of internal partitions are loaded and unloaded with
+their leadership, and FindCoordinator names the image's leader. Deltas are fed as the controller publishes them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbroker.apis.groups import handle_find_coordinator
+from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
+from kbroker.apis.list_offsets import handle_list_offsets
+from kbroker.apis.metadata import handle_metadata
+from kbroker.broker import Broker, Endpoint
+from kbroker.config import BrokerConfig
+from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
+from kbroker.metadata.image import MetadataDelta, MetadataImage
+from kbroker.storage import LogManager
+from protocol._codec import Message
+from protocol.errors import ErrorCode
+from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.list_offsets_request import ListOffsetsRequest
+from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from protocol.metadata_records.partition_change_record import PartitionChangeRecord
+from protocol.metadata_records.register_broker_record import BrokerEndpoint, RegisterBrokerRecord
+from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
+from tests.broker.test_handlers_in_memory import context, create, run
+from tests.replication.test_replica_layer import produce
+
+NODE = 0
+OTHER = 1
+OTHER_PORT = 19093
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    config = BrokerConfig({"num.partitions": "1", "node.id": str(NODE), "offsets.topic.num.partitions": "3"})
+    broker = Broker(
+        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
+    )
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def publish(broker: Broker, *records: Message) -> MetadataImage:
+    """Apply ``records`` to the broker's image and publish the result, as the controller does."""
+    delta = MetadataDelta(broker.metadata.image)
+    for record in records:
+        delta.replay(record)
+    image = delta.apply()
+    broker.metadata.publish(image, delta)
+    return image
+
+
+def register_other(broker: Broker) -> None:
+    endpoint = BrokerEndpoint(name="PLAINTEXT", host="other.example", port=OTHER_PORT, security_protocol=0)
+    register = RegisterBrokerRecord(
+        broker_id=OTHER,
+        incarnation_id=uuid.UUID(int=OTHER + 1),
+        broker_epoch=5,
+        end_points=[endpoint],
+        features=[],
+        rack=None,
+        fenced=True,
+        log_dirs=[],
+    )
+    publish(broker, register, UnfenceBrokerRecord(id=OTHER, epoch=5))
+
+
+def move_leader(broker: Broker, topic: str, index: int, leader: int) -> int:
+    """Make ``leader`` the partition's leader (both brokers replicas, both in sync); the image's new epoch."""
+    topic_id = broker.metadata.image.topics.by_name[topic].topic_id
+    change = PartitionChangeRecord(
+        partition_id=index, topic_id=topic_id, leader=leader, replicas=[NODE, OTHER], isr=[NODE, OTHER]
+    )
+    image = publish(broker, change)
+    registration = image.topics.partition(topic, index)
+    assert registration is not None and registration.leader == leader
+    return registration.leader_epoch
+
+
+def metadata_leader(broker: Broker, topic: str) -> tuple[int, int]:
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+    [answer] = run(lambda: handle_metadata(context(broker, 3, 12), request)).topics
+    return answer.partitions[0].leader_id, answer.partitions[0].leader_epoch
+
+
+def find_coordinator(broker: Broker, group: str) -> tuple[int, int, str, int]:
+    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
+    [answer] = run(lambda: handle_find_coordinator(context(broker, 10, 4), request)).coordinators
+    return answer.error_code, answer.node_id, answer.host, answer.port
+
+
+def epoch_end(broker: Broker, topic: str, current_epoch: int, epoch: int) -> tuple[int, int, int]:
+    """(error code, epoch, end offset) of OffsetForLeaderEpoch v4 for partition 0."""
+    partition = OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=current_epoch, leader_epoch=epoch
+    )
+    request = OffsetForLeaderEpochRequest(
+        replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[partition])]
+    )
+    [answer] = run(lambda: handle_offset_for_leader_epoch(context(broker, 23, 4), request)).topics[0].partitions
+    return answer.error_code, answer.leader_epoch, answer.end_offset
+
+
+def latest_epoch(broker: Broker, topic: str) -> tuple[int, int]:
+    """(error code, leader epoch) of ListOffsets v7 for the latest offset of partition 0."""
+    partition = ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+    request = ListOffsetsRequest(
+        replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[partition])]
+    )
+    answer = run(lambda: handle_list_offsets(context(broker, 2, 7), request)).topics[0].partitions[0]
+    return answer.error_code, answer.leader_epoch
+
+
+def test_a_follower_registration_refuses_produce_and_leading_again_starts_the_images_epoch(broker: Broker) -> None:
+    assert create(broker, "orders").topics[0].error_code == ErrorCode.NONE
+    assert produce(broker, "orders", [b"a"], 1) == (ErrorCode.NONE, 0)
+    log = broker.topics.partition("orders", 0)
+    assert log is not None and log.leader_epoch == 0
+
+    follower_epoch = move_leader(broker, "orders", 0, OTHER)
+    replica = broker.replicas.partition("orders", 0)
+    assert replica is not None and not replica.is_leader and replica.leader_epoch == follower_epoch
+    assert produce(broker, "orders", [b"b"], 1) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
+    assert metadata_leader(broker, "orders") == (OTHER, follower_epoch)
+    assert epoch_end(broker, "orders", -1, 0)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert latest_epoch(broker, "orders")[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    leader_epoch = move_leader(broker, "orders", 0, NODE)
+    assert leader_epoch > follower_epoch > 0
+    assert replica.is_leader and log.leader_epoch == leader_epoch == replica.leader_epoch
+    assert metadata_leader(broker, "orders") == (NODE, leader_epoch)
+    assert latest_epoch(broker, "orders") == (ErrorCode.NONE, leader_epoch)
+    assert epoch_end(broker, "orders", follower_epoch, 0)[0] == ErrorCode.FENCED_LEADER_EPOCH
+    # A follower in the ISR that has not fetched holds the high watermark: acks=1 is answered at once.
+    assert produce(broker, "orders", [b"c"], 1) == (ErrorCode.NONE, 1)
+    assert log.end_offset_for_epoch(follower_epoch) == (0, 1)  # epoch 0 ended where the new leader began
+    assert log.end_offset_for_epoch(leader_epoch) == (leader_epoch, 2)
+    assert epoch_end(broker, "orders", leader_epoch, 0) == (ErrorCode.NONE, 0, 1)
+
+
+def test_the_offsets_shard_unloads_with_leadership_and_reloads_from_the_log_in_the_new_epoch(broker: Broker) -> None:
+    offsets = broker.offsets
+    offsets.ensure_topic()  # every partition placed on this broker, the only one registered
+    register_other(broker)
+    group = "payments"
+    partition = offsets.partition_for(group)
+    committed = CommittedOffset(offset=42, leader_epoch=0, metadata="m", commit_timestamp=1)
+    offsets.commit(group, {("orders", 0): committed})
+    assert find_coordinator(broker, group) == (ErrorCode.NONE, NODE, "localhost", 9092)
+
+    move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+    assert partition not in offsets.runtime.shards
+    assert offsets.get(group) == {}
+    # The coordinator is the image's leader, named by its registered endpoint.
+    assert find_coordinator(broker, group) == (ErrorCode.NONE, OTHER, "other.example", OTHER_PORT)
+    untouched = next(p for p in range(3) if p != partition)
+    assert untouched in offsets.runtime.shards
+
+    epoch = move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+    assert offsets.runtime.shard_epochs[partition] == epoch
+    assert offsets.get(group) == {("orders", 0): committed}  # replayed from the partition
+    assert find_coordinator(broker, group) == (ErrorCode.NONE, NODE, "localhost", 9092)
+    replica = broker.replicas.partition(OFFSETS_TOPIC, partition)
+    assert replica is not None and replica.log.leader_epoch == epoch
+
+
+def test_a_transaction_state_shard_and_its_ids_go_when_this_broker_stops_leading_it(broker: Broker) -> None:
+    transactions = broker.transactions
+    transactions.ensure_topic()
+    partition = transactions.partition_for("tx")
+    assert transactions.init_producer_id("tx", 60000).error == ErrorCode.NONE
+    assert "tx" in transactions.transactions
+
+    move_leader(broker, "__transaction_state", partition, OTHER)
+    assert partition not in transactions.state_log.shards and "tx" not in transactions.transactions
+
+    move_leader(broker, "__transaction_state", partition, NODE)
+    assert partition in transactions.state_log.shards and "tx" in transactions.transactions
