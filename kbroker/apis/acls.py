@@ -31,7 +31,7 @@ from kbroker.security.acls import (
     permission_of,
     resource_type_of,
 )
-from kbroker.security.authorizer import AclResult, AclStoreError, StandardAuthorizer
+from kbroker.security.authorizer import AclResult, StandardAuthorizer
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_acls_request import CreateAclsRequest
 from protocol.messages.create_acls_response import CreateAclsResponse
@@ -137,10 +137,7 @@ async def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) ->
     if authorizer is None:
         raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     bindings = [_binding(creation) for creation in request.creations]
-    try:
-        results = authorizer.create(bindings)
-    except AclStoreError:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, None) from None
+    results = await ctx.topics.controller.create_acls(bindings)
     return CreateAclsResponse(
         results=[
             CreateAclsResponse.AclCreationResult(
@@ -181,10 +178,7 @@ async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) ->
         )
         for f in request.filters
     ]
-    try:
-        answers = authorizer.delete(filters)
-    except AclStoreError:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, None) from None
+    answers = await ctx.topics.controller.delete_acls(filters)
     Result = DeleteAclsResponse.DeleteAclsFilterResult
     return DeleteAclsResponse(
         filter_results=[
