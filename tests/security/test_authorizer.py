@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.durable.files import DamagedFileError
+from kbroker.durable.files import DamagedFileError, StorageError
 from kbroker.metadata.image import MetadataDelta
+from kbroker.metadata.log import MetadataLog
 from kbroker.security.acls import (
     AclBinding,
     AclBindingFilter,
@@ -27,7 +28,7 @@ from kbroker.security.authorizer import (
     read_acl_file,
     write_acl_file,
 )
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from tests.security.acl_store import ControlledAuthorizer
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
@@ -310,3 +311,44 @@ def test_an_old_acl_file_reads_back_and_a_damaged_one_is_refused(tmp_path: Path)
     (tmp_path / ACLS_FILE).write_bytes(bytes(data))
     with pytest.raises(DamagedFileError, match="checksum mismatch"):
         read_acl_file(tmp_path / ACLS_FILE)
+
+
+def test_a_failed_commit_leaves_the_acls_as_they_were(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = ControlledAuthorizer(data_dir=tmp_path)
+    try:
+        auth.create([acl("kept")])
+        assert auth.metadata_log is not None
+
+        def full_disk(records: object) -> int:
+            raise StorageError("no space left on device")
+
+        monkeypatch.setattr(auth.metadata_log, "append", full_disk)
+        with pytest.raises(KafkaError) as refused:
+            auth.create([acl("orders")])
+        assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+        with pytest.raises(KafkaError):
+            auth.delete([AclBindingFilter()])
+        assert auth.acls() == [acl("kept")]
+        assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
+    finally:
+        auth.close()
+
+
+def test_migrated_acls_are_written_once_in_one_transaction(tmp_path: Path) -> None:
+    auth = ControlledAuthorizer(data_dir=tmp_path)
+    try:
+        auth.create([acl("a")])
+        assert auth.controller.migrate_acls([acl("a"), acl("b"), acl("b"), acl("c", WRITE, DENY)]) == 2
+        assert auth.controller.migrate_acls([acl("b")]) == 0
+        assert auth.acls() == [acl("a"), acl("b"), acl("c", WRITE, DENY)]
+    finally:
+        auth.close()
+    with MetadataLog(tmp_path) as metadata_log:
+        kinds = [type(record.message).__name__ for record in metadata_log.replay().records()]
+    assert kinds == [
+        "AccessControlEntryRecord",
+        "BeginTransactionRecord",
+        "AccessControlEntryRecord",
+        "AccessControlEntryRecord",
+        "EndTransactionRecord",
+    ]
