@@ -1,4 +1,6 @@
-"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31): the wire side of kbroker/security/authorizer.py.
+"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31): describing reads the authorizer's ACLs (those of the
+metadata image, kbroker/security/authorizer.py); creating and deleting are controller operations
+(kbroker/metadata/controller.py: AccessControlEntryRecords committed to the metadata log).
 
 As Kafka's AclApis: describing needs DESCRIBE on the cluster, creating and deleting ALTER on the cluster
 (CLUSTER_AUTHORIZATION_FAILED for every item otherwise); without an authorizer every answer is SECURITY_DISABLED

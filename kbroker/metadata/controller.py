@@ -1,12 +1,12 @@
 """The controller: the one writer of cluster metadata, and the broker-side cache of the image it publishes.
 
-Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks; ACLs,
+Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks, ACLs;
 SCRAM credentials, client quotas and features as their stores move onto the image) goes through one
 ``Controller``: it validates the change against the current image as Kafka's QuorumController does
-(ReplicationControlManager, ConfigurationControlManager: the same error codes and messages), describes it as
-Kafka's metadata records, commits them to the metadata log and applies them to the image. Nothing outside
-this module knows which node the controller runs on: a single node is its own controller (``LocalController``),
-and a cluster swaps in Kafka's KRaft quorum behind the same interface.
+(ReplicationControlManager, ConfigurationControlManager, AclControlManager: the same error codes and messages),
+describes it as Kafka's metadata records, commits them to the metadata log and applies them to the image. Nothing
+outside this module knows which node the controller runs on: a single node is its own controller
+(``LocalController``), and a cluster swaps in Kafka's KRaft quorum behind the same interface.
 
 The broker side holds the newest image in a ``MetadataCache`` and tells its components (the log manager, ...) of
 every new image and the delta that made it, as Kafka's MetadataPublishers are told.
