@@ -19,6 +19,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -33,7 +34,6 @@ from kbroker.metadata.image import (
 )
 from kbroker.metadata.log import MetadataLog
 from kbroker.security.acls import AclBinding, AclBindingFilter
-from kbroker.security.authorizer import AclResult, acl_binding_of, acl_entry_of, acl_order, new_acl_refusal
 from kbroker.storage.manager import validate_topic_name
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
@@ -50,6 +50,9 @@ from protocol.metadata_records.register_broker_record import RegisterBrokerRecor
 from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
 from protocol.metadata_records.topic_record import TopicRecord
+
+if TYPE_CHECKING:
+    from kbroker.security.authorizer import AclResult
 
 log = logging.getLogger("kbroker.metadata")
 
@@ -282,6 +285,8 @@ class LocalController(Controller):
     def migrate_acls(self, bindings: Iterable[AclBinding]) -> int:
         """Write ACLs kept elsewhere before into the metadata log in one metadata transaction, skipping those
         already there; returns how many were written."""
+        from kbroker.security.authorizer import acl_binding_of  # imported by the first ACL change, as the authorizer
+
         known = {acl_binding_of(entry) for entry in self.image.acls.values()}
         records = [self._acl_record(binding) for binding in dict.fromkeys(bindings) if binding not in known]
         if records:
@@ -434,6 +439,8 @@ class LocalController(Controller):
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
         # As Kafka's AclControlManager.createAcls: each binding validated on its own; a valid one already in the
         # image (or earlier in this request) adds no record.
+        from kbroker.security.authorizer import AclResult, acl_binding_of, new_acl_refusal
+
         async with self._lock:
             known = {acl_binding_of(entry) for entry in self.image.acls.values()}
             results: list[AclResult] = []
@@ -452,6 +459,8 @@ class LocalController(Controller):
             return results
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
+        from kbroker.security.authorizer import AclResult, acl_binding_of, acl_order
+
         async with self._lock:
             stored = sorted(
                 ((acl_binding_of(entry), acl_id) for acl_id, entry in self.image.acls.items()),
@@ -473,6 +482,8 @@ class LocalController(Controller):
 
     @staticmethod
     def _acl_record(binding: AclBinding) -> MetadataRecord:
+        from kbroker.security.authorizer import acl_entry_of
+
         entry = acl_entry_of(binding)
         return record(
             AccessControlEntryRecord(

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from kbroker.durable.files import StorageError, fsync_directory
 from kbroker.metadata.controller import LocalController
-from kbroker.security.authorizer import ACLS_FILE, read_acl_file
 from kbroker.storage.manager import TOPICS_FILE, read_topics_file, topics_from_directories
 
 log = logging.getLogger("kbroker.metadata")
 
 MIGRATED_SUFFIX = ".migrated"
+ACLS_FILE = "acls"  # where older kbrokers kept the ACLs (kbroker/security/authorizer.py reads it)
 
 
 def migrate_topic_catalog(controller: LocalController, data_dir: Path, *, fresh: bool) -> None:
@@ -61,6 +61,8 @@ def migrate_acl_file(controller: LocalController, data_dir: Path) -> None:
     path = data_dir / ACLS_FILE
     if not path.exists():
         return
+    from kbroker.security.authorizer import read_acl_file  # only for a data directory that has the file
+
     written = controller.migrate_acls(read_acl_file(path))
     if written:
         log.warning("moved %d ACL(s) from %s into the metadata log", written, path)

@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.security.authorizer")
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-ACLS_FILE = "acls"
 ACLS_KIND = "acls"
 ACLS_FORMAT_VERSION = 1
 

@@ -12,6 +12,7 @@ import pytest
 from kbroker.durable.files import DamagedFileError, StorageError
 from kbroker.metadata.image import MetadataDelta
 from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.migration import ACLS_FILE
 from kbroker.security.acls import (
     AclBinding,
     AclBindingFilter,
@@ -21,7 +22,6 @@ from kbroker.security.acls import (
     ResourceType,
 )
 from kbroker.security.authorizer import (
-    ACLS_FILE,
     AclResult,
     StandardAuthorizer,
     parse_super_users,
