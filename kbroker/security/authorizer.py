@@ -16,8 +16,9 @@ Decisions (``authorize``), as Kafka's StandardAuthorizerData makes them:
 
 The ACLs are indexed by resource type, then by literal name and by prefix (with the prefix lengths in use), then
 by principal, so a decision costs a few dictionary look-ups and a scan of the ACLs of its own principal and
-``User:*`` on the matching resources, whatever the number of ACLs. The index is rebuilt from each published image
-whose ACLs changed (the authorizer is a MetadataCache subscriber), before the change is answered.
+``User:*`` on the matching resources, whatever the number of ACLs. The authorizer is a MetadataCache subscriber:
+each published image's added and removed ACLs are indexed or unindexed before the change is answered, so the next
+decision sees it.
 
 Older kbrokers kept the ACLs in ``acls`` in the data directory (a checked file); ``read_acl_file`` reads it for
 its one-time migration into the metadata log (kbroker/metadata/migration.py).
@@ -163,12 +164,12 @@ class _TypeIndex:
 
 
 class StandardAuthorizer:
-    """Kafka's StandardAuthorizer: ACL decisions, and the ACL store CreateAcls/DescribeAcls/DeleteAcls manage."""
+    """Kafka's StandardAuthorizer: ACL decisions over the metadata image's ACLs, and the ACLs DescribeAcls lists."""
 
     def __init__(self, super_users: Iterable[str] = (), allow_if_no_acl: bool = False) -> None:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self._acls: Counter[AclBinding] = Counter()  # a binding under two record ids (a log Kafka wrote) counts twice
+        self._acls: Counter[AclBinding] = Counter()  # one binding under two record ids counts twice
         self._by_type: dict[ResourceType, _TypeIndex] = {}
         self._source: Mapping[uuid.UUID, AclEntry] = {}  # the image's ACLs the index holds
 
@@ -268,7 +269,7 @@ class StandardAuthorizer:
     # --- the store ----------------------------------------------------------------------------------------------
 
     def acls(self, binding_filter: AclBindingFilter | None = None) -> list[AclBinding]:
-        """The stored ACLs ``binding_filter`` selects (all without one), in a stable order."""
+        """The image's ACLs ``binding_filter`` selects (all without one), in a stable order."""
         selected = (acl for acl in self._acls if binding_filter is None or binding_filter.matches(acl))
         return sorted(selected, key=acl_order)
 
