@@ -34,7 +34,7 @@ from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage
 from kbroker.metadata.log import MetadataLog
-from kbroker.metadata.migration import migrate_topic_catalog
+from kbroker.metadata.migration import migrate_acl_file, migrate_topic_catalog
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.replication import ReplicaManager, read_high_watermarks
@@ -146,18 +146,18 @@ class Broker:
             self._close_metadata_log()
             self._data_dir_lock.release()
             raise
-        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py, imported only
-        # then); None: allow all.
+        # The ACL authorizer when authorizer.class.name names one (kbroker/security/authorizer.py); None: allow
+        # all. It decides over the ACLs of the metadata image, told of each new one.
         self.authorizer: Authorizer | None = None
-        try:
-            if str(config["authorizer.class.name"]).strip():
-                from kbroker.security.authorizer import StandardAuthorizer
+        if str(config["authorizer.class.name"]).strip():
+            from kbroker.metadata.image import MetadataDelta
+            from kbroker.security.authorizer import StandardAuthorizer
 
-                self.authorizer = StandardAuthorizer.from_config(config, data_dir)
-        except BaseException:  # a damaged ACL file: nothing was started, the data directory is released
-            self._close_metadata_log()
-            self._data_dir_lock.release()
-            raise
+            standard = StandardAuthorizer.from_config(config)
+            if standard is not None:
+                standard.publish(self.metadata.image, MetadataDelta(self.metadata.image))
+                self.metadata.subscribe(standard.publish)
+            self.authorizer = standard
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics = BrokerMetrics()  # counters the request path updates (kbroker/metrics.py)
         # One timer service for every coordinator (kbroker.groups.timers); each registers with it.
@@ -257,6 +257,7 @@ class Broker:
             controller.bootstrap()
             if durable:
                 migrate_topic_catalog(controller, self.data_dir, fresh=fresh)
+                migrate_acl_file(controller, self.data_dir)
         except BaseException:
             if metadata_log is not None:
                 metadata_log.close()

@@ -1,4 +1,6 @@
-"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31): the wire side of kbroker/security/authorizer.py.
+"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31): describing reads the authorizer's ACLs (those of the
+metadata image, kbroker/security/authorizer.py); creating and deleting are controller operations
+(kbroker/metadata/controller.py: AccessControlEntryRecords committed to the metadata log).
 
 As Kafka's AclApis: describing needs DESCRIBE on the cluster, creating and deleting ALTER on the cluster
 (CLUSTER_AUTHORIZATION_FAILED for every item otherwise); without an authorizer every answer is SECURITY_DISABLED
@@ -31,7 +33,7 @@ from kbroker.security.acls import (
     permission_of,
     resource_type_of,
 )
-from kbroker.security.authorizer import AclResult, AclStoreError, StandardAuthorizer
+from kbroker.security.authorizer import AclResult, StandardAuthorizer
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_acls_request import CreateAclsRequest
 from protocol.messages.create_acls_response import CreateAclsResponse
@@ -137,10 +139,7 @@ async def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) ->
     if authorizer is None:
         raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     bindings = [_binding(creation) for creation in request.creations]
-    try:
-        results = authorizer.create(bindings)
-    except AclStoreError:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, None) from None
+    results = await ctx.topics.controller.create_acls(bindings)
     return CreateAclsResponse(
         results=[
             CreateAclsResponse.AclCreationResult(
@@ -181,10 +180,7 @@ async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) ->
         )
         for f in request.filters
     ]
-    try:
-        answers = authorizer.delete(filters)
-    except AclStoreError:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, None) from None
+    answers = await ctx.topics.controller.delete_acls(filters)
     Result = DeleteAclsResponse.DeleteAclsFilterResult
     return DeleteAclsResponse(
         filter_results=[

@@ -1,12 +1,12 @@
 """The controller: the one writer of cluster metadata, and the broker-side cache of the image it publishes.
 
-Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks; ACLs,
+Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks, ACLs;
 SCRAM credentials, client quotas and features as their stores move onto the image) goes through one
 ``Controller``: it validates the change against the current image as Kafka's QuorumController does
-(ReplicationControlManager, ConfigurationControlManager: the same error codes and messages), describes it as
-Kafka's metadata records, commits them to the metadata log and applies them to the image. Nothing outside
-this module knows which node the controller runs on: a single node is its own controller (``LocalController``),
-and a cluster swaps in Kafka's KRaft quorum behind the same interface.
+(ReplicationControlManager, ConfigurationControlManager, AclControlManager: the same error codes and messages),
+describes it as Kafka's metadata records, commits them to the metadata log and applies them to the image. Nothing
+outside this module knows which node the controller runs on: a single node is its own controller
+(``LocalController``), and a cluster swaps in Kafka's KRaft quorum behind the same interface.
 
 The broker side holds the newest image in a ``MetadataCache`` and tells its components (the log manager, ...) of
 every new image and the delta that made it, as Kafka's MetadataPublishers are told.
@@ -19,6 +19,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -33,11 +34,13 @@ from kbroker.metadata.image import (
     TopicImage,
 )
 from kbroker.metadata.log import MetadataLog
+from kbroker.security.acls import AclBinding, AclBindingFilter
 from kbroker.storage.manager import validate_topic_name
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
 from protocol.metadata_frame import MetadataRecord
 from protocol.metadata_records.abort_transaction_record import AbortTransactionRecord
+from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord
 from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord
 from protocol.metadata_records.config_record import ConfigRecord
 from protocol.metadata_records.end_transaction_record import EndTransactionRecord
@@ -45,8 +48,12 @@ from protocol.metadata_records.feature_level_record import FeatureLevelRecord
 from protocol.metadata_records.partition_record import PartitionRecord
 from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
 from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
+from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
 from protocol.metadata_records.topic_record import TopicRecord
+
+if TYPE_CHECKING:
+    from kbroker.security.authorizer import AclResult
 
 log = logging.getLogger("kbroker.metadata")
 
@@ -148,6 +155,15 @@ class Controller(ABC):
     @abstractmethod
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
         """The next block of producer ids for ``broker_id``."""
+
+    @abstractmethod
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
+        """Add ``bindings``: one result each, in order (an ACL already there is a success that adds nothing)."""
+
+    @abstractmethod
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
+        """Remove every ACL each filter selects: per filter, the ACLs it selected (each sees the ACLs as they were
+        before the call) or the error refusing it."""
 
     @abstractmethod
     def register_broker(
@@ -270,6 +286,20 @@ class LocalController(Controller):
                 + [record(EndTransactionRecord())]
             )
         return written
+
+    def migrate_acls(self, bindings: Iterable[AclBinding]) -> int:
+        """Write ACLs kept elsewhere before into the metadata log in one metadata transaction, skipping those
+        already there; returns how many were written."""
+        from kbroker.security.authorizer import acl_binding_of  # imported by the first ACL change, as the authorizer
+
+        known = {acl_binding_of(entry) for entry in self.image.acls.values()}
+        records = [self._acl_record(binding) for binding in dict.fromkeys(bindings) if binding not in known]
+        if records:
+            self._commit_now(
+                [record(BeginTransactionRecord(name="migration of the ACL file")), *records]
+                + [record(EndTransactionRecord())]
+            )
+        return len(records)
 
     # --- operations --------------------------------------------------------------------------------------
 
@@ -410,6 +440,68 @@ class LocalController(Controller):
                 [record(ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end))]
             )
             return range(start, end)
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
+        # As Kafka's AclControlManager.createAcls: each binding validated on its own; a valid one already in the
+        # image (or earlier in this request) adds no record.
+        from kbroker.security.authorizer import AclResult, acl_binding_of, new_acl_refusal
+
+        async with self._lock:
+            known = {acl_binding_of(entry) for entry in self.image.acls.values()}
+            results: list[AclResult] = []
+            records: list[MetadataRecord] = []
+            for binding in bindings:
+                refusal = new_acl_refusal(binding)
+                if refusal is not None:
+                    results.append(refusal)
+                    continue
+                if binding not in known:
+                    known.add(binding)
+                    records.append(self._acl_record(binding))
+                results.append(AclResult(ErrorCode.NONE))
+            if records:
+                await self._commit(records)
+            return results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
+        from kbroker.security.authorizer import AclResult, acl_binding_of, acl_order
+
+        async with self._lock:
+            stored = sorted(
+                ((acl_binding_of(entry), acl_id) for acl_id, entry in self.image.acls.items()),
+                key=lambda pair: (acl_order(pair[0]), pair[1]),
+            )
+            answers: list[list[AclBinding] | AclResult] = []
+            doomed: dict[uuid.UUID, None] = {}
+            for binding_filter in filters:
+                problem = binding_filter.unknown_problem()
+                if problem is not None:
+                    answers.append(AclResult(ErrorCode.INVALID_REQUEST, problem))
+                    continue
+                matched = [(binding, acl_id) for binding, acl_id in stored if binding_filter.matches(binding)]
+                doomed.update(dict.fromkeys(acl_id for _, acl_id in matched))
+                answers.append([binding for binding, _ in matched])
+            if doomed:
+                await self._commit([record(RemoveAccessControlEntryRecord(id=acl_id)) for acl_id in doomed])
+            return answers
+
+    @staticmethod
+    def _acl_record(binding: AclBinding) -> MetadataRecord:
+        from kbroker.security.authorizer import acl_entry_of
+
+        entry = acl_entry_of(binding)
+        return record(
+            AccessControlEntryRecord(
+                id=uuid.uuid4(),
+                resource_type=entry.resource_type,
+                resource_name=entry.resource_name,
+                pattern_type=entry.pattern_type,
+                principal=entry.principal,
+                host=entry.host,
+                operation=entry.operation,
+                permission_type=entry.permission_type,
+            )
+        )
 
     # --- validation and placement, as Kafka's ReplicationControlManager ------------------------------------
 

@@ -8,6 +8,11 @@ a crash inside the transaction leaves it open, and the controller aborts it at t
 again. A topics.json that cannot be read, or that names a topic the log has under another id, stops start-up
 with one line and changes nothing. A data directory with partition directories but neither topics.json nor a
 metadata log has its topics rebuilt from the directories' ``partition.metadata``, as before.
+
+ACLs, which older kbrokers kept in the checked file ``acls``, move the same way: its bindings are written as
+AccessControlEntryRecords in one metadata transaction (those already in the log skipped, so a crash before the
+rename only renames at the next start), and the file is renamed ``acls.migrated``. A damaged ACL file stops
+start-up with one line and changes nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from kbroker.storage.manager import TOPICS_FILE, read_topics_file, topics_from_d
 log = logging.getLogger("kbroker.metadata")
 
 MIGRATED_SUFFIX = ".migrated"
+ACLS_FILE = "acls"  # where older kbrokers kept the ACLs (kbroker/security/authorizer.py reads it)
 
 
 def migrate_topic_catalog(controller: LocalController, data_dir: Path, *, fresh: bool) -> None:
@@ -49,3 +55,16 @@ def migrate_topic_catalog(controller: LocalController, data_dir: Path, *, fresh:
     if path.exists():
         os.replace(path, path.with_name(TOPICS_FILE + MIGRATED_SUFFIX))
         fsync_directory(data_dir)
+
+
+def migrate_acl_file(controller: LocalController, data_dir: Path) -> None:
+    path = data_dir / ACLS_FILE
+    if not path.exists():
+        return
+    from kbroker.security.authorizer import read_acl_file  # only for a data directory that has the file
+
+    written = controller.migrate_acls(read_acl_file(path))
+    if written:
+        log.warning("moved %d ACL(s) from %s into the metadata log", written, path)
+    os.replace(path, path.with_name(ACLS_FILE + MIGRATED_SUFFIX))
+    fsync_directory(data_dir)

@@ -1,4 +1,5 @@
-"""Kafka's StandardAuthorizer over the ACLs that CreateAcls and DeleteAcls manage, persisted in the data directory.
+"""Kafka's StandardAuthorizer over the ACLs of the metadata image (AccessControlEntryRecords the controller commits
+for CreateAcls and DeleteAcls).
 
 Decisions (``authorize``), as Kafka's StandardAuthorizerData makes them:
 
@@ -15,25 +16,28 @@ Decisions (``authorize``), as Kafka's StandardAuthorizerData makes them:
 
 The ACLs are indexed by resource type, then by literal name and by prefix (with the prefix lengths in use), then
 by principal, so a decision costs a few dictionary look-ups and a scan of the ACLs of its own principal and
-``User:*`` on the matching resources, whatever the number of ACLs; nothing derived from them is cached, so a
-create or a delete is seen by the next decision.
+``User:*`` on the matching resources, whatever the number of ACLs. The authorizer is a MetadataCache subscriber:
+each published image's added and removed ACLs are indexed or unindexed before the change is answered, so the next
+decision sees it.
 
-They are kept in ``acls`` in the data directory, a checked file (kbroker/durable/files.py) rewritten whole on
-every change before the change is answered, so a restart keeps them.
+Older kbrokers kept the ACLs in ``acls`` in the data directory (a checked file); ``read_acl_file`` reads it for
+its one-time migration into the metadata log (kbroker/metadata/migration.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from bisect import insort
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbroker.durable.files import DamagedFileError, read_checked, write_checked
+from kbroker.metadata.image import AclEntry, MetadataDelta, MetadataImage
 from kbroker.security.acls import (
     USER_WILDCARD,
     WILDCARD,
@@ -44,6 +48,10 @@ from kbroker.security.acls import (
     PatternType,
     ResourceType,
     entry_applies,
+    operation_of,
+    pattern_type_of,
+    permission_of,
+    resource_type_of,
     validate_new_binding,
 )
 from protocol.errors import ErrorCode
@@ -54,7 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.security.authorizer")
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-ACLS_FILE = "acls"
 ACLS_KIND = "acls"
 ACLS_FORMAT_VERSION = 1
 
@@ -95,10 +102,6 @@ def host_problem(host: str) -> tuple[ErrorCode, str] | None:
 class AclResult:
     code: ErrorCode
     message: str | None = None
-
-
-class AclStoreError(Exception):
-    """The ACL file could not be written: the change was not made."""
 
 
 class _TypeIndex:
@@ -161,30 +164,45 @@ class _TypeIndex:
 
 
 class StandardAuthorizer:
-    """Kafka's StandardAuthorizer: ACL decisions, and the ACL store CreateAcls/DescribeAcls/DeleteAcls manage."""
+    """Kafka's StandardAuthorizer: ACL decisions over the metadata image's ACLs, and the ACLs DescribeAcls lists."""
 
-    def __init__(
-        self,
-        super_users: Iterable[str] = (),
-        allow_if_no_acl: bool = False,
-        data_dir: Path | None = None,
-    ) -> None:
+    def __init__(self, super_users: Iterable[str] = (), allow_if_no_acl: bool = False) -> None:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self._path = data_dir / ACLS_FILE if data_dir is not None else None
-        self._acls: set[AclBinding] = set()
+        self._acls: Counter[AclBinding] = Counter()  # one binding under two record ids counts twice
         self._by_type: dict[ResourceType, _TypeIndex] = {}
-        for acl in self._load():
-            self._add(acl)
+        self._source: Mapping[uuid.UUID, AclEntry] = {}  # the image's ACLs the index holds
+
+    def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """A MetadataCache subscriber: the ACLs are the image's. Only the ACLs added or removed since the last
+        image are indexed or unindexed (an image whose ACLs did not change shares its mapping: nothing to do)."""
+        if image.acls is self._source:
+            return
+        previous, self._source = self._source, image.acls
+        for acl_id in previous.keys() - image.acls.keys():
+            self._remove(acl_binding_of(previous[acl_id]))
+        for acl_id in image.acls.keys() - previous.keys():
+            self._add(acl_binding_of(image.acls[acl_id]))
+
+    def _add(self, acl: AclBinding) -> None:
+        self._acls[acl] += 1
+        if self._acls[acl] == 1:
+            self._by_type.setdefault(acl.resource_type, _TypeIndex()).add(acl)
+
+    def _remove(self, acl: AclBinding) -> None:
+        self._acls[acl] -= 1
+        if not self._acls[acl]:
+            del self._acls[acl]
+            self._by_type[acl.resource_type].remove(acl)
 
     @classmethod
-    def from_config(cls, config: BrokerConfig, data_dir: Path | None) -> StandardAuthorizer | None:
+    def from_config(cls, config: BrokerConfig) -> StandardAuthorizer | None:
         """The authorizer ``authorizer.class.name`` names (None for the empty name: no authorizer)."""
         if not str(config["authorizer.class.name"]).strip():
             return None
         allow = config["allow.everyone.if.no.acl.found"]
         allow_if_no_acl = allow if isinstance(allow, bool) else str(allow).strip().lower() == "true"
-        return cls(parse_super_users(str(config["super.users"] or "")), allow_if_no_acl, data_dir)
+        return cls(parse_super_users(str(config["super.users"] or "")), allow_if_no_acl)
 
     # --- decisions ----------------------------------------------------------------------------------------------
 
@@ -251,119 +269,77 @@ class StandardAuthorizer:
     # --- the store ----------------------------------------------------------------------------------------------
 
     def acls(self, binding_filter: AclBindingFilter | None = None) -> list[AclBinding]:
-        """The stored ACLs ``binding_filter`` selects (all without one), in a stable order."""
+        """The image's ACLs ``binding_filter`` selects (all without one), in a stable order."""
         selected = (acl for acl in self._acls if binding_filter is None or binding_filter.matches(acl))
-        return sorted(selected, key=_order)
+        return sorted(selected, key=acl_order)
 
-    def create(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
-        """Add ``bindings`` (one result each, in order); an ACL already stored is a success that changes nothing.
 
-        Validation is Kafka's (AclApis, then its controller's AclControlManager); raises AclStoreError if the
-        file cannot be written, leaving the store as it was.
-        """
-        results: list[AclResult] = []
-        added: list[AclBinding] = []
-        for binding in bindings:
-            problem = validate_new_binding(binding) or principal_problem(binding.principal)
-            if problem is not None:
-                results.append(AclResult(ErrorCode.INVALID_REQUEST, problem))
-                continue
-            refusal = host_problem(binding.host)
-            if refusal is not None:
-                results.append(AclResult(*refusal))
-                continue
-            if binding not in self._acls:
-                self._add(binding)
-                added.append(binding)
-            results.append(AclResult(ErrorCode.NONE))
-        if added:
-            self._save_or_undo(added=added, removed=())
-        return results
+def new_acl_refusal(binding: AclBinding) -> AclResult | None:
+    """Why Kafka refuses to create ``binding`` (AclApis, then its controller's AclControlManager), or None."""
+    problem = validate_new_binding(binding) or principal_problem(binding.principal)
+    if problem is not None:
+        return AclResult(ErrorCode.INVALID_REQUEST, problem)
+    refusal = host_problem(binding.host)
+    return AclResult(*refusal) if refusal is not None else None
 
-    def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
-        """Remove every ACL each filter selects; per filter, the ACLs it selected (each filter sees the ACLs as
-        they were before this call, as Kafka's controller applies them atomically) or the error refusing it."""
-        answers: list[list[AclBinding] | AclResult] = []
-        doomed: set[AclBinding] = set()
-        stored = self.acls()
-        for binding_filter in filters:
-            problem = binding_filter.unknown_problem()
-            if problem is not None:
-                answers.append(AclResult(ErrorCode.INVALID_REQUEST, problem))
-                continue
-            matched = [acl for acl in stored if binding_filter.matches(acl)]
-            doomed.update(matched)
-            answers.append(matched)
-        if doomed:
-            for acl in doomed:
-                self._remove(acl)
-            self._save_or_undo(added=(), removed=doomed)
-        return answers
 
-    def _add(self, acl: AclBinding) -> None:
-        self._acls.add(acl)
-        self._by_type.setdefault(acl.resource_type, _TypeIndex()).add(acl)
+def acl_binding_of(entry: AclEntry) -> AclBinding:
+    """An ACL of the metadata image (codes as AccessControlEntryRecord carries them) as a binding."""
+    return AclBinding(
+        resource_type_of(entry.resource_type),
+        entry.resource_name,
+        pattern_type_of(entry.pattern_type),
+        entry.principal,
+        entry.host,
+        operation_of(entry.operation),
+        permission_of(entry.permission_type),
+    )
 
-    def _remove(self, acl: AclBinding) -> None:
-        self._acls.discard(acl)
-        self._by_type[acl.resource_type].remove(acl)
 
-    def _save_or_undo(self, *, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> None:
-        try:
-            self._save()
-        except OSError as exc:
-            for acl in added:
-                self._remove(acl)
-            for acl in removed:
-                self._add(acl)
-            log.error("could not write the ACL file %s: %s", self._path, exc)
-            raise AclStoreError(f"could not write the ACL file: {exc}") from exc
+def acl_entry_of(binding: AclBinding) -> AclEntry:
+    return AclEntry(
+        int(binding.resource_type),
+        binding.name,
+        int(binding.pattern_type),
+        binding.principal,
+        binding.host,
+        int(binding.operation),
+        int(binding.permission),
+    )
 
-    def _load(self) -> list[AclBinding]:
-        if self._path is None or not self._path.exists():
-            return []
-        _, payload = read_checked(self._path, ACLS_KIND, (ACLS_FORMAT_VERSION,))
-        try:
-            return [
-                AclBinding(
-                    ResourceType(item[0]),
-                    str(item[1]),
-                    PatternType(item[2]),
-                    str(item[3]),
-                    str(item[4]),
-                    AclOperation(item[5]),
-                    AclPermissionType(item[6]),
-                )
-                for item in json.loads(payload)["acls"]
-            ]
-        except (ValueError, KeyError, TypeError, IndexError) as exc:  # a checksum-valid file kbroker cannot read
-            raise DamagedFileError(self._path, f"unreadable ACLs ({exc})") from None
 
-    def _save(self) -> None:
-        if self._path is None:
-            return
-        document = {
-            "acls": [
-                [
-                    int(acl.resource_type),
-                    acl.name,
-                    int(acl.pattern_type),
-                    acl.principal,
-                    acl.host,
-                    int(acl.operation),
-                    int(acl.permission),
-                ]
-                for acl in self.acls()
-            ]
-        }
-        write_checked(self._path, ACLS_KIND, ACLS_FORMAT_VERSION, json.dumps(document).encode())
+def read_acl_file(path: Path) -> list[AclBinding]:
+    """The ACLs of the file older kbrokers kept them in (``acls`` in the data directory); DamagedFileError if it
+    cannot be read."""
+    _, payload = read_checked(path, ACLS_KIND, (ACLS_FORMAT_VERSION,))
+    try:
+        return [
+            AclBinding(
+                ResourceType(item[0]),
+                str(item[1]),
+                PatternType(item[2]),
+                str(item[3]),
+                str(item[4]),
+                AclOperation(item[5]),
+                AclPermissionType(item[6]),
+            )
+            for item in json.loads(payload)["acls"]
+        ]
+    except (ValueError, KeyError, TypeError, IndexError) as exc:  # a checksum-valid file kbroker cannot read
+        raise DamagedFileError(path, f"unreadable ACLs ({exc})") from None
+
+
+def write_acl_file(path: Path, acls: Iterable[AclBinding]) -> None:
+    """An ACL file as older kbrokers wrote it (for tests of the migration)."""
+    document = {"acls": [list(acl_order(acl)) for acl in sorted(acls, key=acl_order)]}
+    write_checked(path, ACLS_KIND, ACLS_FORMAT_VERSION, json.dumps(document).encode())
 
 
 def _has_prefix_in(name: str, prefixes: set[str]) -> bool:
     return any(name[:length] in prefixes for length in range(1, len(name) + 1))
 
 
-def _order(acl: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+def acl_order(acl: AclBinding) -> tuple[int, str, int, str, str, int, int]:
     return (
         acl.resource_type,
         acl.name,

@@ -1,7 +1,7 @@
 """StandardAuthorizer (kbroker/security/authorizer.py): decisions over stored ACLs as Kafka's StandardAuthorizer
 makes them (literal, wildcard and prefixed patterns, deny over allow, hosts, User:*, super users,
-allow.everyone.if.no.acl.found), authorize_any as Kafka's authorizeByResourceType, the store (create, delete
-per filter, describe) and its persistence across a restart."""
+allow.everyone.if.no.acl.found), authorize_any as Kafka's authorizeByResourceType, and the ACLs it decides over
+as the controller changes them (create, delete per filter, describe), kept in the metadata log across a restart."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.durable.files import DamagedFileError
+from kbroker.durable.files import DamagedFileError, StorageError
+from kbroker.metadata.image import MetadataDelta
+from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.migration import ACLS_FILE
 from kbroker.security.acls import (
     AclBinding,
     AclBindingFilter,
@@ -18,8 +21,15 @@ from kbroker.security.acls import (
     PatternType,
     ResourceType,
 )
-from kbroker.security.authorizer import ACLS_FILE, AclResult, StandardAuthorizer, parse_super_users
-from protocol.errors import ErrorCode
+from kbroker.security.authorizer import (
+    AclResult,
+    StandardAuthorizer,
+    parse_super_users,
+    read_acl_file,
+    write_acl_file,
+)
+from protocol.errors import ErrorCode, KafkaError
+from tests.security.acl_store import ControlledAuthorizer
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -44,8 +54,8 @@ def acl(
 
 def authorizer(
     *acls: AclBinding, allow_if_no_acl: bool = False, super_users: tuple[str, ...] = ()
-) -> StandardAuthorizer:
-    built = StandardAuthorizer(super_users, allow_if_no_acl)
+) -> ControlledAuthorizer:
+    built = ControlledAuthorizer(super_users, allow_if_no_acl)
     assert built.create(acls) == [AclResult(ErrorCode.NONE)] * len(acls)
     return built
 
@@ -268,33 +278,77 @@ def test_delete_answers_per_filter_against_the_acls_before_the_call() -> None:
     assert auth.acls() == [acl("g", resource_type=GROUP)]
 
 
-def test_acls_survive_a_restart(tmp_path: Path) -> None:
-    first = StandardAuthorizer((), False, tmp_path)
-    assert not (tmp_path / ACLS_FILE).exists()  # nothing written until there is something to keep
+def test_acls_survive_a_restart_in_the_metadata_log(tmp_path: Path) -> None:
+    first = ControlledAuthorizer(data_dir=tmp_path)
     kept = [acl("orders", pattern=PREFIXED, host=HOST), acl("*", WRITE, DENY, principal="User:*")]
     first.create([*kept, acl("gone")])
     first.delete([AclBindingFilter(TOPIC, "gone", LITERAL)])
-    second = StandardAuthorizer((), False, tmp_path)
-    assert second.acls() == sorted(first.acls(), key=lambda a: a.name) == first.acls()
-    assert set(second.acls()) == set(kept)
-    assert second.authorize(ALICE, HOST, READ, TOPIC, "orders-eu")
-    assert not second.authorize(ALICE, HOST, WRITE, TOPIC, "orders-eu")
+    first.close()
+    assert not (tmp_path / ACLS_FILE).exists()  # no file of their own any more
+    second = ControlledAuthorizer(data_dir=tmp_path)
+    try:
+        assert second.acls() == first.acls()
+        assert set(second.acls()) == set(kept)
+        assert second.authorize(ALICE, HOST, READ, TOPIC, "orders-eu")
+        assert not second.authorize(ALICE, HOST, WRITE, TOPIC, "orders-eu")
+    finally:
+        second.close()
 
 
-def test_a_damaged_acl_file_is_refused_not_ignored(tmp_path: Path) -> None:
-    StandardAuthorizer((), False, tmp_path).create([acl("orders")])
+def test_the_image_decides_not_a_store_of_its_own() -> None:
+    """A StandardAuthorizer subscribed late is told the current image and decides over its ACLs."""
+    fed = authorizer(acl("orders"))
+    late = StandardAuthorizer()
+    late.publish(fed.controller.image, MetadataDelta(fed.controller.image))
+    assert late.acls() == [acl("orders")] and late.authorize(ALICE, HOST, READ, TOPIC, "orders")
+
+
+def test_an_old_acl_file_reads_back_and_a_damaged_one_is_refused(tmp_path: Path) -> None:
+    write_acl_file(tmp_path / ACLS_FILE, [acl("orders"), acl("p", pattern=PREFIXED)])
+    assert read_acl_file(tmp_path / ACLS_FILE) == [acl("orders"), acl("p", pattern=PREFIXED)]
     data = bytearray((tmp_path / ACLS_FILE).read_bytes())
     data[-3] ^= 0x20
     (tmp_path / ACLS_FILE).write_bytes(bytes(data))
     with pytest.raises(DamagedFileError, match="checksum mismatch"):
-        StandardAuthorizer((), False, tmp_path)
+        read_acl_file(tmp_path / ACLS_FILE)
 
 
-def test_a_failed_write_leaves_the_acls_as_they_were(tmp_path: Path) -> None:
-    from kbroker.security.authorizer import AclStoreError
+def test_a_failed_commit_leaves_the_acls_as_they_were(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = ControlledAuthorizer(data_dir=tmp_path)
+    try:
+        auth.create([acl("kept")])
+        assert auth.metadata_log is not None
 
-    auth = StandardAuthorizer((), False, tmp_path / "missing-directory")
-    with pytest.raises(AclStoreError):
-        auth.create([acl("orders")])
-    assert auth.acls() == []
-    assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
+        def full_disk(records: object) -> int:
+            raise StorageError("no space left on device")
+
+        monkeypatch.setattr(auth.metadata_log, "append", full_disk)
+        with pytest.raises(KafkaError) as refused:
+            auth.create([acl("orders")])
+        assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+        with pytest.raises(KafkaError):
+            auth.delete([AclBindingFilter()])
+        assert auth.acls() == [acl("kept")]
+        assert not auth.authorize(ALICE, HOST, READ, TOPIC, "orders")
+    finally:
+        auth.close()
+
+
+def test_migrated_acls_are_written_once_in_one_transaction(tmp_path: Path) -> None:
+    auth = ControlledAuthorizer(data_dir=tmp_path)
+    try:
+        auth.create([acl("a")])
+        assert auth.controller.migrate_acls([acl("a"), acl("b"), acl("b"), acl("c", WRITE, DENY)]) == 2
+        assert auth.controller.migrate_acls([acl("b")]) == 0
+        assert auth.acls() == [acl("a"), acl("b"), acl("c", WRITE, DENY)]
+    finally:
+        auth.close()
+    with MetadataLog(tmp_path) as metadata_log:
+        kinds = [type(record.message).__name__ for record in metadata_log.replay().records()]
+    assert kinds == [
+        "AccessControlEntryRecord",
+        "BeginTransactionRecord",
+        "AccessControlEntryRecord",
+        "AccessControlEntryRecord",
+        "EndTransactionRecord",
+    ]

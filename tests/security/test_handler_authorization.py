@@ -130,10 +130,10 @@ def allow(
     pattern: PatternType = PatternType.LITERAL,
     permission: AclPermissionType = AclPermissionType.ALLOW,
 ) -> None:
-    authorizer = broker.authorizer
-    assert authorizer is not None
-    results = authorizer.create(
-        [AclBinding(resource_type, name, pattern, ALICE, "*", op, permission) for op in operations]
+    assert broker.authorizer is not None
+    results = trio.run(
+        broker.controller.create_acls,
+        [AclBinding(resource_type, name, pattern, ALICE, "*", op, permission) for op in operations],
     )
     assert all(result.code == ErrorCode.NONE for result in results)
 
