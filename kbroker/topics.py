@@ -98,19 +98,22 @@ class TopicService:
                 info, new = pending[0]
                 logs: list[PartitionLog] = []
                 try:
-                    logs = await trio.to_thread.run_sync(
-                        self.logs.build_partitions, info, new.start, new.stop, abandon_on_cancel=False
-                    )
-                except (OSError, StorageError) as exc:
-                    # The topic is committed: as on Kafka, a log that cannot be made shows when it is used (its
-                    # files are made then, or it answers KAFKA_STORAGE_ERROR).
-                    log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
+                    logs = await trio.to_thread.run_sync(self._make_files, info, new, abandon_on_cancel=False)
                 finally:
                     pending.pop(0)
                     self.logs.finish_building(info, new, logs)
         finally:
             for info, new in pending:  # not built (cancelled): made when first used
                 self.logs.finish_building(info, new, [])
+
+    def _make_files(self, info: TopicInfo, new: range) -> list[PartitionLog]:
+        """The logs of partitions ``new`` of ``info``, their files made. The topic is committed: as on Kafka, a log
+        that cannot be made shows when it is used (its files are made then, or it answers KAFKA_STORAGE_ERROR)."""
+        try:
+            return self.logs.build_partitions(info, new.start, new.stop)
+        except (OSError, StorageError) as exc:
+            log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
+            return []
 
     # --- look-ups --------------------------------------------------------------------------------------
 
@@ -183,13 +186,7 @@ class TopicService:
             name, partitions=partitions, replication_factor=self.config["default.replication.factor"], configs=configs
         )
         for info, new in self._to_build.pop(name, []):
-            logs: list[PartitionLog] = []
-            try:
-                logs = self.logs.build_partitions(info, new.start, new.stop)
-            except (OSError, StorageError) as exc:  # made, or reported, when first used (as ``create``)
-                log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
-            finally:
-                self.logs.finish_building(info, new, logs)
+            self.logs.finish_building(info, new, self._make_files(info, new))
         return self._published(name)
 
     async def check_create(

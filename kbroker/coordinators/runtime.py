@@ -105,15 +105,18 @@ class CoordinatorRuntime(Generic[S]):
         new_shard: Callable[[int], S],
         *,
         replicas: ReplicaManager | None = None,
+        loaded: Callable[[int], None] | None = None,
         unloaded: Callable[[int], None] | None = None,
     ) -> None:
         """``replicas``: the replica layer the records are written through, whose changes of leadership load and
         unload shards; without it (unit tests) the logs are written directly, a single node's own replicas.
-        ``unloaded``: told of each partition whose shard is dropped (state the coordinator keeps beside it)."""
+        ``loaded``: told of each partition whose shard was loaded (timers and pending work the coordinator keeps
+        beside it are set up again); ``unloaded``: of each whose shard is dropped."""
         self.topic = topic
         self._replicas = replicas
         self._partition_log = partition_log
         self._new_shard = new_shard
+        self._loaded = loaded
         self._unloaded = unloaded
         self.shards: dict[int, S] = {}
         self.shard_epochs: dict[int, int] = {}  # the leader epoch each shard was loaded in (-1: no replica layer)
@@ -147,7 +150,15 @@ class CoordinatorRuntime(Generic[S]):
             offset = chunk.last_offset + 1
         self.shards[partition] = shard
         self.shard_epochs[partition] = replica.leader_epoch if replica is not None else -1
+        if self._loaded is not None:
+            self._loaded(partition)
         return shard
+
+    def coordinator_epoch(self, partition: int) -> int:
+        """The epoch this broker coordinates ``partition``'s keys in: the partition's leader epoch when its shard
+        was loaded (Kafka's coordinatorEpoch, written in transaction markers so a zombie coordinator's are
+        refused); 0 without a replica layer."""
+        return max(self.shard_epochs.get(partition, 0), 0)
 
     def unload(self, partition: int) -> None:
         """This broker no longer leads ``partition``: its shard is dropped (requests for it: NOT_COORDINATOR)."""

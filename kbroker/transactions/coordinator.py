@@ -88,9 +88,6 @@ log = logging.getLogger("kbroker.transactions")
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767  # Short.MaxValue
-# The coordinator epoch markers carry: Kafka's is the leader epoch of the __transaction_state partition, which a
-# single node that never changes leader keeps at 0.
-COORDINATOR_EPOCH = 0
 # Markers that could not be written are tried again this often (seconds).
 MARKER_RETRY_SECONDS = 1.0
 
@@ -311,6 +308,7 @@ class TransactionCoordinator:
             self.logs.get_partition,
             lambda p: TransactionStateShard(p, self._apply),
             replicas=replicas,
+            loaded=self._partition_loaded,
             unloaded=self._forget_partition,
         )
         # How the topic is created when needed at once: the broker's topic service (through the controller); the
@@ -353,10 +351,29 @@ class TransactionCoordinator:
         else:
             self.transactions[transactional_id] = TransactionMetadata.from_record(record)
 
+    def _partition_loaded(self, partition: int) -> None:
+        """Its shard was loaded (at start-up, or on becoming the partition's leader): as Kafka's coordinator after
+        loading, its ids' timeouts and expiries are armed, and a transaction it holds in PrepareCommit/PrepareAbort
+        has its markers written again on the timer (a previous leader may have stopped halfway)."""
+        now = self._now_ms()
+        for transactional_id, metadata in self.transactions.items():
+            if self.partition_for(transactional_id) != partition:
+                continue
+            self._set_timer(transactional_id, metadata)
+            if metadata.state.is_prepare and transactional_id not in self._pending_markers:
+                owed = _PendingMarkers(set(metadata.partitions), set(metadata.groups))
+                self._pending_markers[transactional_id] = owed
+                self._marker_retry_ms = now  # due at once
+        if self._runtime is not None:
+            self._runtime.wake()
+
     def _forget_partition(self, partition: int) -> None:
-        """Its shard was unloaded (this broker no longer leads it): its ids' states go with it, as on Kafka."""
+        """Its shard was unloaded (this broker no longer leads it): its ids' states, timers and owed markers go
+        with it, as on Kafka (the new leader's coordinator takes them over from the log)."""
         for transactional_id in [t for t in self.transactions if self.partition_for(t) == partition]:
             del self.transactions[transactional_id]
+            self._timer_at.pop(transactional_id, None)
+            self._pending_markers.pop(transactional_id, None)
 
     def _load(self) -> None:
         """Load the shards not loaded yet; a partition whose files are still being made (the topic was just
@@ -378,8 +395,6 @@ class TransactionCoordinator:
         self._loaded = not missing
         if self.transactions:
             log.info("%s: %d transactional id(s) loaded", TRANSACTION_TOPIC, len(self.transactions))
-        for transactional_id, metadata in self.transactions.items():
-            self._set_timer(transactional_id, metadata)
 
     def recover(self, *, reconcile_markers: bool = False) -> None:
         """Complete the transactions a crash left in PrepareCommit/PrepareAbort (their markers written again); with
@@ -898,7 +913,8 @@ class TransactionCoordinator:
             target = self._partition(topic, index)
             if target is None:
                 return True  # the topic was deleted: Kafka drops the markers of unknown partitions too
-            result = target.append_marker(producer_id, epoch, commit, COORDINATOR_EPOCH, now)
+            coordinator_epoch = self.state_log.coordinator_epoch(self.partition_for(transactional_id))
+            result = target.append_marker(producer_id, epoch, commit, coordinator_epoch, now)
         except KafkaError as exc:
             code, message = exc.code, exc.message
         except (OSError, StorageError) as exc:

@@ -185,3 +185,56 @@ def test_a_transaction_state_shard_and_its_ids_go_when_this_broker_stops_leading
 
     move_leader(broker, "__transaction_state", partition, NODE)
     assert partition in transactions.state_log.shards and "tx" in transactions.transactions
+
+
+def test_a_reloaded_transaction_state_shard_times_out_its_ids_and_marks_in_the_new_coordinator_epoch(
+    broker: Broker,
+) -> None:
+    """As Kafka's coordinator after loading a partition: the Ongoing transactions it holds get their timeouts
+    again, and the abort a timeout writes carries the partition's leader epoch as its coordinator epoch (a marker
+    of a zombie coordinator, in an older epoch, is then refused by the partition)."""
+    transactions = broker.transactions
+    transactions.ensure_topic()
+    register_other(broker)
+    assert create(broker, "orders").topics[0].error_code == ErrorCode.NONE
+    state_partition = transactions.partition_for("tx")
+    started = transactions.init_producer_id("tx", 1000)
+    assert started.error == ErrorCode.NONE
+    pid, epoch = started.producer_id, started.producer_epoch
+    assert transactions.add_partitions("tx", pid, epoch, [("orders", 0)]) == ErrorCode.NONE
+
+    move_leader(broker, "__transaction_state", state_partition, OTHER)
+    coordinator_epoch = move_leader(broker, "__transaction_state", state_partition, NODE)
+    assert coordinator_epoch > 0
+    assert transactions.state_log.coordinator_epoch(state_partition) == coordinator_epoch
+    assert transactions.transactions["tx"].state.value == "Ongoing"
+
+    deadline = transactions.next_deadline_ms()
+    assert deadline is not None  # the reloaded id's timeout is armed
+    later = deadline + 1
+    transactions._now_ms = lambda: later  # the coordinator's wall clock, past the timeout
+    transactions.tick()
+    metadata = transactions.transactions["tx"]
+    assert metadata.state.value == "CompleteAbort" and metadata.producer_epoch == epoch + 1
+
+    log = broker.topics.partition("orders", 0)
+    assert log is not None
+    entry = log.producers.producers[pid]
+    assert entry.coordinator_epoch == coordinator_epoch
+    # A marker from the coordinator's earlier epoch is a zombie's.
+    zombie = log.append_marker(pid, epoch + 1, False, coordinator_epoch - 1, later)
+    assert zombie.error_code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+def test_an_unloaded_transaction_state_shard_leaves_no_timer_behind(broker: Broker) -> None:
+    transactions = broker.transactions
+    transactions.ensure_topic()
+    register_other(broker)
+    assert create(broker, "orders").topics[0].error_code == ErrorCode.NONE
+    started = transactions.init_producer_id("tx", 1000)
+    assert transactions.add_partitions("tx", started.producer_id, started.producer_epoch, [("orders", 0)]) == 0
+    assert transactions.next_deadline_ms() is not None
+
+    move_leader(broker, "__transaction_state", transactions.partition_for("tx"), OTHER)
+    # The timeout of a transaction this broker no longer coordinates is gone with it.
+    assert transactions.next_deadline_ms() is None
