@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kbroker.security.scram_credentials import ScramCredentialStore
+    from kbroker.security.scram_credentials import ScramCredentials
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
@@ -93,7 +93,7 @@ class SaslSettings:
     """One listener's SASL settings, built from its config."""
 
     plain_users: Mapping[str, str]  # PLAIN: the user_<name>="<password>" options of its PLAIN JAAS config
-    scram_credentials: ScramCredentialStore
+    scram_credentials: ScramCredentials
     oauthbearer_options: Mapping[str, str] = field(default_factory=dict)  # OAUTHBEARER JAAS options
     clock_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)  # wall clock (token times)
 

@@ -37,7 +37,7 @@ from kbroker.quotas import java_hashmap_order, java_string_hash
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted
 
 if TYPE_CHECKING:
-    from kbroker.security.scram_credentials import ScramCredentialStore
+    from kbroker.security.scram_credentials import ScramCredentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +236,7 @@ class ScramSaslServer:
     def __init__(
         self,
         mechanism: ScramMechanism,
-        credentials: ScramCredentialStore,
+        credentials: ScramCredentials,
         server_nonce: Callable[[], str] = random_string,  # fixed by tests replaying RFC test vectors
     ) -> None:
         self.mechanism = mechanism.name
