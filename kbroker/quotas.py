@@ -432,9 +432,11 @@ class ClientQuotas:
     def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """A new metadata image: its quotas are enforced from now on (the rates measured so far are kept)."""
         if image.client_quotas is not self._quotas:
+            changed = dict(image.client_quotas) != dict(self._quotas)
             self._quotas = image.client_quotas
             self._refresh()
-            log.info("client quotas now %s", {entity: dict(values) for entity, values in self._quotas.items()})
+            if changed:
+                log.info("client quotas now %s", {entity: dict(values) for entity, values in self._quotas.items()})
 
     def _refresh(self) -> None:
         self._resolved.clear()

@@ -450,7 +450,8 @@ def migrate_credentials_file(controller: LocalController, data_dir: Path) -> int
     if records:
         controller.commit_now(records, transaction="migration of the SCRAM credentials file")
     names = data_dir / SASL_USERS_FILE
-    write_sasl_users(names, command_line_users | read_sasl_users(names))
+    if command_line_users - read_sasl_users(names):
+        write_sasl_users(names, command_line_users | read_sasl_users(names))
     os.replace(path, path.with_name(CREDENTIALS_FILE + ".migrated"))
     fsync_directory(data_dir)
     return len(records)

@@ -2,19 +2,27 @@
 tools/capture_older_datadir.py running kbroker d0761eb: topics with records and configs, a group's committed
 offsets, ACLs, a SCRAM user of --sasl-user and one of AlterUserScramCredentials, client quotas, each in that
 release's own files) starts on today's kbroker with all of it intact: the same requests get the answers that
-release gave, both users log in with their passwords, and the older files are kept renamed aside."""
+release gave, both users log in with their passwords, and the older files are kept renamed aside; a damaged
+one stops start-up with one line and is kept where it was."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from kbroker.metadata.log import MetadataLog
 from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramMechanism
 from kbroker.wire_client import WireClient
 from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from protocol.metadata_records.client_quota_record import ClientQuotaRecord
+from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 from tests.security.test_sasl_scram import Client
 from tools.capture_older_datadir import SASL_USER, start, state, stop
 
@@ -78,3 +86,32 @@ def test_a_d0761eb_data_directory_starts_with_everything_intact(tmp_path: Path) 
     finally:
         stop(process)
     assert (data_dir / "sasl-users").read_text() == ""
+
+
+@pytest.mark.parametrize("name", ["scram-credentials", "client-quotas"])
+def test_a_damaged_older_file_stops_start_up_with_one_line_and_is_kept(tmp_path: Path, name: str) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURE / "data", data_dir)
+    path = data_dir / name
+    damaged = bytearray(path.read_bytes())
+    damaged[-3] ^= 0x20
+    path.write_bytes(bytes(damaged))
+    command = [sys.executable, "-m", "kbroker", "serve", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "Traceback" not in result.stderr and result.returncode == 1
+    *moved, line = result.stderr.strip().splitlines()
+    assert line.startswith(f"kbroker: damaged file {path}: ") and "checksum" in line
+    assert all(" WARNING kbroker.metadata: moved " in earlier for earlier in moved)  # the files before it
+    assert path.read_bytes() == bytes(damaged) and not (data_dir / f"{name}.migrated").exists()
+    with MetadataLog(data_dir) as metadata_log:
+        kinds = {type(r.message) for r in metadata_log.replay().records()}
+    assert (UserScramCredentialRecord if name == "scram-credentials" else ClientQuotaRecord) not in kinds
+    # Put right, the next start moves it.
+    path.write_bytes((FIXTURE / "data" / name).read_bytes())
+    (tmp_path / "server.properties").write_text(SUPER_USERS.format("User:ANONYMOUS"))
+    process, address = start(ROOT, tmp_path)
+    try:
+        with WireClient(address) as client:
+            assert state(client) == {**EXPECTED, "scram_users": [["bob", [[2, 8192]]]]}
+    finally:
+        stop(process)

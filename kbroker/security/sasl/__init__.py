@@ -6,7 +6,7 @@ passes each SaslAuthenticate's auth_bytes to ``evaluate_response`` and sends bac
 ``SaslAuthenticationFailed``, whose ``message`` is what Kafka answers with SASL_AUTHENTICATION_FAILED.
 
 - ``plain``: PLAIN (RFC 4616) against the ``user_<name>="<password>"`` options of the listener's JAAS config.
-- ``scram``: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677) against the stored credentials
+- ``scram``: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677) against the metadata image's credentials
   (kbroker/security/scram_credentials.py).
 - ``oauthbearer``: OAUTHBEARER (RFC 7628) with Kafka's unsecured JWS validator, for development.
 - ``jaas``: parsing a ``sasl.jaas.config`` value as Kafka's JaasConfig does.

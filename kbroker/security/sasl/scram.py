@@ -18,7 +18,7 @@ differs from the user name is told as such. The unknown user fails on the client
 password on the client-final one, as in Kafka.
 
 The formatter half (``salted_password``, ``client_key``, ``stored_key``, ``server_key``, ``credential_from_*``)
-is shared with the credential store (kbroker/security/scram_credentials.py) and the admin API.
+is shared with the credentials of the metadata image (kbroker/security/scram_credentials.py) and the admin API.
 """
 
 from __future__ import annotations
