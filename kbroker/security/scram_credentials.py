@@ -39,7 +39,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kbroker.durable.files import DamagedFileError, fsync_directory, read_checked, write_atomically, write_checked
+from kbroker.durable.files import (
+    DamagedFileError,
+    StorageError,
+    fsync_directory,
+    read_checked,
+    write_atomically,
+    write_checked,
+)
 from kbroker.metadata.controller import record
 from kbroker.metadata.image import MetadataImage, ScramMechanism
 from kbroker.metadata.migration import SASL_USERS_FILE
@@ -422,11 +429,10 @@ class ScramCredentials:
     def forget_users_without_credentials(self) -> None:
         """After an alteration: a ``--sasl-user`` user whose last credential the API deleted is no longer the
         command line's (a later API upsertion makes it the API's)."""
-        kept = self.command_line_users() & set(self._users())
         try:
-            self._keep_command_line_users(kept)
-        except OSError as exc:
-            log.error("could not write %s: %s", self._names_path, exc)
+            self._keep_command_line_users(self.command_line_users() & set(self._users()))
+        except (OSError, StorageError) as exc:  # the change is committed; only the names file is behind
+            log.error("could not update %s: %s", self._names_path, exc)
 
 
 def migrate_credentials_file(controller: LocalController, data_dir: Path) -> int:
