@@ -30,7 +30,6 @@ import trio
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.metadata.controller import SECURITY_PROTOCOL_IDS, Listener
-from kbroker.security.scram_credentials import ConfiguredUsers
 from kbroker.server.connection import ListenerInfo, ServedListener, serve
 from kbroker.server.limits import raise_open_file_limit
 from kbroker.server.listener_security import ListenerSecurity, listener_security
@@ -209,11 +208,11 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
         settings.config, settings.data_dir, main.advertised_address(bound[main.name]), listeners=registration
     )
     try:
-        scram_users = broker.scram_credentials.configure_users(settings.scram_users)
+        scram_users = broker.configure_sasl_users(settings.scram_users)
     except ValueError as exc:
         broker.close()
         raise ConfigError(f"--sasl-user {exc}") from None
-    log_scram_users(scram_users)
+    log_scram_users(*scram_users)
     broker.listen = Endpoint(main.host, bound[main.name])
     broker.listeners = [(spec.name, Endpoint(spec.host, bound[spec.name])) for spec in plan.listeners]
     broker.advertised_by_listener = {spec.name: spec.advertised_address(bound[spec.name]) for spec in plan.listeners}
@@ -234,15 +233,15 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
     return app
 
 
-def log_scram_users(users: ConfiguredUsers) -> None:
+def log_scram_users(removed: list[str], from_command_line: list[str], from_api: list[str]) -> None:
     """Which SCRAM users exist, by who created them (names only, never a password)."""
-    if users.removed:
-        log.warning("SCRAM users deleted, no longer named by --sasl-user: %s", ", ".join(users.removed))
-    if users.from_command_line or users.from_api:
+    if removed:
+        log.warning("SCRAM users deleted, no longer named by --sasl-user: %s", ", ".join(removed))
+    if from_command_line or from_api:
         log.info(
             "SCRAM users: from --sasl-user: %s; from AlterUserScramCredentials: %s",
-            ", ".join(users.from_command_line) or "none",
-            ", ".join(users.from_api) or "none",
+            ", ".join(from_command_line) or "none",
+            ", ".join(from_api) or "none",
         )
 
 

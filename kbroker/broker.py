@@ -11,7 +11,7 @@ import base64
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -34,12 +34,11 @@ from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage
 from kbroker.metadata.log import MetadataLog
-from kbroker.metadata.migration import migrate_acl_file, migrate_topic_catalog
+from kbroker.metadata.migration import SASL_USERS_FILE, migrate_acl_file, migrate_older_files, migrate_topic_catalog
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.replication import ReplicaManager, read_high_watermarks
 from kbroker.security.acls import Authorizer
-from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
     from kbroker.groups.consumer_group import ConsumerGroupCoordinator
     from kbroker.groups.coordinator import GroupCoordinator
     from kbroker.groups.router import GroupRouter
+    from kbroker.security.scram_credentials import ScramCredentials
 
 log = logging.getLogger("kbroker")
 
@@ -137,11 +137,12 @@ class Broker:
             if self.logs.durable:  # the offsets journal of an older kbroker, once
                 migrate_offsets_journal(data_dir, self.offsets)
             self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
+            # Client quotas: the image's, enforced from each image that changes them.
             self.quotas = ClientQuotas(
-                data_dir, window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
+                window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
             )
-            # SCRAM users (AlterUserScramCredentials, --sasl-user); a damaged file stops the start here.
-            self.scram_credentials = ScramCredentialStore(data_dir)
+            self.quotas.publish(self.metadata.image, MetadataDelta(self.metadata.image))
+            self.metadata.subscribe(self.quotas.publish)
         except BaseException:
             self._close_metadata_log()
             self._data_dir_lock.release()
@@ -150,7 +151,6 @@ class Broker:
         # all. It decides over the ACLs of the metadata image, told of each new one.
         self.authorizer: Authorizer | None = None
         if str(config["authorizer.class.name"]).strip():
-            from kbroker.metadata.image import MetadataDelta
             from kbroker.security.authorizer import StandardAuthorizer
 
             standard = StandardAuthorizer.from_config(config)
@@ -242,6 +242,23 @@ class Broker:
 
         return GroupRouter(self.groups, self.consumer_groups, self.offsets)
 
+    @cached_property
+    def scram_credentials(self) -> ScramCredentials:
+        """The SCRAM credentials of the metadata image, for logins and DescribeUserScramCredentials (their module
+        is imported by the first use: a broker without SCRAM users starts without it)."""
+        from kbroker.security.scram_credentials import ScramCredentials
+
+        return ScramCredentials(self.metadata, self.data_dir if self.controller.metadata_log is not None else None)
+
+    def configure_sasl_users(self, users: Sequence[tuple[str, str]]) -> tuple[list[str], list[str], list[str]]:
+        """``--sasl-user``'s users made the command line's SCRAM users, at start-up (kbroker/security/
+        scram_credentials.py, imported only when there are some, now or from an earlier start): the users removed,
+        then every user, from the command line and from the API (names only)."""
+        if users or (self.data_dir / SASL_USERS_FILE).exists():
+            done = self.scram_credentials.configure_users(self.controller, users)
+            return done.removed, done.from_command_line, done.from_api
+        return [], [], sorted({user for user, _ in self.metadata.image.scram_credentials})
+
     def advertised_for(self, listener: str) -> Endpoint:
         """The address clients of ``listener`` are given (Kafka answers with the listener a request came in on)."""
         return self.advertised_by_listener.get(listener, self.advertised)
@@ -258,6 +275,7 @@ class Broker:
             if durable:
                 migrate_topic_catalog(controller, self.data_dir, fresh=fresh)
                 migrate_acl_file(controller, self.data_dir)
+                migrate_older_files(controller, self.data_dir)
         except BaseException:
             if metadata_log is not None:
                 metadata_log.close()

@@ -1,11 +1,15 @@
-"""Client quotas: the stored quotas (AlterClientQuotas/DescribeClientQuotas) and their enforcement by throttling.
+"""Client quotas: the quotas of the metadata image (AlterClientQuotas/DescribeClientQuotas) and their enforcement
+by throttling.
 
-What is stored (Kafka keeps it in its metadata log; kbroker in ``client-quotas`` in the data directory, a checked
-file rewritten on every change): quotas per entity, an entity being a user, a client id, both, or an IP, each
-either named or the default (name None). User and client-id entities take ``producer_byte_rate``,
-``consumer_byte_rate``, ``request_percentage`` and ``controller_mutation_rate``; IP entities take
-``connection_creation_rate``. ``alter`` validates exactly as Kafka 4.3's controller does
-(ClientQuotaControlManager) and ``describe`` filters as its metadata image does (ClientQuotasImage).
+What is kept, as in Kafka, are ClientQuotaRecords in the metadata log: quotas per entity, an entity being a user,
+a client id, both, or an IP, each either named or the default (name None). User and client-id entities take
+``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage`` and ``controller_mutation_rate``; IP entities
+take ``connection_creation_rate``. ``alter_records`` validates exactly as Kafka 4.3's controller does
+(ClientQuotaControlManager) and gives the records the controller commits; ``describe`` filters the image's
+quotas as Kafka's metadata image does (ClientQuotasImage). ``ClientQuotas`` is a MetadataCache subscriber: each
+image whose quotas changed replaces the quotas it enforces. Older kbrokers kept the quotas in the checked file
+``client-quotas`` (``read_quotas_file``); it is moved into the metadata log once at start-up
+(kbroker/metadata/migration.py).
 
 What is enforced, as Kafka's quota managers do (ClientQuotaManager, ClientRequestQuotaManager, ConnectionQuotas):
 
@@ -36,13 +40,17 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from kbroker.durable.files import read_checked, write_checked
+from kbroker.durable.files import DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kbroker.metadata.image import MetadataDelta, MetadataImage
+    from protocol.metadata_frame import MetadataRecord
 
 log = logging.getLogger("kbroker.quotas")
 
@@ -73,12 +81,15 @@ _INT_MAX = float(2**31 - 1)
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
-QUOTAS_FILE = "client-quotas"
+QUOTAS_FILE = "client-quotas"  # where older kbrokers kept the quotas (migrated at start-up)
 QUOTAS_KIND = "client-quotas"
 QUOTAS_FORMAT_VERSION = 1
 
-# An entity as stored: its (type, name) parts sorted by type; a None name is the default entity of that type.
+# An entity as stored: its (type, name) parts sorted by type; a None name is the default entity of that type
+# (the metadata image's QuotaEntity).
 Entity = tuple[tuple[str, str | None], ...]
+# An AlterClientQuotas entry: the entity's parts as sent, then (key, value) ops, value None to remove.
+QuotaEntry = tuple[Sequence[tuple[str, str | None]], Sequence[tuple[str, float | None]]]
 
 
 def entity_of(parts: Iterable[tuple[str, str | None]]) -> Entity:
@@ -234,6 +245,9 @@ class AlterResult:
     message: str | None
 
 
+QuotaAlterResult = tuple[Entity, AlterResult]
+
+
 class QuotaFilterError(Exception):
     """A DescribeClientQuotas filter Kafka refuses as a whole, with its error code and message."""
 
@@ -288,22 +302,126 @@ def _precedence(user: str, client_id: str) -> list[tuple[Entity, tuple[str, str]
 Resolved = tuple[tuple[str, str], float] | None  # (metric tags, limit), or no quota
 
 
+def read_quotas_file(path: Path) -> dict[Entity, dict[str, float]]:
+    """The quotas an older kbroker kept in ``path``; DamagedFileError, one line, for a file it cannot read."""
+    _, payload = read_checked(path, QUOTAS_KIND, (QUOTAS_FORMAT_VERSION,))
+    try:
+        document = json.loads(payload)
+        return {
+            entity_of((str(t), None if n is None else str(n)) for t, n in item["entity"]): {
+                str(k): float(v) for k, v in item["quotas"].items()
+            }
+            for item in document["entities"]
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DamagedFileError(path, f"unreadable client quotas ({exc})") from None
+
+
+def write_quotas_file(path: Path, quotas: dict[Entity, dict[str, float]]) -> None:
+    """A quotas file as older kbrokers wrote it (for tests of the migration)."""
+    document = {
+        "entities": [
+            {"entity": [list(part) for part in entity], "quotas": values}
+            for entity, values in sorted(quotas.items(), key=lambda item: repr(item[0]))
+        ]
+    }
+    write_checked(path, QUOTAS_KIND, QUOTAS_FORMAT_VERSION, json.dumps(document).encode())
+
+
+def quota_record(entity: Entity, key: str, value: float | None) -> MetadataRecord:
+    """The ClientQuotaRecord setting (or, for None, removing) ``key`` of ``entity``."""
+    from kbroker.metadata.controller import record
+    from protocol.metadata_records.client_quota_record import ClientQuotaRecord
+
+    return record(
+        ClientQuotaRecord(
+            entity=[ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+            key=key,
+            value=0.0 if value is None else value,
+            remove=value is None,
+        )
+    )
+
+
+def _entity_problem(parts: Sequence[tuple[str, str | None]], resolvable: Callable[[str], bool]) -> str | None:
+    """Kafka's validateEntity and configKeysForEntityType: what is wrong with the entity, if anything."""
+    if not parts:
+        return "Invalid empty client quota entity"
+    for entity_type, name in parts:
+        if entity_type not in (USER, CLIENT_ID, IP):
+            return f"Unhandled client quota entity type: {entity_type}"
+        if name is not None and not name:
+            return f"Empty {entity_type} not supported"
+    types = {entity_type for entity_type, _ in parts}
+    if IP in types:
+        if len(types) > 1:
+            return "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"
+        ip = dict(parts)[IP]
+        if ip is not None and not resolvable(ip):
+            return f"{ip} is not a valid IP or resolvable host."
+    return None
+
+
+def alter_records(
+    image: MetadataImage, entries: Sequence[QuotaEntry], resolvable: Callable[[str], bool] = is_ip_literal
+) -> tuple[list[tuple[Entity, AlterResult]], list[MetadataRecord]]:
+    """An AlterClientQuotas request against ``image``, as Kafka's ClientQuotaControlManager answers it: one result
+    per distinct entity (an entity named twice gets "Ignoring duplicate entity", and the first entry's changes
+    still apply, as in Kafka), and the ClientQuotaRecords of the valid entries' changes."""
+    results: dict[Entity, AlterResult] = {}
+    changes: list[MetadataRecord] = []
+    for parts, ops in entries:
+        entity = entity_of(parts)
+        shown = entity_parts_in_kafka_order(parts, len(parts))
+        alterations: dict[str, float | None] = {}
+        for key, value in ops:
+            if key in alterations:
+                results[entity] = AlterResult(shown, ErrorCode.INVALID_REQUEST, "duplicate key")
+            else:
+                alterations[key] = value
+        if entity in results:
+            message = f"Ignoring duplicate entity {describe_entity(shown)}"
+            results[entity] = AlterResult(shown, ErrorCode.INVALID_REQUEST, message)
+            continue
+        problem = _entity_problem(shown, resolvable)
+        if problem is None:
+            keys = IP_KEYS if entity[0][0] == IP else USER_AND_CLIENT_KEYS
+            current = image.client_quotas.get(entity, {})
+            entity_changes: list[MetadataRecord] = []
+            # Kafka walks its map of the ops, so the first problem reported is the first in that map's order.
+            for key in java_hashmap_order(list(alterations), java_string_hash, len(ops)):
+                value = alterations[key]
+                if value is None:
+                    if key in current:
+                        entity_changes.append(quota_record(entity, key, None))
+                    continue
+                problem = _value_problem(key, value, keys) or NOT_ENFORCED.get(key)
+                if problem is not None:
+                    break
+                if current.get(key) != value:
+                    entity_changes.append(quota_record(entity, key, value))
+            if problem is None:
+                changes.extend(entity_changes)
+        error = ErrorCode.NONE if problem is None else ErrorCode.INVALID_REQUEST
+        results[entity] = AlterResult(shown, error, problem)
+    return list(results.items()), changes
+
+
 class ClientQuotas:
-    """The stored quotas, their persistence, and the rates measured against them."""
+    """The quotas of the newest metadata image (``publish``, as a MetadataCache subscriber) and the rates measured
+    against them."""
 
     def __init__(
         self,
-        data_dir: Path | None,
         *,
         window_samples: int = 11,
         window_seconds: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._path = data_dir / QUOTAS_FILE if data_dir is not None else None
         self.window_samples = window_samples
         self.window_ms = window_seconds * 1000.0
         self._clock = clock
-        self._quotas: dict[Entity, dict[str, float]] = self._load()
+        self._quotas: Mapping[Entity, Mapping[str, float]] = {}
         self._resolved: dict[tuple[str, str, str], Resolved] = {}
         self._sensors: dict[tuple[str, str, str], RateSensor] = {}
         self._next_sweep_ms = 0.0
@@ -311,28 +429,14 @@ class ClientQuotas:
         self.limits_connections = False  # any IP quota: the accept loop asks
         self._refresh()
 
-    # --- persistence -------------------------------------------------------------------------------------------
-
-    def _load(self) -> dict[Entity, dict[str, float]]:
-        if self._path is None or not self._path.exists():
-            return {}
-        _, payload = read_checked(self._path, QUOTAS_KIND, (QUOTAS_FORMAT_VERSION,))
-        document = json.loads(payload)
-        return {
-            entity_of((t, n) for t, n in item["entity"]): {k: float(v) for k, v in item["quotas"].items()}
-            for item in document["entities"]
-        }
-
-    def _save(self) -> None:
-        if self._path is None:
-            return
-        document = {
-            "entities": [
-                {"entity": [list(part) for part in entity], "quotas": values}
-                for entity, values in sorted(self._quotas.items(), key=lambda item: repr(item[0]))
-            ]
-        }
-        write_checked(self._path, QUOTAS_KIND, QUOTAS_FORMAT_VERSION, json.dumps(document).encode())
+    def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """A new metadata image: its quotas are enforced from now on (the rates measured so far are kept)."""
+        if image.client_quotas is not self._quotas:
+            changed = dict(image.client_quotas) != dict(self._quotas)
+            self._quotas = image.client_quotas
+            self._refresh()
+            if changed:
+                log.info("client quotas now %s", {entity: dict(values) for entity, values in self._quotas.items()})
 
     def _refresh(self) -> None:
         self._resolved.clear()
@@ -343,87 +447,6 @@ class ClientQuotas:
             for key in values
         )
         self.limits_connections = any(entity[0][0] == IP for entity in self._quotas)
-
-    # --- AlterClientQuotas -------------------------------------------------------------------------------------
-
-    def alter(
-        self,
-        entries: Sequence[tuple[Sequence[tuple[str, str | None]], Sequence[tuple[str, float | None]]]],
-        validate_only: bool,
-        resolvable: Callable[[str], bool] = is_ip_literal,
-    ) -> list[tuple[Entity, AlterResult]]:
-        """Apply ``entries`` (an entity's parts as sent, then (key, value) ops, value None to remove), all of the
-        valid ones or, with ``validate_only``, none. One result per distinct entity, as Kafka answers: an entity
-        named twice gets "Ignoring duplicate entity" (and the first entry's changes still apply, as in Kafka).
-        ``resolvable`` says whether an IP entity's name is an address or a host name that resolves."""
-        results: dict[Entity, AlterResult] = {}
-        changes: list[tuple[Entity, str, float | None]] = []
-        for parts, ops in entries:
-            entity = entity_of(parts)
-            shown = entity_parts_in_kafka_order(parts, len(parts))
-            alterations: dict[str, float | None] = {}
-            for key, value in ops:
-                if key in alterations:
-                    results[entity] = AlterResult(shown, ErrorCode.INVALID_REQUEST, "duplicate key")
-                else:
-                    alterations[key] = value
-            if entity in results:
-                message = f"Ignoring duplicate entity {describe_entity(shown)}"
-                results[entity] = AlterResult(shown, ErrorCode.INVALID_REQUEST, message)
-                continue
-            problem = self._entity_problem(shown, resolvable)
-            if problem is None:
-                keys = IP_KEYS if entity[0][0] == IP else USER_AND_CLIENT_KEYS
-                current = self._quotas.get(entity, {})
-                entity_changes: list[tuple[Entity, str, float | None]] = []
-                # Kafka walks its map of the ops, so the first problem reported is the first in that map's order.
-                for key in java_hashmap_order(list(alterations), java_string_hash, len(ops)):
-                    value = alterations[key]
-                    if value is None:
-                        if key in current:
-                            entity_changes.append((entity, key, None))
-                        continue
-                    problem = _value_problem(key, value, keys) or NOT_ENFORCED.get(key)
-                    if problem is not None:
-                        break
-                    if current.get(key) != value:
-                        entity_changes.append((entity, key, value))
-                if problem is None:
-                    changes.extend(entity_changes)
-            error = ErrorCode.NONE if problem is None else ErrorCode.INVALID_REQUEST
-            results[entity] = AlterResult(shown, error, problem)
-        if changes and not validate_only:
-            for entity, key, value in changes:
-                values = self._quotas.setdefault(entity, {})
-                if value is None:
-                    values.pop(key, None)
-                    if not values:
-                        del self._quotas[entity]
-                else:
-                    values[key] = value
-            self._save()
-            self._refresh()
-            log.info("client quotas now %s", self._quotas)
-        return list(results.items())
-
-    @staticmethod
-    def _entity_problem(parts: Sequence[tuple[str, str | None]], resolvable: Callable[[str], bool]) -> str | None:
-        """Kafka's validateEntity and configKeysForEntityType: what is wrong with the entity, if anything."""
-        if not parts:
-            return "Invalid empty client quota entity"
-        for entity_type, name in parts:
-            if entity_type not in (USER, CLIENT_ID, IP):
-                return f"Unhandled client quota entity type: {entity_type}"
-            if name is not None and not name:
-                return f"Empty {entity_type} not supported"
-        types = {entity_type for entity_type, _ in parts}
-        if IP in types:
-            if len(types) > 1:
-                return "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"
-            ip = dict(parts)[IP]
-            if ip is not None and not resolvable(ip):
-                return f"{ip} is not a valid IP or resolvable host."
-        return None
 
     # --- DescribeClientQuotas ----------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49): the wire side of kbroker/quotas.py.
 
-The quotas themselves, their validation, persistence and enforcement are in kbroker/quotas.py; this module turns
-requests into its calls and its answers into responses, in the order Kafka lists them.
+The quotas are the metadata image's: describing reads them (through the quota manager, a subscriber of the
+image), altering is a controller operation validated as Kafka's ClientQuotaControlManager (kbroker/quotas.py) whose
+ClientQuotaRecords are committed before the answer; this module turns requests into those calls and the answers
+into responses, in the order Kafka lists them.
 
 Authorization as Kafka's: describing needs DESCRIBE_CONFIGS on the cluster, altering ALTER_CONFIGS (checked by
 Kafka's controller, whose message names the request object); else the request fails CLUSTER_AUTHORIZATION_FAILED,
@@ -89,7 +91,11 @@ async def handle_alter_client_quotas(
         )
         for entry in request.entries
     ]
-    results = dict(ctx.quotas.alter(entries, request.validate_only, lambda name: is_ip_literal(name) or name in hosts))
+    results = dict(
+        await ctx.topics.controller.alter_client_quotas(
+            entries, request.validate_only, lambda name: is_ip_literal(name) or name in hosts
+        )
+    )
     # Kafka answers from a HashMap of entity to result: its bucket order.
     order = java_hashmap_order(list(results), entity_hash)
     return AlterClientQuotasResponse(

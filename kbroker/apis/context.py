@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kbroker.quotas import ClientQuotas
     from kbroker.replication import ReplicaManager
     from kbroker.security.acls import AclOperation, Authorizer, ResourceType
-    from kbroker.security.scram_credentials import ScramCredentialStore
+    from kbroker.security.scram_credentials import ScramCredentials
     from kbroker.topics import TopicService
     from kbroker.transactions.coordinator import TransactionCoordinator
 
@@ -76,7 +76,8 @@ class HandlerServices:
     producer_ids: ProducerIds
     transactions: TransactionCoordinator
     quotas: ClientQuotas
-    scram_credentials: ScramCredentialStore
+    # The broker's SCRAM credentials (the image's), made by the first request or login that needs them.
+    scram_credentials_of: Callable[[], ScramCredentials]
     replicas: ReplicaManager  # the replica layer: produce and fetch reach the logs through it
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, every request is allowed (as Kafka)
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)  # counters per topic (kbroker/metrics.py)
@@ -92,7 +93,7 @@ class HandlerServices:
             producer_ids=broker,
             transactions=broker.transactions,
             quotas=broker.quotas,
-            scram_credentials=broker.scram_credentials,
+            scram_credentials_of=lambda: broker.scram_credentials,
             replicas=broker.replicas,
             authorizer=broker.authorizer,
             metrics=broker.metrics,
@@ -101,6 +102,10 @@ class HandlerServices:
     @property
     def groups(self) -> GroupRouter:
         return self.group_router()
+
+    @property
+    def scram_credentials(self) -> ScramCredentials:
+        return self.scram_credentials_of()
 
 
 @dataclass(slots=True)
@@ -148,7 +153,7 @@ class RequestContext:
         return self.services.quotas
 
     @property
-    def scram_credentials(self) -> ScramCredentialStore:
+    def scram_credentials(self) -> ScramCredentials:
         return self.services.scram_credentials
 
     @property

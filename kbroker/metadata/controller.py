@@ -1,12 +1,12 @@
 """The controller: the one writer of cluster metadata, and the broker-side cache of the image it publishes.
 
-Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks, ACLs;
-SCRAM credentials, client quotas and features as their stores move onto the image) goes through one
-``Controller``: it validates the change against the current image as Kafka's QuorumController does
-(ReplicationControlManager, ConfigurationControlManager, AclControlManager: the same error codes and messages),
-describes it as Kafka's metadata records, commits them to the metadata log and applies them to the image. Nothing
-outside this module knows which node the controller runs on: a single node is its own controller
-(``LocalController``), and a cluster swaps in Kafka's KRaft quorum behind the same interface.
+Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks, ACLs,
+SCRAM credentials, client quotas; features as their store moves onto the image) goes through one ``Controller``:
+it validates the change against the current image as Kafka's QuorumController does (ReplicationControlManager,
+ConfigurationControlManager, AclControlManager, ScramControlManager, ClientQuotaControlManager: the same error
+codes and messages), describes it as Kafka's metadata records, commits them to the metadata log and applies them
+to the image. Nothing outside this module knows which node the controller runs on: a single node is its own
+controller (``LocalController``), and a cluster swaps in Kafka's KRaft quorum behind the same interface.
 
 The broker side holds the newest image in a ``MetadataCache`` and tells its components (the log manager, ...) of
 every new image and the delta that made it, as Kafka's MetadataPublishers are told.
@@ -53,7 +53,10 @@ from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
 from protocol.metadata_records.topic_record import TopicRecord
 
 if TYPE_CHECKING:
+    from kbroker.quotas import QuotaAlterResult, QuotaEntry
     from kbroker.security.authorizer import AclResult
+    from kbroker.security.scram_credentials import AlterResult as ScramAlterResult
+    from kbroker.security.scram_credentials import Upsertion
 
 log = logging.getLogger("kbroker.metadata")
 
@@ -164,6 +167,20 @@ class Controller(ABC):
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
         """Remove every ACL each filter selects: per filter, the ACLs it selected (each sees the ACLs as they were
         before the call) or the error refusing it."""
+
+    @abstractmethod
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]
+    ) -> list[ScramAlterResult]:
+        """Delete (user, mechanism) credentials and upsert others, all valid ones at once: one result per user
+        named, in Kafka's order, refusals with Kafka's codes and messages."""
+
+    @abstractmethod
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaEntry], validate_only: bool, resolvable: Callable[[str], bool]
+    ) -> list[QuotaAlterResult]:
+        """Set and remove client quotas of entities (Kafka's ClientQuotaControlManager): one result per distinct
+        entity; ``resolvable`` says whether an IP entity's name is an address or a host name that resolves."""
 
     @abstractmethod
     def register_broker(
@@ -300,6 +317,14 @@ class LocalController(Controller):
                 + [record(EndTransactionRecord())]
             )
         return len(records)
+
+    def commit_now(self, records: Sequence[MetadataRecord], *, transaction: str) -> None:
+        """Commit ``records`` before returning, on the calling thread, in one metadata transaction (named
+        ``transaction``) when there are several: for start-up, before requests are served (a migration, the
+        command line's users)."""
+        if len(records) > 1:
+            records = [record(BeginTransactionRecord(name=transaction)), *records, record(EndTransactionRecord())]
+        self._commit_now(records)
 
     # --- operations --------------------------------------------------------------------------------------
 
@@ -484,6 +509,30 @@ class LocalController(Controller):
             if doomed:
                 await self._commit([record(RemoveAccessControlEntryRecord(id=acl_id)) for acl_id in doomed])
             return answers
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]
+    ) -> list[ScramAlterResult]:
+        # As Kafka's ScramControlManager (kbroker/security/scram_credentials.py, imported by the first change).
+        from kbroker.security.scram_credentials import alter_records
+
+        async with self._lock:
+            results, records = alter_records(self.image, deletions, upsertions)
+            if records:
+                await self._commit(records)
+            return results
+
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaEntry], validate_only: bool, resolvable: Callable[[str], bool]
+    ) -> list[QuotaAlterResult]:
+        # As Kafka's ClientQuotaControlManager (kbroker/quotas.py).
+        from kbroker.quotas import alter_records
+
+        async with self._lock:
+            results, records = alter_records(self.image, entries, resolvable)
+            if records and not validate_only:
+                await self._commit(records)
+            return results
 
     @staticmethod
     def _acl_record(binding: AclBinding) -> MetadataRecord:

@@ -11,6 +11,10 @@ KRaft's control batches. Beside it, as Kafka keeps them:
 - ``quorum-state``: the KRaft election state (leader, epoch, vote) as Kafka's FileQuorumStateStore writes it;
 - ``partition.metadata``: the metadata topic's fixed id, as Kafka writes it.
 
+The records include salted SCRAM hashes: the directory is readable by the broker's user only (0700) and so are
+its files (0600), those an older kbroker created looser included, tightened whenever the log opens, rolls or
+closes.
+
 A leader-epoch-checkpoint that is missing beside segments is rebuilt from their batches' epochs before the log
 opens, so kbroker also opens a ``__cluster_metadata-0`` copied from Kafka without it.
 
@@ -61,6 +65,8 @@ _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _SNAPSHOT_LEFTOVERS = ("*.checkpoint.part", "*.checkpoint.deleted")
 _READ_BYTES = 1 << 20
 SEGMENT_BYTES = 1 << 30  # Kafka's metadata.log.segment.bytes default
+PRIVATE_DIRECTORY = 0o700  # the log holds salted SCRAM hashes: the broker's user only
+PRIVATE_FILE = 0o600
 
 
 class MetadataLogError(StorageError):
@@ -154,21 +160,37 @@ class MetadataLog:
 
     def __init__(self, data_dir: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = Path(data_dir) / f"{METADATA_TOPIC}-{METADATA_PARTITION}"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
+        self._make_private()
         for pattern in _SNAPSHOT_LEFTOVERS:
             for leftover in self.directory.glob(pattern):
                 leftover.unlink()
         _restore_epoch_checkpoint(self.directory)
         if not (self.directory / PARTITION_METADATA_FILE).exists():
-            write_atomically(self.directory / PARTITION_METADATA_FILE, PARTITION_METADATA, sync_directory=True)
+            write_atomically(
+                self.directory / PARTITION_METADATA_FILE, PARTITION_METADATA, sync_directory=True, private=True
+            )
         # Every batch is validated at open (CRC included): the log is small and nothing says the last stop was
         # clean; a torn end is cut as kbroker/storage cuts any partition's.
         self.log = PartitionLog(
             METADATA_TOPIC, METADATA_PARTITION, self.directory, LogConfig(segment_bytes=segment_bytes), clean=False
         )
+        self._make_private()
+
+    def _make_private(self) -> None:
+        """Only the owner may read the directory and its files (what the storage engine created meanwhile, an
+        older kbroker's files)."""
+        try:
+            self.directory.chmod(PRIVATE_DIRECTORY)
+            for path in self.directory.iterdir():
+                if path.is_file() and path.stat().st_mode & 0o777 != PRIVATE_FILE:
+                    path.chmod(PRIVATE_FILE)
+        except OSError as exc:
+            raise MetadataLogError(f"{self.directory}: cannot make it readable by its owner only: {exc}") from None
 
     def close(self) -> None:
         self.log.close()
+        self._make_private()
 
     def __enter__(self) -> MetadataLog:
         return self
@@ -193,6 +215,7 @@ class MetadataLog:
             raise MetadataLogError(f"{self.directory}: epoch {epoch} is not newer than {self.leader_epoch}")
         self.write_quorum_state(QuorumState(node_id, epoch, -1, 0, tuple(voters)))
         self.log.assign_leader_epoch(epoch)
+        self._make_private()  # the leader-epoch-checkpoint just written
         message = LeaderChangeMessage(
             version=0,
             leader_id=node_id,
@@ -227,11 +250,14 @@ class MetadataLog:
     def _append(self, batch: bytes) -> int:
         if len(batch) > MAX_BATCH_BYTES:
             raise MetadataLogError(f"{self.directory}: a batch of {len(batch)} bytes is over KRaft's {MAX_BATCH_BYTES}")
+        segments = len(self.log.segments)
         result = self.log.append(bytearray(batch), BatchHeader.parse(batch))
         if result.error_code:
             raise MetadataLogError(f"{self.directory}: append failed: {result.error_message}")
         if not self.log.sync():
             raise MetadataLogError(f"{self.directory}: fsync failed, the data directory is offline")
+        if len(self.log.segments) != segments:  # a roll made new files
+            self._make_private()
         return result.base_offset
 
     def read_batches(self, start_offset: int = 0) -> Iterator[MetadataBatch]:
@@ -298,7 +324,7 @@ class MetadataLog:
             next_offset = BatchHeader.parse(data[-1]).next_offset
         footer = SnapshotFooterRecord(version=0)
         parts.append(build_control_batch([footer], leader_epoch=epoch, timestamp_ms=now, base_offset=next_offset))
-        write_atomically(self.directory / snapshot_id.file_name, b"".join(parts), sync_directory=True)
+        write_atomically(self.directory / snapshot_id.file_name, b"".join(parts), sync_directory=True, private=True)
         return snapshot_id
 
     def read_snapshot(self, snapshot_id: SnapshotId) -> Snapshot:
@@ -331,7 +357,7 @@ class MetadataLog:
     # --- quorum-state ------------------------------------------------------------------------------------
 
     def write_quorum_state(self, state: QuorumState) -> None:
-        write_atomically(self.directory / QUORUM_STATE_FILE, state.to_json(), sync_directory=True)
+        write_atomically(self.directory / QUORUM_STATE_FILE, state.to_json(), sync_directory=True, private=True)
 
     def quorum_state(self) -> QuorumState | None:
         path = self.directory / QUORUM_STATE_FILE

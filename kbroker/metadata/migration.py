@@ -13,6 +13,11 @@ ACLs, which older kbrokers kept in the checked file ``acls``, move the same way:
 AccessControlEntryRecords in one metadata transaction (those already in the log skipped, so a crash before the
 rename only renames at the next start), and the file is renamed ``acls.migrated``. A damaged ACL file stops
 start-up with one line and changes nothing.
+
+SCRAM credentials (``scram-credentials``) and client quotas (``client-quotas``) move the same way, as
+UserScramCredentialRecords and ClientQuotaRecords (what the log already holds skipped), each file renamed
+``.migrated`` after its records are committed; the names of the users ``--sasl-user`` created, the one thing
+about them that is not cluster metadata, are kept in ``sasl-users`` (kbroker/security/scram_credentials.py).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ log = logging.getLogger("kbroker.metadata")
 
 MIGRATED_SUFFIX = ".migrated"
 ACLS_FILE = "acls"  # where older kbrokers kept the ACLs (kbroker/security/authorizer.py reads it)
+SCRAM_CREDENTIALS_FILE = "scram-credentials"  # kbroker/security/scram_credentials.py reads it
+CLIENT_QUOTAS_FILE = "client-quotas"  # kbroker/quotas.py reads it
+SASL_USERS_FILE = "sasl-users"  # the names of the users --sasl-user created (kbroker/security/scram_credentials.py)
 
 
 def migrate_topic_catalog(controller: LocalController, data_dir: Path, *, fresh: bool) -> None:
@@ -68,3 +76,30 @@ def migrate_acl_file(controller: LocalController, data_dir: Path) -> None:
         log.warning("moved %d ACL(s) from %s into the metadata log", written, path)
     os.replace(path, path.with_name(ACLS_FILE + MIGRATED_SUFFIX))
     fsync_directory(data_dir)
+
+
+def migrate_older_files(controller: LocalController, data_dir: Path) -> None:
+    """The SCRAM credentials and client quotas files of an older kbroker, each moved into the metadata log once
+    (their modules are imported only for a data directory that has the file)."""
+    if (data_dir / SCRAM_CREDENTIALS_FILE).exists():
+        from kbroker.security.scram_credentials import migrate_credentials_file
+
+        written = migrate_credentials_file(controller, data_dir)
+        if written:
+            log.warning("moved %d SCRAM credential(s) from %s into the metadata log", written, SCRAM_CREDENTIALS_FILE)
+    path = data_dir / CLIENT_QUOTAS_FILE
+    if path.exists():
+        from kbroker.quotas import quota_record, read_quotas_file
+
+        stored = controller.image.client_quotas
+        records = [
+            quota_record(entity, key, value)
+            for entity, values in sorted(read_quotas_file(path).items(), key=lambda item: repr(item[0]))
+            for key, value in sorted(values.items())
+            if stored.get(entity, {}).get(key) != value
+        ]
+        if records:
+            controller.commit_now(records, transaction="migration of the client quotas file")
+            log.warning("moved %d client quota(s) from %s into the metadata log", len(records), path)
+        os.replace(path, path.with_name(CLIENT_QUOTAS_FILE + MIGRATED_SUFFIX))
+        fsync_directory(data_dir)

@@ -45,7 +45,7 @@ from protocol.messages.sasl_authenticate_response import SaslAuthenticateRespons
 from protocol.messages.sasl_handshake_response import SaslHandshakeResponse
 
 if TYPE_CHECKING:
-    from kbroker.security.scram_credentials import ScramCredentialStore
+    from kbroker.security.scram_credentials import ScramCredentials
 
 log = logging.getLogger("kbroker.security")
 
@@ -112,7 +112,7 @@ class SaslAuthenticator:
     def __init__(
         self,
         listener: SaslListener,
-        scram_credentials: ScramCredentialStore,
+        scram_credentials: ScramCredentials,
         *,
         monotonic: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),

@@ -1,7 +1,8 @@
 """Client quotas (kbroker/quotas.py, kbroker/apis/client_quotas.py, kbroker/server/throttling.py): AlterClientQuotas
 validation and DescribeClientQuotas filters with the answers Apache Kafka 4.3 gives (tests/kafka/
-test_client_quotas_kafka.py compares them live), persistence across restarts, the rate and throttle arithmetic on
-an injected clock, Kafka's precedence of user and client-id quotas, and one live producer held to its quota."""
+test_client_quotas_kafka.py compares them live), ClientQuotaRecords in the metadata log across restarts, the rate
+and throttle arithmetic on an injected clock, Kafka's precedence of user and client-id quotas, and one live
+producer held to its quota."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 import trio
 
 from kbroker.durable.files import DamagedFileError
+from kbroker.metadata.controller import LocalController, MetadataCache
+from kbroker.metadata.log import MetadataLog
 from kbroker.quotas import (
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
@@ -23,9 +26,12 @@ from kbroker.quotas import (
     QuotaFilterError,
     entity_hash,
     entity_parts_in_kafka_order,
+    is_ip_literal,
     java_hashmap_order,
     java_string_hash,
+    read_quotas_file,
     values_in_kafka_order,
+    write_quotas_file,
 )
 from kbroker.server import throttling
 from kbroker.testing import RunningBroker
@@ -35,7 +41,9 @@ from protocol.messages.alter_client_quotas_request import AlterClientQuotasReque
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.describe_client_quotas_request import DescribeClientQuotasRequest
 from protocol.messages.produce_request import ProduceRequest
+from protocol.metadata_records.client_quota_record import ClientQuotaRecord
 from protocol.records import Record, build_batch
+from tests.broker.quota_store import ControlledQuotas
 
 INVALID = ErrorCode.INVALID_REQUEST
 
@@ -125,13 +133,13 @@ def test_java_hash_and_hashmap_order_match_what_kafka_answered() -> None:
 def test_alter_refuses_what_kafka_refuses_with_its_message(
     parts: list[tuple[str, str | None]], ops: list[tuple[str, float | None]], message: str
 ) -> None:
-    quotas = ClientQuotas(None)
+    quotas = ControlledQuotas()
     assert alter_one(quotas, parts, ops) == (INVALID, message)
     assert quotas.describe([], strict=False) == []  # nothing of a refused entity is kept
 
 
 def test_alter_sets_removes_validates_only_and_answers_each_entity_once() -> None:
-    quotas = ClientQuotas(None)
+    quotas = ControlledQuotas()
     ok = (ErrorCode.NONE, None)
     assert alter_one(quotas, [("user", "alice")], [(PRODUCER_BYTE_RATE, 1024.0), (REQUEST_PERCENTAGE, 0.5)]) == ok
     assert alter_one(quotas, [("user", "bob"), ("user", "x")], [(CONSUMER_BYTE_RATE, 2048.0)]) == ok  # user=x
@@ -159,7 +167,7 @@ def test_alter_sets_removes_validates_only_and_answers_each_entity_once() -> Non
 
 
 def test_controller_mutation_rate_is_refused_because_it_is_not_enforced() -> None:
-    quotas = ClientQuotas(None)
+    quotas = ControlledQuotas()
     code, message = alter_one(
         quotas, [("user", "alice")], [(PRODUCER_BYTE_RATE, 10.0), ("controller_mutation_rate", 5.0)]
     )
@@ -172,8 +180,8 @@ def test_controller_mutation_rate_is_refused_because_it_is_not_enforced() -> Non
 
 
 @pytest.fixture
-def described() -> ClientQuotas:
-    quotas = ClientQuotas(None)
+def described() -> ControlledQuotas:
+    quotas = ControlledQuotas()
     stored: list[tuple[list[tuple[str, str | None]], str]] = [
         ([("user", "alice")], PRODUCER_BYTE_RATE),
         ([("user", None)], PRODUCER_BYTE_RATE),
@@ -248,21 +256,58 @@ def test_describe_refuses_filters_kafka_refuses(
 # --- persistence -------------------------------------------------------------------------------------------------
 
 
-def test_quotas_survive_a_restart_and_a_damaged_file_is_refused(tmp_path: Path) -> None:
-    quotas = ClientQuotas(tmp_path)
-    alter_one(quotas, [("user", "ANONYMOUS")], [(PRODUCER_BYTE_RATE, 5000.0)])
-    alter_one(quotas, [("client-id", None), ("user", None)], [(REQUEST_PERCENTAGE, 12.5)])
-    alter_one(quotas, [("ip", None)], [(CONNECTION_CREATION_RATE, 7.0)])
-    alter_one(quotas, [("client-id", "gone")], [(CONSUMER_BYTE_RATE, 1.0)])
-    alter_one(quotas, [("client-id", "gone")], [(CONSUMER_BYTE_RATE, None)])
-    reopened = ClientQuotas(tmp_path)
+def test_quotas_are_client_quota_records_and_survive_a_restart(tmp_path: Path) -> None:
+    """Each change is ClientQuotaRecords in the metadata log; a controller reopened on it has the same quotas."""
+    with MetadataLog(tmp_path) as metadata_log:
+        quotas = ClientQuotas()
+        cache = MetadataCache()
+        cache.subscribe(quotas.publish)
+        controller = LocalController(1, cache, metadata_log)
+        for parts, ops in [
+            ([("user", "ANONYMOUS")], [(PRODUCER_BYTE_RATE, 5000.0)]),
+            ([("client-id", None), ("user", None)], [(REQUEST_PERCENTAGE, 12.5)]),
+            ([("ip", None)], [(CONNECTION_CREATION_RATE, 7.0)]),
+            ([("client-id", "gone")], [(CONSUMER_BYTE_RATE, 1.0)]),
+            ([("client-id", "gone")], [(CONSUMER_BYTE_RATE, None)]),
+        ]:
+            [(_, result)] = trio.run(controller.alter_client_quotas, [(parts, ops)], False, is_ip_literal)
+            assert result.error == ErrorCode.NONE
+        written = [
+            (
+                [(e.entity_type, e.entity_name) for e in r.message.entity],
+                r.message.key,
+                r.message.value,
+                r.message.remove,
+            )
+            for r in metadata_log.replay().records()
+            if isinstance(r.message, ClientQuotaRecord)
+        ]
+    assert written == [
+        ([("user", "ANONYMOUS")], PRODUCER_BYTE_RATE, 5000.0, False),
+        ([("client-id", None), ("user", None)], REQUEST_PERCENTAGE, 12.5, False),
+        ([("ip", None)], CONNECTION_CREATION_RATE, 7.0, False),
+        ([("client-id", "gone")], CONSUMER_BYTE_RATE, 1.0, False),
+        ([("client-id", "gone")], CONSUMER_BYTE_RATE, 0.0, True),
+    ]
+    with MetadataLog(tmp_path) as metadata_log:
+        reopened = ClientQuotas()
+        cache = MetadataCache()
+        cache.subscribe(reopened.publish)
+        LocalController(1, cache, metadata_log)
     assert dict(reopened.describe([], strict=False)) == dict(quotas.describe([], strict=False))
     assert len(reopened.describe([], strict=False)) == 3 and reopened.enforcing and reopened.limits_connections
-    data = bytearray((tmp_path / "client-quotas").read_bytes())
+
+
+def test_an_older_quotas_file_reads_back_and_a_damaged_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "client-quotas"
+    stored = {(("user", "ANONYMOUS"),): {PRODUCER_BYTE_RATE: 5000.0}, (("ip", None),): {CONNECTION_CREATION_RATE: 7.0}}
+    write_quotas_file(path, stored)
+    assert read_quotas_file(path) == stored
+    data = bytearray(path.read_bytes())
     data[-2] ^= 0xFF
-    (tmp_path / "client-quotas").write_bytes(data)
+    path.write_bytes(data)
     with pytest.raises(DamagedFileError, match="checksum mismatch"):
-        ClientQuotas(tmp_path)
+        read_quotas_file(path)
 
 
 def test_quotas_survive_a_broker_restart_over_the_wire(tmp_path: Path) -> None:
@@ -292,7 +337,7 @@ def test_quotas_survive_a_broker_restart_over_the_wire(tmp_path: Path) -> None:
 
 def test_throttle_time_is_kafkas_over_the_sampled_window() -> None:
     clock = FakeClock()
-    quotas = ClientQuotas(None, window_samples=11, window_seconds=1, clock=clock)
+    quotas = ControlledQuotas(window_samples=11, window_seconds=1, clock=clock)
     alter_one(quotas, [("user", "ANONYMOUS")], [(PRODUCER_BYTE_RATE, 1000.0)])
     # The rate is measured over at least 10 whole windows: 5000 bytes at once is 500 B/s, within the quota.
     assert quotas.record(PRODUCER_BYTE_RATE, "ANONYMOUS", "p", 5000) == 0
@@ -312,7 +357,7 @@ def test_throttle_time_is_kafkas_over_the_sampled_window() -> None:
 
 def test_request_percentage_throttle_is_capped_at_one_window() -> None:
     clock = FakeClock()
-    quotas = ClientQuotas(None, window_samples=11, window_seconds=2, clock=clock)
+    quotas = ControlledQuotas(window_samples=11, window_seconds=2, clock=clock)
     alter_one(quotas, [("client-id", "busy")], [(REQUEST_PERCENTAGE, 10.0)])
     # 5 s of handler time at once: 500 percent-seconds over 20 s = 25%, 150% over the quota, 30 s: capped at 2 s.
     assert quotas.record(REQUEST_PERCENTAGE, "ANONYMOUS", "busy", 500.0) == 2000
@@ -320,7 +365,7 @@ def test_request_percentage_throttle_is_capped_at_one_window() -> None:
 
 def test_quota_precedence_and_who_shares_a_rate() -> None:
     clock = FakeClock()
-    quotas = ClientQuotas(None, window_samples=2, window_seconds=1, clock=clock)
+    quotas = ControlledQuotas(window_samples=2, window_seconds=1, clock=clock)
     user, other = "ANONYMOUS", "bob"
 
     def limit_seen(user: str, client: str) -> float:
@@ -354,7 +399,7 @@ def test_quota_precedence_and_who_shares_a_rate() -> None:
 
 
 def test_enforcing_only_while_a_byte_or_request_quota_is_set() -> None:
-    quotas = ClientQuotas(None)
+    quotas = ControlledQuotas()
     assert not quotas.enforcing and not quotas.limits_connections
     alter_one(quotas, [("ip", None)], [(CONNECTION_CREATION_RATE, 5.0)])
     assert not quotas.enforcing and quotas.limits_connections
@@ -366,7 +411,7 @@ def test_enforcing_only_while_a_byte_or_request_quota_is_set() -> None:
 
 def test_connections_over_an_ips_rate_are_held_and_not_counted() -> None:
     clock = FakeClock()
-    quotas = ClientQuotas(None, window_samples=2, window_seconds=1, clock=clock)
+    quotas = ControlledQuotas(window_samples=2, window_seconds=1, clock=clock)
     alter_one(quotas, [("ip", None)], [(CONNECTION_CREATION_RATE, 2.0)])
     alter_one(quotas, [("ip", "10.0.0.9")], [(CONNECTION_CREATION_RATE, 1.0)])
     assert [quotas.record_connection("10.0.0.1") for _ in range(4)] == [0, 0, 500, 500]

@@ -1,8 +1,8 @@
 """What ``kbroker serve`` has imported by the time it is ready: not the code that only some configurations or
 later requests need (issue #27's start-up). Each of these is imported later, by what needs it: the group
 coordinators by the first group request, the cleaner by its first pass over a compacted partition, the SCRAM
-mechanisms by the first credential, SASL for SASL listeners only, the authorizer only when configured, the
-client commands and the web console only by their own command lines."""
+credentials and mechanisms by the first credential (or --sasl-user), SASL for SASL listeners only, the authorizer
+only when configured, the client commands and the web console only by their own command lines."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ DEFERRED = (
     "kbroker.security.authenticator",  # SASL listeners only
     "kbroker.security.sasl",
     "kbroker.security.sasl.scram",
+    "kbroker.security.scram_credentials",
     "secrets",
     "kbroker.security.authorizer",
     "kbroker.commands",

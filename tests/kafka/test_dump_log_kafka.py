@@ -1,5 +1,6 @@
 """Kafka's own dump tool reads what kbroker writes: DumpLogSegments (``kafka-dump-log.sh``, from the kafka-tools
-4.3.1 jars on Maven) decodes kbroker's metadata log and snapshot with ``--cluster-metadata-decoder``, and segments
+4.4.0 jars on Maven) decodes kbroker's metadata log (a running broker's topics, configs, ACLs, SCRAM users and
+client quotas included) and snapshot with ``--cluster-metadata-decoder``, and segments
 of coordinator records that kbroker encoded and wrote with its log engine with ``--offsets-decoder`` and
 ``--transaction-log-decoder``: every record, field for field as kbroker encoded it.
 
@@ -352,3 +353,104 @@ def test_kafkas_dump_tool_reads_the_metadata_log_a_running_broker_wrote(tmp_path
         "value": "9",
     }
     assert [p["data"]["partitionId"] for p in printed[end + 3 : end + 5]] == [0, 1]
+
+
+def test_kafkas_dump_tool_reads_acls_scram_users_and_quotas_a_running_broker_wrote(tmp_path: Path, dump: Dump) -> None:
+    """A topic with a config, an ACL, a SCRAM user (set, then one mechanism deleted) and a client quota made by
+    requests on a fresh kbroker: Kafka's tool decodes each record of its __cluster_metadata-0, field for field."""
+    from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, salted_password
+    from kbroker.testing import RunningBroker
+    from kbroker.wire_client import WireClient
+    from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest as Quotas
+    from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest as Scram
+    from protocol.messages.create_acls_request import CreateAclsRequest
+    from protocol.messages.create_topics_request import CreateTopicsRequest
+
+    secured = {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    }
+    with RunningBroker(tmp_path, secured) as broker, WireClient(broker.bootstrap) as client:
+        config = CreateTopicsRequest.CreatableTopicConfig(name="cleanup.policy", value="compact")
+        topic = CreateTopicsRequest.CreatableTopic(
+            name="audit", num_partitions=1, replication_factor=1, configs=[config]
+        )
+        assert client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0].error_code == 0
+        acl = CreateAclsRequest.AclCreation(
+            resource_type=2,
+            resource_name="audit",
+            resource_pattern_type=3,
+            principal="User:alice",
+            host="*",
+            operation=3,
+            permission_type=3,
+        )
+        assert [r.error_code for r in client.request(CreateAclsRequest(creations=[acl]), 3).results] == [0]
+        upsertions = [
+            Scram.ScramCredentialUpsertion(
+                name="alice",
+                mechanism=scram.type,
+                iterations=iterations,
+                salt=b"salt",
+                salted_password=salted_password(scram, "pw", b"salt", iterations),
+            )
+            for scram, iterations in ((SCRAM_SHA_256, 4096), (SCRAM_SHA_512, 8192))
+        ]
+        for upsertion in upsertions:
+            answer = client.request(Scram(deletions=[], upsertions=[upsertion]), 0)
+            assert [r.error_code for r in answer.results] == [0]
+        deletion = Scram.ScramCredentialDeletion(name="alice", mechanism=SCRAM_SHA_256.type)
+        assert [r.error_code for r in client.request(Scram(deletions=[deletion], upsertions=[]), 0).results] == [0]
+        entry = Quotas.EntryData(
+            entity=[Quotas.EntityData(entity_type="user", entity_name="alice")],
+            ops=[Quotas.OpData(key="producer_byte_rate", value=1024.0)],
+        )
+        assert [e.error_code for e in client.request(Quotas(entries=[entry]), 1).entries] == [0]
+    with MetadataLog(tmp_path) as metadata_log:
+        written = [r for r in metadata_log.replay().records()]
+    batches = dump("--cluster-metadata-decoder", tmp_path / "__cluster_metadata-0" / "00000000000000000000.log")
+    assert all(b.valid for b in batches)
+    printed = [r.payload for b in batches if not b.control for r in b.records]
+    assert printed == [metadata_payload(r.message, r.version) for r in written]
+    kinds = [p["type"] for p in printed]
+    begin = kinds.index("TOPIC_RECORD")
+    assert kinds[begin:] == [
+        "TOPIC_RECORD",
+        "CONFIG_RECORD",
+        "PARTITION_RECORD",
+        "ACCESS_CONTROL_ENTRY_RECORD",
+        "USER_SCRAM_CREDENTIAL_RECORD",
+        "USER_SCRAM_CREDENTIAL_RECORD",
+        "REMOVE_USER_SCRAM_CREDENTIAL_RECORD",
+        "CLIENT_QUOTA_RECORD",
+    ]
+    topic_id = printed[begin]["data"]["topicId"]
+    assert printed[begin]["data"] == {"name": "audit", "topicId": topic_id}
+    assert printed[begin + 1]["data"] == {
+        "resourceType": 2,
+        "resourceName": "audit",
+        "name": "cleanup.policy",
+        "value": "compact",
+    }
+    acl_data = printed[begin + 3]["data"]
+    assert {k: v for k, v in acl_data.items() if k != "id"} == {
+        "resourceType": 2,
+        "resourceName": "audit",
+        "patternType": 3,
+        "principal": "User:alice",
+        "host": "*",
+        "operation": 3,
+        "permissionType": 3,
+    }
+    users = [
+        (p["data"]["name"], p["data"]["mechanism"], p["data"]["iterations"]) for p in printed[begin + 4 : begin + 6]
+    ]
+    assert users == [("alice", 1, 4096), ("alice", 2, 8192)]
+    assert "saltedPassword" not in printed[begin + 4]["data"] and printed[begin + 4]["data"]["salt"] == "c2FsdA=="
+    assert printed[begin + 6]["data"] == {"name": "alice", "mechanism": 1}
+    assert printed[begin + 7]["data"] == {
+        "entity": [{"entityType": "user", "entityName": "alice"}],
+        "key": "producer_byte_rate",
+        "value": 1024.0,
+        "remove": False,
+    }

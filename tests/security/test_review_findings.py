@@ -28,8 +28,8 @@ from kbroker.apis.context import HandlerServices, RequestContext
 from kbroker.apis.error_responses import error_response
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig, ConfigError
-from kbroker.durable.files import DamagedFileError, write_checked
-from kbroker.security import scram_credentials as scram_store_module
+from kbroker.durable.files import DamagedFileError, StorageError, write_checked
+from kbroker.metadata.log import MetadataLog
 from kbroker.security.acls import (
     AclBinding,
     AclBindingFilter,
@@ -43,7 +43,7 @@ from kbroker.security.authorizer import StandardAuthorizer, read_acl_file
 from kbroker.security.sasl import SaslAuthenticationFailed
 from kbroker.security.sasl.plain import PlainSaslServer
 from kbroker.security.sasl.scram import SCRAM_SHA_256, salted_password
-from kbroker.security.scram_credentials import ScramCredentialStore, ScramStoreError, Upsertion
+from kbroker.security.scram_credentials import Upsertion
 from kbroker.server.listener_security import listener_security
 from kbroker.server.listeners import ListenerSpec
 from kbroker.storage import LogManager
@@ -51,6 +51,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from tests.security.acl_store import ControlledAuthorizer
+from tests.security.scram_store import ControlledScramStore
 
 Op = AclOperation
 RT = ResourceType
@@ -159,24 +160,23 @@ def _upsertion(user: str, password: str) -> Upsertion:
     return Upsertion(user, SCRAM_SHA_256.type, 4096, salt, salted_password(SCRAM_SHA_256, password, salt, 4096))
 
 
-def _failing_write(*args: object, **kwargs: object) -> None:
-    raise OSError(28, "No space left on device")
-
-
-def test_scram_alter_that_cannot_be_written_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ScramCredentialStore(tmp_path)
+def test_scram_alter_that_cannot_be_committed_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = ControlledScramStore(tmp_path)
     store.alter([], [_upsertion("alice", "first")])
     before = store.lookup("alice", "SCRAM-SHA-256")
-    monkeypatch.setattr(scram_store_module, "write_checked", _failing_write)
-    with pytest.raises(ScramStoreError):
+
+    def full_disk(self: MetadataLog, records: object) -> int:
+        raise StorageError("no space left on device")
+
+    monkeypatch.setattr(MetadataLog, "append", full_disk)
+    with pytest.raises(KafkaError) as refused:
         store.alter([(("alice"), SCRAM_SHA_256.type)], [_upsertion("bob", "second")])
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert store.lookup("alice", "SCRAM-SHA-256") == before
     assert store.lookup("bob", "SCRAM-SHA-256") is None
-    with pytest.raises(ScramStoreError):
-        store.set_password("carol", "SCRAM-SHA-256", "third")
-    assert store.lookup("carol", "SCRAM-SHA-256") is None
     monkeypatch.undo()
-    assert ScramCredentialStore(tmp_path).lookup("alice", "SCRAM-SHA-256") == before
+    assert ControlledScramStore(tmp_path).lookup("alice", "SCRAM-SHA-256") == before
+    assert ControlledScramStore(tmp_path).users() == ["alice"]
 
 
 def _send(broker: Broker, api_key: int, version: int, request: object, principal: str) -> object:
@@ -217,10 +217,13 @@ def broker(tmp_path: Path) -> object:
         secured.close()
 
 
-def test_alter_scram_credentials_write_failure_answers_every_user(
+def test_alter_scram_credentials_commit_failure_answers_every_user(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scram_store_module, "write_checked", _failing_write)
+    async def failing_commit(records: object) -> None:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "cannot commit metadata: no space left on device")
+
+    monkeypatch.setattr(broker.controller, "_commit", failing_commit)
     request = AlterUserScramCredentialsRequest(
         deletions=[],
         upsertions=[
@@ -233,7 +236,7 @@ def test_alter_scram_credentials_write_failure_answers_every_user(
     answer = _send(broker, 51, 0, request, "User:admin")
     assert answer is not None
     results = [(r.user, r.error_code) for r in answer.results]  # type: ignore[attr-defined]
-    assert results == [("alice", ErrorCode.UNKNOWN_SERVER_ERROR), ("bob", ErrorCode.UNKNOWN_SERVER_ERROR)]
+    assert results == [("alice", ErrorCode.KAFKA_STORAGE_ERROR), ("bob", ErrorCode.KAFKA_STORAGE_ERROR)]
     assert broker.scram_credentials.lookup("alice", "SCRAM-SHA-256") is None
 
 
@@ -341,14 +344,22 @@ def test_client_addresses_are_written_as_java_writes_them(python_form: str, java
 # --- the lead's fixes of the review's other findings -----------------------------------------------------------
 
 
-def test_the_scram_credentials_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
-    from kbroker.security.scram_credentials import ScramCredentialStore
-
-    store = ScramCredentialStore(tmp_path)
+def test_the_scram_credentials_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    """SCRAM records hold salted hashes: __cluster_metadata-0 is 0700 and its files 0600, those an older kbroker
+    left looser included; the names of --sasl-user's users are 0600 too."""
+    metadata_dir = tmp_path / "__cluster_metadata-0"
+    metadata_dir.mkdir(mode=0o755)
+    (metadata_dir / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n")
+    (metadata_dir / "partition.metadata").chmod(0o644)
+    store = ControlledScramStore(tmp_path)
     store.set_password("alice", "SCRAM-SHA-256", "alice-secret")
-    files = [path for path in tmp_path.iterdir() if "scram" in path.name]
-    assert [path.name for path in files] == ["scram-credentials"]
-    assert files[0].stat().st_mode & 0o777 == 0o600
+    store.configure_users([("bob", "bob-secret")])
+    assert metadata_dir.stat().st_mode & 0o777 == 0o700
+    files = sorted(path.name for path in metadata_dir.iterdir())
+    assert {"00000000000000000000.log", "leader-epoch-checkpoint", "partition.metadata", "quorum-state"} <= set(files)
+    assert {path.name: path.stat().st_mode & 0o777 for path in metadata_dir.iterdir()} == dict.fromkeys(files, 0o600)
+    assert (tmp_path / "sasl-users").stat().st_mode & 0o777 == 0o600
+    assert not [path for path in tmp_path.iterdir() if path.name == "scram-credentials"]
 
 
 @pytest.mark.parametrize("user", ['x="1" user_admin', "a b", "é"])

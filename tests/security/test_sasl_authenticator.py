@@ -7,13 +7,13 @@ import pytest
 
 from kbroker.security.authenticator import SaslAuthenticator, SaslListener, Stage, Step
 from kbroker.security.sasl.plain import PlainSaslServer
-from kbroker.security.scram_credentials import ScramCredentialStore
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from tests.security.scram_store import ControlledScramStore
 
 USERS = {"alice": "alice-secret"}
 ALICE = b"\0alice\0alice-secret"
@@ -31,7 +31,7 @@ def authenticator(reauth_ms: int = 0, clock: Clock | None = None) -> SaslAuthent
     listener = SaslListener(
         mechanisms=("PLAIN", "SCRAM-SHA-256"), plain_users=USERS, max_reauth_ms={"PLAIN": reauth_ms}
     )
-    return SaslAuthenticator(listener, ScramCredentialStore(None), monotonic=clock or Clock())
+    return SaslAuthenticator(listener, ControlledScramStore(), monotonic=clock or Clock())
 
 
 def handshake(sasl: SaslAuthenticator, mechanism: str = "PLAIN", version: int = 1) -> Step:

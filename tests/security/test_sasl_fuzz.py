@@ -39,7 +39,6 @@ from kbroker.security import certs
 from kbroker.security.authenticator import SaslAuthenticator, SaslListener, Step
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted, SaslServer, SaslSettings, create_server
 from kbroker.security.sasl.oauthbearer import unsecured_token
-from kbroker.security.scram_credentials import ScramCredentialStore
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -50,6 +49,7 @@ from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
 from protocol.messages.sasl_handshake_response import SaslHandshakeResponse
+from tests.security.scram_store import ControlledScramStore, set_password_over_the_wire
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "OAUTHBEARER")
@@ -58,14 +58,14 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 
 @pytest.fixture(scope="module")
-def scram_store() -> ScramCredentialStore:
-    store = ScramCredentialStore(None)
+def scram_store() -> ControlledScramStore:
+    store = ControlledScramStore()
     for user, password in USERS.items():
         store.set_password(user, SCRAM, password)
     return store
 
 
-def sasl_settings(store: ScramCredentialStore) -> SaslSettings:
+def sasl_settings(store: ControlledScramStore) -> SaslSettings:
     return SaslSettings(plain_users=USERS, scram_credentials=store)
 
 
@@ -169,7 +169,7 @@ def plain_is_valid(message: bytes) -> str | None:
 @FUZZ
 @given(mechanism=st.sampled_from(MECHANISMS), messages=st.lists(st.binary(max_size=300), min_size=1, max_size=3))
 def test_random_bytes_never_authenticate(
-    scram_store: ScramCredentialStore, mechanism: str, messages: list[bytes]
+    scram_store: ControlledScramStore, mechanism: str, messages: list[bytes]
 ) -> None:
     server = create_server(mechanism, sasl_settings(scram_store))
     evaluate(server, messages)
@@ -178,7 +178,7 @@ def test_random_bytes_never_authenticate(
 
 @FUZZ
 @given(data=st.data())
-def test_mutated_plain_messages(scram_store: ScramCredentialStore, data: st.DataObject) -> None:
+def test_mutated_plain_messages(scram_store: ControlledScramStore, data: st.DataObject) -> None:
     message = data.draw(mutated(plain_message(authzid=data.draw(st.sampled_from(["", "alice"])))))
     server = create_server("PLAIN", sasl_settings(scram_store))
     outcomes = evaluate(server, [message])
@@ -191,7 +191,7 @@ def test_mutated_plain_messages(scram_store: ScramCredentialStore, data: st.Data
 @FUZZ
 @given(data=st.data(), right_password=st.booleans(), stage=st.sampled_from(["client-first", "client-final"]))
 def test_mutated_scram_messages(
-    scram_store: ScramCredentialStore, data: st.DataObject, right_password: bool, stage: str
+    scram_store: ControlledScramStore, data: st.DataObject, right_password: bool, stage: str
 ) -> None:
     client = ScramClient("alice", "alice-secret" if right_password else "wrong")
     server = create_server(SCRAM, sasl_settings(scram_store))
@@ -217,7 +217,7 @@ def test_mutated_scram_messages(
 
 @FUZZ
 @given(data=st.data())
-def test_truncated_and_mutated_oauthbearer_messages(scram_store: ScramCredentialStore, data: st.DataObject) -> None:
+def test_truncated_and_mutated_oauthbearer_messages(scram_store: ControlledScramStore, data: st.DataObject) -> None:
     original = oauth_message()
     message = data.draw(mutated(original))
     server = create_server("OAUTHBEARER", sasl_settings(scram_store))
@@ -309,7 +309,7 @@ def check_step(step: Step, api_key: int, version: int, body: Any) -> None:
     events=EVENTS,
 )
 def test_random_orders_of_requests_and_stages(
-    scram_store: ScramCredentialStore, mechanisms: list[str], reauth_ms: int, events: list[tuple[str, int, Any]]
+    scram_store: ControlledScramStore, mechanisms: list[str], reauth_ms: int, events: list[tuple[str, int, Any]]
 ) -> None:
     listener = SaslListener(
         mechanisms=tuple(mechanisms), plain_users=USERS, max_reauth_ms=dict.fromkeys(mechanisms, reauth_ms)
@@ -366,7 +366,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     }
     with RunningBroker(tmp_path_factory.mktemp("sasl-fuzz"), settings) as running:
         assert running.broker is not None
-        running.broker.scram_credentials.set_password("alice", SCRAM, "alice-secret")
+        set_password_over_the_wire(running.bootstrap, "alice", SCRAM, "alice-secret")
         yield running
 
 

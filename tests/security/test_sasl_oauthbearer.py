@@ -13,7 +13,7 @@ import pytest
 from kbroker.config_registry import ConfigError
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted, SaslSettings, create_server
 from kbroker.security.sasl.oauthbearer import OAuthBearerSaslServer, unsecured_token
-from kbroker.security.scram_credentials import ScramCredentialStore
+from tests.security.scram_store import ControlledScramStore
 
 NOW_MS = 1_700_000_000_000
 NOW_S = NOW_MS // 1000
@@ -24,7 +24,7 @@ INVALID = '{"status":"invalid_token"}'
 def server(**options: str) -> OAuthBearerSaslServer:
     settings = SaslSettings(
         plain_users={},
-        scram_credentials=ScramCredentialStore(None),
+        scram_credentials=ControlledScramStore(),
         oauthbearer_options=options,
         clock_ms=lambda: NOW_MS,
     )

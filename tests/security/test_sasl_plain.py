@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslSettings, create_server
-from kbroker.security.scram_credentials import ScramCredentialStore
+from tests.security.scram_store import ControlledScramStore
 
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 
 
 def server() -> object:
-    return create_server("PLAIN", SaslSettings(plain_users=USERS, scram_credentials=ScramCredentialStore(None)))
+    return create_server("PLAIN", SaslSettings(plain_users=USERS, scram_credentials=ControlledScramStore()))
 
 
 @pytest.mark.parametrize("message", [b"\0alice\0alice-secret", b"alice\0alice\0alice-secret"])
@@ -54,4 +54,4 @@ def test_failures_carry_kafkas_message(message: bytes, expected: str) -> None:
 
 def test_unknown_mechanism_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported SASL mechanism 'GSSAPI'"):
-        create_server("GSSAPI", SaslSettings(plain_users={}, scram_credentials=ScramCredentialStore(None)))
+        create_server("GSSAPI", SaslSettings(plain_users={}, scram_credentials=ControlledScramStore()))

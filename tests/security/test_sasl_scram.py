@@ -24,15 +24,15 @@ from kbroker.security.sasl.scram import (
     server_key,
     username_of,
 )
-from kbroker.security.scram_credentials import ScramCredentialStore
+from tests.security.scram_store import ControlledScramStore
 
 GENERIC_256 = "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
 GENERIC_512 = "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512"
 
 
-def store_with(user: str, mechanism: ScramMechanism, password: str, salt: bytes | None = None) -> ScramCredentialStore:
-    store = ScramCredentialStore(None)
-    store._credentials[(user, mechanism.name)] = credential_from_password(mechanism, password, 4096, salt)
+def store_with(user: str, mechanism: ScramMechanism, password: str, salt: bytes | None = None) -> ControlledScramStore:
+    store = ControlledScramStore()
+    store.put(user, mechanism.name, credential_from_password(mechanism, password, 4096, salt))
     return store
 
 
@@ -88,12 +88,12 @@ class Client:
         return f"{without_proof},p={proof}".encode(), b"v=" + base64.b64encode(signature)
 
 
-def settings(store: ScramCredentialStore) -> SaslSettings:
+def settings(store: ControlledScramStore) -> SaslSettings:
     return SaslSettings(plain_users={}, scram_credentials=store)
 
 
 def test_scram_sha_512_round_trip_through_create_server() -> None:
-    store = ScramCredentialStore(None)
+    store = ControlledScramStore()
     store.set_password("alice", "SCRAM-SHA-512", "secret", iterations=8192)
     server = create_server("SCRAM-SHA-512", settings(store))
     client = Client(SCRAM_SHA_512, "alice", "secret")
@@ -105,7 +105,7 @@ def test_scram_sha_512_round_trip_through_create_server() -> None:
 
 
 def test_escaped_user_names_and_a_matching_authzid() -> None:
-    store = ScramCredentialStore(None)
+    store = ControlledScramStore()
     store.set_password("a=b,c", "SCRAM-SHA-256", "pw")
     store.set_password("alice", "SCRAM-SHA-256", "pw")
     assert username_of("a=3Db=2Cc") == "a=b,c"
@@ -138,7 +138,7 @@ def fail(server: ScramSaslServer | object, message: bytes) -> SaslAuthentication
 
 
 def test_unknown_user_fails_on_the_first_message_with_the_generic_message() -> None:
-    server = create_server("SCRAM-SHA-256", settings(ScramCredentialStore(None)))
+    server = create_server("SCRAM-SHA-256", settings(ControlledScramStore()))
     failure = fail(server, b"n,,n=nobody,r=abc")
     assert failure.message == GENERIC_256
     assert failure.is_generic and failure.reason == "Authentication failed: Invalid user credentials"
@@ -221,8 +221,8 @@ def test_a_proof_of_the_wrong_length_aborts_the_exchange(proof: bytes, length: i
 
 
 def test_iterations_below_the_minimum_are_refused_at_login() -> None:
-    store = ScramCredentialStore(None)
-    store._credentials[("old", SCRAM_SHA_256.name)] = credential_from_password(SCRAM_SHA_256, "pw", 1000)
+    store = ControlledScramStore()
+    store.put("old", SCRAM_SHA_256.name, credential_from_password(SCRAM_SHA_256, "pw", 1000))
     failure = fail(create_server("SCRAM-SHA-256", settings(store)), b"n,,n=old,r=abc")
     reason = "Iterations 1000 is less than the minimum 4096 for SCRAM-SHA-256"
     assert (failure.message, failure.reason) == (GENERIC_256, reason)
@@ -232,7 +232,7 @@ def test_iterations_below_the_minimum_are_refused_at_login() -> None:
 def test_kafka_pythons_scram_client_logs_in(mechanism: str) -> None:
     """An independent client: kafka-python 3's ScramClient checks the server's signature itself."""
     scram_client = pytest.importorskip("kafka.net.sasl.scram", reason="kafka-python 3 is not installed").ScramClient
-    store = ScramCredentialStore(None)
+    store = ControlledScramStore()
     store.set_password("alice", mechanism, "wonderland")
     server = create_server(mechanism, settings(store))
     client = scram_client("alice", "wonderland", mechanism)

@@ -1,8 +1,9 @@
-"""The SCRAM credential store (kbroker/security/scram_credentials.py) and its admin APIs on kbroker
-(kbroker/apis/scram_credentials.py): what is stored (never the password), the file surviving a restart and a
-damaged one refused with a one-line error, and every validation of AlterUserScramCredentials and
-DescribeUserScramCredentials with Kafka 4.3's codes and messages (tests/kafka/test_scram_admin_kafka.py sends
-the same requests to Kafka and compares); a credential made through the API then logs in over SCRAM."""
+"""SCRAM credentials as metadata records (kbroker/security/scram_credentials.py) and their admin APIs on kbroker
+(kbroker/apis/scram_credentials.py): what is kept (never the password) in the metadata log across a restart, an
+older kbroker's credentials file read back and a damaged one refused with a one-line error, and every validation
+of AlterUserScramCredentials and DescribeUserScramCredentials with Kafka 4.3's codes and messages
+(tests/kafka/test_scram_admin_kafka.py sends the same requests to Kafka and compares); a credential made through
+the API then logs in over SCRAM."""
 
 from __future__ import annotations
 
@@ -16,13 +17,24 @@ from pathlib import Path
 import pytest
 
 from kbroker.durable.files import DamagedFileError
+from kbroker.metadata.controller import LocalController, MetadataCache
+from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.migration import migrate_older_files
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslSettings, create_server
-from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, salted_password
-from kbroker.security.scram_credentials import CREDENTIALS_FILE, ScramCredentialStore, Upsertion
+from kbroker.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, credential_from_password, salted_password
+from kbroker.security.scram_credentials import (
+    CREDENTIALS_FILE,
+    SASL_USERS_FILE,
+    Upsertion,
+    read_credentials_file,
+    write_credentials_file,
+)
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest as Alter
 from protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest as Describe
+from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
+from tests.security.scram_store import ControlledScramStore
 from tests.security.test_sasl_scram import Client
 
 SHA256, SHA512 = 1, 2
@@ -38,15 +50,16 @@ def upsertion(user: str, mechanism: int = SHA256, iterations: int = 4096, passwo
 
 
 def test_store_keeps_keys_not_passwords_and_survives_a_restart(tmp_path: Path) -> None:
-    store = ScramCredentialStore(tmp_path)
+    store = ControlledScramStore(tmp_path)
     store.set_password("alice", "SCRAM-SHA-256", "a-unique-password", iterations=5000)
     store.alter([], [upsertion("bob", SHA512, 4096, "another-password")])
-    data = (tmp_path / CREDENTIALS_FILE).read_bytes()
+    data = b"".join(path.read_bytes() for path in (tmp_path / "__cluster_metadata-0").iterdir())
     assert b"a-unique-password" not in data and b"another-password" not in data
     salted = salted_password(SCRAM_SHA_512, "another-password", b"salt-bob", 4096)
-    assert base64.b64encode(salted) not in data  # the salted password is not kept either
+    assert salted not in data and base64.b64encode(salted) not in data  # the salted password is not kept either
+    assert not (tmp_path / CREDENTIALS_FILE).exists()  # no file of their own any more
 
-    reopened = ScramCredentialStore(tmp_path)
+    reopened = ControlledScramStore(tmp_path)
     alice = reopened.lookup("alice", "SCRAM-SHA-256")
     assert alice is not None and alice.iterations == 5000
     assert reopened.lookup("alice", "SCRAM-SHA-512") is None
@@ -72,14 +85,16 @@ def hmac_key(key: bytes, message: bytes) -> bytes:
         (lambda data: b"{}", "no header"),
     ],
 )
-def test_a_damaged_file_is_refused_with_a_clear_error(
+def test_a_damaged_older_file_is_refused_with_a_clear_error(
     tmp_path: Path, damage: Callable[[bytes], bytes], problem: str
 ) -> None:
-    ScramCredentialStore(tmp_path).set_password("alice", "SCRAM-SHA-256", "pw")
     path = tmp_path / CREDENTIALS_FILE
+    alice = credential_from_password(SCRAM_SHA_256, "pw", 4096)
+    write_credentials_file(path, {("alice", SHA256): alice}, ["alice"])
+    assert read_credentials_file(path) == ({("alice", SHA256): alice}, {"alice"})
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(DamagedFileError) as caught:
-        ScramCredentialStore(tmp_path)
+        read_credentials_file(path)
     assert str(caught.value).startswith(f"damaged file {path}: ")
     assert problem in str(caught.value) and "\n" not in str(caught.value)
 
@@ -89,7 +104,7 @@ def test_a_checksummed_file_with_bad_content_is_refused(tmp_path: Path) -> None:
 
     write_checked(tmp_path / CREDENTIALS_FILE, "scram-credentials", 1, b'{"credentials": [{"user": "x"}]}')
     with pytest.raises(DamagedFileError, match="unreadable credentials"):
-        ScramCredentialStore(tmp_path)
+        read_credentials_file(tmp_path / CREDENTIALS_FILE)
 
 
 @pytest.mark.parametrize(
@@ -103,13 +118,13 @@ def test_a_checksummed_file_with_bad_content_is_refused(tmp_path: Path) -> None:
 )
 def test_set_password_refuses_what_the_api_refuses(user: str, mechanism: str, iterations: int, problem: str) -> None:
     with pytest.raises(ValueError, match=f"^{problem}$"):
-        ScramCredentialStore(None).set_password(user, mechanism, "pw", iterations)
+        ControlledScramStore().set_password(user, mechanism, "pw", iterations)
 
 
-# --- --sasl-user's users (ScramCredentialStore.configure_users) --------------------------------------------------
+# --- --sasl-user's users (ScramCredentials.configure_users) --------------------------------------------------
 
 
-def logs_in(store: ScramCredentialStore, mechanism: str, user: str, password: str) -> bool:
+def logs_in(store: ControlledScramStore, mechanism: str, user: str, password: str) -> bool:
     server = create_server(mechanism, SaslSettings(plain_users={}, scram_credentials=store))
     client = Client(SCRAM_SHA_512 if mechanism == "SCRAM-SHA-512" else SCRAM_SHA_256, user, password)
     try:
@@ -120,28 +135,28 @@ def logs_in(store: ScramCredentialStore, mechanism: str, user: str, password: st
 
 
 def test_sasl_user_names_the_command_lines_users_at_each_start(tmp_path: Path) -> None:
-    first = ScramCredentialStore(tmp_path).configure_users([("alice", "a"), ("bob", "b")])
+    first = ControlledScramStore(tmp_path).configure_users([("alice", "a"), ("bob", "b")])
     assert (first.removed, first.from_command_line, first.from_api) == ([], ["alice", "bob"], [])
-    ScramCredentialStore(tmp_path).alter([], [upsertion("carol", SHA512, 8192, "c")])
+    ControlledScramStore(tmp_path).alter([], [upsertion("carol", SHA512, 8192, "c")])
 
-    store = ScramCredentialStore(tmp_path)
+    store = ControlledScramStore(tmp_path)
     second = store.configure_users([("alice", "a2")])
     assert (second.removed, second.from_command_line, second.from_api) == (["bob"], ["alice"], ["carol"])
-    for reopened in (store, ScramCredentialStore(tmp_path)):
+    for reopened in (store, ControlledScramStore(tmp_path)):
         assert reopened.users() == ["alice", "carol"]
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             assert not logs_in(reopened, mechanism, "bob", "b")
             assert logs_in(reopened, mechanism, "alice", "a2") and not logs_in(reopened, mechanism, "alice", "a")
         assert logs_in(reopened, "SCRAM-SHA-512", "carol", "c")
     # No --sasl-user at all: its users go, the API's stay.
-    third = ScramCredentialStore(tmp_path).configure_users([])
+    third = ControlledScramStore(tmp_path).configure_users([])
     assert (third.removed, third.from_command_line, third.from_api) == (["alice"], [], ["carol"])
-    assert ScramCredentialStore(tmp_path).users() == ["carol"]
+    assert ControlledScramStore(tmp_path).users() == ["carol"]
 
 
 def test_who_created_a_user_survives_api_changes_until_its_last_credential_goes(tmp_path: Path) -> None:
-    ScramCredentialStore(tmp_path).configure_users([("alice", "a"), ("bob", "b"), ("dave", "d")])
-    store = ScramCredentialStore(tmp_path)
+    ControlledScramStore(tmp_path).configure_users([("alice", "a"), ("bob", "b"), ("dave", "d")])
+    store = ControlledScramStore(tmp_path)
     # alice's password changed through the API: still the command line's, so dropping her from it removes her.
     assert store.alter([], [upsertion("alice", SHA256, 4096, "api")])[0].error == 0
     # bob deleted through the API, then created by it: now the API's.
@@ -150,33 +165,38 @@ def test_who_created_a_user_survives_api_changes_until_its_last_credential_goes(
     assert store.alter([], [upsertion("bob", SHA256, 4096, "api")])[0].error == 0
     # dave lost one mechanism only: still the command line's.
     assert [r.error for r in store.alter([("dave", SHA512)], [])] == [0]
-    after = ScramCredentialStore(tmp_path).configure_users([])
+    after = ControlledScramStore(tmp_path).configure_users([])
     assert (after.removed, after.from_api) == (["alice", "dave"], ["bob"])
-    assert logs_in(ScramCredentialStore(tmp_path), "SCRAM-SHA-256", "bob", "api")
+    assert logs_in(ControlledScramStore(tmp_path), "SCRAM-SHA-256", "bob", "api")
 
 
 def test_a_version_1_file_is_migrated_by_the_shape_sasl_user_wrote(tmp_path: Path) -> None:
     """kbroker before version 2 did not record who created a user: one with exactly --sasl-user's credentials
-    (both mechanisms, 4096 iterations) is taken as its, any other as the API's."""
-    from kbroker.durable.files import read_checked, write_checked
-
-    store = ScramCredentialStore(tmp_path)
-    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        store.set_password("old-cli", mechanism, "o")
-    store.set_password("api-one", "SCRAM-SHA-256", "p")
-    store.set_password("api-both", "SCRAM-SHA-256", "q")
-    store.set_password("api-both", "SCRAM-SHA-512", "q", iterations=8192)
+    (both mechanisms, 4096 iterations) is taken as its, any other as the API's. The file moves into the metadata
+    log once and is kept renamed; only the names of --sasl-user's users are kept beside the log."""
+    credentials = {
+        ("old-cli", SHA256): credential_from_password(SCRAM_SHA_256, "o", 4096),
+        ("old-cli", SHA512): credential_from_password(SCRAM_SHA_512, "o", 4096),
+        ("api-one", SHA256): credential_from_password(SCRAM_SHA_256, "p", 4096),
+        ("api-both", SHA256): credential_from_password(SCRAM_SHA_256, "q", 4096),
+        ("api-both", SHA512): credential_from_password(SCRAM_SHA_512, "q", 8192),
+    }
     path = tmp_path / CREDENTIALS_FILE
-    _, payload = read_checked(path, "scram-credentials", (2,))
-    document = json.loads(payload)
-    del document["command_line_users"]
-    write_checked(path, "scram-credentials", 1, json.dumps(document).encode(), private=True)
+    write_credentials_file(path, credentials, None)
+    original = path.read_bytes()
+    with MetadataLog(tmp_path) as metadata_log:
+        migrate_older_files(LocalController(1, MetadataCache(), metadata_log), tmp_path)
+    assert not path.exists() and (tmp_path / (CREDENTIALS_FILE + ".migrated")).read_bytes() == original
+    assert (tmp_path / SASL_USERS_FILE).read_text() == "old-cli\n"
+    store = ControlledScramStore(tmp_path)
+    for (user, mechanism), credential in credentials.items():
+        assert store.lookup(user, "SCRAM-SHA-256" if mechanism == SHA256 else "SCRAM-SHA-512") == credential
 
-    migrated = ScramCredentialStore(tmp_path).configure_users([("new-cli", "n")])
+    migrated = store.configure_users([("new-cli", "n")])
     assert migrated.removed == ["old-cli"]
     assert (migrated.from_command_line, migrated.from_api) == (["new-cli"], ["api-both", "api-one"])
-    assert read_checked(path, "scram-credentials", (1, 2))[0] == 2
-    assert ScramCredentialStore(tmp_path).configure_users([]).removed == ["new-cli"]
+    assert (tmp_path / SASL_USERS_FILE).read_text() == "new-cli\n"
+    assert ControlledScramStore(tmp_path).configure_users([]).removed == ["new-cli"]
 
 
 def test_a_version_2_file_naming_a_user_without_credentials_is_refused(tmp_path: Path) -> None:
@@ -185,14 +205,29 @@ def test_a_version_2_file_naming_a_user_without_credentials_is_refused(tmp_path:
     document = {"credentials": [], "command_line_users": ["ghost"]}
     write_checked(tmp_path / CREDENTIALS_FILE, "scram-credentials", 2, json.dumps(document).encode())
     with pytest.raises(DamagedFileError, match="unreadable credentials"):
-        ScramCredentialStore(tmp_path)
+        read_credentials_file(tmp_path / CREDENTIALS_FILE)
+
+
+def test_sasl_user_writes_records_only_for_what_changed(tmp_path: Path) -> None:
+    """The same --sasl-user at every start adds nothing to the metadata log; a new password adds its records."""
+    store = ControlledScramStore(tmp_path)
+    store.configure_users([("alice", "a")])
+    with MetadataLog(tmp_path) as metadata_log:
+        end = metadata_log.end_offset
+    ControlledScramStore(tmp_path).configure_users([("alice", "a")])
+    with MetadataLog(tmp_path) as metadata_log:
+        replay = metadata_log.replay()
+        written = [r.message for b in replay.batches if b.base_offset >= end for r in b.records]
+    assert not any(isinstance(m, UserScramCredentialRecord) for m in written)
+    ControlledScramStore(tmp_path).configure_users([("alice", "a2")])
+    assert logs_in(ControlledScramStore(tmp_path), "SCRAM-SHA-512", "alice", "a2")
 
 
 def test_sasl_user_refused_by_the_api_rules_changes_nothing(tmp_path: Path) -> None:
-    ScramCredentialStore(tmp_path).configure_users([("alice", "a")])
+    ControlledScramStore(tmp_path).configure_users([("alice", "a")])
     with pytest.raises(ValueError, match="^: Username must not be empty$"):
-        ScramCredentialStore(tmp_path).configure_users([("bob", "b"), ("", "x")])
-    assert ScramCredentialStore(tmp_path).configure_users([("alice", "a")]).removed == []
+        ControlledScramStore(tmp_path).configure_users([("bob", "b"), ("", "x")])
+    assert ControlledScramStore(tmp_path).configure_users([("alice", "a")]).removed == []
 
 
 # --- the APIs on a running kbroker -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ passes each SaslAuthenticate's auth_bytes to ``evaluate_response`` and sends bac
 ``SaslAuthenticationFailed``, whose ``message`` is what Kafka answers with SASL_AUTHENTICATION_FAILED.
 
 - ``plain``: PLAIN (RFC 4616) against the ``user_<name>="<password>"`` options of the listener's JAAS config.
-- ``scram``: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677) against the stored credentials
+- ``scram``: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677) against the metadata image's credentials
   (kbroker/security/scram_credentials.py).
 - ``oauthbearer``: OAUTHBEARER (RFC 7628) with Kafka's unsecured JWS validator, for development.
 - ``jaas``: parsing a ``sasl.jaas.config`` value as Kafka's JaasConfig does.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kbroker.security.scram_credentials import ScramCredentialStore
+    from kbroker.security.scram_credentials import ScramCredentials
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
@@ -93,7 +93,7 @@ class SaslSettings:
     """One listener's SASL settings, built from its config."""
 
     plain_users: Mapping[str, str]  # PLAIN: the user_<name>="<password>" options of its PLAIN JAAS config
-    scram_credentials: ScramCredentialStore
+    scram_credentials: ScramCredentials
     oauthbearer_options: Mapping[str, str] = field(default_factory=dict)  # OAUTHBEARER JAAS options
     clock_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)  # wall clock (token times)
 

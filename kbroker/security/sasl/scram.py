@@ -18,7 +18,7 @@ differs from the user name is told as such. The unknown user fails on the client
 password on the client-final one, as in Kafka.
 
 The formatter half (``salted_password``, ``client_key``, ``stored_key``, ``server_key``, ``credential_from_*``)
-is shared with the credential store (kbroker/security/scram_credentials.py) and the admin API.
+is shared with the credentials of the metadata image (kbroker/security/scram_credentials.py) and the admin API.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from kbroker.quotas import java_hashmap_order, java_string_hash
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted
 
 if TYPE_CHECKING:
-    from kbroker.security.scram_credentials import ScramCredentialStore
+    from kbroker.security.scram_credentials import ScramCredentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +236,7 @@ class ScramSaslServer:
     def __init__(
         self,
         mechanism: ScramMechanism,
-        credentials: ScramCredentialStore,
+        credentials: ScramCredentials,
         server_nonce: Callable[[], str] = random_string,  # fixed by tests replaying RFC test vectors
     ) -> None:
         self.mechanism = mechanism.name
