@@ -180,11 +180,12 @@ def _broker_entry(
         return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
     synonyms = layers.synonyms(key.name)
     effective = layers.effective
+    described: str | None
     if effective.is_default(key.name):
-        value = None if key.null_default else key.default
+        described = None if key.null_default else key.default
     else:
-        value = effective.describe_value(key.name)
-    return value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms
+        described = effective.describe_value(key.name)
+    return described, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms
 
 
 def describe_broker_configs(
@@ -524,6 +525,23 @@ def _incremental(
     return result, None
 
 
+async def _incremental_dynamic_resource(
+    ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """IncrementalAlterConfigs of one BROKER or GROUP resource."""
+    name = resource.resource_name
+    if resource.resource_type == BROKER:
+        refused = _broker_name_problem(ctx, name)
+        if refused is not None:
+            return refused
+    current = ctx.topics.image.config(_resource_type(resource.resource_type), name)
+    merged, problem = _incremental_dynamic(current, resource.resource_type, resource.configs)
+    if merged is None:
+        assert problem is not None
+        return problem
+    return await _replace_dynamic_configs(ctx, resource.resource_type, name, merged, validate_only)
+
+
 async def handle_incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
@@ -549,18 +567,7 @@ async def handle_incremental_alter_configs(
                         ctx, resource.resource_name, merged, request.validate_only
                     )
         elif resource.resource_type in (BROKER, GROUP):
-            name = resource.resource_name
-            problem = _broker_name_problem(ctx, name) if resource.resource_type == BROKER else None
-            if problem is None:
-                current = ctx.topics.image.config(_resource_type(resource.resource_type), name)
-                merged, problem = _incremental_dynamic(current, resource.resource_type, resource.configs)
-            if problem is not None:
-                code, message = problem
-            else:
-                assert merged is not None
-                code, message = await _replace_dynamic_configs(
-                    ctx, resource.resource_type, name, merged, request.validate_only
-                )
+            code, message = await _incremental_dynamic_resource(ctx, resource, request.validate_only)
         elif resource.resource_type == BROKER_LOGGER:
             code, message = ErrorCode.INVALID_REQUEST, _BROKER_LOGGERS
         else:
