@@ -28,6 +28,7 @@ from kbroker.durable.files import (
     write_atomically,
     write_offset_file,
 )
+from kbroker.dynamic_config import DynamicBrokerConfig
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.timers import CoordinatorTimers
@@ -99,6 +100,8 @@ class Broker:
             self.metadata = MetadataCache()
             self.controller = self._open_controller(durable=logs is None)
             self.register(listeners or [Listener("PLAINTEXT", advertised.host, advertised.port, 0)])
+            # The effective settings: the static config with the image's dynamic broker configs over it.
+            self.dynamic_config = DynamicBrokerConfig(config, self.node_id, self.metadata.image)
             # Where reopened logs' high watermarks start (a damaged file stops start-up, see kbroker/replication).
             high_watermarks = read_high_watermarks(data_dir)
             # ``logs``: a store given by the caller (one kept in memory, in unit tests); files in data_dir by default.
@@ -107,8 +110,17 @@ class Broker:
                     TopicInfo(topic.name, topic.topic_id, len(topic.partitions), dict(self._topic_configs(topic.name)))
                     for topic in self.metadata.image.topics.by_id.values()
                 ]
-                logs = LogManager(data_dir, config.topic_defaults(), catalog=catalog, high_watermarks=high_watermarks)
+                logs = LogManager(
+                    data_dir,
+                    self.dynamic_config.current.topic_defaults(),
+                    catalog=catalog,
+                    high_watermarks=high_watermarks,
+                )
+            else:
+                logs.set_topic_defaults(self.dynamic_config.current.topic_defaults())
             self.logs = logs
+            self.metadata.subscribe(self.dynamic_config.publish)
+            self.dynamic_config.listeners.append(lambda current: self.logs.set_topic_defaults(current.topic_defaults()))
             # The replica layer between handlers and logs: each replica's role and leader epoch are the image's,
             # read as its log opens and changed by each delta (the first subscriber: roles change before the
             # topic service deletes a removed topic's logs).
@@ -233,6 +245,7 @@ class Broker:
             assignors=self.config["group.consumer.assignors"].split(","),
             classic=self.groups,
             runtime=self.coordinator_timers,
+            group_configs=lambda group_id: self.metadata.image.config(ConfigResourceType.GROUP, group_id),
         )
 
     @cached_property

@@ -90,7 +90,9 @@ def parse_properties(text: str, source: str = "config") -> dict[str, str]:
 class BrokerConfig:
     """Validated broker settings; ``config["log.segment.bytes"]`` gives the typed value."""
 
-    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+    def __init__(self, values: Mapping[str, str] | None = None, *, warn: bool = True) -> None:
+        """``warn``: log each accepted-but-not-applied setting (off when the dynamic layers rebuild the view)."""
+        self._warn = warn
         self._raw: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         self.listener_settings: dict[str, str] = {}  # LISTENER_KEYS as given
@@ -117,7 +119,7 @@ class BrokerConfig:
                 errors.append(f"{name}={text.strip()} is not supported: {refused}")
                 continue
             warning = registry.warning_for(key, value)
-            if warning is not None:
+            if warning is not None and warn:
                 log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
             self._values[name] = value
             self._raw[name] = text.strip()
@@ -173,7 +175,7 @@ class BrokerConfig:
             if refused is not None:
                 return f"{name}={text.strip()} is not supported: {refused}"
             warning = registry.warning_for(definition, value)
-            if warning is not None:
+            if warning is not None and self._warn:
                 log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
         scoped = f"{mechanism.upper()}.{key}" if mechanism else key
         self.listener_overrides.setdefault(listener.upper(), {})[scoped] = value
@@ -217,6 +219,13 @@ class BrokerConfig:
             name, _, value = item.partition("=")
             values[name.strip()] = value
         return cls(values)
+
+    def with_dynamic(self, dynamic: Mapping[str, str]) -> BrokerConfig:
+        """These settings with ``dynamic`` (already validated) set over them: the broker's effective config once
+        dynamic broker configs apply, derived settings (log.retention.ms from .hours, ...) worked out again."""
+        if not dynamic:
+            return self
+        return BrokerConfig({**self._raw, **dynamic}, warn=False)
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]

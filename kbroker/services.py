@@ -16,7 +16,7 @@ import logging
 import subprocess
 import sys
 import time
-from functools import cached_property
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -29,6 +29,7 @@ from kbroker.storage.swap import SegmentSwapInterrupted
 from protocol.errors import KafkaError
 
 if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
     from kbroker.storage.cleaner import CleanableSection, CleanerCheckpoints, CleanerSettings, CleanJob, JobResult
 
 log = logging.getLogger("kbroker")
@@ -213,21 +214,27 @@ class LogCleanerService:
     The cleaner's code (kbroker/storage/cleaner.py) and its checkpoint file are loaded by the first pass that has
     a compacted partition to look at, not at start-up."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, settings_source: Callable[[], BrokerConfig] | None = None) -> None:
+        """``settings_source``: the broker's settings as they are now (default: its static config)."""
         self.broker = broker
+        self.settings_source = settings_source if settings_source is not None else lambda: broker.config
         self.enabled: bool = broker.config["log.cleaner.enable"]
-        self.backoff_seconds: float = broker.config["log.cleaner.backoff.ms"] / 1000
         self.checkpoints: CleanerCheckpoints | None = None  # read at the first pass with a compacted partition
         self.uncleanable: dict[tuple[str, int], str] = {}
         self.passes = 0  # completed passes, for tests and status
         self.worker: trio.Process | None = None  # the cleaner's worker process, from the first pass on
         self.failures = TickFailures("log-cleaner")
 
-    @cached_property
+    @property
+    def backoff_seconds(self) -> float:
+        return float(self.settings_source()["log.cleaner.backoff.ms"]) / 1000
+
+    @property
     def settings(self) -> CleanerSettings:
+        """The log.cleaner.* settings as they are now (dynamic broker configs change them between passes)."""
         from kbroker.storage.cleaner import CleanerSettings
 
-        config = self.broker.config
+        config = self.settings_source()
         return CleanerSettings(
             enabled=self.enabled,
             dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
@@ -425,5 +432,5 @@ def background_services(broker: Broker) -> list[tuple[str, Service]]:
         ("high-watermark-checkpoint", broker.replicas),  # replication-offset-checkpoint (kbroker/replication)
         ("coordinator-timers", broker.coordinator_timers),
         ("offset-expiry", OffsetExpiryService(broker)),
-        ("log-cleaner", LogCleanerService(broker)),
+        ("log-cleaner", LogCleanerService(broker, lambda: broker.dynamic_config.current)),
     ]

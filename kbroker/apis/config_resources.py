@@ -3,8 +3,8 @@
 Version 0 was ListClientMetricsResources (KIP-714) and lists only client metrics subscriptions: kbroker has
 none, so its answer is empty. Version 1 lists the resources of the types asked for (none: every type), as Kafka
 4.3 does: the broker's logger and the broker itself (named by node id), then every topic. Client metrics
-subscriptions and group config overrides are valid types with nothing to list: kbroker has neither (Kafka lists
-only groups with config overrides, so an unconfigured Kafka answers the same). A type that is not a config
+subscriptions are a valid type with nothing to list (kbroker has none); groups are listed when they have config
+overrides, as Kafka lists them. A type that is not a config
 resource type (UNKNOWN, ANY, the ACL-only types, ...) fails the request with UNSUPPORTED_VERSION, Kafka's answer.
 As Kafka 4.3, every version needs DESCRIBE_CONFIGS on the cluster first (else CLUSTER_AUTHORIZATION_FAILED).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kbroker.apis.configs import BROKER, BROKER_LOGGER, TOPIC
 from kbroker.apis.context import RequestContext
+from kbroker.metadata.image import ConfigResourceType
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_config_resources_request import ListConfigResourcesRequest
@@ -45,4 +46,10 @@ async def handle_list_config_resources(
         resources.append(Resource(resource_name=node, resource_type=BROKER))
     if TOPIC in wanted:
         resources += [Resource(resource_name=info.name, resource_type=TOPIC) for info in ctx.topics.all()]
+    if GROUP in wanted:  # the groups with config overrides (ConfigRecords on GROUP resources), as Kafka
+        resources += [
+            Resource(resource_name=name, resource_type=GROUP)
+            for kind, name in ctx.topics.image.configs
+            if kind == ConfigResourceType.GROUP
+        ]
     return ListConfigResourcesResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, config_resources=resources)

@@ -1,7 +1,8 @@
-"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for topics and the broker.
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for topics, the broker and groups.
 
-Topic overrides are persisted with the topic. Broker settings are static (from the config file and
---override) and reported read-only: dynamic broker configuration is in the unsupported-features ledger.
+Topic overrides, dynamic broker configs (this broker's, by its id, and the cluster-wide default, by "") and group
+configs are ConfigRecords in the metadata image, changed through the controller (kbroker/dynamic_config.py has
+what may change and how the layers make a broker's effective settings).
 
 Authorization as Kafka's: describing needs DESCRIBE_CONFIGS, altering ALTER_CONFIGS, on the topic (else
 TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not), on the cluster for the broker and its loggers (else
@@ -11,12 +12,24 @@ answers the refused resources after the others.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
 from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef
+from kbroker.dynamic_config import (
+    APPLIED_DYNAMIC_KEYS,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    GROUP_CONFIG,
+    GROUP_KEYS,
+    BrokerConfigLayers,
+    broker_configs_problem,
+    group_configs_problem,
+    warn_unapplied_broker,
+)
+from kbroker.metadata.image import ConfigResourceType
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import validate_topic_name
 from kbroker.topic_config import TOPIC_CONFIG_DOCS, TOPIC_CONFIG_KEYS, validate_topic_configs, warn_unapplied
@@ -31,7 +44,6 @@ from protocol.messages.incremental_alter_configs_response import IncrementalAlte
 if TYPE_CHECKING:
     from kbroker.apis.context import Cluster
     from kbroker.broker import Endpoint
-    from kbroker.config import BrokerConfig
 
 TOPIC = 2
 BROKER = 4
@@ -93,16 +105,21 @@ class ConfigEntry:
     documentation: str | None = None
 
 
+def broker_layers(ctx: RequestContext) -> BrokerConfigLayers:
+    """This broker's settings by source, as the newest metadata image has its dynamic configs."""
+    return BrokerConfigLayers.of(ctx.config, ctx.topics.image, ctx.cluster.node_id)
+
+
 def describe_topic_configs(
-    config: BrokerConfig,
+    layers: BrokerConfigLayers,
     overrides: dict[str, str],
     include_synonyms: bool,
     keys: list[str] | None = None,
     include_documentation: bool = False,
 ) -> list[ConfigEntry]:
-    """Each topic config as Kafka describes it: the topic's override, else the broker's static setting of its
-    synonym, else the default (the broker's for a kbroker broker setting, Kafka's otherwise). A synonym whose
-    default Kafka leaves null (log.retention.ms, log.roll.ms, log.flush.interval.ms) is listed only when set."""
+    """Each topic config as Kafka describes it: the topic's override, else the broker's setting of its synonym
+    (dynamic for this broker, dynamic default, static), else the default (the broker's for a kbroker broker
+    setting, Kafka's otherwise). Synonyms as Kafka lists them (``BrokerConfigLayers.synonyms``)."""
     entries = []
     for key in TOPIC_CONFIG_KEYS.values():
         if keys is not None and key.name not in keys:
@@ -113,11 +130,8 @@ def describe_topic_configs(
         synonym = key.broker_synonym
         broker_key = BROKER_DEFS.get(synonym) if synonym is not None else None
         if broker_key is not None:
-            if not config.is_default(broker_key.name):
-                synonyms.append((broker_key.name, config.describe_value(broker_key.name), STATIC_BROKER_CONFIG))
-            if not broker_key.null_default:
-                synonyms.append((broker_key.name, broker_key.default, DEFAULT_CONFIG))
-            default = config.describe_value(broker_key.name)  # derived (log.retention.hours) if unset
+            synonyms += layers.synonyms(broker_key.name)
+            default = layers.effective.describe_value(broker_key.name)  # derived (log.retention.hours) if unset
         else:
             default = key.default
         value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, DEFAULT_CONFIG)
@@ -135,10 +149,6 @@ def describe_topic_configs(
     return entries
 
 
-# Settings Kafka requires, so it lists no default synonym for them; kbroker has defaults of its own.
-REQUIRED_IN_KAFKA = frozenset({"node.id"})
-
-
 def _listener(endpoint: Endpoint) -> str:
     return f"PLAINTEXT://{endpoint.host}:{endpoint.port}"
 
@@ -148,7 +158,7 @@ def _listeners(endpoints: list[tuple[str, Endpoint]]) -> str:
 
 
 def _broker_entry(
-    config: BrokerConfig, cluster: Cluster, key: ConfigDef
+    layers: BrokerConfigLayers, cluster: Cluster, key: ConfigDef
 ) -> tuple[str | None, int, list[tuple[str, str | None, int]]]:
     """(value, source, synonyms) of one broker setting. Where the broker listens, what it advertises and its
     data directory are reported as they are, however they were given (config file, command line, fixture)."""
@@ -168,38 +178,90 @@ def _broker_entry(
     if key.name == "log.dirs":
         value = str(cluster.data_dir)
         return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG)]
-    no_default = key.null_default or key.name in REQUIRED_IN_KAFKA
-    default_synonyms: list[tuple[str, str | None, int]] = (
-        [] if no_default else [(key.name, key.default, DEFAULT_CONFIG)]
-    )
-    if config.is_default(key.name):
-        return (None if key.null_default else key.default), DEFAULT_CONFIG, default_synonyms
-    value = config.describe_value(key.name)
-    return value, STATIC_BROKER_CONFIG, [(key.name, value, STATIC_BROKER_CONFIG), *default_synonyms]
+    synonyms = layers.synonyms(key.name)
+    effective = layers.effective
+    described: str | None
+    if effective.is_default(key.name):
+        described = None if key.null_default else key.default
+    else:
+        described = effective.describe_value(key.name)
+    return described, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms
 
 
 def describe_broker_configs(
-    config: BrokerConfig,
+    layers: BrokerConfigLayers,
     cluster: Cluster,
     include_synonyms: bool,
     keys: list[str] | None,
     include_documentation: bool = False,
 ) -> list[ConfigEntry]:
-    """Every broker setting kbroker has, read-only: kbroker's broker settings are static (UNSUPPORTED.md)."""
+    """Every broker setting kbroker has; those kbroker changes at run time (dynamic broker configs) are not
+    read-only. Kafka lists more (UNSUPPORTED.md)."""
     entries = []
     for key in DESCRIBED_BROKER_DEFS.values():
         if keys is not None and key.name not in keys:
             continue
-        value, source, synonyms = _broker_entry(config, cluster, key)
+        value, source, synonyms = _broker_entry(layers, cluster, key)
         entries.append(
             ConfigEntry(
                 name=key.name,
                 value=value,
                 config_source=source,
-                read_only=True,
+                read_only=key.name not in APPLIED_DYNAMIC_KEYS,
                 config_type=CONFIG_TYPES[key.type_name],
                 synonyms=synonyms if include_synonyms else [],
                 documentation=key.doc if include_documentation else None,
+            )
+        )
+    return entries
+
+
+def describe_default_broker_configs(
+    layers: BrokerConfigLayers, include_synonyms: bool, keys: list[str] | None, include_documentation: bool = False
+) -> list[ConfigEntry]:
+    """The cluster-wide dynamic default (the BROKER resource ""): only what is set there, as Kafka lists it."""
+    entries = []
+    for name, value in layers.default.items():
+        if keys is not None and name not in keys:
+            continue
+        key = BROKER_DEFS.get(name)
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=value,
+                config_source=DYNAMIC_DEFAULT_BROKER_CONFIG,
+                read_only=name not in APPLIED_DYNAMIC_KEYS,
+                config_type=CONFIG_TYPES[key.type_name] if key is not None else 0,
+                synonyms=layers.synonyms(name, per_broker=False) if include_synonyms else [],
+                documentation=key.doc if include_documentation and key is not None else None,
+            )
+        )
+    return entries
+
+
+def describe_group_configs(
+    layers: BrokerConfigLayers,
+    configs: Mapping[str, str],
+    include_synonyms: bool,
+    keys: list[str] | None,
+) -> list[ConfigEntry]:
+    """The group configs kbroker's consumer group coordinator honours: the group's, else the broker's default."""
+    entries = []
+    for key in GROUP_KEYS.values():
+        if keys is not None and key.name not in keys:
+            continue
+        synonyms: list[tuple[str, str | None, int]] = []
+        if key.name in configs:
+            synonyms.append((key.name, configs[key.name], GROUP_CONFIG))
+        synonyms += layers.synonyms(key.broker_default)
+        entries.append(
+            ConfigEntry(
+                name=key.name,
+                value=synonyms[0][1] if synonyms else None,
+                config_source=synonyms[0][2] if synonyms else DEFAULT_CONFIG,
+                read_only=False,
+                config_type=CONFIG_TYPES["INT"],
+                synonyms=synonyms if include_synonyms else [],
             )
         )
     return entries
@@ -237,16 +299,24 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
                 result.error_message = f"Topic {resource.resource_name} does not exist."
                 continue
             entries = describe_topic_configs(
-                ctx.config, info.configs, request.include_synonyms, keys, request.include_documentation
+                broker_layers(ctx), info.configs, request.include_synonyms, keys, request.include_documentation
             )
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(ctx.cluster.node_id)):
                 result.error_code = ErrorCode.INVALID_REQUEST
                 result.error_message = f"Unexpected broker id, expected {ctx.cluster.node_id} or empty string"
                 continue
-            entries = describe_broker_configs(
-                ctx.config, ctx.cluster, request.include_synonyms, keys, request.include_documentation
-            )
+            if resource.resource_name == "":
+                entries = describe_default_broker_configs(
+                    broker_layers(ctx), request.include_synonyms, keys, request.include_documentation
+                )
+            else:
+                entries = describe_broker_configs(
+                    broker_layers(ctx), ctx.cluster, request.include_synonyms, keys, request.include_documentation
+                )
+        elif resource.resource_type == GROUP:
+            group_configs = ctx.topics.image.config(ConfigResourceType.GROUP, resource.resource_name)
+            entries = describe_group_configs(broker_layers(ctx), group_configs, request.include_synonyms, keys)
         elif resource.resource_type == BROKER_LOGGER:
             entries = []
         else:
@@ -289,7 +359,93 @@ async def _apply_topic_configs(
     return ErrorCode.NONE, None
 
 
-_BROKER_STATIC = "Dynamic broker configuration is not supported by kbroker; set it in the config file."
+_BROKER_LOGGERS = "Broker loggers cannot be changed on kbroker (its logging is configured at start-up)."
+
+
+def _broker_name_problem(ctx: RequestContext, name: str) -> tuple[ErrorCode, str] | None:
+    """Kafka's ConfigAdminManager check of a BROKER resource name: empty (the cluster default) or this node."""
+    if name == "":
+        return None
+    try:
+        node = int(name)
+    except ValueError:
+        return ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+    if node != ctx.cluster.node_id:
+        return ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.cluster.node_id}, but received {name}"
+    return None
+
+
+def _resource_type(resource_type: int) -> ConfigResourceType:
+    return ConfigResourceType.BROKER if resource_type == BROKER else ConfigResourceType.GROUP
+
+
+async def _replace_dynamic_configs(
+    ctx: RequestContext, resource_type: int, name: str, configs: dict[str, str], validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """Validate a BROKER or GROUP resource's configs as they would be and, unless ``validate_only``, make them
+    so through the controller (ConfigRecords: set what changed, remove what is gone)."""
+    if resource_type == BROKER:
+        problem = _broker_name_problem(ctx, name) or broker_configs_problem(configs)
+    elif name == "":
+        problem = ErrorCode.INVALID_REQUEST, "Default group resources are not allowed."
+    else:
+        problem = group_configs_problem(ctx.config, configs)
+    if problem is not None:
+        return problem
+    if validate_only:
+        return ErrorCode.NONE, None
+    kind = _resource_type(resource_type)
+    current = ctx.topics.image.config(kind, name)
+    changes: dict[str, str | None] = {key: None for key in current if key not in configs}
+    changes.update(configs)
+    try:
+        await ctx.topics.controller.alter_configs(kind, name, changes)
+    except KafkaError as exc:
+        return exc.code, exc.message
+    if resource_type == BROKER:
+        warn_unapplied_broker(f"broker {name}" if name else "cluster default", configs)
+    return ErrorCode.NONE, None
+
+
+def _list_type(resource_type: int, name: str) -> bool | None:
+    """Whether a BROKER or GROUP config is a list (APPEND and SUBTRACT apply); None if unknown."""
+    if resource_type == BROKER:
+        key = BROKER_DEFS.get(name)
+        return None if key is None else key.type_name == "LIST"
+    return False if name in GROUP_KEYS else None
+
+
+def _incremental_dynamic(
+    current: Mapping[str, str], resource_type: int, ops: list[IncrementalAlterConfigsRequest.AlterableConfig]
+) -> tuple[dict[str, str] | None, tuple[ErrorCode, str] | None]:
+    """A BROKER or GROUP resource's configs after ``ops``, as Kafka's ConfigAdminManager.prepareIncrementalConfigs
+    works them out; or the error refusing them."""
+    result = dict(current)
+    nulls = [op.name for op in ops if op.config_operation != DELETE and op.value is None]
+    if nulls:
+        return None, (ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+    for op in ops:
+        if op.config_operation == SET:
+            result[op.name] = op.value or ""
+        elif op.config_operation == DELETE:
+            result.pop(op.name, None)
+        elif op.config_operation in (APPEND, SUBTRACT):
+            is_list = _list_type(resource_type, op.name)
+            verb = "append" if op.config_operation == APPEND else "subtract"
+            if is_list is None:
+                return None, (ErrorCode.INVALID_CONFIG, f"Unknown config name: {op.name}")
+            if not is_list:
+                return None, (ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {op.name}")
+            items = [v for v in result.get(op.name, "").split(",") if v]
+            changes = [v for v in (op.value or "").split(",") if v]
+            if op.config_operation == APPEND:
+                items += [v for v in changes if v not in items]
+            else:
+                items = [v for v in items if v not in changes]
+            result[op.name] = ",".join(items)
+        else:
+            return None, (ErrorCode.INVALID_REQUEST, f"Unknown operations type {op.config_operation}")
+    return result, None
 
 
 def _alter_refusal(refusal: tuple[ErrorCode, str]) -> tuple[ErrorCode, str | None]:
@@ -313,8 +469,20 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
             else:
                 configs = {c.name: c.value for c in resource.configs if c.value is not None}
                 code, message = await _apply_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
-        elif resource.resource_type in (BROKER, BROKER_LOGGER):
-            code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
+        elif resource.resource_type in (BROKER, GROUP):
+            names = [c.name for c in resource.configs]
+            nulls = [c.name for c in resource.configs if c.value is None]
+            if len(names) != len(set(names)):
+                code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
+            elif nulls:
+                code, message = ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
+            else:
+                configs = {c.name: c.value for c in resource.configs if c.value is not None}
+                code, message = await _replace_dynamic_configs(
+                    ctx, resource.resource_type, resource.resource_name, configs, request.validate_only
+                )
+        elif resource.resource_type == BROKER_LOGGER:
+            code, message = ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}"
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
         responses.append(
@@ -357,6 +525,23 @@ def _incremental(
     return result, None
 
 
+async def _incremental_dynamic_resource(
+    ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """IncrementalAlterConfigs of one BROKER or GROUP resource."""
+    name = resource.resource_name
+    if resource.resource_type == BROKER:
+        refused = _broker_name_problem(ctx, name)
+        if refused is not None:
+            return refused
+    current = ctx.topics.image.config(_resource_type(resource.resource_type), name)
+    merged, problem = _incremental_dynamic(current, resource.resource_type, resource.configs)
+    if merged is None:
+        assert problem is not None
+        return problem
+    return await _replace_dynamic_configs(ctx, resource.resource_type, name, merged, validate_only)
+
+
 async def handle_incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
@@ -381,8 +566,10 @@ async def handle_incremental_alter_configs(
                     code, message = await _apply_topic_configs(
                         ctx, resource.resource_name, merged, request.validate_only
                     )
-        elif resource.resource_type in (BROKER, BROKER_LOGGER):
-            code, message = ErrorCode.INVALID_REQUEST, _BROKER_STATIC
+        elif resource.resource_type in (BROKER, GROUP):
+            code, message = await _incremental_dynamic_resource(ctx, resource, request.validate_only)
+        elif resource.resource_type == BROKER_LOGGER:
+            code, message = ErrorCode.INVALID_REQUEST, _BROKER_LOGGERS
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
         responses.append(

@@ -51,7 +51,7 @@ def _check_assignments(topic: CreateTopicsRequest.CreatableTopic) -> tuple[Error
 
 
 async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
-    from kbroker.apis.configs import describe_topic_configs  # configs imports topic helpers
+    from kbroker.apis.configs import broker_layers, describe_topic_configs  # configs imports topic helpers
 
     counts = Counter(topic.name for topic in request.topics)
     default_partitions = ctx.config["num.partitions"]
@@ -158,7 +158,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 config_source=entry.config_source,
                 is_sensitive=False,
             )
-            for entry in describe_topic_configs(ctx.config, configs, include_synonyms=False)
+            for entry in describe_topic_configs(broker_layers(ctx), configs, include_synonyms=False)
         ]
     return CreateTopicsResponse(throttle_time_ms=0, topics=results + refused)
 

@@ -219,7 +219,12 @@ class ConsumerGroupCoordinator:
         classic: OtherGroupKinds | None = None,
         clock: Callable[[], float] = trio.current_time,
         runtime: CoordinatorTimers | None = None,
+        group_configs: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
+        """``session_timeout_ms``, ``heartbeat_interval_ms``: the broker's defaults; ``group_configs`` gives a
+        group's own configs (Kafka's GroupConfig: consumer.session.timeout.ms, consumer.heartbeat.interval.ms),
+        read at each heartbeat so a change applies at the member's next one, as in Kafka."""
+        self.group_configs = group_configs
         self.groups: dict[str, ConsumerGroup] = {}
         self._topics = topics
         self.session_timeout_ms = session_timeout_ms
@@ -233,6 +238,14 @@ class ConsumerGroupCoordinator:
         # The timer service that ticks this coordinator; without one (unit tests) the caller calls tick().
         self.runtime = runtime if runtime is not None else CoordinatorTimers()
         self.runtime.register(self)
+
+    def _group_setting(self, group_id: str, name: str) -> int:
+        """A group's session timeout or heartbeat interval: its group config, else the broker's default."""
+        if self.group_configs is not None:
+            value = self.group_configs(group_id).get(name)
+            if value is not None and value.strip().isdigit():  # validated when set (kbroker/dynamic_config.py)
+                return int(value)
+        return self.session_timeout_ms if name == "consumer.session.timeout.ms" else self.heartbeat_interval_ms
 
     # --- the heartbeat --------------------------------------------------------------------------------
 
@@ -509,7 +522,7 @@ class ConsumerGroupCoordinator:
 
         # 3. Reconcile this member towards its target.
         self._reconcile(group, member, owned, now)
-        member.session_deadline = now + self.session_timeout_ms / 1000
+        member.session_deadline = now + self._group_setting(group_id, "consumer.session.timeout.ms") / 1000
         self.runtime.wake(at=member.session_deadline)
 
         full_request = joining or (
@@ -518,7 +531,7 @@ class ConsumerGroupCoordinator:
         return HeartbeatResult(
             member_id=member.member_id,
             member_epoch=member.member_epoch,
-            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            heartbeat_interval_ms=self._group_setting(group_id, "consumer.heartbeat.interval.ms"),
             assignment=_copy(member.assigned) if full_request or member.assigned != before else None,
         )
 

@@ -483,6 +483,21 @@ class LogManager:
         self._save_topics()
         return info
 
+    def set_topic_defaults(self, topic_defaults: dict[str, str]) -> None:
+        """New broker-level defaults (dynamic broker configs): every open partition without an override of a
+        changed key takes the new value at once."""
+        if topic_defaults == self.topic_defaults:
+            return
+        self.topic_defaults = dict(topic_defaults)
+        configs: dict[str, LogConfig] = {}
+        for (name, _), plog in self._partitions.items():
+            info = self._topics.get(name)
+            if info is None:
+                continue
+            if name not in configs:
+                configs[name] = self.log_config(info)
+            plog.update_config(configs[name])
+
     def alter_topic_config(self, name: str, configs: dict[str, str]) -> TopicInfo:
         """Replace the topic's config overrides; takes effect on its open partitions at once."""
         info = self._topics[name]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kbroker.config import KEYS, BrokerConfig
+from kbroker.dynamic_config import APPLIED_DYNAMIC_KEYS
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.messages.create_topics_request import CreateTopicsRequest
@@ -37,7 +38,7 @@ def _synonyms(entry: DescribeConfigsResponse.DescribeConfigsResourceResult) -> l
 
 
 def test_every_broker_config_has_kafkas_type(broker: RunningBroker) -> None:
-    configs = _describe(broker.bootstrap, BROKER, "")
+    configs = _describe(broker.bootstrap, BROKER, "0")
     assert set(configs) == set(KEYS)
     assert all(entry.config_type != 0 for entry in configs.values())  # never UNKNOWN
     types = {name: configs[name].config_type for name in ("node.id", "auto.create.topics.enable", "log.retention.ms")}
@@ -57,12 +58,15 @@ def test_listeners_and_data_directory_are_reported_as_they_are(broker: RunningBr
     ]
     assert _synonyms(configs["advertised.listeners"]) == [("advertised.listeners", address, STATIC)]
     assert configs["log.dirs"].value == str(broker.broker.data_dir)
-    assert all(entry.read_only for entry in configs.values())  # no dynamic broker configs
+    # What kbroker changes at run time (dynamic broker configs) is writable; listeners need a restart.
+    writable = {name for name, entry in configs.items() if not entry.read_only}
+    assert writable == APPLIED_DYNAMIC_KEYS & set(KEYS)
+    assert "message.max.bytes" in writable and "listeners" not in writable
 
 
 def test_static_settings_list_their_default_as_a_synonym(broker_factory: Callable[..., RunningBroker]) -> None:
     broker = broker_factory({"num.partitions": "3", "log.retention.hours": "2", "auto.create.topics.enable": "False"})
-    configs = _describe(broker.bootstrap, BROKER, "")
+    configs = _describe(broker.bootstrap, BROKER, "0")
     assert _synonyms(configs["num.partitions"]) == [("num.partitions", "3", STATIC), ("num.partitions", "1", DEFAULT)]
     assert _synonyms(configs["auto.create.topics.enable"]) == [
         ("auto.create.topics.enable", "false", STATIC),
@@ -81,7 +85,7 @@ def test_documentation_only_when_asked(broker: RunningBroker) -> None:
     with WireClient(broker.bootstrap) as client:
         topic = CreateTopicsRequest.CreatableTopic(name="documented", num_partitions=1, replication_factor=1)
         assert client.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7).topics[0].error_code == 0
-    for resource_type, name in ((BROKER, ""), (TOPIC, "documented")):
+    for resource_type, name in ((BROKER, "0"), (TOPIC, "documented")):
         assert all(e.documentation is None for e in _describe(broker.bootstrap, resource_type, name).values())
         documented = _describe(broker.bootstrap, resource_type, name, documentation=True).values()
         assert all(e.documentation for e in documented)

@@ -104,13 +104,6 @@ def test_broker_configs(cli: Cli, cluster: str, kind: str) -> None:
     assert by_name["num.partitions"] == entry("num.partitions", "1", "DEFAULT_CONFIG", read_only=True)
 
     altered = cli("configs", "alter", "--broker", "--set", "log.cleaner.threads=2", "--bootstrap", cluster)
-    if kind == "kbroker":  # kbroker/UNSUPPORTED.md: broker configs are static
-        assert (altered.exit_code, altered.stdout) == (1, "")
-        assert altered.stderr == (
-            "kbroker configs: INVALID_REQUEST (42): Dynamic broker configuration is not supported by kbroker; "
-            "set it in the config file.\n"
-        )
-        return
     assert (altered.exit_code, altered.stdout) == (0, f"Completed updating config for broker {broker_id}.\n")
 
     def dynamic_configs() -> list[dict[str, object]]:

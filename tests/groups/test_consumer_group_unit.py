@@ -236,6 +236,24 @@ def test_a_silent_member_expires_after_the_session_timeout() -> None:
     assert (after.member_epoch, after.assignment) == (3, {T1: set(range(6))})
 
 
+def test_a_group_config_sets_the_groups_session_timeout_and_heartbeat_interval() -> None:
+    h = Harness()
+    configs = {"g": {"consumer.session.timeout.ms": "50000", "consumer.heartbeat.interval.ms": "6000"}}
+    h.coordinator.group_configs = lambda group_id: configs.get(group_id, {})
+    assert h.join("m1").heartbeat_interval_ms == 6000
+    h.clock.advance(49)
+    h.coordinator.tick()
+    assert set(h.group.members) == {"m1"}  # past the broker's 45 s, within the group's 50 s
+    h.clock.advance(1)
+    h.coordinator.tick()
+    assert set(h.group.members) == set()
+    del configs["g"]  # a removed group config: the broker's defaults again, from the next heartbeat
+    assert h.join("m2").heartbeat_interval_ms == 5000
+    h.clock.advance(SESSION_MS / 1000)
+    h.coordinator.tick()
+    assert set(h.group.members) == set()
+
+
 def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced() -> None:
     h = Harness()
     h.join("m1")
