@@ -14,7 +14,8 @@ has: like Kafka's, its answers for a missing group, a group with members or a re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
@@ -397,13 +398,56 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     return DescribeGroupsResponse(throttle_time_ms=0, groups=refused + described)
 
 
+def _java_string_hash(text: str) -> int:
+    utf16 = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(utf16), 2):
+        h = (31 * h + int.from_bytes(utf16[i : i + 2], "big")) & 0xFFFFFFFF
+    return h
+
+
+def _kafka_delete_order(ctx: RequestContext, answers: list[tuple[str, ErrorCode]]) -> list[tuple[str, ErrorCode]]:
+    """DeleteGroups' results in Kafka 4.4's order: by coordinator partition as a java.util.HashMap of
+    TopicPartition iterates (bucket of its hash, 31 * (31 + partition) + the topic's String hash, with the high
+    half folded in, over a capacity of 16 doubled while more than 3/4 full; insertion order within a bucket), and
+    within a partition as a HashMap of the group ids iterates (the share-group and streams steps before the shard
+    collect every group's answer by id)."""
+    by_partition: dict[int, list[tuple[str, ErrorCode]]] = {}
+    for answer in answers:
+        by_partition.setdefault(ctx.groups.offsets.partition_for(answer[0]), []).append(answer)
+    topic_hash = _java_string_hash(OFFSETS_TOPIC)
+    ordered: list[tuple[str, ErrorCode]] = []
+    for partition in _hash_map_order(by_partition, lambda p: 31 * (31 + p) + topic_hash):
+        ordered += _hash_map_order(by_partition[partition], lambda a: _java_string_hash(a[0]))
+    return ordered
+
+
+_T = TypeVar("_T")
+
+
+def _hash_map_order(keys: Iterable[_T], java_hash: Callable[[_T], int]) -> list[_T]:
+    """``keys`` in the order a java.util.HashMap filled with them in this order iterates them: by bucket (the
+    hash with its high half folded in, modulo a capacity of 16 doubled while more than 3/4 full), then in order
+    of insertion within a bucket."""
+    items = list(keys)
+    capacity = 16
+    while len(items) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: _T) -> int:
+        h = java_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(items, key=bucket)  # stable: insertion order within a bucket
+
+
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     allowed = [g for g in request.groups_names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, g)]
     refused = [g for g in dict.fromkeys(request.groups_names) if g not in set(allowed)]
     codes = ctx.groups.delete_groups(allowed)
     results = [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
-        for group_id, code in zip(allowed, codes, strict=True)
+        for group_id, code in _kafka_delete_order(ctx, list(zip(allowed, codes, strict=True)))
     ]
     results += [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
