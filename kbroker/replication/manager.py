@@ -224,7 +224,8 @@ class ReplicaManager:
 
     async def send_isr_changes(self) -> None:
         """Send every ISR change proposed so far to the controller, one at a time. A refused one is logged and
-        dropped (the partition keeps its registered ISR and proposes again when it still needs to)."""
+        dropped (the partition keeps its registered ISR and proposes again when it still needs to). The
+        controller publishes an accepted one before it answers, so its registration is applied by then."""
         self._proposed = trio.Event()
         assert self._alter_partition is not None or not self._proposals
         while self._proposals:
@@ -244,7 +245,8 @@ class ReplicaManager:
                     exc.code.name,
                     exc.message,
                 )
-                partition.isr_change_failed(proposal)
+            finally:
+                partition.isr_change_ended(proposal)
 
     async def _propagate_isr_changes(self) -> None:
         """Send ISR changes as they are proposed, and look for lagging followers every half lag time."""

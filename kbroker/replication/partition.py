@@ -334,9 +334,10 @@ class Partition:
         self._propose(tuple(broker_id for broker_id in self.isr if broker_id not in lagging))
         return True
 
-    def isr_change_failed(self, proposal: IsrProposal) -> None:
-        """The controller refused ``proposal``: the ISR stays the registered one, and the next fetch or check
-        may propose again."""
+    def isr_change_ended(self, proposal: IsrProposal) -> None:
+        """The controller answered ``proposal``: no longer in flight. Its registration, if it made one, was applied
+        already; refused (or changing nothing), the ISR stays the registered one and the next fetch or check may
+        propose again."""
         if self.pending_isr is proposal:
             self.pending_isr = None
 

@@ -344,6 +344,8 @@ def test_the_controller_checks_isr_changes_as_kafkas_does(broker: Broker) -> Non
         assert await alter() == ErrorCode.NONE
         assert registration(broker, "t") == PartitionRegistration((NODE, OTHER), (NODE,), NODE, 0, 1)
         assert await alter() == ErrorCode.INVALID_UPDATE_VERSION  # partition epoch 0 is gone
+        assert await alter(partition_epoch=1) == ErrorCode.NONE  # the ISR it has already: no record
+        assert registration(broker, "t").partition_epoch == 1
         change_partition(broker, "t", 0, leader=OTHER)
         change_partition(broker, "t", 0, leader=NODE)
         assert await alter(partition_epoch=3, leader_epoch=1) == ErrorCode.FENCED_LEADER_EPOCH
