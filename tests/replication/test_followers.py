@@ -207,6 +207,38 @@ def test_acks_all_waits_for_the_follower_and_is_answered_when_its_fetch_covers_t
     assert answers == [(ErrorCode.NONE, 0)]
 
 
+def test_a_waiting_consumer_fetch_is_answered_when_a_follower_fetch_moves_the_high_watermark(broker: Broker) -> None:
+    answers: list[Read] = []
+
+    async def main() -> None:
+        epoch = register_broker(broker)
+        await create_replicated(broker, "t", [[NODE, OTHER]])
+        assert await produced(broker, "t", [b"a"]) == (ErrorCode.NONE, 0)
+        topic_id = broker.metadata.image.topics.by_name["t"].topic_id
+        partition = FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+        request = FetchRequest(
+            max_wait_ms=60_000,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            topics=[FetchRequest.FetchTopic(topic_id=topic_id, partitions=[partition])],
+        )
+
+        async def consumer() -> None:
+            start = trio.current_time()
+            data = (await handle_fetch(context(broker, 1, 15), request)).responses[0].partitions[0]
+            answers.append((data.error_code, data.high_watermark, values_of(data.records)))
+            assert trio.current_time() - start < 60  # answered by the follower's fetch, not at max_wait_ms
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answers
+            await read(broker, "t", 1, replica_id=OTHER, broker_epoch=epoch)
+
+    run(main)
+    assert answers == [(ErrorCode.NONE, 1, [(0, b"a")])]
+
+
 # --- the ISR ------------------------------------------------------------------------------------------------
 
 
