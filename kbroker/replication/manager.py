@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -105,10 +105,6 @@ class ReplicaManager:
         self._eligible = eligible
         self._proposals: dict[TopicPartition, Partition] = {}  # ISR changes proposed, not yet sent
         self._proposed = trio.Event()  # set when one is added
-
-    def partitions(self) -> Iterator[Partition]:
-        """Every replica held (made so far: logs open lazily)."""
-        return iter(list(self._partitions.values()))
 
     def held(self, topic: str, index: int) -> Partition | None:
         """The replica of a partition if it is held already (no log is opened)."""
