@@ -299,6 +299,28 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(broker: Br
     run(main)
 
 
+def test_the_replica_manager_checks_for_lagging_followers_and_sends_isr_changes_on_its_own(
+    broker: Broker, clock: Clock
+) -> None:
+    async def main() -> None:
+        epoch = register_broker(broker)
+        await create_replicated(broker, "t", [[NODE, OTHER]])
+        replica(broker, "t")  # its log opened (as a produce or fetch opens it): led from T
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.replicas.run)
+            clock.now_ms = T + 30_001  # in the ISR since T, and it has never fetched
+            await trio.sleep(14.9)  # the check runs every half replica.lag.time.max.ms
+            assert registration(broker, "t").isr == (NODE, OTHER)
+            await trio.sleep(0.2)
+            assert registration(broker, "t") == PartitionRegistration((NODE, OTHER), (NODE,), NODE, 0, 1)
+            await read(broker, "t", 0, replica_id=OTHER, broker_epoch=epoch)  # it has all there is
+            await trio.testing.wait_all_tasks_blocked()
+            assert registration(broker, "t") == PartitionRegistration((NODE, OTHER), (NODE, OTHER), NODE, 0, 2)
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
 def test_a_follower_fetching_with_another_broker_epoch_is_not_proposed_for_the_isr(broker: Broker) -> None:
     async def main() -> None:
         epoch = register_broker(broker)

@@ -216,7 +216,7 @@ def test_stable_offset_events(make_log: LogFactory) -> None:
     assert plog.last_stable_offset == 2
 
 
-def test_stable_offset_follows_the_high_watermark_past_the_marker_when_replication_moves_it(make_log: LogFactory) -> None:
+def test_stable_offset_waits_for_the_high_watermark_to_pass_the_marker(make_log: LogFactory) -> None:
     plog = make_log()
     plog.high_watermark_follows_appends = False
     append(plog, plain([b"a"]))
