@@ -38,11 +38,12 @@ from kbroker.metadata.log import MetadataLog
 from kbroker.metadata.migration import SASL_USERS_FILE, migrate_acl_file, migrate_older_files, migrate_topic_catalog
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
-from kbroker.replication import ReplicaManager, read_high_watermarks
+from kbroker.replication import IsrProposal, Partition, ReplicaManager, read_high_watermarks
 from kbroker.security.acls import Authorizer
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kbroker.groups.consumer_group import ConsumerGroupCoordinator
@@ -131,6 +132,9 @@ class Broker:
                 data_dir,
                 checkpointed=high_watermarks,
                 checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+                lag_time_max_ms=config["replica.lag.time.max.ms"],
+                alter_partition=self._alter_partition,
+                eligible=self._isr_eligible,
             )
             self.metadata.subscribe(self._apply_to_replicas)
             self.logs.opened = self.replicas.adopt  # a log opened by anyone is a replica at once
@@ -207,6 +211,32 @@ class Broker:
 
     def _apply_to_replicas(self, image: MetadataImage, delta: MetadataDelta) -> None:
         self.replicas.apply_delta(delta.local_changes(self.node_id))
+
+    async def _alter_partition(self, partition: Partition, proposal: IsrProposal) -> None:
+        """Send a leader's ISR change to the controller, as Kafka's AlterPartitionManager does."""
+        topic = self.metadata.image.topics.get(partition.topic)
+        broker = self.metadata.image.brokers.get(self.node_id)
+        if topic is None or broker is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{partition.topic} is not in the metadata image")
+        await self.controller.alter_partition(
+            self.node_id,
+            broker.epoch,
+            topic.topic_id,
+            partition.index,
+            leader_epoch=proposal.leader_epoch,
+            partition_epoch=proposal.partition_epoch,
+            isr=proposal.isr,
+        )
+
+    def _isr_eligible(self, broker_id: int, broker_epoch: int) -> bool:
+        """Kafka's isReplicaIsrEligible: registered, unfenced, not shutting down, fetching in its current epoch."""
+        broker = self.metadata.image.brokers.get(broker_id)
+        return (
+            broker is not None
+            and not broker.fenced
+            and not broker.in_controlled_shutdown
+            and broker_epoch in (-1, broker.epoch)
+        )
 
     # --- group coordinators: made by the first request (or check) that needs one --------------------------
     # What they keep is in ``offsets`` (committed offsets, classic groups' GroupMetadata, restored when the classic

@@ -768,6 +768,15 @@ CONFIG_DEFS: list[ConfigDef] = [
         described=False,
     ),
     ConfigDef(
+        "replica.lag.time.max.ms",
+        "LONG",
+        "30000",
+        Int(1, LONG_MAX),
+        "How long a follower may go without catching up to its leader's log end before it leaves the ISR.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
         "num.replica.fetchers",
         "INT",
         "1",

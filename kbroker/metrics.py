@@ -31,6 +31,12 @@ kafka_server_replicamanager_leadercount                                gauge
 kafka_server_replicamanager_offlinereplicacount                        gauge
 kafka_server_replicamanager_underreplicatedpartitions                  gauge
 kafka_server_replicamanager_underminisrpartitioncount                  gauge
+kafka_server_replicamanager_atminisrpartitioncount                     gauge
+kafka_cluster_partition_underreplicated                                gauge      topic, partition
+kafka_cluster_partition_underminisr                                    gauge      topic, partition
+kafka_cluster_partition_atminisr                                       gauge      topic, partition
+kafka_cluster_partition_insyncreplicascount                            gauge      topic, partition
+kafka_cluster_partition_replicascount                                  gauge      topic, partition
 kafka_consumergroup_current_offset                                     gauge      consumergroup, topic, partition
 kafka_consumergroup_lag                                                gauge      consumergroup, topic, partition
 process_* (CPU seconds, resident memory, open descriptors, start time)  various    (prometheus_client's)
@@ -53,8 +59,13 @@ What each counts, as Kafka counts it:
 * Log gauges: per partition, the bytes of its segments, its first offset, the offset after its last record,
   its high watermark (what consumers may read; kbroker's addition, Kafka has no JMX gauge for it) and its
   number of segments.
-* replicamanager: partitions hosted (all of them: one node), partitions it leads (the same), those whose files
-  could not be opened (offline), and under-replicated / under-min-ISR partitions, always 0 on one node.
+* replicamanager: partitions hosted, partitions it leads, those whose files could not be opened (offline), and
+  the partitions it leads with fewer in-sync replicas than replicas (under-replicated), than the effective
+  min.insync.replicas (under min ISR), or exactly that many (at min ISR), as Kafka's ReplicaManager counts them:
+  the effective min.insync.replicas is capped by the replica count, so a single node's partitions are all at
+  min ISR and none under it.
+* Partition gauges (Kafka's kafka.cluster:type=Partition), per partition this broker leads (0 on a follower, as
+  Kafka's): under-replicated, under min ISR and at min ISR as 0 or 1, and its in-sync and assigned replica counts.
 * consumergroup: per group and partition with a committed offset, that offset and the lag: high watermark
   less committed offset (never below 0), computed at scrape time from the group coordinator's offsets.
 """
@@ -248,13 +259,45 @@ def _log_families(broker: Broker, hosted: int) -> Iterator[Family]:
         high_watermark.add(plog.high_watermark, **labels)
         segments.add(len(plog.segments), **labels)
     yield from gauges
+    per_partition = [
+        Family("kafka_cluster_partition_underreplicated", "gauge", "1 if it has fewer in-sync replicas than replicas."),
+        Family("kafka_cluster_partition_underminisr", "gauge", "1 if it has fewer in-sync replicas than its minimum."),
+        Family("kafka_cluster_partition_atminisr", "gauge", "1 if it has exactly its minimum of in-sync replicas."),
+        Family("kafka_cluster_partition_insyncreplicascount", "gauge", "Its in-sync replicas (0 unless led here)."),
+        Family("kafka_cluster_partition_replicascount", "gauge", "Its replicas (0 unless led here)."),
+    ]
+    under_replicated, under_min_isr, at_min_isr, in_sync, assigned = per_partition
+    leaders = under_replicated_count = under_min_isr_count = at_min_isr_count = 0
+    for plog in partitions:
+        labels = {"topic": plog.topic, "partition": str(plog.partition)}
+        replica = broker.replicas.held(plog.topic, plog.partition)
+        leading = replica is not None and replica.is_leader
+        flags, in_sync_count, replica_count = (False, False, False), 0, 0
+        if replica is not None and leading:
+            flags = (replica.under_replicated, replica.under_min_isr, replica.at_min_isr)
+            in_sync_count, replica_count = len(replica.isr), len(replica.replicas)
+        under_replicated.add(int(flags[0]), **labels)
+        under_min_isr.add(int(flags[1]), **labels)
+        at_min_isr.add(int(flags[2]), **labels)
+        in_sync.add(in_sync_count, **labels)
+        assigned.add(replica_count, **labels)
+        leaders += leading
+        under_replicated_count += flags[0]
+        under_min_isr_count += flags[1]
+        at_min_isr_count += flags[2]
+    yield from per_partition
     prefix = "kafka_server_replicamanager_"
     for name, value, help_text in (
         ("partitioncount", hosted, "Partitions on this broker."),
-        ("leadercount", len(partitions), "Partitions this broker leads (every one it could open)."),
+        ("leadercount", leaders, "Partitions this broker leads."),
         ("offlinereplicacount", hosted - len(partitions), "Partitions whose files could not be opened."),
-        ("underreplicatedpartitions", 0, "Partitions with fewer in-sync replicas than replicas (0: one node)."),
-        ("underminisrpartitioncount", 0, "Partitions with fewer in-sync replicas than min.insync.replicas (0)."),
+        (
+            "underreplicatedpartitions",
+            under_replicated_count,
+            "Partitions led here with fewer in-sync replicas than replicas.",
+        ),
+        ("underminisrpartitioncount", under_min_isr_count, "Partitions led here under their min.insync.replicas."),
+        ("atminisrpartitioncount", at_min_isr_count, "Partitions led here at exactly their min.insync.replicas."),
     ):
         family = Family(prefix + name, "gauge", help_text)
         family.add(value)

@@ -20,8 +20,15 @@ without the request naming them are not checked either).
 Partitions are read through the replica layer (kbroker/replication, ``ctx.replicas``): a consumer reads up to
 the high watermark (or last stable offset) of a partition this broker leads, else NOT_LEADER_OR_FOLLOWER; a
 follower (replica_id >= 0, from v15 ReplicaState) reads up to the log end, waits for the log end to move, and
-its fetch offset is recorded as its log end (which moves the high watermark). A replica the partition does not
-have is refused as Kafka refuses it (UNKNOWN_LEADER_EPOCH if it sent an epoch, else NOT_LEADER_OR_FOLLOWER).
+its fetch offset is recorded as its log end (which moves the high watermark, and may propose it for the ISR).
+A replica the partition does not have is refused as Kafka refuses it (UNKNOWN_LEADER_EPOCH if it sent an
+epoch, else NOT_LEADER_OR_FOLLOWER).
+
+From v12 a fetcher names the epoch of the last batch it has (last_fetched_epoch); where its log diverges from
+this one (that epoch ends here before the fetch offset, or is unknown here) the answer is the epoch and end
+offset to truncate to (diverging_epoch) with no records, and a follower's position is not recorded, as Kafka's
+Partition.readRecords. From v16 a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer names the current leader
+and its endpoint (KIP-951, kbroker/apis/leader_hints.py).
 
 Authorization as Kafka's: a consumer needs READ on each topic (else its partitions, the session's included, are
 TOPIC_AUTHORIZATION_FAILED, whether they exist or not); a follower (replica_id >= 0) needs CLUSTER_ACTION on the
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.leader_hints import current_leader
 from kbroker.apis.turns import Turns
 from kbroker.fetch_sessions import (
     FINAL_EPOCH,
@@ -57,6 +65,7 @@ from protocol.messages.fetch_response import FetchResponse
 
 READ_COMMITTED = 1
 TOPIC_IDS_VERSION = 13
+LEADER_HINTS_VERSION = 16  # KIP-951: refusals name the current leader
 NO_TOPIC_ID = uuid.UUID(int=0)
 PartitionData = FetchResponse.PartitionData
 INLINE_RECORD_BYTES = 64 * 1024  # per answer: record data up to this much is read, not sent with sendfile
@@ -75,6 +84,7 @@ class Wanted:
     max_bytes: int
     current_leader_epoch: int = -1  # v9+: the epoch the fetcher knows (-1: not checked)
     log_start_offset: int = -1  # v5+: a follower's log start offset
+    last_fetched_epoch: int = -1  # v12+: the epoch of the last batch the fetcher has (-1: not checked)
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
@@ -108,12 +118,17 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
                 session.epoch = next_epoch(session.epoch)
                 requested = await _session_partitions(ctx, session, uses_ids, requested, turns)
 
-    replica_id = request.replica_state.replica_id if ctx.api_version >= 15 else request.replica_id
+    if ctx.api_version >= 15:
+        replica_id, broker_epoch = request.replica_state.replica_id, request.replica_state.replica_epoch
+    else:
+        replica_id, broker_epoch = request.replica_id, -1
     denied = _denied_topics(ctx, replica_id, requested) if ctx.services.authorizer is not None else None
     keys = [(w.name, w.partition) for w in requested if w.name is not None and not (denied and w.name in denied)]
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        answers, total_bytes, has_error = await _read_all(ctx, request, replica_id, requested, turns, denied)
+        answers, total_bytes, has_error = await _read_all(
+            ctx, request, replica_id, broker_epoch, requested, turns, denied
+        )
         if (
             total_bytes >= request.min_bytes
             or has_error
@@ -131,6 +146,9 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
         await _wait_for_data(ctx, keys, deadline, turns, readable_end_moved)
     if total_bytes:
         _count_bytes_out(ctx, answers)
+    node_endpoints: list[FetchResponse.NodeEndpoint] = []
+    if has_error and ctx.api_version >= LEADER_HINTS_VERSION:
+        node_endpoints = _name_leaders(ctx, answers)
 
     session_id = NO_SESSION
     if session is not None:
@@ -144,8 +162,30 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
         created = ctx.fetch_sessions.create(int(time.time() * 1000), uses_ids, partitions)
         session_id = created.id if created is not None else NO_SESSION
     return FetchResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=await _by_topic(answers, turns)
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        session_id=session_id,
+        responses=await _by_topic(answers, turns),
+        node_endpoints=node_endpoints,
     )
+
+
+def _name_leaders(ctx: RequestContext, answers: list[tuple[Wanted, PartitionData]]) -> list[FetchResponse.NodeEndpoint]:
+    """KIP-951: each partition refused for leadership gets its current leader, and the response their endpoints."""
+    endpoints: dict[int, FetchResponse.NodeEndpoint] = {}
+    for wanted, data in answers:
+        if wanted.name is None or data.error_code not in (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            ErrorCode.FENCED_LEADER_EPOCH,
+        ):
+            continue
+        hint = current_leader(ctx, wanted.name, wanted.partition)
+        data.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=hint.leader_id, leader_epoch=hint.leader_epoch)
+        if hint.endpoint is not None:
+            endpoints[hint.leader_id] = FetchResponse.NodeEndpoint(
+                node_id=hint.leader_id, host=hint.endpoint.host, port=hint.endpoint.port, rack=hint.rack
+            )
+    return list(endpoints.values())
 
 
 def _count_bytes_out(ctx: RequestContext, answers: list[tuple[Wanted, PartitionData]]) -> None:
@@ -222,6 +262,7 @@ async def _requested(ctx: RequestContext, request: FetchRequest, uses_ids: bool,
                     part.partition_max_bytes,
                     part.current_leader_epoch,
                     part.log_start_offset,
+                    part.last_fetched_epoch,
                 )
             )
             await turns.step()
@@ -318,13 +359,14 @@ async def _read_all(
     ctx: RequestContext,
     request: FetchRequest,
     replica_id: int,
+    broker_epoch: int,
     wanted: list[Wanted],
     turns: Turns,
     denied: set[str] | None = None,
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     read_committed = request.isolation_level == READ_COMMITTED
     replicas = ctx.replicas
-    fetch_ms = int(time.time() * 1000) if replica_id >= 0 else 0  # when followers' positions were recorded
+    fetch_ms = replicas.clock() if replica_id >= 0 else 0  # when followers' positions were recorded
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     inline_left = INLINE_RECORD_BYTES
     total = 0
@@ -359,8 +401,8 @@ async def _read_all(
         plog = partition.log
         high_watermark = plog.high_watermark
         stable = plog.last_stable_offset
+        log_end = plog.log_end_offset
         if replica_id >= 0:
-            log_end = plog.log_end_offset
             upper = log_end  # a follower reads all the leader has
         else:
             upper = stable if read_committed else high_watermark
@@ -373,6 +415,20 @@ async def _read_all(
             aborted_transactions=None,
             records=b"",
         )
+        if part.last_fetched_epoch >= 0:
+            try:
+                diverging = partition.diverging_epoch(part.last_fetched_epoch, part.fetch_offset)
+            except OffsetOutOfRange:
+                error = _partition_error(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE)
+                error.aborted_transactions = None
+                has_error = True
+                answers.append((part, error))
+                continue
+            if diverging is not None:  # no records: the fetcher truncates first (its position is not recorded)
+                data.diverging_epoch = FetchResponse.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
+                has_error = True  # answered at once, as an error would be
+                answers.append((part, data))
+                continue
         limit = min(part.max_bytes, remaining)
         try:
             # KIP-74: the first partition with data returns at least one whole batch, whatever the limits.
@@ -400,7 +456,9 @@ async def _read_all(
                 FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in aborted
             ]
         if replica_id >= 0:  # its log ends where it asks from: the high watermark may move (told at its next fetch)
-            partition.record_follower_fetch(replica_id, part.fetch_offset, part.log_start_offset, fetch_ms, log_end)
+            partition.record_follower_fetch(
+                replica_id, part.fetch_offset, part.log_start_offset, fetch_ms, log_end, broker_epoch
+            )
         total += chunk.size
         remaining -= chunk.size
         answers.append((part, data))

@@ -3,7 +3,8 @@
 Appends go through the replica layer (kbroker/replication, ``ctx.replicas``), which applies Kafka's acks:
 acks=all is refused NOT_ENOUGH_REPLICAS while the ISR is smaller than the effective min.insync.replicas, and its
 answer waits until the high watermark passes the batch (at once on a single node), REQUEST_TIMED_OUT after the
-request's timeout.
+request's timeout. From v10 a NOT_LEADER_OR_FOLLOWER answer names the current leader and its endpoint (KIP-951,
+kbroker/apis/leader_hints.py).
 
 Batches stay opaque bytes: the header and CRC are checked (kbroker/storage/validation.py), offsets are
 assigned in place by the log, and the bytes go to disk as received. Records are only decoded where a feature needs them.
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.leader_hints import current_leader
 from kbroker.apis.turns import Turns
 from kbroker.replication.manager import PendingAck
 from kbroker.security.acls import AclOperation, ResourceType
@@ -39,6 +41,7 @@ from protocol.records import HEADER_SIZE, TRANSACTIONAL_BIT, BatchHeader
 log = logging.getLogger("kbroker.produce")
 
 PARTITIONS_PER_TURN = 200  # validating and appending a batch takes tens of microseconds
+LEADER_HINTS_VERSION = 10  # KIP-951: NOT_LEADER_OR_FOLLOWER names the current leader
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 _ATTRIBUTES_LOW = 22  # the low byte of a batch's int16 attributes, where the transactional bit is
@@ -112,6 +115,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     topics: list[ProduceResponse.TopicProduceResponse] = []
     to_flush = []
     awaiting: list[PendingAck] = []  # acks=all answers held until the high watermark passes their batch
+    not_leader = False  # a partition answered NOT_LEADER_OR_FOLLOWER (named with its leader from v10)
     replicas = ctx.replicas
     metrics = ctx.services.metrics
     for topic_data in request.topic_data:
@@ -179,6 +183,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 results.append(
                     _error(part.index, ErrorCode(result.error_code), result.error_message, result.record_errors)
                 )
+                not_leader = not_leader or result.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 continue
             counters = metrics.topic(info.name)  # kafka_server_brokertopicmetrics_*: counted once appended
             counters.bytes_in += len(records)
@@ -216,4 +221,31 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         await replicas.await_acks(awaiting, request.timeout_ms)  # REQUEST_TIMED_OUT for those still waiting then
     if acks == 0:
         return None
-    return ProduceResponse(responses=topics, throttle_time_ms=0)
+    node_endpoints: list[ProduceResponse.NodeEndpoint] = []
+    if (not_leader or awaiting) and ctx.api_version >= LEADER_HINTS_VERSION:
+        node_endpoints = _name_leaders(ctx, topics)
+    return ProduceResponse(responses=topics, throttle_time_ms=0, node_endpoints=node_endpoints)
+
+
+def _name_leaders(
+    ctx: RequestContext, topics: list[ProduceResponse.TopicProduceResponse]
+) -> list[ProduceResponse.NodeEndpoint]:
+    """KIP-951: each NOT_LEADER_OR_FOLLOWER partition gets its current leader, and the response their endpoints."""
+    endpoints: dict[int, ProduceResponse.NodeEndpoint] = {}
+    by_id = ctx.api_version >= 13
+    for topic in topics:
+        info = ctx.topics.topic_by_id(topic.topic_id) if by_id else ctx.topics.topic(topic.name)
+        if info is None:
+            continue
+        for answer in topic.partition_responses:
+            if answer.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                continue
+            hint = current_leader(ctx, info.name, answer.index)
+            answer.current_leader = ProduceResponse.LeaderIdAndEpoch(
+                leader_id=hint.leader_id, leader_epoch=hint.leader_epoch
+            )
+            if hint.endpoint is not None:
+                endpoints[hint.leader_id] = ProduceResponse.NodeEndpoint(
+                    node_id=hint.leader_id, host=hint.endpoint.host, port=hint.endpoint.port, rack=hint.rack
+                )
+    return list(endpoints.values())

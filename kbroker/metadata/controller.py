@@ -45,6 +45,7 @@ from protocol.metadata_records.begin_transaction_record import BeginTransactionR
 from protocol.metadata_records.config_record import ConfigRecord
 from protocol.metadata_records.end_transaction_record import EndTransactionRecord
 from protocol.metadata_records.feature_level_record import FeatureLevelRecord
+from protocol.metadata_records.partition_change_record import PartitionChangeRecord
 from protocol.metadata_records.partition_record import PartitionRecord
 from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
 from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
@@ -187,6 +188,23 @@ class Controller(ABC):
         self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
     ) -> int:
         """Register (or re-register) a broker with its listeners and supported features; returns its epoch."""
+
+    @abstractmethod
+    async def alter_partition(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        topic_id: uuid.UUID,
+        index: int,
+        *,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: Sequence[tuple[int, int]],
+    ) -> PartitionRegistration:
+        """A partition leader's ISR change (one partition of Kafka's AlterPartition v3): ``isr`` as (broker id,
+        broker epoch or -1) pairs, in the leader and partition epochs the leader knows. Returns the partition's
+        registration after it (the same one if the ISR is already that); KafkaError with Kafka's code if refused
+        (STALE_BROKER_EPOCH, UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA...)."""
 
 
 class LocalController(Controller):
@@ -465,6 +483,87 @@ class LocalController(Controller):
                 [record(ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end))]
             )
             return range(start, end)
+
+    async def alter_partition(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        topic_id: uuid.UUID,
+        index: int,
+        *,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: Sequence[tuple[int, int]],
+    ) -> PartitionRegistration:
+        # As Kafka's ReplicationControlManager.alterPartition and validateAlterPartitionData, in their order.
+        async with self._lock:
+            broker = self.image.brokers.get(broker_id)
+            if broker is None or broker.epoch != broker_epoch:
+                raise KafkaError(
+                    ErrorCode.STALE_BROKER_EPOCH, f"Expected broker epoch of broker {broker_id}, got {broker_epoch}."
+                )
+            topic = self.image.topics.by_id.get(topic_id)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
+            partition = topic.partitions.get(index)
+            if partition is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No partition {topic.name}-{index}.")
+            problem = self._isr_change_problem(topic.name, index, partition, broker_id, leader_epoch, partition_epoch)
+            if problem is not None:
+                raise KafkaError(*problem)
+            new_isr = [member for member, _ in isr]
+            if len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(partition.replicas):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid ISR {new_isr} for {topic.name}-{index}.")
+            if partition.leader not in new_isr:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, f"The ISR {new_isr} of {topic.name}-{index} does not include its leader."
+                )
+            ineligible = self._ineligible_for_isr(isr)
+            if ineligible:
+                raise KafkaError(
+                    ErrorCode.INELIGIBLE_REPLICA,
+                    f"The new ISR {new_isr} of {topic.name}-{index} has ineligible replicas: {', '.join(ineligible)}.",
+                )
+            if tuple(new_isr) != partition.isr:
+                change = PartitionChangeRecord(partition_id=index, topic_id=topic_id, isr=new_isr)
+                await self._commit([record(change)])
+            registration = self.image.topics.by_id[topic_id].partitions[index]
+            return registration
+
+    @staticmethod
+    def _isr_change_problem(
+        name: str,
+        index: int,
+        partition: PartitionRegistration,
+        broker_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+    ) -> tuple[ErrorCode, str] | None:
+        where = f"{name}-{index}"
+        if leader_epoch > partition.leader_epoch or partition_epoch > partition.partition_epoch:
+            return ErrorCode.NOT_CONTROLLER, f"The epochs of {where} are newer than the controller's."
+        if leader_epoch < partition.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH, f"The leader epoch of {where} is {partition.leader_epoch}."
+        if broker_id != partition.leader:
+            return ErrorCode.INVALID_REQUEST, f"The leader of {where} is {partition.leader}, not {broker_id}."
+        if partition_epoch < partition.partition_epoch:
+            return ErrorCode.INVALID_UPDATE_VERSION, f"The partition epoch of {where} is {partition.partition_epoch}."
+        return None
+
+    def _ineligible_for_isr(self, isr: Sequence[tuple[int, int]]) -> list[str]:
+        """Kafka's ineligibleReplicasForIsr: unregistered, shutting down, fenced, or another broker epoch."""
+        ineligible = []
+        for broker_id, broker_epoch in isr:
+            broker = self.image.brokers.get(broker_id)
+            if broker is None:
+                ineligible.append(f"{broker_id} (not registered)")
+            elif broker.in_controlled_shutdown:
+                ineligible.append(f"{broker_id} (shutting down)")
+            elif broker.fenced:
+                ineligible.append(f"{broker_id} (fenced)")
+            elif broker_epoch != -1 and broker_epoch != broker.epoch:
+                ineligible.append(f"{broker_id} (broker epoch {broker_epoch}, registered {broker.epoch})")
+        return ineligible
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
         # As Kafka's AclControlManager.createAcls: each binding validated on its own; a valid one already in the

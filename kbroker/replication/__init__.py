@@ -6,11 +6,12 @@ holds, the acks=all waits and the high-watermark checkpoint.
 """
 
 from kbroker.replication.manager import HIGH_WATERMARK_FILE, ReplicaManager, read_high_watermarks
-from kbroker.replication.partition import Partition, ReplicaState, Role, leader_epoch_error
+from kbroker.replication.partition import IsrProposal, Partition, ReplicaState, Role, leader_epoch_error
 from kbroker.replication.registration import LeadershipSource, Registration, SingleNodeLeadership
 
 __all__ = [
     "HIGH_WATERMARK_FILE",
+    "IsrProposal",
     "LeadershipSource",
     "Partition",
     "Registration",

@@ -8,6 +8,12 @@ fetch reach the logs through it (``RequestContext.replicas``): appends as leader
 REQUEST_TIMED_OUT at the produce timeout), and fetches read up to the high watermark (consumers) or the log end
 (replicas, whose position is recorded).
 
+The ISR changes the leaders propose (a follower caught up, or lagging past replica.lag.time.max.ms, see
+partition.py) are sent to the controller here, one at a time, as Kafka's AlterPartitionManager sends them: the
+followers' fetches propose expansions as they come, and ``run`` checks for lagging followers every half
+replica.lag.time.max.ms (Kafka's isr-expiration task). The controller answers by publishing the new
+registration, which ``apply_delta`` applies like any other.
+
 The high watermarks are checkpointed in ``replication-offset-checkpoint`` (Kafka's file and layout) every
 replica.high.watermark.checkpoint.interval.ms and at shutdown; a log reopened after a restart starts from its
 checkpointed high watermark (bounded by its log), and one the file does not name from its log start, as Kafka's.
@@ -19,17 +25,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import trio
 
-from kbroker.replication.partition import Partition
+from kbroker.replication.partition import (
+    REPLICA_LAG_TIME_MAX_MS,
+    IsrEligibility,
+    IsrProposal,
+    Partition,
+    always_eligible,
+)
 from kbroker.replication.registration import LeadershipSource, LocalChanges, Registration
 from kbroker.storage import LogManager, PartitionEvent, PartitionLog
 from kbroker.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.replication")
 
@@ -46,6 +58,8 @@ class Answer(Protocol):
 
 # One acks=all partition still waiting: its replica, the offset its high watermark must reach, its answer.
 PendingAck = tuple[Partition, int, Answer]
+# Sends one partition's ISR change to the controller (Kafka's AlterPartition); raises KafkaError if refused.
+AlterPartition = Callable[[Partition, IsrProposal], Awaitable[None]]
 
 
 def read_high_watermarks(data_dir: Path) -> dict[TopicPartition, int]:
@@ -67,7 +81,13 @@ class ReplicaManager:
         *,
         checkpointed: Mapping[TopicPartition, int] | None = None,
         checkpoint_interval_ms: int = 5000,
+        lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
+        alter_partition: AlterPartition | None = None,
+        eligible: IsrEligibility = always_eligible,
+        clock: Callable[[], int] = _now_ms,
     ) -> None:
+        """``alter_partition``: where ISR changes go (None: the ISR is only what registrations say);
+        ``eligible``: which brokers may join an ISR; ``clock``: wall-clock milliseconds (follower lag)."""
         self.logs = logs
         self.local_broker_id = local_broker_id
         self.leadership = leadership
@@ -79,6 +99,16 @@ class ReplicaManager:
         self._leadership_listeners: set[Callable[[], None]] = set()  # acks=all waits, woken by a change of role
         # Told of each change of role a registration or a stop makes (the coordinator runtimes load and unload).
         self._role_listeners: list[Callable[[Partition], None]] = []
+        self.lag_time_max_ms = lag_time_max_ms
+        self.clock = clock
+        self._alter_partition = alter_partition
+        self._eligible = eligible
+        self._proposals: dict[TopicPartition, Partition] = {}  # ISR changes proposed, not yet sent
+        self._proposed = trio.Event()  # set when one is added
+
+    def held(self, topic: str, index: int) -> Partition | None:
+        """The replica of a partition if it is held already (no log is opened)."""
+        return self._partitions.get((topic, index))
 
     # --- partitions ----------------------------------------------------------------------------------
 
@@ -101,7 +131,15 @@ class ReplicaManager:
         partition = self._partitions.get(key)
         if partition is not None and partition.log is plog:
             return partition
-        partition = Partition(plog.topic, plog.partition, plog, self.local_broker_id)
+        partition = Partition(
+            plog.topic,
+            plog.partition,
+            plog,
+            self.local_broker_id,
+            lag_time_max_ms=self.lag_time_max_ms,
+            eligible=self._eligible,
+            submit=self._submit if self._alter_partition is not None else None,
+        )
         self._partitions[key] = partition
         registration = self.leadership.partition(plog.topic, plog.partition)
         if registration is not None:
@@ -144,7 +182,7 @@ class ReplicaManager:
 
     def _apply(self, partition: Partition, registration: Registration) -> None:
         if registration.leader == self.local_broker_id:
-            partition.make_leader(registration, _now_ms())
+            partition.make_leader(registration, self.clock())
         else:
             partition.make_follower(registration)
 
@@ -164,6 +202,59 @@ class ReplicaManager:
     def _leadership_changed(self) -> None:
         for wake in list(self._leadership_listeners):
             wake()
+
+    # --- ISR changes ----------------------------------------------------------------------------------
+
+    def _submit(self, partition: Partition) -> None:
+        self._proposals[(partition.topic, partition.index)] = partition
+        self._proposed.set()
+
+    def maybe_shrink_isrs(self, now_ms: int | None = None) -> int:
+        """Propose ISRs without the followers lagging past replica.lag.time.max.ms; how many were proposed."""
+        now = self.clock() if now_ms is None else now_ms
+        proposed = 0
+        for partition in list(self._partitions.values()):
+            if partition.remote and partition.maybe_shrink_isr(now):
+                proposed += 1
+        return proposed
+
+    async def send_isr_changes(self) -> None:
+        """Send every ISR change proposed so far to the controller, one at a time. A refused one is logged and
+        dropped (the partition keeps its registered ISR and proposes again when it still needs to). The
+        controller publishes an accepted one before it answers, so its registration is applied by then."""
+        self._proposed = trio.Event()
+        assert self._alter_partition is not None or not self._proposals
+        while self._proposals:
+            key = next(iter(self._proposals))
+            partition = self._proposals.pop(key)
+            proposal = partition.pending_isr
+            if proposal is None or self._partitions.get(key) is not partition or self._alter_partition is None:
+                continue
+            try:
+                await self._alter_partition(partition, proposal)
+            except KafkaError as exc:
+                log.warning(
+                    "%s-%d: the controller refused the ISR %s: %s %s",
+                    partition.topic,
+                    partition.index,
+                    list(proposal.broker_ids),
+                    exc.code.name,
+                    exc.message,
+                )
+            finally:
+                partition.isr_change_ended(proposal)
+
+    async def _propagate_isr_changes(self) -> None:
+        """Send ISR changes as they are proposed, and look for lagging followers every half lag time."""
+        interval = self.lag_time_max_ms / 2 / 1000
+        next_check = trio.current_time() + interval
+        while True:
+            with trio.move_on_at(next_check):
+                await self._proposed.wait()
+            if trio.current_time() >= next_check:
+                self.maybe_shrink_isrs()
+                next_check = trio.current_time() + interval
+            await self.send_isr_changes()
 
     # --- acks=all ------------------------------------------------------------------------------------
 
@@ -228,9 +319,16 @@ class ReplicaManager:
         write_offset_checkpoint(self.checkpoint_path, self.high_watermarks() if entries is None else entries)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Checkpoint the high watermarks every replica.high.watermark.checkpoint.interval.ms; a write that fails
-        is logged (once until one succeeds again) and tried at the next interval."""
-        task_status.started()
+        """Checkpoint the high watermarks every replica.high.watermark.checkpoint.interval.ms, and send ISR
+        changes to the controller (when it has one to send them to)."""
+        async with trio.open_nursery() as nursery:
+            if self._alter_partition is not None:
+                nursery.start_soon(self._propagate_isr_changes)
+            nursery.start_soon(self._checkpoint_periodically)
+            task_status.started()
+
+    async def _checkpoint_periodically(self) -> None:
+        """A write that fails is logged (once until one succeeds again) and tried at the next interval."""
         failing = False
         while True:
             await trio.sleep(self.checkpoint_interval_ms / 1000)

@@ -65,6 +65,7 @@ from kbroker.storage.swap import CLEANED_SUFFIX
 from kbroker.storage.txn_index import (
     AbortedTransactions,
     AbortedTxn,
+    read_marker,
 )
 from kbroker.storage.validation import (
     RecordValidationError,
@@ -81,6 +82,9 @@ from protocol.records import (
     assign_offsets,
     build_control_batch,
     decode_records,
+    header_problem,
+    iter_batches,
+    validate_crc,
 )
 
 log = logging.getLogger("kbroker.storage")
@@ -400,6 +404,9 @@ class PartitionLog:
         self._last_stable_offset = 0
         self._listeners: dict[int, PartitionEventListener] = {}
         self._next_listener_id = 0
+        # Transactions ended by a marker the high watermark has not passed yet, (first offset, marker offset) in
+        # marker order: they stay unstable until it has (Kafka's unreplicated transactions). Only with followers.
+        self._unreplicated_txns: list[tuple[int, int]] = []
         # A single node is its whole ISR: an append is replicated once written. Replication turns this off
         # and moves the high watermark with update_high_watermark.
         self.high_watermark_follows_appends = True
@@ -464,6 +471,13 @@ class PartitionLog:
 
     def _stable_offset_for(self, high_watermark: int) -> int:
         first_open = self._first_open_transaction_offset()
+        if self._unreplicated_txns:
+            pending = self._unreplicated_txns
+            while pending and pending[0][1] < high_watermark:
+                pending.pop(0)
+            if pending:
+                first_unreplicated = min(first for first, _ in pending)
+                first_open = first_unreplicated if first_open is None else min(first_open, first_unreplicated)
         if first_open is None:
             return high_watermark
         # As Kafka: an open transaction whose first records retention deleted holds it at the log start.
@@ -488,6 +502,12 @@ class PartitionLog:
             self._last_stable_offset = stable
             changed |= _STABLE_OFFSET
         return PARTITION_EVENTS[changed]
+
+    def set_high_watermark(self, offset: int) -> None:
+        """A follower's high watermark, as its leader said (clamped to the log): it may also go down, as
+        Kafka's follower takes the leader's value after a truncation."""
+        offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+        self._emit(self._advance_high_watermark(offset))
 
     # --- leader epochs -------------------------------------------------------------------------------
 
@@ -697,6 +717,8 @@ class PartitionLog:
         first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, header.max_timestamp)
         if first is not None and not commit:
             self.aborted.add(AbortedTxn(producer_id, first, base_offset, stable_after))
+        if first is not None and not self.high_watermark_follows_appends:
+            self._unreplicated_txns.append((first, base_offset))
         self._appended_messages += 1
         if self.high_watermark_follows_appends:
             moved = self._advance_high_watermark(self.log_end_offset)
@@ -708,6 +730,74 @@ class PartitionLog:
             log_append_time_ms=now_ms if log_append else -1,
             log_start_offset=self.log_start_offset,
         )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendResult:
+        """Append the batches a leader's fetch answer holds as they are (Kafka's appendAsFollower): their offsets,
+        leader epochs and timestamps are the leader's, the epoch cache learns each new epoch from its first batch,
+        and producer state and transaction markers are applied without the leader's checks (they were made
+        there). A trailing partial batch (a fetch answer may end with one) is left for the next fetch.
+
+        Every batch is checked before anything is written: framing and CRC (CORRUPT_MESSAGE), size
+        (MESSAGE_TOO_LARGE), offsets increasing from the log end (OFFSET_OUT_OF_RANGE, Kafka's
+        UnexpectedAppendOffsetException and OffsetsOutOfOrderException). The answer's base offset is the first
+        batch's; nothing to append answers the log end. The high watermark is left to ``set_high_watermark``.
+        """
+        if now_ms is None:
+            now_ms = wall_clock_ms()
+        if self.health.offline:
+            return self.health.storage_error(self.topic, self.partition)
+        batches: list[tuple[BatchHeader, memoryview, tuple[bool, int] | None]] = []
+        expected = self.log_end_offset
+        try:
+            for header, view in iter_batches(records):
+                problem = header_problem(header)
+                if problem is None and not validate_crc(view):
+                    problem = f"the CRC of the batch at offset {header.base_offset} does not match its bytes"
+                if problem is not None:
+                    return AppendResult(ErrorCode.CORRUPT_MESSAGE, f"{self._name}: {problem}")
+                if header.size > self.config.max_message_bytes:
+                    return AppendResult(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"the batch at offset {header.base_offset} is {header.size} bytes, larger than "
+                        f"max.message.bytes {self.config.max_message_bytes}",
+                    )
+                if header.base_offset < expected:
+                    return AppendResult(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"{self._name}: a batch at offset {header.base_offset} cannot follow offset {expected - 1}",
+                    )
+                marker = read_marker(view) if header.is_control and header.producer_id >= 0 else None
+                batches.append((header, view, marker))
+                expected = header.next_offset
+        except DecodeError as exc:
+            return AppendResult(ErrorCode.CORRUPT_MESSAGE, f"{self._name}: {exc}")
+        if not batches:
+            return AppendResult(base_offset=self.log_end_offset, log_start_offset=self.log_start_offset)
+        for header, view, marker in batches:
+            failure = self._write_batch(view, header, now_ms)
+            if failure is not None:  # the batches before it stay: each write is whole
+                return failure
+            if header.partition_leader_epoch > self.leader_epoch:
+                self.leader_epoch = header.partition_leader_epoch
+            self._appended_messages += header.records_count
+            if header.producer_id < 0:
+                continue
+            if marker is None:
+                if not header.is_control:
+                    self.producers.record(header)
+                continue
+            commit, coordinator_epoch = marker
+            stable_after = self.producers.stable_offset_after_marker(header.producer_id, header.base_offset)
+            first = self.producers.complete_txn(
+                header.producer_id, header.producer_epoch, coordinator_epoch, header.max_timestamp
+            )
+            if first is not None and not commit:
+                self.aborted.add(AbortedTxn(header.producer_id, first, header.base_offset, stable_after))
+            if first is not None:
+                self._unreplicated_txns.append((first, header.base_offset))
+        moved = self._advance_high_watermark(self._high_watermark)  # a marker may move the stable offset alone
+        self._emit(PARTITION_EVENTS[_APPENDED | moved._value_])
+        return AppendResult(base_offset=batches[0][0].base_offset, log_start_offset=self.log_start_offset)
 
     # --- flushing ------------------------------------------------------------------------------------
 
@@ -953,6 +1043,7 @@ class PartitionLog:
         self.backend.save_txn_index(cut.base_offset, self.txn_entries_of(cut))
         self.producers = ProducerStateTable()
         loader.rebuild_producer_state(self)
+        self._unreplicated_txns = [txn for txn in self._unreplicated_txns if txn[1] < end]
         self._last_stable_offset = self._stable_offset_for(self._high_watermark)  # open transactions rebuilt
 
     # --- segment swaps (log cleaner, recompression) --------------------------------------------------

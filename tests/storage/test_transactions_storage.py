@@ -216,7 +216,7 @@ def test_stable_offset_events(make_log: LogFactory) -> None:
     assert plog.last_stable_offset == 2
 
 
-def test_stable_offset_follows_the_high_watermark_when_replication_moves_it(make_log: LogFactory) -> None:
+def test_stable_offset_waits_for_the_high_watermark_to_pass_the_marker(make_log: LogFactory) -> None:
     plog = make_log()
     plog.high_watermark_follows_appends = False
     append(plog, plain([b"a"]))
@@ -226,8 +226,12 @@ def test_stable_offset_follows_the_high_watermark_when_replication_moves_it(make
     events: list[PartitionEvent] = []
     plog.subscribe(events.append)
     marker(plog, P1, commit=True)
-    assert offsets(plog) == (3, 2, 2)
-    assert events == [PartitionEvent.APPENDED | PartitionEvent.STABLE_OFFSET]
+    # As Kafka's unreplicated transactions: stable only once the high watermark has passed its marker.
+    assert offsets(plog) == (3, 2, 1)
+    assert events == [PartitionEvent.APPENDED]
+    assert plog.update_high_watermark(3)
+    assert offsets(plog) == (3, 3, 3)
+    assert events[-1] == PartitionEvent.HIGH_WATERMARK | PartitionEvent.STABLE_OFFSET
 
 
 def test_aborted_transactions_follow_kafkas_overlap_rule(make_log: LogFactory) -> None:
