@@ -34,7 +34,8 @@ from kbroker.metadata.image import (
     PartitionRegistration,
     TopicImage,
 )
-from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.log import MetadataLog, wall_clock_ms
+from kbroker.metadata.snapshots import SnapshotPolicy, image_records
 from kbroker.security.acls import AclBinding, AclBindingFilter
 from kbroker.storage.manager import validate_topic_name
 from protocol._codec import Message
@@ -189,14 +190,23 @@ class LocalController(Controller):
     """The controller of a single node: its own quorum of one, committing to the local metadata log.
 
     Operations are serialized (one lock): each validates against the image the previous one left, so two
-    requests cannot both create one name. A commit is fsynced in a worker thread before it is applied.
+    requests cannot both create one name. A commit is fsynced in a worker thread before it is applied. After a
+    commit the image is snapshotted when ``snapshots`` says one is due (kbroker/metadata/snapshots.py).
     """
 
-    def __init__(self, node_id: int, cache: MetadataCache, metadata_log: MetadataLog | None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        cache: MetadataCache,
+        metadata_log: MetadataLog | None,
+        snapshots: SnapshotPolicy | None = None,
+    ) -> None:
         """``metadata_log`` None: nothing is persisted (a broker kept in memory, in unit tests)."""
         self.node_id = node_id
         self.cache = cache
         self.metadata_log = metadata_log
+        self.snapshots = snapshots if snapshots is not None else SnapshotPolicy()
+        self._last_snapshot_ms = wall_clock_ms()  # as Kafka's generator: the time bound counts from start-up
         self._builder = MetadataImageBuilder(cache.image)
         self._lock = trio.Lock()
         self._next_offset = 0  # where records go without a log
@@ -695,6 +705,8 @@ class LocalController(Controller):
         self._check(records)
         offset = self._next_offset if self.metadata_log is None else self.metadata_log.append(records)
         self._apply(offset, records)
+        if self._snapshot_due():
+            self.write_snapshot()
 
     async def _commit(self, records: Sequence[MetadataRecord]) -> None:
         """Commit (the append and its fsync in a worker thread), then apply; the caller holds the lock."""
@@ -708,3 +720,33 @@ class LocalController(Controller):
                 log.error("cannot commit metadata: %s", exc)
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot commit metadata: {exc}") from None
         self._apply(offset, records)
+        if self._snapshot_due():
+            await trio.to_thread.run_sync(self.write_snapshot, abandon_on_cancel=False)
+
+    # --- snapshots -------------------------------------------------------------------------------------------
+
+    def _snapshot_due(self) -> bool:
+        if self.metadata_log is None or self._builder.in_transaction:
+            return False
+        return self.snapshots.due(self.metadata_log.bytes_since_snapshot, wall_clock_ms() - self._last_snapshot_ms)
+
+    def write_snapshot(self) -> None:
+        """Snapshot the current image (no change may be committed meanwhile: the caller holds the lock, or runs
+        before requests are served), then let the log's retention delete what older snapshots alone covered. A
+        failure is logged: the commit that asked for it stands, and the next commit asks again."""
+        metadata_log = self.metadata_log
+        image = self.image
+        if metadata_log is None or image.is_empty():
+            return
+        self._last_snapshot_ms = wall_clock_ms()
+        try:
+            snapshot_id = metadata_log.write_snapshot(
+                image_records(image),
+                image.provenance.offset + 1,
+                last_contained_timestamp=metadata_log.last_append_timestamp,
+            )
+            log.info("%s: wrote snapshot %s", metadata_log.directory, snapshot_id.file_name)
+            metadata_log.clean(self.snapshots.retention_bytes, self.snapshots.retention_ms)
+        except (StorageError, OSError) as exc:
+            metadata_log.bytes_since_snapshot = 0  # not again at every commit: at the next bound
+            log.warning("%s: no snapshot of the metadata image: %s", metadata_log.directory, exc)
