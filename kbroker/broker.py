@@ -26,6 +26,7 @@ from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
+from kbroker.metadata.features import SUPPORTED_LEVELS
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage
 from kbroker.metadata.log import MetadataLog
 from kbroker.metadata.migration import (
@@ -286,7 +287,9 @@ class Broker:
 
     def register(self, listeners: list[Listener]) -> None:
         """Register this broker with the controller: its listeners as clients reach them, its features."""
-        self.controller.register_broker(self.node_id, listeners, {"metadata.version": (7, METADATA_VERSION_LEVEL)})
+        # As Kafka's brokers: every feature it supports, so the controller refuses a level it could not serve.
+        features = {"metadata.version": (7, METADATA_VERSION_LEVEL), **SUPPORTED_LEVELS}
+        self.controller.register_broker(self.node_id, listeners, features)
 
     # --- persisted identity ----------------------------------------------------------------------------
 

@@ -520,7 +520,11 @@ class LocalController(Controller):
         # As Kafka's FeatureControlManager: every update checked against the finalized levels, then one
         # FeatureLevelRecord per level that changes (none for a level it already has).
         async with self._lock:
-            refusal = first_refusal(updates, self.image.features, self.node_id)
+            # Kafka's map of the brokers' features iterates small ids in ascending order.
+            brokers = {
+                broker_id: self.image.brokers[broker_id].supported_features for broker_id in sorted(self.image.brokers)
+            }
+            refusal = first_refusal(updates, self.image.features, self.node_id, brokers)
             if refusal is not None:
                 raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, refusal)
             records = [

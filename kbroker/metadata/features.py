@@ -7,8 +7,9 @@ this node supports, what a new cluster is formatted with, and Kafka's refusals i
 Kafka's checks (its error code is INVALID_UPDATE_VERSION, the whole request fails, the message names the first
 feature that failed in the order a java.util.HashMap of the names iterates): an upgrade type other than 1
 (upgrade), 2 (safe downgrade) or 3 (unsafe downgrade); a level below 0; a feature this node does not know ("not
-found" for level 0); a level outside the supported range; a lower level with the upgrade type "upgrade"; a
-higher one with a downgrade type. Several updates of one feature: the last counts.
+found" for level 0); a level outside the supported range; a level a registered broker does not support (each
+broker registers the features it supports, RegisterBrokerRecord.features); a lower level with the upgrade type
+"upgrade"; a higher one with a downgrade type. Several updates of one feature: the last counts.
 """
 
 from __future__ import annotations
@@ -46,9 +47,14 @@ def java_hash_map_order(names: list[str]) -> list[str]:
     return sorted(names, key=bucket)  # stable: insertion order within a bucket
 
 
-def update_problem(name: str, level: int, upgrade_type: int, current: int, node_id: int) -> str | None:
-    """Why Kafka's controller refuses setting ``name`` to ``level`` (finalized at ``current``), in its words;
-    None if it may."""
+BrokerFeatures = Mapping[int, Mapping[str, tuple[int, int]]]  # broker id -> feature -> supported (min, max)
+
+
+def update_problem(
+    name: str, level: int, upgrade_type: int, current: int, node_id: int, brokers: BrokerFeatures
+) -> str | None:
+    """Why Kafka's controller refuses setting ``name`` to ``level`` (finalized at ``current``; ``brokers``: what
+    each registered broker supports), in its words; None if it may."""
     if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
         return "The controller does not support the given upgrade type."
     if level < 0:
@@ -61,6 +67,16 @@ def update_problem(name: str, level: int, upgrade_type: int, current: int, node_
     low, high = supported
     if level > high or (level != 0 and level < low):
         return f"Local controller {node_id} only supports versions {low}-{high}"
+    for broker_id, supported_features in brokers.items():
+        broker_range = supported_features.get(name)
+        if broker_range is None:
+            if level > 0:
+                return f"Broker {broker_id} does not support this feature."
+        elif not broker_range[0] <= level <= broker_range[1]:
+            return (
+                f"Broker {broker_id} does not support the given version. It supports {broker_range[0]} to "
+                f"{broker_range[1]}."
+            )
     if level < current and upgrade_type == UPGRADE:
         return (
             "Can't downgrade the version of this feature without setting the upgrade type to either safe or "
@@ -71,11 +87,13 @@ def update_problem(name: str, level: int, upgrade_type: int, current: int, node_
     return None
 
 
-def first_refusal(updates: Mapping[str, tuple[int, int]], finalized: Mapping[str, int], node_id: int) -> str | None:
+def first_refusal(
+    updates: Mapping[str, tuple[int, int]], finalized: Mapping[str, int], node_id: int, brokers: BrokerFeatures
+) -> str | None:
     """The message Kafka refuses ``updates`` (name -> (level, upgrade type)) with, or None if every one may."""
     for name in java_hash_map_order(list(updates)):
         level, upgrade_type = updates[name]
-        problem = update_problem(name, level, upgrade_type, finalized.get(name, 0), node_id)
+        problem = update_problem(name, level, upgrade_type, finalized.get(name, 0), node_id, brokers)
         if problem is not None:
             return f"{REFUSED_PREFIX}Invalid update version {level} for feature {name}. {problem}"
     return None

@@ -67,8 +67,9 @@ PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_METADATA = "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n"
 QUORUM_STATE_VERSION = 0  # Kafka's data_version for a static voter set (kraft.version 0)
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
-# Kafka's leftovers of a snapshot being written or deleted, which it removes at start-up as well.
-_SNAPSHOT_LEFTOVERS = ("*.checkpoint.part", "*.checkpoint.deleted")
+# Kafka's leftovers of a snapshot being written or deleted, which it removes at start-up as well (``.tmp``:
+# kbroker's own, write_atomically's).
+_SNAPSHOT_LEFTOVERS = ("*.checkpoint.part", "*.checkpoint.deleted", "*.checkpoint.tmp")
 DAMAGED_SUFFIX = ".damaged"  # a snapshot that could not be read, set aside
 _READ_BYTES = 1 << 20
 SEGMENT_BYTES = 1 << 30  # Kafka's metadata.log.segment.bytes default

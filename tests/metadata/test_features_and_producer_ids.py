@@ -110,3 +110,31 @@ def test_a_metadata_log_written_before_features_moved_gets_the_levels_it_answere
         assert finalized(client) == {TV: 2}
     levels = [(r.name, r.feature_level) for r in metadata_records(tmp_path) if isinstance(r, FeatureLevelRecord)]
     assert levels == [("metadata.version", 30), (TV, 2)]
+
+
+def test_a_level_a_registered_broker_does_not_support_is_refused_with_kafkas_message() -> None:
+    controller = LocalController(1, MetadataCache(), None)
+    controller.bootstrap()  # transaction.version 2
+    controller.register_broker(1, [], {TV: (0, 2)})
+    controller.register_broker(5, [], {TV: (2, 2)})
+
+    def refusal(level: int, upgrade_type: int) -> str | None:
+        try:
+            trio.run(lambda: controller.update_features({TV: (level, upgrade_type)}))
+        except KafkaError as exc:
+            assert exc.code == ErrorCode.INVALID_UPDATE_VERSION
+            return exc.message
+        return None
+
+    prefix = "The update failed for all features since the following feature had an error: "
+    assert refusal(1, 2) == (
+        f"{prefix}Invalid update version 1 for feature {TV}. Broker 5 does not support the given version. It "
+        "supports 2 to 2."
+    )
+    controller.register_broker(5, [], {})  # registered again, without the feature
+    assert (
+        refusal(1, 2) == f"{prefix}Invalid update version 1 for feature {TV}. Broker 5 does not support this feature."
+    )
+    assert controller.image.features[TV] == 2  # nothing refused was written
+    assert refusal(0, 3) is None  # level 0 needs no broker's support
+    assert TV not in controller.image.features
