@@ -21,21 +21,25 @@ import trio
 
 from kbroker.config import BrokerConfig
 from kbroker.coordinators.migration import migrate_offsets_journal, migrate_transactions_journal
-from kbroker.durable.files import (
-    DamagedFileError,
-    lock_data_dir,
-    read_offset_file,
-    write_atomically,
-    write_offset_file,
-)
+from kbroker.durable.files import DamagedFileError, lock_data_dir, write_atomically
 from kbroker.dynamic_config import DynamicBrokerConfig
 from kbroker.fetch_sessions import FetchSessionCache
 from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
+from kbroker.metadata.features import SUPPORTED_LEVELS
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage
 from kbroker.metadata.log import MetadataLog
-from kbroker.metadata.migration import SASL_USERS_FILE, migrate_acl_file, migrate_older_files, migrate_topic_catalog
+from kbroker.metadata.migration import (
+    SASL_USERS_FILE,
+    migrate_acl_file,
+    migrate_features,
+    migrate_older_files,
+    migrate_producer_id_block,
+    migrate_topic_catalog,
+    written_before_features,
+)
+from kbroker.metadata.snapshots import SnapshotPolicy
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.replication import IsrProposal, Partition, ReplicaManager, read_high_watermarks
@@ -52,8 +56,6 @@ if TYPE_CHECKING:
     from kbroker.security.scram_credentials import ScramCredentials
 
 log = logging.getLogger("kbroker")
-
-_PRODUCER_ID_BLOCK = 1000
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,12 @@ class Broker:
             self.register(listeners or [Listener("PLAINTEXT", advertised.host, advertised.port, 0)])
             # The effective settings: the static config with the image's dynamic broker configs over it.
             self.dynamic_config = DynamicBrokerConfig(config, self.node_id, self.metadata.image)
+            if logs is None:  # the producer id block of an older kbroker, once (it names this registration)
+                migrate_producer_id_block(self.controller, data_dir, self.node_id)
+            # InitProducerId hands out ids from blocks the controller allocates (ProducerIdsRecords): a block is
+            # committed before any id in it is used, so a restart never hands an id out twice.
+            self._producer_ids = range(0)
+            self._next_producer_id = 0
             # Where reopened logs' high watermarks start (a damaged file stops start-up, see kbroker/replication).
             high_watermarks = read_high_watermarks(data_dir)
             # ``logs``: a store given by the caller (one kept in memory, in unit tests); files in data_dir by default.
@@ -152,7 +160,6 @@ class Broker:
             self.offsets.create_topic = self.topics.create_now
             if self.logs.durable:  # the offsets journal of an older kbroker, once
                 migrate_offsets_journal(data_dir, self.offsets)
-            self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids()
             # Client quotas: the image's, enforced from each image that changes them.
             self.quotas = ClientQuotas(
                 window_samples=config["quota.window.num"], window_seconds=config["quota.window.size.seconds"]
@@ -311,14 +318,22 @@ class Broker:
     def _open_controller(self, *, durable: bool) -> LocalController:
         metadata_log = MetadataLog(self.data_dir) if durable else None
         try:
-            controller = LocalController(self.node_id, self.metadata, metadata_log)
+            snapshots = SnapshotPolicy(
+                max_bytes_between=self.config["metadata.log.max.record.bytes.between.snapshots"],
+                max_interval_ms=self.config["metadata.log.max.snapshot.interval.ms"],
+                retention_bytes=self.config["metadata.max.retention.bytes"],
+                retention_ms=self.config["metadata.max.retention.ms"],
+            )
+            controller = LocalController(self.node_id, self.metadata, metadata_log, snapshots)
             # No start has got as far as registering: the data directory may be an older kbroker's.
             fresh = not controller.image.brokers
+            older_log = written_before_features(controller)
             controller.bootstrap()
             if durable:
                 migrate_topic_catalog(controller, self.data_dir, fresh=fresh)
                 migrate_acl_file(controller, self.data_dir)
                 migrate_older_files(controller, self.data_dir)
+                migrate_features(controller, self.data_dir, older_log=older_log)
         except BaseException:
             if metadata_log is not None:
                 metadata_log.close()
@@ -335,7 +350,9 @@ class Broker:
 
     def register(self, listeners: list[Listener]) -> None:
         """Register this broker with the controller: its listeners as clients reach them, its features."""
-        self.controller.register_broker(self.node_id, listeners, {"metadata.version": (7, METADATA_VERSION_LEVEL)})
+        # As Kafka's brokers: every feature it supports, so the controller refuses a level it could not serve.
+        features = {"metadata.version": (7, METADATA_VERSION_LEVEL), **SUPPORTED_LEVELS}
+        self.controller.register_broker(self.node_id, listeners, features)
 
     # --- persisted identity ----------------------------------------------------------------------------
 
@@ -362,18 +379,14 @@ class Broker:
         write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
 
-    def _reserve_producer_ids(self, start: int | None = None) -> tuple[int, int]:
-        """Producer ids are handed out from blocks whose end is persisted before any id in them is used,
-        so a restart can never hand the same id out twice."""
-        path = self.data_dir / "producer-id-block"
-        if start is None:
-            start = read_offset_file(path, "producer-id-block", "the next producer id") if path.exists() else 0
-        write_offset_file(path, "producer-id-block", start + _PRODUCER_ID_BLOCK)  # fsynced before any id is used
-        return start, start + _PRODUCER_ID_BLOCK
-
     def allocate_producer_id(self) -> int:
-        if self._next_producer_id >= self._producer_id_limit:
-            self._next_producer_id, self._producer_id_limit = self._reserve_producer_ids(self._producer_id_limit)
+        """The next producer id of this broker's block; a new block from the controller when it is used up
+        (KafkaError COORDINATOR_LOAD_IN_PROGRESS while the controller cannot commit one at once, as Kafka's broker
+        answers while its next block is on its way)."""
+        if self._next_producer_id >= self._producer_ids.stop:
+            broker = self.metadata.image.brokers[self.node_id]
+            self._producer_ids = self.controller.allocate_producer_ids_now(self.node_id, broker.epoch)
+            self._next_producer_id = self._producer_ids.start
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id

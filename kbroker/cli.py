@@ -283,6 +283,10 @@ DAMAGED_FILE_FIXES = {
         "restore it from a backup, or write in its place a decimal number above every producer id this broker "
         "handed out (moved aside instead, producer ids are handed out again from 0)"
     ),
+    "finalized-features.json": (
+        "restore it from a backup, or move it out of the data directory (transaction.version is then finalized at "
+        "2, the default)"
+    ),
 }
 DAMAGED_FILE_FIX = "restore it from a backup, or move it out of the data directory"
 

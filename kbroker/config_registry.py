@@ -287,6 +287,43 @@ CONFIG_DEFS: list[ConfigDef] = [
         dynamic=True,
     ),
     ConfigDef("log.retention.check.interval.ms", "LONG", "300000", Int(1, LONG_MAX), "How often retention runs.", B),
+    # The metadata log's snapshots and retention (kbroker/metadata/snapshots.py), Kafka's keys and defaults.
+    ConfigDef(
+        "metadata.log.max.record.bytes.between.snapshots",
+        "LONG",
+        "20971520",
+        Int(1, LONG_MAX),
+        "Bytes appended to the metadata log after which the metadata image is snapshotted.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "metadata.log.max.snapshot.interval.ms",
+        "LONG",
+        "3600000",
+        Int(0, LONG_MAX),
+        "Time after which the metadata image is snapshotted if the log grew (0: no time bound).",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "metadata.max.retention.bytes",
+        "LONG",
+        "104857600",
+        Int(-1, LONG_MAX),
+        "Size of the metadata log and its snapshots past which older snapshots and the log they cover are deleted.",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "metadata.max.retention.ms",
+        "LONG",
+        "604800000",
+        Int(-1, LONG_MAX),
+        "Age past which older metadata snapshots and the log they cover are deleted.",
+        B,
+        described=False,
+    ),
     ConfigDef("log.cleaner.enable", "BOOLEAN", "true", parse_bool, "Run the log cleaner (compaction).", B),
     ConfigDef(
         "log.cleaner.backoff.ms", "LONG", "15000", Int(0, LONG_MAX), "Sleep of the cleaner when nothing is dirty.", B

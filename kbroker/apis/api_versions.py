@@ -3,10 +3,11 @@
 The only feature named is transaction.version (KIP-890), supported 0-2 and finalized at 2 as in a Kafka 4.3
 cluster: Java 4.x clients then use transaction version 2 (EndTxn v5 with the epoch bumped by the coordinator,
 partitions added by Produce v12+ and TxnOffsetCommit v5); clients that do not look at features (Java 3.9,
-librdkafka, kafka-python) keep using version 1, which the coordinator serves too. UpdateFeatures changes the
-finalized level and its epoch (kbroker/apis/features.py); a client sees the change on its next connection, as
-with Kafka. kbroker has no KRaft metadata log, so the other features Kafka lists (metadata.version,
-group.version, ...) are not named (UNSUPPORTED.md).
+librdkafka, kafka-python) keep using version 1, which the coordinator serves too. The finalized levels are the
+metadata image's (FeatureLevelRecords; UpdateFeatures changes them, kbroker/apis/features.py) and the finalized
+features epoch is the image's offset in the metadata log, as Kafka's; a client sees a change on its next
+connection, as with Kafka. metadata.version is in the image but not named here, nor are the other features Kafka
+lists (group.version, ...) (UNSUPPORTED.md).
 
 From v5 (KIP-1242) a client may name the cluster and node it means to reach, both or neither (one alone is an
 invalid request); as Kafka 4.4 checks it, a cluster that is not this one, or this cluster with another node id, is
@@ -16,7 +17,7 @@ answered REBOOTSTRAP_REQUIRED (the client then bootstraps again) with no API lis
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.features import SUPPORTED_LEVELS, finalized_features
+from kbroker.metadata.features import SUPPORTED_LEVELS
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
@@ -49,7 +50,7 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
     if names_target and (request.cluster_id != ctx.cluster.cluster_id or request.node_id != ctx.cluster.node_id):
         return ApiVersionsResponse(error_code=ErrorCode.REBOOTSTRAP_REQUIRED)
-    features = finalized_features(ctx.cluster)
+    image = ctx.topics.image
     return ApiVersionsResponse(
         error_code=ErrorCode.NONE,
         api_keys=advertised_versions(),
@@ -57,12 +58,13 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
         # As Kafka (KAFKA-17011): v3 leaves out supported features whose range starts at 0, which older clients
         # could not parse.
         supported_features=SUPPORTED_FEATURES if version >= 4 else [],
-        # Kafka's epoch is the offset of the last feature change in its metadata log, kbroker's the number of
-        # changes (0 for a new broker); clients take finalized features only with an epoch above -1.
-        finalized_features_epoch=features.epoch,
+        # As Kafka's broker: the offset of the image it answers from (clients take finalized features only with
+        # an epoch above -1).
+        finalized_features_epoch=image.provenance.offset,
         # As Kafka 4: the finalized range of each feature is its one level.
         finalized_features=[
             ApiVersionsResponse.FinalizedFeatureKey(name=name, min_version_level=level, max_version_level=level)
-            for name, level in features.levels.items()
+            for name, level in image.features.items()
+            if name in SUPPORTED_LEVELS
         ],
     )

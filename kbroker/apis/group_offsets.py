@@ -110,7 +110,7 @@ async def _fetch_group(
     transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT and no offset, so the client retries.
     Topics the principal may not DESCRIBE: left out of every partition, TOPIC_AUTHORIZATION_FAILED (last) if named."""
     offsets = ctx.groups.offsets
-    committed = offsets.get(group_id)
+    committed = offsets.committed_offsets(group_id)  # as of the last committed offset, as Kafka reads
     denied: list[tuple[str, list[int]]] = []
     if wanted is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}

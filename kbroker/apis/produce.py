@@ -13,6 +13,11 @@ Transactional batches (KIP-890 verification): before anything else, the transact
 whether the partition is part of the producer's ongoing transaction; if not, the partition is answered with
 the coordinator's error (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, ...) and nothing is written.
 
+Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by their coordinators:
+a client's batch for one of their partitions is answered INVALID_TOPIC_EXCEPTION without a message, as Kafka's
+ReplicaManager answers it (after the topic, partition and transaction checks, before the batch is validated).
+``__cluster_metadata`` is no topic to clients (UNKNOWN_TOPIC_OR_PARTITION, as Kafka).
+
 Authorization as Kafka's: transactional records need WRITE on the request's transactional id (else the
 whole request fails TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else its partitions are
 TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not). Without an authorizer the only cost is one
@@ -33,6 +38,7 @@ from kbroker.apis.turns import Turns
 from kbroker.replication.manager import PendingAck
 from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.storage.validation import RecordValidationError, validate_batch
+from kbroker.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
@@ -133,6 +139,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                     )
                 )
                 continue
+        internal = info is not None and info.name in INTERNAL_TOPICS
         for part in topic_data.partition_data:
             await turns.step()
             if acks not in (-1, 0, 1):
@@ -157,6 +164,9 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             txn_error = _transaction_error(ctx, request.transactional_id, info.name, part.index, records)
             if txn_error != ErrorCode.NONE:
                 results.append(_error(part.index, txn_error, _VERIFICATION_MESSAGES.get(txn_error)))
+                continue
+            if internal:  # only the coordinators append to their topics (Kafka's internalTopicsAllowed)
+                results.append(_error(part.index, ErrorCode.INVALID_TOPIC_EXCEPTION))
                 continue
             try:
                 header = validate_batch(

@@ -2,12 +2,11 @@
 mode (broker and controller in one process) answers it through its broker listener: one voter, itself, the
 leader, and no observers.
 
-kbroker has no KRaft log. Its metadata log is taken to be its finalized-features record
-(kbroker/apis/features.py): offset 0 is the features a new broker starts with and each feature change appends
-one, so the finalized features epoch is the offset of the last and the log end offset, which is also the high
-watermark on a single voter, one past it. The leader epoch is 1, a single node's first and only election (Kafka
-counts one more at each restart). Only ``__cluster_metadata`` partition 0, asked alone, is described; any other
-request gets UNKNOWN_TOPIC_OR_PARTITION for every partition it names, with Kafka's message, as Kafka answers.
+The log end offset, which is also the high watermark on a single voter, is one past the last record of the
+metadata image (__cluster_metadata-0, kbroker/metadata/log.py). The leader epoch is 1, a single node's first and
+only election (Kafka counts one more at each restart). Only ``__cluster_metadata`` partition 0, asked alone, is
+described; any other request gets UNKNOWN_TOPIC_OR_PARTITION for every partition it names, with Kafka's message,
+as Kafka answers.
 
 - v0: leader, epoch, high watermark, voters and observers with their log end offsets.
 - v1: each replica's last fetch and last caught-up times: the leader reports now for both, as Kafka's does.
@@ -22,7 +21,6 @@ import time
 import uuid
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.features import finalized_features
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.describe_quorum_request import DescribeQuorumRequest
@@ -36,7 +34,7 @@ UNKNOWN_DIRECTORY_ID = uuid.UUID(int=0)
 
 
 def metadata_log_end_offset(ctx: RequestContext) -> int:
-    return finalized_features(ctx.cluster).epoch + 1
+    return ctx.topics.image.provenance.offset + 1
 
 
 def _asks_for_the_metadata_partition(request: DescribeQuorumRequest) -> bool:

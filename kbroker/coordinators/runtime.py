@@ -63,8 +63,9 @@ class CoordinatorShard(Protocol):
         """Apply one record; ``producer_id`` and its epoch: the transaction's producer (NO_PRODUCER outside one)."""
         ...
 
-    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
-        """Apply a transaction marker: the producer's records replayed so far are committed or aborted."""
+    def replay_end_transaction(self, producer_id: int, commit: bool, offset: int = -1) -> None:
+        """Apply a transaction marker (at ``offset``): the producer's records replayed so far are committed or
+        aborted."""
         ...
 
 
@@ -141,7 +142,8 @@ class CoordinatorRuntime(Generic[S]):
             for header, batch in iter_batches(chunk.read_bytes()):
                 if header.is_control:
                     marker, _ = parse_control_record(decode_records(batch)[0])
-                    shard.replay_end_transaction(header.producer_id, marker == ControlRecordType.COMMIT)
+                    commit = marker == ControlRecordType.COMMIT
+                    shard.replay_end_transaction(header.producer_id, commit, header.base_offset)
                     continue
                 producer = header.producer_id if header.is_transactional else NO_PRODUCER
                 for record in decode_records(batch):
@@ -241,7 +243,7 @@ class CoordinatorRuntime(Generic[S]):
         if result.error_code != ErrorCode.NONE:
             raise KafkaError(result.error_code, result.error_message or f"marker to {self.topic}-{partition} failed")
         self._sync_if_due(plog)
-        shard.replay_end_transaction(transaction.producer_id, commit)
+        shard.replay_end_transaction(transaction.producer_id, commit, result.base_offset)
         return result.base_offset + 1
 
     async def committed(self, partition: int, end_offset: int) -> None:

@@ -105,12 +105,27 @@ def offset_commit_record(group: str, topic: str, partition: int, c: CommittedOff
     return encode_coordinator_record(key, value, version)
 
 
+# A change to a group's offsets at a log offset not known to be committed: (log offset, group, topic partition,
+# the committed offset it replaced or None).
+OffsetChange = tuple[int, str, tuple[str, int], CommittedOffset | None]
+
+
 @dataclass
 class OffsetsShard:
-    """The committed offsets of the groups of one __consumer_offsets partition: the replay of its records."""
+    """The committed offsets of the groups of one __consumer_offsets partition: the replay of its records.
+
+    ``offsets`` is the latest state, every record replayed (what writes are checked against, as Kafka's shards
+    are). Reads answer the state as of the partition's last committed offset (its high watermark), as Kafka's
+    CoordinatorRuntime reads its timeline there: the changes replayed at or after it are kept, oldest first, so
+    a read undoes them; they are forgotten once the high watermark passes them. On a single node the high
+    watermark follows every append, so nothing waits there; with followers a commit is seen once they have it.
+    """
 
     partition: int
     offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    # Every record below this log offset is committed; changes replayed below it are not kept.
+    committed_offset: int = 0
+    uncommitted: list[OffsetChange] = field(default_factory=list)
     # Offsets committed in a transaction not yet ended: (group, producer id) -> offsets, and the producer's epoch.
     pending: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     producer_epochs: dict[int, int] = field(default_factory=dict)
@@ -156,21 +171,56 @@ class OffsetsShard:
             else:
                 pending[tp] = _committed(record.value)
             return
-        if record.value is None:
-            group_offsets = self.offsets.get(k.group)
-            if group_offsets is not None:
-                group_offsets.pop(tp, None)
-                if not group_offsets:
-                    del self.offsets[k.group]
-            return
-        self.offsets.setdefault(k.group, {})[tp] = _committed(record.value)
+        self._set(offset, k.group, tp, None if record.value is None else _committed(record.value))
 
-    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+    def replay_end_transaction(self, producer_id: int, commit: bool, offset: int = -1) -> None:
         for group, pid in [key for key in self.pending if key[1] == producer_id]:
             offsets = self.pending.pop((group, pid))
-            if commit and offsets:
-                self.offsets.setdefault(group, {}).update(offsets)
+            if commit:
+                for tp, committed in offsets.items():
+                    self._set(offset, group, tp, committed)
         self.producer_epochs.pop(producer_id, None)
+
+    def _set(self, offset: int, group: str, tp: tuple[str, int], committed: CommittedOffset | None) -> None:
+        """The group's offset for ``tp`` is ``committed`` (None: removed) from log offset ``offset`` on."""
+        group_offsets = self.offsets.get(group)
+        previous = group_offsets.get(tp) if group_offsets is not None else None
+        if offset >= self.committed_offset:
+            self.uncommitted.append((offset, group, tp, previous))
+        if committed is not None:
+            self.offsets.setdefault(group, {})[tp] = committed
+        elif group_offsets is not None:
+            group_offsets.pop(tp, None)
+            if not group_offsets:
+                del self.offsets[group]
+
+    def forget_before(self, committed_offset: int) -> None:
+        """Every record below ``committed_offset`` is committed: its changes need no undoing any more."""
+        if committed_offset <= self.committed_offset:
+            return
+        self.committed_offset = committed_offset
+        kept = 0
+        while kept < len(self.uncommitted) and self.uncommitted[kept][0] < committed_offset:
+            kept += 1
+        if kept:
+            del self.uncommitted[:kept]
+
+    def offsets_at(self, group: str, committed_offset: int) -> dict[tuple[str, int], CommittedOffset]:
+        """The group's offsets as of ``committed_offset`` (the partition's high watermark): the latest state with
+        the changes at or after it undone, newest first."""
+        self.forget_before(committed_offset)
+        latest = self.offsets.get(group, {})
+        if not self.uncommitted:
+            return latest
+        view = dict(latest)
+        for _, changed_group, tp, previous in reversed(self.uncommitted):
+            if changed_group != group:
+                continue
+            if previous is None:
+                view.pop(tp, None)
+            else:
+                view[tp] = previous
+        return view
 
 
 def _committed(value: object) -> CommittedOffset:
@@ -198,7 +248,7 @@ class OffsetStore:
         self.configured_partitions = partitions
         self.segment_bytes = segment_bytes
         self.runtime: CoordinatorRuntime[OffsetsShard] = CoordinatorRuntime(
-            OFFSETS_TOPIC, logs.get_partition, OffsetsShard, replicas=replicas
+            OFFSETS_TOPIC, logs.get_partition, self._new_shard, replicas=replicas
         )
         self._owns_logs = False
         # How the topic is created when a commit needs it at once: the broker's topic service (through the
@@ -270,6 +320,14 @@ class OffsetStore:
                 log.warning("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, shard.skipped)
         self._loaded = not missing
 
+    def _new_shard(self, partition: int) -> OffsetsShard:
+        """A shard about to be loaded: the records below the high watermark are committed as they replay."""
+        return OffsetsShard(partition, committed_offset=self._high_watermark(partition))
+
+    def _high_watermark(self, partition: int) -> int:
+        plog = self.logs.get_partition(OFFSETS_TOPIC, partition)
+        return plog.high_watermark if plog is not None else 0
+
     def _shard_of(self, group: str) -> OffsetsShard | None:
         return self.runtime.shards.get(self.partition_for(group))
 
@@ -291,7 +349,11 @@ class OffsetStore:
     async def committed(self, group: str, end_offset: int) -> None:
         """Wait until the write that returned ``end_offset`` is committed (at once on a single node)."""
         if end_offset >= 0:
-            await self.runtime.committed(self.partition_for(group), end_offset)
+            partition = self.partition_for(group)
+            await self.runtime.committed(partition, end_offset)
+            shard = self.runtime.shards.get(partition)
+            if shard is not None:
+                shard.forget_before(self._high_watermark(partition))
 
     # --- views -----------------------------------------------------------------------------------------
 
@@ -350,8 +412,16 @@ class OffsetStore:
         )
 
     def get(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
+        """The group's latest offsets, every record written included (what a write is checked against)."""
         shard = self._shard_of(group)
         return shard.offsets.get(group, {}) if shard is not None else {}
+
+    def committed_offsets(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
+        """The group's offsets as of its partition's last committed offset: what OffsetFetch answers."""
+        shard = self._shard_of(group)
+        if shard is None:
+            return {}
+        return shard.offsets_at(group, self._high_watermark(shard.partition))
 
     def has_group(self, group: str) -> bool:
         return bool(self.get(group))

@@ -1,12 +1,13 @@
 """The controller: the one writer of cluster metadata, and the broker-side cache of the image it publishes.
 
 Every change to the cluster's state (topics, partitions, configs, broker registrations, producer id blocks, ACLs,
-SCRAM credentials, client quotas; features as their store moves onto the image) goes through one ``Controller``:
-it validates the change against the current image as Kafka's QuorumController does (ReplicationControlManager,
-ConfigurationControlManager, AclControlManager, ScramControlManager, ClientQuotaControlManager: the same error
-codes and messages), describes it as Kafka's metadata records, commits them to the metadata log and applies them
-to the image. Nothing outside this module knows which node the controller runs on: a single node is its own
-controller (``LocalController``), and a cluster swaps in Kafka's KRaft quorum behind the same interface.
+SCRAM credentials, client quotas, finalized features) goes through one ``Controller``: it validates the change
+against the current image as Kafka's QuorumController does (ReplicationControlManager,
+ConfigurationControlManager, AclControlManager, ScramControlManager, ClientQuotaControlManager,
+FeatureControlManager, ProducerIdControlManager: the same error codes and messages), describes it as Kafka's
+metadata records, commits them to the metadata log and applies them to the image. Nothing outside this module
+knows which node the controller runs on: a single node is its own controller (``LocalController``), and a cluster
+swaps in Kafka's KRaft quorum behind the same interface.
 
 The broker side holds the newest image in a ``MetadataCache`` and tells its components (the log manager, ...) of
 every new image and the delta that made it, as Kafka's MetadataPublishers are told.
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kbroker.durable.files import StorageError
+from kbroker.metadata.features import DEFAULT_LEVELS, SUPPORTED_LEVELS, first_refusal
 from kbroker.metadata.image import (
     ConfigResourceType,
     ImageError,
@@ -33,7 +35,8 @@ from kbroker.metadata.image import (
     PartitionRegistration,
     TopicImage,
 )
-from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.log import MetadataLog, wall_clock_ms
+from kbroker.metadata.snapshots import SnapshotPolicy, image_records
 from kbroker.security.acls import AclBinding, AclBindingFilter
 from kbroker.storage.manager import validate_topic_name
 from protocol._codec import Message
@@ -66,6 +69,7 @@ METADATA_VERSION_LEVEL = 30
 # Kafka's SecurityProtocol ids, as RegisterBrokerRecord.BrokerEndpoint carries them.
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdControlManager hands out blocks of this many ids
+INT64_MAX = (1 << 63) - 1
 
 
 def record(message: Message) -> MetadataRecord:
@@ -160,6 +164,17 @@ class Controller(ABC):
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
         """The next block of producer ids for ``broker_id``."""
 
+    def allocate_producer_ids_now(self, broker_id: int, broker_epoch: int) -> range:
+        """``allocate_producer_ids``, committed before it returns, on the calling thread (InitProducerId hands an
+        id out without waiting). A controller that cannot raises KafkaError COORDINATOR_LOAD_IN_PROGRESS, which
+        Kafka's broker answers while its next block is on its way (clients retry)."""
+        raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ID block is not available yet")
+
+    @abstractmethod
+    async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
+        """Finalize each feature (name -> (level, upgrade type)) at its level, all or none: KafkaError
+        INVALID_UPDATE_VERSION with Kafka's message names the first refused."""
+
     @abstractmethod
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
         """Add ``bindings``: one result each, in order (an ACL already there is a success that adds nothing)."""
@@ -211,17 +226,30 @@ class LocalController(Controller):
     """The controller of a single node: its own quorum of one, committing to the local metadata log.
 
     Operations are serialized (one lock): each validates against the image the previous one left, so two
-    requests cannot both create one name. A commit is fsynced in a worker thread before it is applied.
+    requests cannot both create one name. A commit is fsynced in a worker thread before it is applied. After a
+    commit the image is snapshotted when ``snapshots`` says one is due (kbroker/metadata/snapshots.py).
     """
 
-    def __init__(self, node_id: int, cache: MetadataCache, metadata_log: MetadataLog | None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        cache: MetadataCache,
+        metadata_log: MetadataLog | None,
+        snapshots: SnapshotPolicy | None = None,
+    ) -> None:
         """``metadata_log`` None: nothing is persisted (a broker kept in memory, in unit tests)."""
         self.node_id = node_id
         self.cache = cache
         self.metadata_log = metadata_log
+        self.snapshots = snapshots if snapshots is not None else SnapshotPolicy()
+        self._last_snapshot_ms = wall_clock_ms()  # as Kafka's generator: the time bound counts from start-up
         self._builder = MetadataImageBuilder(cache.image)
         self._lock = trio.Lock()
         self._next_offset = 0  # where records go without a log
+        # Which features a FeatureLevelRecord of the log (or its snapshot) named at start-up: a log an older
+        # kbroker wrote names only metadata.version (its other features were in finalized-features.json).
+        self.replayed_features: set[str] = set()
+        self.loaded_snapshot = False
         if metadata_log is not None:
             self._replay(metadata_log)
 
@@ -235,14 +263,19 @@ class LocalController(Controller):
         try:
             replay = metadata_log.replay()
             if replay.snapshot is not None:
+                self.loaded_snapshot = True
                 end = replay.snapshot.id.end_offset
                 for index, item in enumerate(replay.snapshot.records):
+                    if isinstance(item.message, FeatureLevelRecord):
+                        self.replayed_features.add(item.message.name)
                     self._builder.replay(item.message, end - len(replay.snapshot.records) + index, -1)
             transaction_start = -1
             for batch in replay.batches:
                 for index, item in enumerate(batch.records):
                     if isinstance(item.message, BeginTransactionRecord):
                         transaction_start = batch.base_offset + index
+                    elif isinstance(item.message, FeatureLevelRecord):
+                        self.replayed_features.add(item.message.name)
                     self._builder.replay(item.message, batch.base_offset + index, batch.leader_epoch)
         except ImageError as exc:
             raise StorageError(f"{metadata_log.directory}: {exc}") from None
@@ -262,11 +295,38 @@ class LocalController(Controller):
             self._commit_now([record(AbortTransactionRecord(reason="the leader changed"))])
 
     def bootstrap(self) -> None:
-        """A new metadata log's first records, as Kafka's storage tool formats them: the metadata version."""
+        """A new metadata log's first records, as Kafka's storage tool formats them: the metadata version and the
+        default level of each other feature."""
         if self.image.metadata_version == 0:
-            self._commit_now(
-                [record(FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION_LEVEL))]
-            )
+            levels = {"metadata.version": METADATA_VERSION_LEVEL, **DEFAULT_LEVELS}
+            self._commit_now([record(FeatureLevelRecord(name=name, feature_level=lv)) for name, lv in levels.items()])
+
+    def migrate_features(self, levels: Mapping[str, int]) -> int:
+        """Finalize the features kept elsewhere before (name -> level; a feature not named is at 0), in one batch;
+        returns how many levels changed."""
+        records = [
+            record(FeatureLevelRecord(name=name, feature_level=levels.get(name, 0)))
+            for name in SUPPORTED_LEVELS
+            if self.image.features.get(name, 0) != levels.get(name, 0)
+        ]
+        if records:
+            self._commit_now(records)
+        return len(records)
+
+    def migrate_producer_ids(self, next_producer_id: int, broker_id: int) -> bool:
+        """Move the next producer id block's start up to ``next_producer_id`` (what an older kbroker handed out
+        below); False if the image's is already there."""
+        if next_producer_id <= self.image.next_producer_id:
+            return False
+        broker = self.image.brokers[broker_id]
+        self._commit_now(
+            [
+                record(
+                    ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker.epoch, next_producer_id=next_producer_id)
+                )
+            ]
+        )
+        return True
 
     def register_broker(
         self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
@@ -472,17 +532,52 @@ class LocalController(Controller):
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
         async with self._lock:
-            broker = self.image.brokers.get(broker_id)
-            if broker is None or broker.epoch != broker_epoch:
-                raise KafkaError(
-                    ErrorCode.STALE_BROKER_EPOCH, f"Unexpected broker epoch {broker_epoch} of broker {broker_id}."
-                )
-            start = self.image.next_producer_id
-            end = start + PRODUCER_ID_BLOCK_SIZE
-            await self._commit(
-                [record(ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end))]
+            block, records = self._producer_id_block(broker_id, broker_epoch)
+            await self._commit(records)
+            return block
+
+    def allocate_producer_ids_now(self, broker_id: int, broker_epoch: int) -> range:
+        if self._lock.locked():  # an asynchronous change is between its append and its apply: not now
+            return super().allocate_producer_ids_now(broker_id, broker_epoch)
+        block, records = self._producer_id_block(broker_id, broker_epoch)
+        self._commit_now(records)
+        return block
+
+    def _producer_id_block(self, broker_id: int, broker_epoch: int) -> tuple[range, list[MetadataRecord]]:
+        """The next block and its record, as Kafka's ProducerIdControlManager checks and describes it."""
+        broker = self.image.brokers.get(broker_id)
+        if broker is None or broker.epoch != broker_epoch:
+            raise KafkaError(
+                ErrorCode.STALE_BROKER_EPOCH, f"Unexpected broker epoch {broker_epoch} of broker {broker_id}."
             )
-            return range(start, end)
+        start = self.image.next_producer_id
+        if start > INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                "Exhausted all producerIds as the next block's end producerId has exceeded the int64 type limit",
+            )
+        end = start + PRODUCER_ID_BLOCK_SIZE
+        producer_ids = ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end)
+        return range(start, end), [record(producer_ids)]
+
+    async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
+        # As Kafka's FeatureControlManager: every update checked against the finalized levels, then one
+        # FeatureLevelRecord per level that changes (none for a level it already has).
+        async with self._lock:
+            # Kafka's map of the brokers' features iterates small ids in ascending order.
+            brokers = {
+                broker_id: self.image.brokers[broker_id].supported_features for broker_id in sorted(self.image.brokers)
+            }
+            refusal = first_refusal(updates, self.image.features, self.node_id, brokers)
+            if refusal is not None:
+                raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, refusal)
+            records = [
+                record(FeatureLevelRecord(name=name, feature_level=level))
+                for name, (level, _) in updates.items()
+                if self.image.features.get(name, 0) != level
+            ]
+            if records and not validate_only:
+                await self._commit(records)
 
     async def alter_partition(
         self,
@@ -763,6 +858,8 @@ class LocalController(Controller):
         self._check(records)
         offset = self._next_offset if self.metadata_log is None else self.metadata_log.append(records)
         self._apply(offset, records)
+        if self._snapshot_due():
+            self.write_snapshot()
 
     async def _commit(self, records: Sequence[MetadataRecord]) -> None:
         """Commit (the append and its fsync in a worker thread), then apply; the caller holds the lock."""
@@ -776,3 +873,33 @@ class LocalController(Controller):
                 log.error("cannot commit metadata: %s", exc)
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot commit metadata: {exc}") from None
         self._apply(offset, records)
+        if self._snapshot_due():
+            await trio.to_thread.run_sync(self.write_snapshot, abandon_on_cancel=False)
+
+    # --- snapshots -------------------------------------------------------------------------------------------
+
+    def _snapshot_due(self) -> bool:
+        if self.metadata_log is None or self._builder.in_transaction:
+            return False
+        return self.snapshots.due(self.metadata_log.bytes_since_snapshot, wall_clock_ms() - self._last_snapshot_ms)
+
+    def write_snapshot(self) -> None:
+        """Snapshot the current image (no change may be committed meanwhile: the caller holds the lock, or runs
+        before requests are served), then let the log's retention delete what older snapshots alone covered. A
+        failure is logged: the commit that asked for it stands, and the next commit asks again."""
+        metadata_log = self.metadata_log
+        image = self.image
+        if metadata_log is None or image.is_empty():
+            return
+        self._last_snapshot_ms = wall_clock_ms()
+        try:
+            snapshot_id = metadata_log.write_snapshot(
+                image_records(image),
+                image.provenance.offset + 1,
+                last_contained_timestamp=metadata_log.last_append_timestamp,
+            )
+            log.info("%s: wrote snapshot %s", metadata_log.directory, snapshot_id.file_name)
+            metadata_log.clean(self.snapshots.retention_bytes, self.snapshots.retention_ms)
+        except (StorageError, OSError) as exc:
+            metadata_log.bytes_since_snapshot = 0  # not again at every commit: at the next bound
+            log.warning("%s: no snapshot of the metadata image: %s", metadata_log.directory, exc)

@@ -18,7 +18,11 @@ closes.
 A leader-epoch-checkpoint that is missing beside segments is rebuilt from their batches' epochs before the log
 opens, so kbroker also opens a ``__cluster_metadata-0`` copied from Kafka without it.
 
-Reading it back (``replay``) starts from the newest snapshot and goes on with the log's batches after it. Every
+Reading it back (``replay``) starts from the newest snapshot and goes on with the log's batches after it. A
+snapshot that cannot be read is set aside (renamed ``*.checkpoint.damaged``, kept for the operator) and the next
+older one, or the log from its start, is replayed instead; when the log no longer holds what the damaged snapshot
+covered, start-up stops with one line naming it. Once a newer snapshot covers them, older snapshots and the
+segments wholly below it are deleted as Kafka's KafkaMetadataLog retention deletes them (``clean``). Every
 append is fsynced before it returns: a metadata record is committed once it is on disk (a single voter is its
 own majority). Everything fails with a one-line MetadataLogError (a StorageError) naming the file.
 """
@@ -26,9 +30,12 @@ own majority). Everything fails with a one-line MetadataLogError (a StorageError
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,6 +44,7 @@ from kbroker.storage import LogConfig, PartitionLog
 from kbroker.storage.leader_epochs import CHECKPOINT_FILE as LEADER_EPOCH_CHECKPOINT
 from kbroker.storage.leader_epochs import LeaderEpochCache
 from protocol._codec import Message
+from protocol.errors import KafkaError
 from protocol.exceptions import DecodeError, EncodeError
 from protocol.messages.leader_change_message import LeaderChangeMessage
 from protocol.messages.snapshot_footer_record import SnapshotFooterRecord
@@ -52,6 +60,8 @@ from protocol.metadata_frame import (
 )
 from protocol.records import BatchHeader, iter_batches
 
+log = logging.getLogger("kbroker.metadata")
+
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 SNAPSHOT_SUFFIX = ".checkpoint"
@@ -61,8 +71,10 @@ PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_METADATA = "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n"
 QUORUM_STATE_VERSION = 0  # Kafka's data_version for a static voter set (kraft.version 0)
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
-# Kafka's leftovers of a snapshot being written or deleted, which it removes at start-up as well.
-_SNAPSHOT_LEFTOVERS = ("*.checkpoint.part", "*.checkpoint.deleted")
+# Kafka's leftovers of a snapshot being written or deleted, which it removes at start-up as well (``.tmp``:
+# kbroker's own, write_atomically's).
+_SNAPSHOT_LEFTOVERS = ("*.checkpoint.part", "*.checkpoint.deleted", "*.checkpoint.tmp")
+DAMAGED_SUFFIX = ".damaged"  # a snapshot that could not be read, set aside
 _READ_BYTES = 1 << 20
 SEGMENT_BYTES = 1 << 30  # Kafka's metadata.log.segment.bytes default
 PRIVATE_DIRECTORY = 0o700  # the log holds salted SCRAM hashes: the broker's user only
@@ -175,6 +187,10 @@ class MetadataLog:
         self.log = PartitionLog(
             METADATA_TOPIC, METADATA_PARTITION, self.directory, LogConfig(segment_bytes=segment_bytes), clean=False
         )
+        # Bytes of batches appended since the newest snapshot (counted by ``replay`` and each append): what
+        # metadata.log.max.record.bytes.between.snapshots is measured against.
+        self.bytes_since_snapshot = 0
+        self.last_append_timestamp = -1  # the newest batch's timestamp: a snapshot's last contained timestamp
         self._make_private()
 
     def _make_private(self) -> None:
@@ -251,13 +267,16 @@ class MetadataLog:
         if len(batch) > MAX_BATCH_BYTES:
             raise MetadataLogError(f"{self.directory}: a batch of {len(batch)} bytes is over KRaft's {MAX_BATCH_BYTES}")
         segments = len(self.log.segments)
-        result = self.log.append(bytearray(batch), BatchHeader.parse(batch))
+        header = BatchHeader.parse(batch)
+        result = self.log.append(bytearray(batch), header)
         if result.error_code:
             raise MetadataLogError(f"{self.directory}: append failed: {result.error_message}")
         if not self.log.sync():
             raise MetadataLogError(f"{self.directory}: fsync failed, the data directory is offline")
         if len(self.log.segments) != segments:  # a roll made new files
             self._make_private()
+        self.bytes_since_snapshot += len(batch)
+        self.last_append_timestamp = header.max_timestamp
         return result.base_offset
 
     def read_batches(self, start_offset: int = 0) -> Iterator[MetadataBatch]:
@@ -325,6 +344,7 @@ class MetadataLog:
         footer = SnapshotFooterRecord(version=0)
         parts.append(build_control_batch([footer], leader_epoch=epoch, timestamp_ms=now, base_offset=next_offset))
         write_atomically(self.directory / snapshot_id.file_name, b"".join(parts), sync_directory=True, private=True)
+        self.bytes_since_snapshot = 0
         return snapshot_id
 
     def read_snapshot(self, snapshot_id: SnapshotId) -> Snapshot:
@@ -337,9 +357,16 @@ class MetadataLog:
     # --- reading it all back -----------------------------------------------------------------------------
 
     def replay(self) -> Replay:
-        """The newest snapshot and the log's batches after it: everything needed to rebuild the image."""
-        latest = self.latest_snapshot_id()
-        snapshot = self.read_snapshot(latest) if latest is not None else None
+        """The newest snapshot that can be read and the log's batches after it: everything needed to rebuild the
+        image. Snapshots that cannot be read are set aside when the log still covers them."""
+        snapshot: Snapshot | None = None
+        damaged: list[tuple[Path, MetadataLogError]] = []
+        for snapshot_id in reversed(self.snapshot_ids()):
+            try:
+                snapshot = self.read_snapshot(snapshot_id)
+                break
+            except MetadataLogError as exc:
+                damaged.append((self.directory / snapshot_id.file_name, exc))
         start = snapshot.id.end_offset if snapshot is not None else 0
         if start > self.end_offset:
             raise MetadataLogError(
@@ -347,12 +374,86 @@ class MetadataLog:
                 f"{self.end_offset}"
             )
         if start < self.log.log_start_offset:
+            if damaged:
+                raise MetadataLogError(
+                    f"{damaged[0][1]}; the metadata log starts at {self.log.log_start_offset}, after what any other "
+                    "snapshot covers: restore the snapshot from a backup"
+                )
             raise MetadataLogError(
                 f"{self.directory}: the log starts at {self.log.log_start_offset}, with no snapshot covering "
                 f"the records before it"
             )
+        for path, problem in damaged:
+            log.warning(
+                "%s; it is set aside as %s and the metadata log replayed instead", problem, path.name + DAMAGED_SUFFIX
+            )
+            os.replace(path, path.with_name(path.name + DAMAGED_SUFFIX))
         batches = tuple(batch for batch in self.read_batches(start) if batch.last_offset >= start)
+        self.bytes_since_snapshot = sum(batch.size for batch in batches)
+        if batches:
+            self.last_append_timestamp = batches[-1].append_timestamp
+        elif snapshot is not None:
+            self.last_append_timestamp = snapshot.header.last_contained_log_timestamp
         return Replay(snapshot, batches, self.end_offset)
+
+    # --- retention, as Kafka's KafkaMetadataLog.maybeClean ----------------------------------------------
+
+    def clean(self, retention_bytes: int, retention_ms: int, now_ms: int | None = None) -> bool:
+        """Delete snapshots older than the newest, with the log before the snapshot that follows each, while the
+        log and the snapshots are over ``retention_bytes`` or the snapshot's last record is older than
+        ``retention_ms`` (either below 1: no such bound). Returns whether anything went."""
+        now = wall_clock_ms() if now_ms is None else now_ms
+        cleaned = False
+        if retention_bytes >= 1:
+            sizes = {i: (self.directory / i.file_name).stat().st_size for i in self.snapshot_ids()}
+            total = sum(sizes.values())
+
+            def over_size(snapshot_id: SnapshotId) -> bool:
+                nonlocal total
+                if self.log.size_bytes + total <= retention_bytes:
+                    return False
+                total -= sizes[snapshot_id]
+                return True
+
+            cleaned |= self._clean_snapshots(over_size)
+        if retention_ms >= 1:
+
+            def too_old(snapshot_id: SnapshotId) -> bool:
+                try:
+                    timestamp = self.read_snapshot(snapshot_id).header.last_contained_log_timestamp
+                except MetadataLogError:
+                    return False
+                return now - timestamp > retention_ms
+
+            cleaned |= self._clean_snapshots(too_old)
+        return cleaned
+
+    def _clean_snapshots(self, expired: Callable[[SnapshotId], bool]) -> bool:
+        """Kafka's cleanSnapshots: oldest first, while a snapshot is expired, the log before the next one goes."""
+        snapshot_ids = self.snapshot_ids()
+        cleaned = False
+        for older, newer in pairwise(snapshot_ids):
+            if not expired(older) or not self._delete_before_snapshot(newer):
+                break
+            cleaned = True
+        return cleaned
+
+    def _delete_before_snapshot(self, snapshot_id: SnapshotId) -> bool:
+        """The log start moved up to the snapshot (segments wholly below it deleted, the active one kept) and the
+        snapshots before it deleted."""
+        if not self.log.log_start_offset < snapshot_id.end_offset <= self.end_offset:
+            return False
+        try:
+            self.log.delete_records(snapshot_id.end_offset)
+        except KafkaError as exc:
+            raise MetadataLogError(f"{self.directory}: {exc}") from None
+        for older in self.snapshot_ids():
+            if older < snapshot_id:
+                (self.directory / older.file_name).unlink(missing_ok=True)
+                log.info(
+                    "%s: deleted snapshot %s, older than %s", self.directory, older.file_name, snapshot_id.file_name
+                )
+        return True
 
     # --- quorum-state ------------------------------------------------------------------------------------
 

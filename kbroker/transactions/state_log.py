@@ -156,5 +156,5 @@ class TransactionStateShard:
         self.ids.add(transactional_id)
         self.apply(transactional_id, state)
 
-    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+    def replay_end_transaction(self, producer_id: int, commit: bool, offset: int = -1) -> None:
         """The transaction coordinator's own log holds no transactions."""

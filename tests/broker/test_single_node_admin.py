@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from kbroker.apis import log_dirs
-from kbroker.apis.features import FEATURES_FILE, java_hash_map_order
+from kbroker.metadata.features import java_hash_map_order
+from kbroker.metadata.migration import FEATURES_FILE
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -314,6 +315,7 @@ def test_describe_quorum_names_this_node_the_single_voter_and_leader(node: Runni
         before_ms = int(time.time() * 1000)
         answers = {version: client.request(metadata, version) for version in (0, 1, 2)}
         after_ms = int(time.time() * 1000)
+        end = _finalized(client)[1] + 1  # one past the metadata image's offset
     host, port = node.bootstrap.rsplit(":", 1)
     for version, answer in answers.items():
         assert (answer.error_code, answer.error_message) == (ErrorCode.NONE, "")
@@ -323,11 +325,11 @@ def test_describe_quorum_names_this_node_the_single_voter_and_leader(node: Runni
         assert (partition.leader_id, partition.leader_epoch, partition.high_watermark, partition.observers) == (
             NODE,
             1,
-            1,
+            end,
             [],
         )
         (voter,) = partition.current_voters
-        assert (voter.replica_id, voter.replica_directory_id, voter.log_end_offset) == (NODE, uuid.UUID(int=0), 1)
+        assert (voter.replica_id, voter.replica_directory_id, voter.log_end_offset) == (NODE, uuid.UUID(int=0), end)
         if version == 0:
             assert (voter.last_fetch_timestamp, voter.last_caught_up_timestamp) == (-1, -1)
         else:  # the leader reports the time of the answer for both, as Kafka's does
@@ -450,7 +452,11 @@ def test_update_features_refuses_what_kafka_refuses_with_its_message(node: Runni
         # Several failures: the first in the order a java.util.HashMap of the names iterates is named.
         both = [("nope.version", 1, UPGRADE), (tv, 5, UPGRADE)]
         assert _update(client, both)[1] == FAILED + refused[(tv, 3, UPGRADE)].replace("version 3", "version 5")
-        assert _finalized(client) == ([(tv, 2, 2)], 0)
+        features, epoch = _finalized(client)
+        assert features == [(tv, 2, 2)]
+        assert client.request(_quorum([("__cluster_metadata", [0])]), 2).topics[0].partitions[0].high_watermark == (
+            epoch + 1
+        )  # nothing refused was written
 
 
 def test_an_update_of_transaction_version_shows_in_api_versions_and_survives_a_restart(node: RunningBroker) -> None:
@@ -458,11 +464,14 @@ def test_an_update_of_transaction_version_shows_in_api_versions_and_survives_a_r
     done = (ErrorCode.NONE, None, [(tv, ErrorCode.NONE, "NONE")])
     metadata = _quorum([("__cluster_metadata", [0])])
     with WireClient(node.bootstrap) as client:
-        assert _finalized(client) == ([(tv, 2, 2)], 0)
+        # The finalized features epoch is the offset of the metadata image, as Kafka's: the high watermark of
+        # __cluster_metadata-0 is one past it, and each change written moves it on by its one record.
+        features, start = _finalized(client)
+        assert features == [(tv, 2, 2)]
+        assert client.request(metadata, 2).topics[0].partitions[0].high_watermark == start + 1
         assert _update(client, [(tv, 2, UPGRADE)]) == done  # the level it has: nothing changes
         assert _update(client, [(tv, 0, UNSAFE_DOWNGRADE)], validate_only=True) == done
-        assert _finalized(client) == ([(tv, 2, 2)], 0)
-        assert not (node.data_dir / FEATURES_FILE).exists()
+        assert _finalized(client) == ([(tv, 2, 2)], start)
         assert _update(client, [(tv, 1, SAFE_DOWNGRADE)], version=0) == (
             ErrorCode.INVALID_UPDATE_VERSION,
             FAILED + f"Invalid update version 1 for feature {tv}. Can't downgrade the version of this feature without "
@@ -470,7 +479,7 @@ def test_an_update_of_transaction_version_shows_in_api_versions_and_survives_a_r
             [],
         )  # v0 has no upgrade type: Kafka 4 takes it as an upgrade whatever allow_downgrade says
         assert _update(client, [(tv, 1, SAFE_DOWNGRADE)], version=2) == (ErrorCode.NONE, None, [])
-        assert _finalized(client) == ([(tv, 1, 1)], 1)
+        assert _finalized(client) == ([(tv, 1, 1)], start + 1)
         assert _update(client, [(tv, 2, SAFE_DOWNGRADE)]) == (
             ErrorCode.INVALID_UPDATE_VERSION,
             FAILED + f"Invalid update version 2 for feature {tv}. Can't downgrade to a newer version.",
@@ -481,14 +490,15 @@ def test_an_update_of_transaction_version_shows_in_api_versions_and_survives_a_r
             None,
             [(tv, ErrorCode.NONE, "NONE")] * 2,
         )
-        assert _finalized(client) == ([], 2)  # level 0: no longer finalized
-        assert client.request(metadata, 2).topics[0].partitions[0].high_watermark == 3
+        assert _finalized(client) == ([], start + 2)  # level 0: no longer finalized
+        assert client.request(metadata, 2).topics[0].partitions[0].high_watermark == start + 3
     node.restart()
+    assert not (node.data_dir / FEATURES_FILE).exists()  # the levels are the metadata log's only
     with WireClient(node.bootstrap) as client:
-        assert _finalized(client) == ([], 2)
-        assert client.request(metadata, 2).topics[0].partitions[0].high_watermark == 3
+        features, restarted = _finalized(client)
+        assert features == [] and restarted > start + 2  # the restart registered the broker again
         assert _update(client, [(tv, 2, UPGRADE)]) == done
-        assert _finalized(client) == ([(tv, 2, 2)], 3)
+        assert _finalized(client) == ([(tv, 2, 2)], restarted + 1)
 
 
 def test_java_hash_map_order_is_the_order_kafka_checked_feature_updates_in() -> None:
@@ -532,6 +542,9 @@ def test_java_admin_client_uses_them(node: RunningBroker, java_program: Callable
     done = subprocess.run([*command, node.bootstrap, "java-admin"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    # The finalized features epoch is the metadata image's offset, one below the metadata log's high watermark;
+    # each feature change written moves it on by its one record.
+    start = int(seen.get("features_before", "0 epoch -2").split()[-1])
     assert seen == {
         "log_dirs": "1",
         "log_dir": os.path.abspath(node.data_dir),
@@ -547,14 +560,14 @@ def test_java_admin_client_uses_them(node: RunningBroker, java_program: Callable
         "reassign_other": "InvalidReplicaAssignmentException",
         "reassign_cancel": "NoReassignmentInProgressException",
         "reassignments": "0",
-        "quorum": f"leader {NODE} epoch 1 hw 1 voters [{NODE}@1] observers 0 nodes [{NODE}]",
-        "features_before": "2 epoch 0",
+        "quorum": f"leader {NODE} epoch 1 hw {start + 1} voters [{NODE}@{start + 1}] observers 0 nodes [{NODE}]",
+        "features_before": f"2 epoch {start}",
         "update_unknown": "InvalidUpdateVersionException",
         "update_validate": "ok",
-        "features_validated": "2 epoch 0",
+        "features_validated": f"2 epoch {start}",
         "downgrade": "ok",
-        "features_downgraded": "1 epoch 1",
+        "features_downgraded": f"1 epoch {start + 1}",
         "upgrade": "ok",
-        "features_upgraded": "2 epoch 2",
+        "features_upgraded": f"2 epoch {start + 2}",
         "config_resources": f"[BROKER:{NODE}, TOPIC:java-admin]",
     }

@@ -185,6 +185,7 @@ def test_a_broker_that_fails_to_start_releases_the_lock(tmp_path: Path) -> None:
         ("meta.properties", "version=1\nnode.id=0\n", "no cluster.id"),
         ("meta.properties", "version=1\ncluster.id=x\nnode.id=one\n", "node.id 'one' is not an integer"),
         ("producer-id-block", "12x", "expected the next producer id, found '12x'"),
+        ("finalized-features.json", "{not json", "not valid JSON (line 1, column 2)"),
     ],
 )
 def test_damaged_metadata_file_is_named(tmp_path: Path, name: str, content: str | bytes, problem: str) -> None:

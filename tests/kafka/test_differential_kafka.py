@@ -209,7 +209,7 @@ def test_api_versions_answers_and_features(ask: Callable[[Any, int], tuple[Any, 
     assert [plain(f) for f in ours.finalized_features] == [
         plain(f) for f in kafka.finalized_features if f.name == "transaction.version"
     ]
-    assert ours.finalized_features_epoch == 0 and kafka.finalized_features_epoch > 0
+    assert ours.finalized_features_epoch > 0 and kafka.finalized_features_epoch > 0  # the image offsets differ
     # KIP-511: a client software name that is not Kafka's pattern is an invalid request, from v3.
     kafka, ours = ask(ApiVersionsRequest(client_software_name="-bad name", client_software_version="1"), 3)
     assert kafka.error_code == ours.error_code == ErrorCode.INVALID_REQUEST

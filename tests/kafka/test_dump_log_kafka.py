@@ -21,7 +21,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.snapshots import image_records
 from kbroker.storage import LogConfig, PartitionLog
+from kbroker.testing import RunningBroker
+from kbroker.wire_client import WireClient
 from protocol._codec import Message
 from protocol.coordinator_frame import encode_coordinator_record
 from protocol.coordinator_records import RECORD_TYPES_BY_COORDINATOR
@@ -50,6 +53,7 @@ from tests.kafka_json import (
     transaction_log_value_json,
 )
 from tests.metadata.sample_records import TOPIC_ID, sample_records
+from tests.metadata.test_snapshots import SNAPSHOT_EVERY_COMMIT, change_through_requests
 from tests.record_strategies import record_strategy
 from tools import maven_artifacts
 
@@ -128,6 +132,26 @@ def test_kafkas_dump_tool_reads_kbrokers_snapshot(tmp_path: Path, dump: Dump) ->
     assert footer.records[0].rest.strip() == 'SnapshotFooter {"version":0}'
     assert {b.leader_epoch for b in batches} == {3}
     assert [r.payload for b in data for r in b.records] == [metadata_payload(r.message, r.version) for r in records]
+
+
+def test_kafkas_dump_tool_decodes_the_snapshot_a_running_broker_wrote(tmp_path: Path, dump: Dump) -> None:
+    with RunningBroker(tmp_path, SNAPSHOT_EVERY_COMMIT) as running, WireClient(running.bootstrap) as client:
+        change_through_requests(client)  # a topic, a config and an ACL: each commit is followed by a snapshot
+        assert running.broker is not None
+        image = running.broker.metadata.image
+    with MetadataLog(tmp_path) as log:
+        snapshot_id = log.latest_snapshot_id()
+    assert snapshot_id is not None and snapshot_id.end_offset == image.provenance.offset + 1
+    header, *data, footer = dump(
+        "--cluster-metadata-decoder", tmp_path / "__cluster_metadata-0" / snapshot_id.file_name
+    )
+    assert header.control and footer.control and data and not any(b.control for b in data)
+    assert header.records[0].rest.strip().startswith("SnapshotHeader ")
+    printed = [r.payload for b in data for r in b.records]
+    assert printed == [metadata_payload(r.message, r.version) for r in image_records(image)]
+    assert {"TOPIC_RECORD", "PARTITION_RECORD", "CONFIG_RECORD", "ACCESS_CONTROL_ENTRY_RECORD"} <= {
+        p["type"] for p in printed
+    }
 
 
 def test_kafkas_dump_tool_reads_the_kraft_version_and_voters_of_a_snapshot_header(tmp_path: Path, dump: Dump) -> None:
@@ -339,20 +363,22 @@ def test_kafkas_dump_tool_reads_the_metadata_log_a_running_broker_wrote(tmp_path
     migrated = {p["data"]["name"] for p in printed[begin:end] if p["type"] == "TOPIC_RECORD"}
     assert migrated == set(EXPECTED)
     assert kinds[end + 1] == "REGISTER_BROKER_RECORD" and printed[end + 1]["data"]["brokerId"] == node
-    assert kinds[end + 2 :] == [
+    # The older kbroker's producer-id-block, moved after the registration it names.
+    assert kinds[end + 2] == "PRODUCER_IDS_RECORD" and printed[end + 2]["data"]["brokerId"] == node
+    assert kinds[end + 3 :] == [
         "TOPIC_RECORD",
         "PARTITION_RECORD",
         "PARTITION_RECORD",
         "CONFIG_RECORD",
         "REMOVE_TOPIC_RECORD",
     ]
-    assert printed[end + 5]["data"] == {
+    assert printed[end + 6]["data"] == {
         "resourceType": 2,
         "resourceName": "fresh",
         "name": "retention.ms",
         "value": "9",
     }
-    assert [p["data"]["partitionId"] for p in printed[end + 3 : end + 5]] == [0, 1]
+    assert [p["data"]["partitionId"] for p in printed[end + 4 : end + 6]] == [0, 1]
 
 
 def test_kafkas_dump_tool_reads_acls_scram_users_and_quotas_a_running_broker_wrote(tmp_path: Path, dump: Dump) -> None:

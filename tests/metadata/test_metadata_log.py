@@ -169,10 +169,15 @@ def test_a_snapshot_cut_short_is_refused_with_one_line(tmp_path: Path) -> None:
         MetadataLog(tmp_path) as log,
         pytest.raises(MetadataLogError, match="does not end with a SnapshotFooterRecord"),
     ):
-        log.replay()
+        log.read_snapshot(snapshot_id)
     path.write_bytes(data[:-10])  # a batch cut in the middle
-    with MetadataLog(tmp_path) as log, pytest.raises(MetadataLogError, match=f"snapshot {path}: .*runs past the end"):
-        log.replay()
+    with MetadataLog(tmp_path) as log:
+        with pytest.raises(MetadataLogError, match=f"snapshot {path}: .*runs past the end"):
+            log.read_snapshot(snapshot_id)
+        # Replayed, the log still holds what it covered: it is set aside and the log replayed from its start.
+        replay = log.replay()
+    assert replay.snapshot is None and list(replay.records()) == [config(0), config(1)]
+    assert not path.exists() and path.with_name(path.name + ".damaged").read_bytes() == data[:-10]
 
 
 def test_leftovers_of_a_snapshot_being_written_are_removed_at_open(tmp_path: Path) -> None:

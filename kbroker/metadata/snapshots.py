@@ -1,0 +1,157 @@
+"""Snapshots of the metadata image: the records that rebuild it, and when the controller writes one.
+
+``image_records`` describes an image as Kafka's MetadataImage.write does, section by section in Kafka's order
+(features with metadata.version first, the cluster's brokers and controllers, topics with their partitions,
+configs, client quotas, the next producer id block, ACLs, SCRAM credentials, delegation tokens): replaying them
+on an empty image gives the same image. The metadata log writes them between a SnapshotHeaderRecord and a
+SnapshotFooterRecord as ``<end offset>-<epoch>.checkpoint`` (kbroker/metadata/log.py), the file Kafka's
+RecordsSnapshotWriter writes and its dump tool reads.
+
+``SnapshotPolicy`` is Kafka's SnapshotGenerator and KafkaMetadataLog retention, with Kafka's keys and defaults:
+a snapshot once metadata.log.max.record.bytes.between.snapshots bytes of batches were appended since the last
+one, or once metadata.log.max.snapshot.interval.ms passed with anything appended (both looked at as each change
+is committed, as Kafka's generator looks at each published image); after it, older snapshots and the log
+segments they alone cover go while the log and its snapshots are over metadata.max.retention.bytes, or the older
+snapshots' last records are older than metadata.max.retention.ms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kbroker.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
+from protocol._codec import Message
+from protocol.metadata_frame import MetadataRecord
+from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord
+from protocol.metadata_records.client_quota_record import ClientQuotaRecord
+from protocol.metadata_records.config_record import ConfigRecord
+from protocol.metadata_records.feature_level_record import FeatureLevelRecord
+from protocol.metadata_records.partition_record import PartitionRecord
+from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
+from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
+from protocol.metadata_records.register_controller_record import RegisterControllerRecord
+from protocol.metadata_records.topic_record import TopicRecord
+from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When to write a snapshot and how long older ones (and the log they cover) are kept; Kafka's defaults."""
+
+    max_bytes_between: int = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
+    max_interval_ms: int = 60 * 60 * 1000  # metadata.log.max.snapshot.interval.ms (0: no time bound)
+    retention_bytes: int = 100 * 1024 * 1024  # metadata.max.retention.bytes (below 1: no size bound)
+    retention_ms: int = 7 * 24 * 60 * 60 * 1000  # metadata.max.retention.ms (below 1: no time bound)
+
+    def due(self, bytes_since: int, ms_since: int) -> bool:
+        if bytes_since <= 0:
+            return False
+        return bytes_since >= self.max_bytes_between or 0 < self.max_interval_ms <= ms_since
+
+
+def _newest(message: Message) -> MetadataRecord:
+    return MetadataRecord(message, type(message).VALID_VERSIONS[1])
+
+
+def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
+    """The records that rebuild ``image`` from an empty one, in Kafka's order."""
+    features = sorted(image.features.items(), key=lambda item: item[0] != METADATA_VERSION_FEATURE)
+    for name, level in features:
+        yield _newest(FeatureLevelRecord(name=name, feature_level=level))
+    for broker in image.brokers.values():
+        yield _newest(
+            RegisterBrokerRecord(
+                broker_id=broker.broker_id,
+                is_migrating_zk_broker=False,
+                incarnation_id=broker.incarnation_id,
+                broker_epoch=broker.epoch,
+                end_points=[
+                    RegisterBrokerRecord.BrokerEndpoint(
+                        name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol
+                    )
+                    for e in broker.endpoints.values()
+                ],
+                features=[
+                    RegisterBrokerRecord.BrokerFeature(name=name, min_supported_version=low, max_supported_version=high)
+                    for name, (low, high) in broker.supported_features.items()
+                ],
+                rack=broker.rack,
+                fenced=broker.fenced,
+                in_controlled_shutdown=broker.in_controlled_shutdown,
+                log_dirs=list(broker.log_dirs),
+            )
+        )
+    for controller in image.controllers.values():
+        yield _newest(
+            RegisterControllerRecord(
+                controller_id=controller.controller_id,
+                incarnation_id=controller.incarnation_id,
+                zk_migration_ready=False,
+                end_points=[
+                    RegisterControllerRecord.ControllerEndpoint(
+                        name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol
+                    )
+                    for e in controller.endpoints.values()
+                ],
+                features=[],
+            )
+        )
+    for topic in image.topics.by_id.values():
+        yield _newest(TopicRecord(name=topic.name, topic_id=topic.topic_id))
+        for index, partition in sorted(topic.partitions.items()):
+            yield _newest(
+                PartitionRecord(
+                    partition_id=index,
+                    topic_id=topic.topic_id,
+                    replicas=list(partition.replicas),
+                    isr=list(partition.isr),
+                    removing_replicas=list(partition.removing_replicas),
+                    adding_replicas=list(partition.adding_replicas),
+                    leader=partition.leader,
+                    leader_recovery_state=int(partition.leader_recovery_state),
+                    leader_epoch=partition.leader_epoch,
+                    partition_epoch=partition.partition_epoch,
+                    directories=list(partition.directories),
+                    eligible_leader_replicas=list(partition.eligible_leader_replicas),
+                    last_known_elr=list(partition.last_known_elr),
+                )
+            )
+    for (resource_type, resource_name), values in image.configs.items():
+        for key, value in values.items():
+            yield _newest(
+                ConfigRecord(resource_type=int(resource_type), resource_name=resource_name, name=key, value=value)
+            )
+    for entity, quotas in image.client_quotas.items():
+        entity_data = [ClientQuotaRecord.EntityData(entity_type=kind, entity_name=name) for kind, name in entity]
+        for key, quota in quotas.items():
+            yield _newest(ClientQuotaRecord(entity=entity_data, key=key, value=quota, remove=False))
+    if image.next_producer_id > 0:
+        # As Kafka's ProducerIdsImage: the block's owner is not part of the image.
+        yield _newest(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+    for acl_id, acl in image.acls.items():
+        yield _newest(
+            AccessControlEntryRecord(
+                id=acl_id,
+                resource_type=acl.resource_type,
+                resource_name=acl.resource_name,
+                pattern_type=acl.pattern_type,
+                principal=acl.principal,
+                host=acl.host,
+                operation=acl.operation,
+                permission_type=acl.permission_type,
+            )
+        )
+    for (user, mechanism), credential in image.scram_credentials.items():
+        yield _newest(
+            UserScramCredentialRecord(
+                name=user,
+                mechanism=int(mechanism),
+                salt=credential.salt,
+                stored_key=credential.stored_key,
+                server_key=credential.server_key,
+                iterations=credential.iterations,
+            )
+        )
+    for token in image.delegation_tokens.values():
+        yield _newest(token)
