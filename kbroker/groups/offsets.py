@@ -37,6 +37,11 @@ from typing import TYPE_CHECKING
 
 from kbroker.coordinators.runtime import NO_PRODUCER, CoordinatorRecord, CoordinatorRuntime, Transaction
 from kbroker.durable.files import StorageError
+from kbroker.groups.consumer_group_records import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    StoredConsumerGroup,
+    replay_consumer_group_record,
+)
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
 from protocol.coordinator_records.group_metadata_key import GroupMetadataKey
 from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
@@ -116,6 +121,8 @@ class OffsetsShard:
     producer_epochs: dict[int, int] = field(default_factory=dict)
     # Each classic group's last generation (its GroupMetadata record).
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    # Each KIP-848 consumer group as its ConsumerGroup* records left it.
+    consumer_groups: dict[str, StoredConsumerGroup] = field(default_factory=dict)
     skipped: int = 0  # records this version cannot use (logged once each load)
 
     def replay(
@@ -143,8 +150,11 @@ class OffsetsShard:
                 assert isinstance(record.value, GroupMetadataValue)
                 self.groups[record.key.group] = record.value
             return
+        if record.record_type in CONSUMER_GROUP_RECORD_TYPES:
+            replay_consumer_group_record(self.consumer_groups, record.record_type, record.key, record.value)
+            return
         if record.record_type != OFFSET_COMMIT:
-            return  # a consumer (KIP-848) or share group's record: not kept by this store
+            return  # a share or streams group's record: not kept by this store
         k = record.key
         assert isinstance(k, OffsetCommitKey)
         tp = (k.topic, k.partition)
@@ -481,6 +491,21 @@ class OffsetStore:
                     group.state_since_ms = value.current_state_timestamp
                 groups.append(group)
         return groups
+
+    # --- KIP-848 consumer groups (Kafka's ConsumerGroup* records) ----------------------------------------
+
+    def write_consumer_group(self, group_id: str, records: list[CoordinatorRecord]) -> int:
+        """Append a consumer group's records to its partition as one batch; the offset after them, for
+        ``committed`` (-1 without records). OffsetStoreError (nothing written) on failure."""
+        return self._write(group_id, records)
+
+    def stored_consumer_groups(self) -> list[StoredConsumerGroup]:
+        """Every consumer group as its records left it, for the coordinator to rebuild at a load."""
+        return [group for shard in self._shards() for group in shard.consumer_groups.values()]
+
+    def stored_consumer_group(self, group_id: str) -> StoredConsumerGroup | None:
+        shard = self._shard_of(group_id)
+        return shard.consumer_groups.get(group_id) if shard is not None else None
 
     def close(self) -> None:
         """Forget the shards; the partitions are closed (and fsynced) with the other logs by the log manager."""
