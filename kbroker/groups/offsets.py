@@ -121,13 +121,20 @@ class OffsetsShard:
     producer_epochs: dict[int, int] = field(default_factory=dict)
     # Each classic group's last generation (its GroupMetadata record).
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
-    # Each KIP-848 consumer group as its ConsumerGroup* records left it.
-    consumer_groups: dict[str, StoredConsumerGroup] = field(default_factory=dict)
+    # The KIP-848 consumer groups' ConsumerGroup* records, the last value of each key, kept as written: the
+    # coordinator's own state is in memory, these are decoded only when it is rebuilt (a load, a failed write).
+    consumer_group_records: dict[bytes, bytes] = field(default_factory=dict)
     skipped: int = 0  # records this version cannot use (logged once each load)
 
     def replay(
         self, offset: int, producer_id: int, producer_epoch: int, key: bytes | None, value: bytes | None
     ) -> None:
+        if key is not None and len(key) >= 2 and int.from_bytes(key[:2], "big") in CONSUMER_GROUP_RECORD_TYPES:
+            if value is None:
+                self.consumer_group_records.pop(key, None)
+            else:
+                self.consumer_group_records[key] = value
+            return
         try:
             record = decode_coordinator_record("group", key, value)
         except UnknownRecordType:
@@ -149,9 +156,6 @@ class OffsetsShard:
             else:
                 assert isinstance(record.value, GroupMetadataValue)
                 self.groups[record.key.group] = record.value
-            return
-        if record.record_type in CONSUMER_GROUP_RECORD_TYPES:
-            replay_consumer_group_record(self.consumer_groups, record.record_type, record.key, record.value)
             return
         if record.record_type != OFFSET_COMMIT:
             return  # a share or streams group's record: not kept by this store
@@ -501,11 +505,28 @@ class OffsetStore:
 
     def stored_consumer_groups(self) -> list[StoredConsumerGroup]:
         """Every consumer group as its records left it, for the coordinator to rebuild at a load."""
-        return [group for shard in self._shards() for group in shard.consumer_groups.values()]
+        return [group for shard in self._shards() for group in self._decoded(shard).values()]
 
     def stored_consumer_group(self, group_id: str) -> StoredConsumerGroup | None:
         shard = self._shard_of(group_id)
-        return shard.consumer_groups.get(group_id) if shard is not None else None
+        return self._decoded(shard).get(group_id) if shard is not None else None
+
+    @staticmethod
+    def _decoded(shard: OffsetsShard) -> dict[str, StoredConsumerGroup]:
+        groups: dict[str, StoredConsumerGroup] = {}
+        for key, value in shard.consumer_group_records.items():
+            try:
+                record = decode_coordinator_record("group", key, value)
+            except DecodeError as exc:
+                log.warning(
+                    "%s-%d: skipping a consumer group record that does not decode: %s",
+                    OFFSETS_TOPIC,
+                    shard.partition,
+                    exc,
+                )
+                continue
+            replay_consumer_group_record(groups, record.record_type, record.key, record.value)
+        return groups
 
     def close(self) -> None:
         """Forget the shards; the partitions are closed (and fsynced) with the other logs by the log manager."""
