@@ -533,8 +533,9 @@ class ConsumerGroupCoordinator:
             # (KIP-848 online migration); kbroker does not, so the id stays the classic group's.
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
         if not create:
-            # Kafka answers GROUP_ID_NOT_FOUND here; its groups survive restarts, kbroker's members do not,
-            # so a member still heartbeating after a restart is told to rejoin instead of failing for good.
+            # Kafka answers GROUP_ID_NOT_FOUND here. Groups survive restarts here too, but one can still be lost
+            # (__consumer_offsets deleted, a write that never made it): its member is told to rejoin instead of
+            # failing for good.
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
         group = self.groups[group_id] = ConsumerGroup(group_id)
         return group
