@@ -247,6 +247,7 @@ class Broker:
             runtime=self.coordinator_timers,
             group_configs=lambda group_id: self.metadata.image.config(ConfigResourceType.GROUP, group_id),
             store=self.offsets,  # each change is written to __consumer_offsets, as Kafka's ConsumerGroup* records
+            authorizing=lambda: self.authorizer is not None,
         )
         coordinator.restore(self.offsets.stored_consumer_groups())  # the groups as a restart finds them
         return coordinator

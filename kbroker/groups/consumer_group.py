@@ -34,10 +34,11 @@ assignment epoch), Reconciling (some member not at the target), Stable.
 
 As Kafka, the group is kept in ``__consumer_offsets`` as ConsumerGroup* records (kbroker/groups/
 consumer_group_records.py): each heartbeat, leave, expiry and deletion writes the records of what it changed (the
-member's metadata, the group epoch, the target assignment's delta and epoch, the member's current assignment,
-tombstones of a member or group that goes) as one batch through the coordinator runtime, and the heartbeat is
-answered once they are committed. When ``__consumer_offsets`` is loaded the groups are rebuilt from those records
-(``restore``): members keep their ids, epochs and partitions, and their session timers start again, as Kafka's.
+member's metadata, a regex's resolved topics, the group epoch, the target assignment's delta and epoch, the member's
+current assignment, tombstones of a member or group that goes) as one batch through the coordinator runtime, and
+the heartbeat is answered once they are committed. When ``__consumer_offsets`` is loaded the groups are rebuilt from
+those records (``restore``): members keep their ids, epochs and partitions, and their session timers start again,
+as Kafka's.
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ class ConsumerGroup:
     target: dict[str, TopicAssignment] = field(default_factory=dict)  # member id -> target assignment
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)  # owner's member epoch
     subscribed_metadata: dict[uuid.UUID, TopicMetadata] = field(default_factory=dict)
+    # What the group's ConsumerGroupRegularExpression records hold: each subscribed regex's topics.
+    resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -255,11 +258,15 @@ class ConsumerGroupCoordinator:
         group_configs: Callable[[str], Mapping[str, str]] | None = None,
         store: ConsumerGroupStore | None = None,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        authorizing: Callable[[], bool] = lambda: False,
     ) -> None:
         """``session_timeout_ms``, ``heartbeat_interval_ms``: the broker's defaults; ``group_configs`` gives a
         group's own configs (Kafka's GroupConfig: consumer.session.timeout.ms, consumer.heartbeat.interval.ms),
         read at each heartbeat so a change applies at the member's next one, as in Kafka. ``store``: where each
-        change's records are written (None: memory only, unit tests)."""
+        change's records are written (None: memory only, unit tests). ``authorizing``: whether an authorizer
+        decides which topics a regex may resolve to (a restored regex member is then held to its stored topics
+        until it sends its regex, and so its principal's rights, again)."""
+        self.authorizing = authorizing
         self.group_configs = group_configs
         self.store = store
         self.wall_clock_ms = wall_clock_ms
@@ -357,7 +364,10 @@ class ConsumerGroupCoordinator:
         stored = self.store.stored_consumer_group(group_id)
         group = self.groups.get(group_id)
         if group is None:
-            return records.group_tombstones(group_id, stored.members if stored is not None else ())
+            if stored is None:
+                return records.group_tombstones(group_id)
+            regex_tombstones = [records.regex_tombstone(group_id, r) for r in stored.regexes]
+            return regex_tombstones + records.group_tombstones(group_id, stored.members)
         written: list[CoordinatorRecord] = []
         if stored is not None:
             for member_id in set(stored.members) | set(stored.current) | set(stored.targets):
@@ -365,12 +375,35 @@ class ConsumerGroupCoordinator:
                     written.extend(records.member_tombstones(group_id, member_id))
         for member in group.members.values():
             written.append(self._member_metadata_record(group_id, member))
+        if stored is not None:
+            written.extend(
+                records.regex_tombstone(group_id, r) for r in stored.regexes if r not in group.resolved_regexes
+            )
+        now_ms = self.wall_clock_ms()
+        written.extend(records.regex_record(group_id, r, t, now_ms) for r, t in group.resolved_regexes.items())
         written.append(self._group_epoch_record(group))
         written.extend(records.target_assignment_record(group_id, m, t) for m, t in group.target.items())
         written.append(records.target_assignment_epoch_record(group_id, group.assignment_epoch, self.wall_clock_ms()))
         for member in group.members.values():
             written.append(self._current_assignment_record(group_id, member))
         return written
+
+    def _write_regexes(self, group: ConsumerGroup) -> None:
+        """The records of the regexes whose resolution changed, and tombstones of those no member uses now."""
+        if self.store is None:
+            return
+        resolved = {
+            m.subscribed_topic_regex: m.regex_topics for m in group.members.values() if m.subscribed_topic_regex
+        }
+        if resolved == group.resolved_regexes:
+            return
+        now_ms = self.wall_clock_ms()
+        for regex, topics in resolved.items():
+            if group.resolved_regexes.get(regex) != topics:
+                self._emit(group.group_id, records.regex_record(group.group_id, regex, topics, now_ms))
+        for regex in group.resolved_regexes.keys() - resolved.keys():
+            self._emit(group.group_id, records.regex_tombstone(group.group_id, regex))
+        group.resolved_regexes = resolved
 
     @staticmethod
     def _group_epoch_record(group: ConsumerGroup) -> CoordinatorRecord:
@@ -457,6 +490,13 @@ class ConsumerGroupCoordinator:
                         if owner != member.member_epoch:
                             log.warning("group %s: %s-%d has two owners in the log", group_id, topic_id, partition)
         group.target = {m: records.partitions_of(t.topic_partitions) for m, t in stored.targets.items()}
+        group.resolved_regexes = {regex: frozenset(value.topics) for regex, value in stored.regexes.items()}
+        restrict = self.authorizing()
+        for member in group.members.values():
+            if member.subscribed_topic_regex:
+                member.regex_topics = group.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
+                if restrict:  # the principal's rights are not stored: no topic beyond the stored ones meanwhile
+                    member.may_describe_topic = member.regex_topics.__contains__
         group.subscribed_metadata = self._subscribed_metadata(group)
         topics = ((m.topic_id, m.name, m.partitions) for m in group.subscribed_metadata.values())
         if records.metadata_hash(topics) != stored.metadata_hash:
@@ -743,6 +783,8 @@ class ConsumerGroupCoordinator:
         if self.store is not None:
             if _metadata_view(member) != metadata_before:
                 self._emit(group_id, self._member_metadata_record(group_id, member))
+            if changed:
+                self._write_regexes(group)
             if group.group_epoch != epoch_before:
                 self._emit(group_id, self._group_epoch_record(group))
             if group.assignment_epoch != assignment_epoch_before:
@@ -935,6 +977,7 @@ class ConsumerGroupCoordinator:
         group.subscribed_metadata = self._subscribed_metadata(group)
         group.group_epoch += 1
         self._emit(group.group_id, *records.member_tombstones(group.group_id, member.member_id))
+        self._write_regexes(group)
         self._emit(group.group_id, self._group_epoch_record(group))
 
     @staticmethod

@@ -7,10 +7,12 @@ each keyed by the group (and member):
 - ConsumerGroupMemberMetadata (5): a member's subscription and client facts;
 - ConsumerGroupTargetAssignmentMetadata (6): the assignment epoch; ConsumerGroupTargetAssignmentMember (7): one
   member's target partitions (only the members whose target changed are written, as Kafka writes the delta);
-- ConsumerGroupCurrentMemberAssignment (8): a member's epochs, reconciliation state and partitions.
+- ConsumerGroupCurrentMemberAssignment (8): a member's epochs, reconciliation state and partitions;
+- ConsumerGroupRegularExpression (16): the topics a subscribed regex resolved to.
 
 A member leaving writes the tombstones of its current assignment, target and metadata, then the bumped group epoch;
-a deleted group the tombstones of its target epoch, (legacy) partition metadata and group epoch. ``StoredConsumerGroup``
+a deleted group the tombstones of its target epoch, (legacy) partition metadata and group epoch; a regex no member
+subscribes with any more its tombstone. ``StoredConsumerGroup``
 is what replaying those records leaves (the shard's view, kbroker/groups/offsets.py); the coordinator rebuilds a
 group from it when its shard is loaded (kbroker/groups/consumer_group.py ``restore``).
 """
@@ -36,6 +38,8 @@ from protocol.coordinator_records.consumer_group_member_metadata_value import Co
 from protocol.coordinator_records.consumer_group_metadata_key import ConsumerGroupMetadataKey
 from protocol.coordinator_records.consumer_group_metadata_value import ConsumerGroupMetadataValue
 from protocol.coordinator_records.consumer_group_partition_metadata_key import ConsumerGroupPartitionMetadataKey
+from protocol.coordinator_records.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
+from protocol.coordinator_records.consumer_group_regular_expression_value import ConsumerGroupRegularExpressionValue
 from protocol.coordinator_records.consumer_group_target_assignment_member_key import (
     ConsumerGroupTargetAssignmentMemberKey,
 )
@@ -56,6 +60,7 @@ CONSUMER_GROUP_MEMBER_METADATA = 5
 CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
 CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 CONSUMER_GROUP_RECORD_TYPES = frozenset(
     {
         CONSUMER_GROUP_METADATA,
@@ -64,6 +69,7 @@ CONSUMER_GROUP_RECORD_TYPES = frozenset(
         CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
         CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
         CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+        CONSUMER_GROUP_REGULAR_EXPRESSION,
     }
 )
 VALUE_VERSION = 0  # every ConsumerGroup* value has this one version
@@ -88,13 +94,23 @@ class StoredConsumerGroup:
     members: dict[str, ConsumerGroupMemberMetadataValue] = field(default_factory=dict)
     targets: dict[str, ConsumerGroupTargetAssignmentMemberValue] = field(default_factory=dict)
     current: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
+    regexes: dict[str, ConsumerGroupRegularExpressionValue] = field(default_factory=dict)  # by regex
 
     def is_empty(self) -> bool:
-        return self.epoch < 0 and self.assignment_epoch < 0 and not (self.members or self.targets or self.current)
+        return (
+            self.epoch < 0
+            and self.assignment_epoch < 0
+            and not (self.members or self.targets or self.current or self.regexes)
+        )
 
 
 class _GroupKey(Protocol):
     group_id: str
+
+
+class _RegexKey(Protocol):
+    group_id: str
+    regular_expression: str
 
 
 class _MemberKey(Protocol):
@@ -131,6 +147,9 @@ def replay_consumer_group_record(
         else:
             assert isinstance(value, ConsumerGroupTargetAssignmentMetadataValue)
             group.assignment_epoch = value.assignment_epoch
+    elif record_type == CONSUMER_GROUP_REGULAR_EXPRESSION:
+        regex = cast(_RegexKey, key).regular_expression
+        _put(group.regexes, regex, value, ConsumerGroupRegularExpressionValue)
     else:
         member_id = cast(_MemberKey, key).member_id
         if record_type == CONSUMER_GROUP_MEMBER_METADATA:
@@ -268,6 +287,19 @@ def current_assignment_record(
 
 def current_assignment_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
     key = ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)
+    return encode_coordinator_record(key, None)
+
+
+def regex_record(group_id: str, regex: str, topics: Iterable[str], timestamp_ms: int) -> CoordinatorRecord:
+    """The topics ``regex`` resolved to. Kafka's ``version`` is the metadata image's offset the resolution saw;
+    kbroker resolves on every heartbeat and writes 0."""
+    value = ConsumerGroupRegularExpressionValue(topics=sorted(topics), version=0, timestamp=timestamp_ms)
+    key = ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)
+    return encode_coordinator_record(key, value, VALUE_VERSION)
+
+
+def regex_tombstone(group_id: str, regex: str) -> CoordinatorRecord:
+    key = ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)
     return encode_coordinator_record(key, None)
 
 

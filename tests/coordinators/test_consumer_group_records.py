@@ -155,6 +155,7 @@ def group_state(group: ConsumerGroup) -> dict:
         "static_members": dict(group.static_members),
         "target": {m: t for m, t in group.target.items() if t},
         "partition_epochs": dict(group.partition_epochs),
+        "resolved_regexes": dict(group.resolved_regexes),
         "members": {
             m.member_id: (
                 m.instance_id,
@@ -163,6 +164,7 @@ def group_state(group: ConsumerGroup) -> dict:
                 m.client_host,
                 sorted(m.subscribed_topic_names),
                 m.subscribed_topic_regex,
+                m.regex_topics,
                 m.rebalance_timeout_ms,
                 m.server_assignor,
                 m.member_epoch,
@@ -335,9 +337,53 @@ def test_static_members_replay_through_a_bounce_and_a_replacement(h: Harness) ->
     assert reloaded.target["a2"] == {T1: {0, 1, 2}}
 
 
-def test_a_regex_member_and_a_topic_change_while_down(h: Harness) -> None:
+def test_a_regex_members_resolution_is_written_and_restored(h: Harness) -> None:
     h.join("m1", topics=[], subscribed_topic_regex="pay.*")
     assert h.coordinator.groups["g"].members["m1"].assigned == {T2: {0, 1}}
+    regex_records = [
+        (k.regular_expression, v) for t, k, v in written(h) if t == records.CONSUMER_GROUP_REGULAR_EXPRESSION
+    ]
+    assert [(r, v.topics, v.timestamp) for r, v in regex_records] == [("pay.*", ["payments"], 1_700_000_000_000)]
+    h.topics["payroll"] = TopicMetadata(uuid.UUID(int=3), "payroll", 1)  # resolves now: a new record
+    h.beat("m1", 1, {T2: {0, 1}})
+    regex_records = [
+        (k.regular_expression, v) for t, k, v in written(h) if t == records.CONSUMER_GROUP_REGULAR_EXPRESSION
+    ]
+    assert [v.topics for _, v in regex_records] == [["payments"], ["payments", "payroll"]]
+    reloaded = h.reload()
+    member = reloaded.groups["g"].members["m1"]
+    assert (member.subscribed_topic_regex, member.regex_topics) == ("pay.*", frozenset({"payments", "payroll"}))
+    assert member.may_describe_topic is None  # no authorizer: the regex resolves against every topic again
+    # The member leaves: its regex is no longer used, and its record goes.
+    h.coordinator = reloaded
+    reloaded.store = h.writes = FailingStore(h.store)
+    h.beat("m1", -1, None)
+    assert [(t, v is None) for t, _, v in written(h)[-2:]] == [
+        (records.CONSUMER_GROUP_REGULAR_EXPRESSION, True),
+        (records.CONSUMER_GROUP_METADATA, False),
+    ]
+
+
+def test_a_restored_regex_member_under_an_authorizer_keeps_to_its_stored_topics(h: Harness) -> None:
+    h.join("m1", topics=[], subscribed_topic_regex="pay.*", may_describe_topic=lambda name: name != "payroll")
+    h.topics["payroll"] = TopicMetadata(uuid.UUID(int=3), "payroll", 1)
+    h.beat("m1", 1, {T2: {0, 1}})
+    assert h.coordinator.groups["g"].members["m1"].regex_topics == frozenset({"payments"})
+    h.store.close()
+    h.store = OffsetStore.in_data_dir(h.data_dir, partitions=PARTITIONS)
+    reloaded = h.new_coordinator(h.store)
+    reloaded.authorizing = lambda: True
+    reloaded.restore(h.store.stored_consumer_groups())
+    h.coordinator = reloaded
+    reloaded.store = h.writes = FailingStore(h.store)
+    # A heartbeat without the regex (the principal's rights unknown) resolves to no topic the stored ones lack.
+    result = h.beat("m1", 1, {T2: {0, 1}})
+    assert (result.error_code, result.member_epoch) == (ErrorCode.NONE, 1)
+    assert reloaded.groups["g"].members["m1"].regex_topics == frozenset({"payments"})
+
+
+def test_a_topic_change_while_down_bumps_the_epoch_at_the_next_heartbeat(h: Harness) -> None:
+    h.join("m1", topics=["payments"])
     h.topics["payments"] = TopicMetadata(T2, "payments", 3)  # partitions added while the broker is down
     reloaded = h.reload()
     h.coordinator = reloaded
