@@ -444,8 +444,11 @@ class ConsumerGroupCoordinator:
         member keeps its id, epochs and partitions, and its session (and a revoking member's rebalance timeout)
         counts from now. A group whose subscribed topics changed while the broker was down (its stored metadata
         hash differs) gets a new group epoch at its next heartbeat."""
+        stored_list = list(stored_groups)
+        if not stored_list:
+            return  # nothing to time: the clock (trio's) is not asked outside a run
         now = self.clock()
-        for stored in stored_groups:
+        for stored in stored_list:
             group = self._restored(stored, now)
             self.groups[group.group_id] = group
             log.info(
