@@ -246,10 +246,10 @@ class Broker:
         )
 
     # --- group coordinators: made by the first request (or check) that needs one --------------------------
-    # What they keep is in ``offsets`` (committed offsets, classic groups' GroupMetadata, restored when the classic
-    # coordinator is made), so nothing is lost by making them late, and ``kbroker serve`` answers its first
-    # requests without importing them (about 10 ms). The group handlers import their modules
-    # (kbroker.server.connection.load_handlers does so soon after start-up).
+    # What they keep is in ``offsets`` (committed offsets, classic groups' GroupMetadata and consumer groups'
+    # ConsumerGroup* records, restored when each coordinator is made), so nothing is lost by making them late, and
+    # ``kbroker serve`` answers its first requests without importing them (about 10 ms). The group handlers import
+    # their modules (kbroker.server.connection.load_handlers does so soon after start-up).
 
     @cached_property
     def groups(self) -> GroupCoordinator:
@@ -274,7 +274,7 @@ class Broker:
         from kbroker.groups.assignors import TopicMetadata
         from kbroker.groups.consumer_group import ConsumerGroupCoordinator
 
-        return ConsumerGroupCoordinator(
+        coordinator = ConsumerGroupCoordinator(
             topics=lambda: (TopicMetadata(t.topic_id, t.name, t.partitions) for t in self.logs.topics()),
             session_timeout_ms=self.config["group.consumer.session.timeout.ms"],
             heartbeat_interval_ms=self.config["group.consumer.heartbeat.interval.ms"],
@@ -283,7 +283,11 @@ class Broker:
             classic=self.groups,
             runtime=self.coordinator_timers,
             group_configs=lambda group_id: self.metadata.image.config(ConfigResourceType.GROUP, group_id),
+            store=self.offsets,  # each change is written to __consumer_offsets, as Kafka's ConsumerGroup* records
+            authorizing=lambda: self.authorizer is not None,
         )
+        coordinator.restore(self.offsets.stored_consumer_groups())  # the groups as a restart finds them
+        return coordinator
 
     @cached_property
     def group_router(self) -> GroupRouter:

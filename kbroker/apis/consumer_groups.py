@@ -71,7 +71,7 @@ async def handle_consumer_group_heartbeat(
         client_id=ctx.client_id or "",
         client_host="/" + ctx.client_address,  # as Kafka shows it: the address without its port
     )
-    result = ctx.groups.consumer.heartbeat(heartbeat)
+    result = await ctx.groups.consumer.heartbeat_committed(heartbeat)  # once its records are committed
     assignment = None
     if result.assignment is not None:
         assignment = ConsumerGroupHeartbeatResponse.Assignment(

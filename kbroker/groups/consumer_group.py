@@ -32,9 +32,13 @@ sent it may DESCRIBE (Kafka 4.3 never assigns a regex member a topic it could no
 The group state is derived, as in Kafka: Empty (no members), Assigning (group epoch ahead of the
 assignment epoch), Reconciling (some member not at the target), Stable.
 
-Kafka keeps all of this in ``__consumer_offsets`` (ConsumerGroup* records); here it lives in memory (committed
-offsets are in ``__consumer_offsets``, as a classic group's membership is, but a consumer group's membership is not
-written: after a broker restart its members rejoin).
+As Kafka, the group is kept in ``__consumer_offsets`` as ConsumerGroup* records (kbroker/groups/
+consumer_group_records.py): each heartbeat, leave, expiry and deletion writes the records of what it changed (the
+member's metadata, a regex's resolved topics, the group epoch, the target assignment's delta and epoch, the member's
+current assignment, tombstones of a member or group that goes) as one batch through the coordinator runtime, and
+the heartbeat is answered once they are committed. When ``__consumer_offsets`` is loaded the groups are rebuilt from
+those records (``restore``): members keep their ids, epochs and partitions, and their session timers start again,
+as Kafka's.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +55,9 @@ from typing import Protocol
 
 import trio
 
+from kbroker.coordinators.runtime import CoordinatorRecord
+from kbroker.durable.files import StorageError
+from kbroker.groups import consumer_group_records as records
 from kbroker.groups.assignors import ASSIGNORS, Assignor, MemberSpec, TopicAssignment, TopicMetadata
 from kbroker.groups.timers import CoordinatorTimers
 from protocol.errors import ErrorCode, KafkaError
@@ -77,6 +85,15 @@ class MemberState(Enum):
     STABLE = "stable"
     UNREVOKED_PARTITIONS = "unrevoked_partitions"
     UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+# A member's state as Kafka's records number it (MemberState.value()), both ways.
+_STATE_VALUES = {
+    MemberState.STABLE: records.STATE_STABLE,
+    MemberState.UNREVOKED_PARTITIONS: records.STATE_UNREVOKED_PARTITIONS,
+    MemberState.UNRELEASED_PARTITIONS: records.STATE_UNRELEASED_PARTITIONS,
+}
+_STATES_BY_VALUE = {value: state for state, value in _STATE_VALUES.items()}
 
 
 def new_member_id() -> str:
@@ -126,6 +143,8 @@ class ConsumerGroup:
     target: dict[str, TopicAssignment] = field(default_factory=dict)  # member id -> target assignment
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)  # owner's member epoch
     subscribed_metadata: dict[uuid.UUID, TopicMetadata] = field(default_factory=dict)
+    # What the group's ConsumerGroupRegularExpression records hold: each subscribed regex's topics.
+    resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -193,6 +212,23 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: TopicAssignment | None = None  # None: unchanged, not sent
+    written_offset: int = -1  # the offset after the records it wrote (-1: none), to await before answering
+
+
+class ConsumerGroupStore(Protocol):
+    """Where a consumer group's records are written (kbroker/groups/offsets.py: its __consumer_offsets partition)."""
+
+    def write_consumer_group(self, group_id: str, records: list[CoordinatorRecord]) -> int:
+        """Append the records as one batch; the offset after them. StorageError, nothing written, on failure."""
+        ...
+
+    async def committed(self, group: str, end_offset: int) -> None:
+        """Return once the write that returned ``end_offset`` is committed (KafkaError if it cannot be)."""
+        ...
+
+    def stored_consumer_group(self, group_id: str) -> records.StoredConsumerGroup | None:
+        """The group as its records left it (what a load would rebuild)."""
+        ...
 
 
 class OtherGroupKinds(Protocol):
@@ -220,11 +256,24 @@ class ConsumerGroupCoordinator:
         clock: Callable[[], float] = trio.current_time,
         runtime: CoordinatorTimers | None = None,
         group_configs: Callable[[str], Mapping[str, str]] | None = None,
+        store: ConsumerGroupStore | None = None,
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        authorizing: Callable[[], bool] = lambda: False,
     ) -> None:
         """``session_timeout_ms``, ``heartbeat_interval_ms``: the broker's defaults; ``group_configs`` gives a
         group's own configs (Kafka's GroupConfig: consumer.session.timeout.ms, consumer.heartbeat.interval.ms),
-        read at each heartbeat so a change applies at the member's next one, as in Kafka."""
+        read at each heartbeat so a change applies at the member's next one, as in Kafka. ``store``: where each
+        change's records are written (None: memory only, unit tests). ``authorizing``: whether an authorizer
+        decides which topics a regex may resolve to (a restored regex member is then held to its stored topics
+        until it sends its regex, and so its principal's rights, again)."""
+        self.authorizing = authorizing
         self.group_configs = group_configs
+        self.store = store
+        self.wall_clock_ms = wall_clock_ms
+        # The records of the operation under way, by group, written together when it ends (``_write``).
+        self._records: dict[str, list[CoordinatorRecord]] = {}
+        # Groups a write failed for: memory is ahead of the log, so their next write rewrites them whole.
+        self._unwritten: set[str] = set()
         self.groups: dict[str, ConsumerGroup] = {}
         self._topics = topics
         self.session_timeout_ms = session_timeout_ms
@@ -250,13 +299,212 @@ class ConsumerGroupCoordinator:
     # --- the heartbeat --------------------------------------------------------------------------------
 
     def heartbeat(self, request: MemberHeartbeat) -> HeartbeatResult:
+        """Apply the heartbeat and write its records (not yet waiting for them to be committed: the caller awaits
+        ``committed``, as ``heartbeat_committed`` does)."""
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._leave(request.group_id, request.member_id, request.member_epoch, request.instance_id)
-            return self._heartbeat(request)
+                result = self._leave(request.group_id, request.member_id, request.member_epoch, request.instance_id)
+            else:
+                result = self._heartbeat(request)
         except KafkaError as error:
+            result = HeartbeatResult(error.code, error.message)
+        try:
+            written = self._write()
+        except KafkaError as error:  # the change stays in memory and is rewritten whole by the group's next write
             return HeartbeatResult(error.code, error.message)
+        result.written_offset = written.get(request.group_id, -1)
+        return result
+
+    async def heartbeat_committed(self, request: MemberHeartbeat) -> HeartbeatResult:
+        """``heartbeat``, answered once its records are committed (Kafka answers after the append commits)."""
+        result = self.heartbeat(request)
+        if result.written_offset >= 0 and self.store is not None:
+            try:
+                await self.store.committed(request.group_id, result.written_offset)
+            except KafkaError as error:
+                return HeartbeatResult(error.code, error.message)
+        return result
+
+    # --- records ----------------------------------------------------------------------------------------
+
+    def _emit(self, group_id: str, *group_records: CoordinatorRecord) -> None:
+        if self.store is not None:
+            self._records.setdefault(group_id, []).extend(group_records)
+
+    def _write(self) -> dict[str, int]:
+        """Write each group's records of the operation as one batch; the offset after each group's.
+
+        KafkaError NOT_COORDINATOR (as Kafka answers a failed append to __consumer_offsets) if one failed: that
+        group's state in memory is then ahead of its log, and its next write rewrites it whole."""
+        pending, self._records = self._records, {}
+        if self.store is None:
+            return {}
+        written: dict[str, int] = {}
+        failed: KafkaError | None = None
+        for group_id, group_records in pending.items():
+            if group_id in self._unwritten:  # the whole group first, then this operation's change again
+                group_records = self._rewrite(group_id) + group_records
+            try:
+                written[group_id] = self.store.write_consumer_group(group_id, group_records)
+            except StorageError as exc:
+                log.warning("group %s: %d record(s) were not written: %s", group_id, len(group_records), exc)
+                self._unwritten.add(group_id)
+                failed = KafkaError(ErrorCode.NOT_COORDINATOR, f"the group's change was not written: {exc}")
+                continue
+            self._unwritten.discard(group_id)
+        if failed is not None:
+            raise failed
+        return written
+
+    def _rewrite(self, group_id: str) -> list[CoordinatorRecord]:
+        """Every record of the group as it is in memory, after the tombstones of what its log has and memory no
+        longer does (a group deleted, a member gone): the log is made to match memory again."""
+        assert self.store is not None
+        stored = self.store.stored_consumer_group(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if stored is None:
+                return records.group_tombstones(group_id)
+            regex_tombstones = [records.regex_tombstone(group_id, r) for r in stored.regexes]
+            return regex_tombstones + records.group_tombstones(group_id, stored.members)
+        written: list[CoordinatorRecord] = []
+        if stored is not None:
+            for member_id in set(stored.members) | set(stored.current) | set(stored.targets):
+                if member_id not in group.members:
+                    written.extend(records.member_tombstones(group_id, member_id))
+        for member in group.members.values():
+            written.append(self._member_metadata_record(group_id, member))
+        if stored is not None:
+            written.extend(
+                records.regex_tombstone(group_id, r) for r in stored.regexes if r not in group.resolved_regexes
+            )
+        now_ms = self.wall_clock_ms()
+        written.extend(records.regex_record(group_id, r, t, now_ms) for r, t in group.resolved_regexes.items())
+        written.append(self._group_epoch_record(group))
+        written.extend(records.target_assignment_record(group_id, m, t) for m, t in group.target.items())
+        written.append(records.target_assignment_epoch_record(group_id, group.assignment_epoch, self.wall_clock_ms()))
+        for member in group.members.values():
+            written.append(self._current_assignment_record(group_id, member))
+        return written
+
+    def _write_regexes(self, group: ConsumerGroup) -> None:
+        """The records of the regexes whose resolution changed, and tombstones of those no member uses now."""
+        if self.store is None:
+            return
+        resolved = {
+            m.subscribed_topic_regex: m.regex_topics for m in group.members.values() if m.subscribed_topic_regex
+        }
+        if resolved == group.resolved_regexes:
+            return
+        now_ms = self.wall_clock_ms()
+        for regex, topics in resolved.items():
+            if group.resolved_regexes.get(regex) != topics:
+                self._emit(group.group_id, records.regex_record(group.group_id, regex, topics, now_ms))
+        for regex in group.resolved_regexes.keys() - resolved.keys():
+            self._emit(group.group_id, records.regex_tombstone(group.group_id, regex))
+        group.resolved_regexes = resolved
+
+    @staticmethod
+    def _group_epoch_record(group: ConsumerGroup) -> CoordinatorRecord:
+        topics = ((m.topic_id, m.name, m.partitions) for m in group.subscribed_metadata.values())
+        return records.group_epoch_record(group.group_id, group.group_epoch, records.metadata_hash(topics))
+
+    @staticmethod
+    def _member_metadata_record(group_id: str, member: ConsumerGroupMember) -> CoordinatorRecord:
+        return records.member_metadata_record(
+            group_id,
+            member.member_id,
+            instance_id=member.instance_id,
+            rack_id=member.rack_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            subscribed_topic_names=member.subscribed_topic_names,
+            subscribed_topic_regex=member.subscribed_topic_regex,
+            rebalance_timeout_ms=member.rebalance_timeout_ms,
+            server_assignor=member.server_assignor,
+        )
+
+    @staticmethod
+    def _current_assignment_record(group_id: str, member: ConsumerGroupMember) -> CoordinatorRecord:
+        return records.current_assignment_record(
+            group_id,
+            member.member_id,
+            member_epoch=member.member_epoch,
+            previous_member_epoch=member.previous_member_epoch,
+            state=_STATE_VALUES[member.state],
+            assigned=member.assigned,
+            pending_revocation=member.pending_revocation,
+        )
+
+    # --- loading --------------------------------------------------------------------------------------
+
+    def restore(self, stored_groups: Iterable[records.StoredConsumerGroup]) -> None:
+        """Rebuild the groups a load found (the replay of their records), as Kafka's coordinator loads them: each
+        member keeps its id, epochs and partitions, and its session (and a revoking member's rebalance timeout)
+        counts from now. A group whose subscribed topics changed while the broker was down (its stored metadata
+        hash differs) gets a new group epoch at its next heartbeat."""
+        stored_list = list(stored_groups)
+        if not stored_list:
+            return  # nothing to time: the clock (trio's) is not asked outside a run
+        now = self.clock()
+        for stored in stored_list:
+            group = self._restored(stored, now)
+            self.groups[group.group_id] = group
+            log.info(
+                "group %s: loaded at epoch %d with %d member(s)", group.group_id, group.group_epoch, len(group.members)
+            )
+        self.runtime.wake()
+
+    def _restored(self, stored: records.StoredConsumerGroup, now: float) -> ConsumerGroup:
+        group_id = stored.group_id
+        group = ConsumerGroup(
+            group_id, group_epoch=max(stored.epoch, 0), assignment_epoch=max(stored.assignment_epoch, 0)
+        )
+        session_s = self._group_setting(group_id, "consumer.session.timeout.ms") / 1000
+        for member_id in [*stored.members, *(m for m in stored.current if m not in stored.members)]:
+            meta = stored.members.get(member_id)
+            member = ConsumerGroupMember(member_id, session_deadline=now + session_s)
+            if meta is not None:
+                member.instance_id = meta.instance_id
+                member.rack_id = meta.rack_id
+                member.client_id, member.client_host = meta.client_id, meta.client_host
+                member.subscribed_topic_names = list(meta.subscribed_topic_names)
+                member.subscribed_topic_regex = meta.subscribed_topic_regex or None
+                member.rebalance_timeout_ms = meta.rebalance_timeout_ms
+                member.server_assignor = meta.server_assignor
+            current = stored.current.get(member_id)
+            if current is not None:
+                member.member_epoch = current.member_epoch
+                member.previous_member_epoch = current.previous_member_epoch
+                member.state = _STATES_BY_VALUE.get(current.state, MemberState.STABLE)
+                member.assigned = records.partitions_of(current.assigned_partitions)
+                member.pending_revocation = records.partitions_of(current.partitions_pending_revocation)
+            if member.state == MemberState.UNREVOKED_PARTITIONS:
+                member.revocation_deadline = now + max(member.rebalance_timeout_ms, 0) / 1000
+                member.revocation_epoch = member.member_epoch
+            group.members[member_id] = member
+            if member.instance_id is not None:
+                group.static_members[member.instance_id] = member_id
+            for assignment in (member.assigned, member.pending_revocation):
+                for topic_id, partitions in assignment.items():
+                    for partition in partitions:
+                        owner = group.partition_epochs.setdefault((topic_id, partition), member.member_epoch)
+                        if owner != member.member_epoch:
+                            log.warning("group %s: %s-%d has two owners in the log", group_id, topic_id, partition)
+        group.target = {m: records.partitions_of(t.topic_partitions) for m, t in stored.targets.items()}
+        group.resolved_regexes = {regex: frozenset(value.topics) for regex, value in stored.regexes.items()}
+        restrict = self.authorizing()
+        for member in group.members.values():
+            if member.subscribed_topic_regex:
+                member.regex_topics = group.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
+                if restrict:  # the principal's rights are not stored: no topic beyond the stored ones meanwhile
+                    member.may_describe_topic = member.regex_topics.__contains__
+        group.subscribed_metadata = self._subscribed_metadata(group)
+        topics = ((m.topic_id, m.name, m.partitions) for m in group.subscribed_metadata.values())
+        if records.metadata_hash(topics) != stored.metadata_hash:
+            group.subscribed_metadata = {}  # the next heartbeat finds the topics changed and bumps the epoch
+        return group
 
     def _validate(self, request: MemberHeartbeat) -> None:
         """Kafka's checks, in Kafka's order (GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid)."""
@@ -328,8 +576,9 @@ class ConsumerGroupCoordinator:
             # (KIP-848 online migration); kbroker does not, so the id stays the classic group's.
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
         if not create:
-            # Kafka answers GROUP_ID_NOT_FOUND here; its groups survive restarts, kbroker's members do not,
-            # so a member still heartbeating after a restart is told to rejoin instead of failing for good.
+            # Kafka answers GROUP_ID_NOT_FOUND here. Groups survive restarts here too, but one can still be lost
+            # (__consumer_offsets deleted, a write that never made it): its member is told to rejoin instead of
+            # failing for good.
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
         group = self.groups[group_id] = ConsumerGroup(group_id)
         return group
@@ -431,6 +680,9 @@ class ConsumerGroupCoordinator:
         group._release(old)
         del group.members[old.member_id]
         target = group.target.pop(old.member_id, None)
+        self._emit(group.group_id, *records.member_tombstones(group.group_id, old.member_id))
+        if target is not None:
+            self._emit(group.group_id, records.target_assignment_record(group.group_id, member_id, target))
         new = ConsumerGroupMember(
             member_id,
             instance_id=old.instance_id,
@@ -472,6 +724,11 @@ class ConsumerGroupCoordinator:
             )
         if not member_id:
             member_id = new_member_id()  # v0: the coordinator names the member
+        # What the records describe before the heartbeat, to write only what it changes (as Kafka's records).
+        known = group.members.get(member_id)
+        metadata_before = _metadata_view(known) if known is not None else None
+        current_before = _current_view(known) if known is not None else None
+        epoch_before, assignment_epoch_before, target_before = group.group_epoch, group.assignment_epoch, group.target
         try:
             member, is_new = self._member_for(group, member_id, member_epoch, instance_id, owned)
         except KafkaError:
@@ -524,6 +781,28 @@ class ConsumerGroupCoordinator:
         self._reconcile(group, member, owned, now)
         member.session_deadline = now + self._group_setting(group_id, "consumer.session.timeout.ms") / 1000
         self.runtime.wake(at=member.session_deadline)
+
+        # 4. The records of what changed, in Kafka's order.
+        if self.store is not None:
+            if _metadata_view(member) != metadata_before:
+                self._emit(group_id, self._member_metadata_record(group_id, member))
+            if changed:
+                self._write_regexes(group)
+            if group.group_epoch != epoch_before:
+                self._emit(group_id, self._group_epoch_record(group))
+            if group.assignment_epoch != assignment_epoch_before:
+                target = group.target
+                self._emit(
+                    group_id,
+                    *(
+                        records.target_assignment_record(group_id, m, t)
+                        for m, t in target.items()
+                        if m not in target_before or target_before[m] != t
+                    ),
+                    records.target_assignment_epoch_record(group_id, group.assignment_epoch, self.wall_clock_ms()),
+                )
+            if _current_view(member) != current_before:
+                self._emit(group_id, self._current_assignment_record(group_id, member))
 
         full_request = joining or (
             rebalance_timeout_ms != -1 and (names is not None or regex is not None) and owned is not None
@@ -685,6 +964,7 @@ class ConsumerGroupCoordinator:
                 member.state = MemberState.STABLE
                 member.revocation_deadline = None
                 group._claim(member)
+                self._emit(group_id, self._current_assignment_record(group_id, member))
                 return HeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         log.info("group %s: member %s leaves", group_id, member.member_id)
         self._remove(group, member)
@@ -699,6 +979,9 @@ class ConsumerGroupCoordinator:
             del group.static_members[member.instance_id]
         group.subscribed_metadata = self._subscribed_metadata(group)
         group.group_epoch += 1
+        self._emit(group.group_id, *records.member_tombstones(group.group_id, member.member_id))
+        self._write_regexes(group)
+        self._emit(group.group_id, self._group_epoch_record(group))
 
     @staticmethod
     def _revocation_deadline(member: ConsumerGroupMember) -> float | None:
@@ -726,6 +1009,10 @@ class ConsumerGroupCoordinator:
                         member.rebalance_timeout_ms,
                     )
                     self._remove(group, member)
+        try:
+            self._write()
+        except KafkaError:  # logged; the groups' next writes rewrite them whole
+            pass
 
     def next_deadline(self, now: float) -> float | None:
         """The earliest session or revocation deadline of any member, or None without members."""
@@ -748,6 +1035,11 @@ class ConsumerGroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP
+        self._emit(group_id, *records.group_tombstones(group_id))
+        try:
+            self._write()  # written before the group is forgotten: a failed write leaves it as it was
+        except KafkaError as error:
+            return error.code
         del self.groups[group_id]
         return ErrorCode.NONE
 
@@ -787,6 +1079,26 @@ class ConsumerGroupCoordinator:
 
     def topic_names(self) -> Mapping[uuid.UUID, str]:
         return {meta.topic_id: meta.name for meta in self._topics()}
+
+
+def _metadata_view(member: ConsumerGroupMember) -> tuple[object, ...]:
+    """What the member's ConsumerGroupMemberMetadata record holds."""
+    return (
+        member.instance_id,
+        member.rack_id,
+        member.client_id,
+        member.client_host,
+        member.subscribed_topic_names,
+        member.subscribed_topic_regex,
+        member.rebalance_timeout_ms,
+        member.server_assignor,
+    )
+
+
+def _current_view(member: ConsumerGroupMember) -> tuple[object, ...]:
+    """What the member's ConsumerGroupCurrentMemberAssignment record holds (the assignments are replaced, never
+    changed in place, so keeping them is a snapshot)."""
+    return (member.member_epoch, member.previous_member_epoch, member.state, member.assigned, member.pending_revocation)
 
 
 def _is_subset(owned: OwnedPartitions | None, assigned: TopicAssignment) -> bool:

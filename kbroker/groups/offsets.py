@@ -37,6 +37,11 @@ from typing import TYPE_CHECKING
 
 from kbroker.coordinators.runtime import NO_PRODUCER, CoordinatorRecord, CoordinatorRuntime, Transaction
 from kbroker.durable.files import StorageError
+from kbroker.groups.consumer_group_records import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    StoredConsumerGroup,
+    replay_consumer_group_record,
+)
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
 from protocol.coordinator_records.group_metadata_key import GroupMetadataKey
 from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
@@ -131,11 +136,20 @@ class OffsetsShard:
     producer_epochs: dict[int, int] = field(default_factory=dict)
     # Each classic group's last generation (its GroupMetadata record).
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    # The KIP-848 consumer groups' ConsumerGroup* records, the last value of each key, kept as written: the
+    # coordinator's own state is in memory, these are decoded only when it is rebuilt (a load, a failed write).
+    consumer_group_records: dict[bytes, bytes] = field(default_factory=dict)
     skipped: int = 0  # records this version cannot use (logged once each load)
 
     def replay(
         self, offset: int, producer_id: int, producer_epoch: int, key: bytes | None, value: bytes | None
     ) -> None:
+        if key is not None and len(key) >= 2 and int.from_bytes(key[:2], "big") in CONSUMER_GROUP_RECORD_TYPES:
+            if value is None:
+                self.consumer_group_records.pop(key, None)
+            else:
+                self.consumer_group_records[key] = value
+            return
         try:
             record = decode_coordinator_record("group", key, value)
         except UnknownRecordType:
@@ -159,7 +173,7 @@ class OffsetsShard:
                 self.groups[record.key.group] = record.value
             return
         if record.record_type != OFFSET_COMMIT:
-            return  # a consumer (KIP-848) or share group's record: not kept by this store
+            return  # a share or streams group's record: not kept by this store
         k = record.key
         assert isinstance(k, OffsetCommitKey)
         tp = (k.topic, k.partition)
@@ -550,6 +564,38 @@ class OffsetStore:
                 if value.current_state_timestamp >= 0:
                     group.state_since_ms = value.current_state_timestamp
                 groups.append(group)
+        return groups
+
+    # --- KIP-848 consumer groups (Kafka's ConsumerGroup* records) ----------------------------------------
+
+    def write_consumer_group(self, group_id: str, records: list[CoordinatorRecord]) -> int:
+        """Append a consumer group's records to its partition as one batch; the offset after them, for
+        ``committed`` (-1 without records). OffsetStoreError (nothing written) on failure."""
+        return self._write(group_id, records)
+
+    def stored_consumer_groups(self) -> list[StoredConsumerGroup]:
+        """Every consumer group as its records left it, for the coordinator to rebuild at a load."""
+        return [group for shard in self._shards() for group in self._decoded(shard).values()]
+
+    def stored_consumer_group(self, group_id: str) -> StoredConsumerGroup | None:
+        shard = self._shard_of(group_id)
+        return self._decoded(shard).get(group_id) if shard is not None else None
+
+    @staticmethod
+    def _decoded(shard: OffsetsShard) -> dict[str, StoredConsumerGroup]:
+        groups: dict[str, StoredConsumerGroup] = {}
+        for key, value in shard.consumer_group_records.items():
+            try:
+                record = decode_coordinator_record("group", key, value)
+            except DecodeError as exc:
+                log.warning(
+                    "%s-%d: skipping a consumer group record that does not decode: %s",
+                    OFFSETS_TOPIC,
+                    shard.partition,
+                    exc,
+                )
+                continue
+            replay_consumer_group_record(groups, record.record_type, record.key, record.value)
         return groups
 
     def close(self) -> None:
