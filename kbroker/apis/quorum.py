@@ -3,10 +3,10 @@ mode (broker and controller in one process) answers it through its broker listen
 leader, and no observers.
 
 The log end offset, which is also the high watermark on a single voter, is one past the last record of the
-metadata image (__cluster_metadata-0, kbroker/metadata/log.py). The leader epoch is 1, a single node's first and
-only election (Kafka counts one more at each restart). Only ``__cluster_metadata`` partition 0, asked alone, is
-described; any other request gets UNKNOWN_TOPIC_OR_PARTITION for every partition it names, with Kafka's message,
-as Kafka answers.
+metadata image (__cluster_metadata-0, kbroker/metadata/log.py), and the leader epoch that of its last record: each
+start opens a new epoch of the log, as each restart of a Kafka node elects it again. Only ``__cluster_metadata``
+partition 0, asked alone, is described; any other request gets UNKNOWN_TOPIC_OR_PARTITION for every partition it
+names, with Kafka's message, as Kafka answers.
 
 - v0: leader, epoch, high watermark, voters and observers with their log end offsets.
 - v1: each replica's last fetch and last caught-up times: the leader reports now for both, as Kafka's does.
@@ -28,7 +28,6 @@ from protocol.messages.describe_quorum_response import DescribeQuorumResponse
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
-LEADER_EPOCH = 1
 NOT_HOSTED_MESSAGE = "This server does not host this topic-partition."
 UNKNOWN_DIRECTORY_ID = uuid.UUID(int=0)
 
@@ -80,7 +79,7 @@ async def handle_describe_quorum(ctx: RequestContext, request: DescribeQuorumReq
         partition_index=METADATA_PARTITION,
         error_code=ErrorCode.NONE,
         leader_id=node,
-        leader_epoch=LEADER_EPOCH,
+        leader_epoch=max(ctx.topics.image.provenance.epoch, 0),
         high_watermark=end_offset,
         current_voters=[voter],
         observers=[],

@@ -338,6 +338,16 @@ def test_describe_quorum_names_this_node_the_single_voter_and_leader(node: Runni
         assert nodes == ([(NODE, [("PLAINTEXT", host, int(port))])] if version == 2 else [])
 
 
+def test_describe_quorum_leader_epoch_is_the_metadata_logs_one_more_at_each_start(tmp_path: Path) -> None:
+    """Each start opens a new epoch of __cluster_metadata-0, as each restart of a Kafka node elects it again."""
+    request = _quorum([("__cluster_metadata", [0])])
+    epochs = []
+    for _ in range(2):
+        with RunningBroker(tmp_path) as broker, WireClient(broker.bootstrap) as client:
+            epochs.append(client.request(request, 2).topics[0].partitions[0].leader_epoch)
+    assert epochs[1] == epochs[0] + 1 >= 2
+
+
 def quorum_rows(answer: Any) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """A DescribeQuorum answer's partitions: (topic, [(partition, error, message, leader, leader epoch, high
     watermark, voters, observers)])."""
