@@ -266,6 +266,13 @@ class Broker:
             store=self.offsets,  # each generation is written to __consumer_offsets, as Kafka's GroupMetadata
         )
         coordinator.restore(self.offsets.stored_groups())  # the groups as a restart finds them
+        offsets = self.offsets
+        offsets.shard_listeners.append(  # and as this broker gains and loses leadership of their partitions
+            (
+                lambda p: coordinator.restore(offsets.stored_groups(p)),
+                lambda p: coordinator.unload(offsets.in_partition(p)),
+            )
+        )
         return coordinator
 
     @cached_property
@@ -287,6 +294,13 @@ class Broker:
             authorizing=lambda: self.authorizer is not None,
         )
         coordinator.restore(self.offsets.stored_consumer_groups())  # the groups as a restart finds them
+        offsets = self.offsets
+        offsets.shard_listeners.append(  # and as this broker gains and loses leadership of their partitions
+            (
+                lambda p: coordinator.restore(offsets.stored_consumer_groups(p)),
+                lambda p: coordinator.unload(offsets.in_partition(p)),
+            )
+        )
         return coordinator
 
     @cached_property

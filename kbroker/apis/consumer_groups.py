@@ -19,7 +19,7 @@ from kbroker.apis.context import RequestContext
 from kbroker.groups.assignors import TopicAssignment
 from kbroker.groups.consumer_group import ConsumerGroup, MemberHeartbeat
 from kbroker.security.acls import AclOperation, ResourceType
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
 from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
@@ -41,6 +41,10 @@ async def handle_consumer_group_heartbeat(
         ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) for name in set(request.subscribed_topic_names)
     ):
         return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    try:
+        ctx.groups.require_coordinator(request.group_id)
+    except KafkaError as exc:
+        return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=exc.code)
     authorizer = ctx.services.authorizer
     principal, address = ctx.principal, ctx.client_address
 

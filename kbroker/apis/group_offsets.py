@@ -48,6 +48,7 @@ def _commit_check(ctx: RequestContext, request: OffsetCommitRequest) -> ErrorCod
 async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
+    ctx.groups.require_coordinator(request.group_id)
     check = _commit_check(ctx, request)
     now = int(time.time() * 1000)
     retention = request.retention_time_ms if 2 <= ctx.api_version <= 4 else DEFAULT_RETENTION
@@ -174,6 +175,15 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
                     )
                 )
                 continue
+            try:
+                ctx.groups.require_coordinator(group.group_id)
+            except KafkaError as exc:  # each group its own coordinator, as Kafka answers a batched fetch
+                groups.append(
+                    OffsetFetchResponse.OffsetFetchResponseGroup(
+                        group_id=group.group_id, topics=[], error_code=exc.code
+                    )
+                )
+                continue
             if version >= 9:
                 check = ctx.groups.validate_offset_fetch(group.group_id, group.member_id, group.member_epoch)
                 if check != ErrorCode.NONE:
@@ -199,6 +209,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
+    ctx.groups.require_coordinator(request.group_id)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     stable = version >= 7 and request.require_stable
     legacy_topics = [  # before v8: one group, its topics at the top level

@@ -52,9 +52,11 @@ TRANSACTIONAL_ID_DENIED = "Transactional Id authorization failed."
 
 
 def _require_group_read(ctx: RequestContext, group_id: str) -> None:
-    """The check of JoinGroup, SyncGroup, Heartbeat and LeaveGroup: READ on the group, or the request fails."""
+    """The checks of SyncGroup, Heartbeat and LeaveGroup: READ on the group, or the request fails; then that this
+    broker coordinates it."""
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED)
+    ctx.groups.require_coordinator(group_id)
 
 
 def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str] | None:
@@ -204,6 +206,7 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
             member_id="",
             members=[],
         )
+    ctx.groups.require_coordinator(request.group_id)
     # One namespace for both protocols: a consumer group with members keeps its id (kbroker.groups.router).
     if not ctx.groups.admit_classic_join(request.group_id):
         return JoinGroupResponse(

@@ -242,6 +242,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
         raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    ctx.groups.require_coordinator(request.group_id)
     check = ctx.transactions.verify_offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, add=version >= 5
     )

@@ -285,6 +285,12 @@ class CoordinatorRuntime(Generic[S]):
 
     # --- helpers ---------------------------------------------------------------------------------------
 
+    def led_elsewhere(self, partition: int) -> bool:
+        """The replica layer holds ``partition`` and this broker is not its leader: its keys are another
+        coordinator's (NOT_COORDINATOR), as the metadata image says."""
+        replica = self._replica(partition)
+        return replica is not None and not replica.is_leader
+
     def _replica(self, partition: int) -> Partition | None:
         return self._replicas.partition(self.topic, partition) if self._replicas is not None else None
 

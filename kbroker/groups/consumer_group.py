@@ -456,6 +456,13 @@ class ConsumerGroupCoordinator:
             )
         self.runtime.wake()
 
+    def unload(self, belongs: Callable[[str], bool]) -> None:
+        """This broker stopped coordinating the groups ``belongs`` says are in an unloaded partition: they go from
+        memory, as Kafka's onUnloaded (their members' next heartbeat answers NOT_COORDINATOR, and the new
+        coordinator loads them from the log)."""
+        for group_id in [g for g in self.groups if belongs(g)]:
+            del self.groups[group_id]
+
     def _restored(self, stored: records.StoredConsumerGroup, now: float) -> ConsumerGroup:
         group_id = stored.group_id
         group = ConsumerGroup(

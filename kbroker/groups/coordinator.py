@@ -888,6 +888,16 @@ class GroupCoordinator:
                     log.warning("group %s: its deletion was not written: %s", group_id, exc)
         return ErrorCode.NONE
 
+    def unload(self, belongs: Callable[[str], bool]) -> None:
+        """This broker stopped coordinating the groups ``belongs`` says are in an unloaded partition: they go
+        from memory, as Kafka's onUnloaded, and a JoinGroup or SyncGroup parked in one is answered
+        NOT_COORDINATOR so its client finds the new coordinator."""
+        for group_id in [g for g in self.groups if belongs(g)]:
+            group = self.groups.pop(group_id)
+            for member in group.members.values():
+                self._finish_join(member, JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                self._finish_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
+
     def has_members(self, group_id: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and bool(group.members)

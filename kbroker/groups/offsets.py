@@ -262,8 +262,16 @@ class OffsetStore:
         self.configured_partitions = partitions
         self.segment_bytes = segment_bytes
         self.runtime: CoordinatorRuntime[OffsetsShard] = CoordinatorRuntime(
-            OFFSETS_TOPIC, logs.get_partition, self._new_shard, replicas=replicas
+            OFFSETS_TOPIC,
+            logs.get_partition,
+            self._new_shard,
+            replicas=replicas,
+            loaded=self._shard_loaded,
+            unloaded=self._shard_unloaded,
         )
+        # The group coordinators, told of each shard loaded (its groups rebuilt from the records) and unloaded
+        # (its groups dropped) after they started: (on load, on unload) by partition.
+        self.shard_listeners: list[tuple[Callable[[int], None], Callable[[int], None]]] = []
         self._owns_logs = False
         # How the topic is created when a commit needs it at once: the broker's topic service (through the
         # controller, kbroker/topics.py create_now); the log manager directly for a store of its own.
@@ -333,6 +341,22 @@ class OffsetStore:
             if shard.skipped:
                 log.warning("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, shard.skipped)
         self._loaded = not missing
+
+    def _shard_loaded(self, partition: int) -> None:
+        for on_load, _ in self.shard_listeners:
+            on_load(partition)
+
+    def _shard_unloaded(self, partition: int) -> None:
+        for _, on_unload in self.shard_listeners:
+            on_unload(partition)
+
+    def coordinated_elsewhere(self, group: str) -> bool:
+        """Another broker leads the group's __consumer_offsets partition, as the metadata image says."""
+        return self.logs.topic(OFFSETS_TOPIC) is not None and self.runtime.led_elsewhere(self.partition_for(group))
+
+    def in_partition(self, partition: int) -> Callable[[str], bool]:
+        """Whether a group id is coordinated in ``partition``."""
+        return lambda group: self.partition_for(group) == partition
 
     def _new_shard(self, partition: int) -> OffsetsShard:
         """A shard about to be loaded: the records below the high watermark are committed as they replay."""
@@ -528,13 +552,14 @@ class OffsetStore:
         if shard is not None and group_id in shard.groups:
             self._write(group_id, [encode_coordinator_record(GroupMetadataKey(group=group_id), None)])
 
-    def stored_groups(self) -> list[Group]:
-        """The classic groups as their last GroupMetadata records left them: Stable with their members (whose
-        sessions start again), or Empty, as Kafka's coordinator loads them."""
+    def stored_groups(self, partition: int | None = None) -> list[Group]:
+        """The classic groups (of every loaded shard, or of ``partition``'s) as their last GroupMetadata records
+        left them: Stable with their members (whose sessions start again), or Empty, as Kafka's coordinator loads
+        them."""
         from kbroker.groups.coordinator import Group, GroupState, Member
 
         groups = []
-        for shard in self._shards():
+        for shard in self._shards_of(partition):
             for group_id, value in shard.groups.items():
                 protocol = value.protocol
                 members = {
@@ -573,9 +598,16 @@ class OffsetStore:
         ``committed`` (-1 without records). OffsetStoreError (nothing written) on failure."""
         return self._write(group_id, records)
 
-    def stored_consumer_groups(self) -> list[StoredConsumerGroup]:
-        """Every consumer group as its records left it, for the coordinator to rebuild at a load."""
-        return [group for shard in self._shards() for group in self._decoded(shard).values()]
+    def stored_consumer_groups(self, partition: int | None = None) -> list[StoredConsumerGroup]:
+        """Every consumer group (of every loaded shard, or of ``partition``'s) as its records left it, for the
+        coordinator to rebuild at a load."""
+        return [group for shard in self._shards_of(partition) for group in self._decoded(shard).values()]
+
+    def _shards_of(self, partition: int | None) -> list[OffsetsShard]:
+        if partition is None:
+            return list(self._shards())
+        shard = self.runtime.shards.get(partition)
+        return [] if shard is None else [shard]
 
     def stored_consumer_group(self, group_id: str) -> StoredConsumerGroup | None:
         shard = self._shard_of(group_id)

@@ -21,7 +21,7 @@ from enum import Enum
 from kbroker.groups.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kbroker.groups.coordinator import Group, GroupCoordinator, GroupState
 from kbroker.groups.offsets import OffsetStore, OffsetStoreError
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 
 class GroupKind(Enum):
@@ -57,6 +57,12 @@ class GroupRouter:
         self.offsets = offsets
 
     # --- which kind -------------------------------------------------------------------------------------
+
+    def require_coordinator(self, group_id: str) -> None:
+        """KafkaError NOT_COORDINATOR when another broker leads the group's __consumer_offsets partition (its
+        groups were unloaded here): the client finds the coordinator again, as with Kafka."""
+        if self.offsets.coordinated_elsewhere(group_id):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"this broker is not the coordinator of group {group_id}")
 
     def kind(self, group_id: str) -> GroupKind:
         if group_id in self.consumer.groups:

@@ -21,7 +21,7 @@ from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
 from kbroker.metadata.image import MetadataDelta, MetadataImage
 from kbroker.storage import LogManager
 from protocol._codec import Message
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.metadata_request import MetadataRequest
@@ -238,3 +238,113 @@ def test_an_unloaded_transaction_state_shard_leaves_no_timer_behind(broker: Brok
     move_leader(broker, "__transaction_state", transactions.partition_for("tx"), OTHER)
     # The timeout of a transaction this broker no longer coordinates is gone with it.
     assert transactions.next_deadline_ms() is None
+
+
+def consumer_heartbeat(broker: Broker, group: str, member_id: str, epoch: int) -> tuple[int, str, int]:
+    """(error code, member id, member epoch) of a KIP-848 heartbeat subscribing to "orders"."""
+    from kbroker.apis.consumer_groups import handle_consumer_group_heartbeat
+    from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        rebalance_timeout_ms=30000,
+        subscribed_topic_names=["orders"] if epoch == 0 else None,
+        topic_partitions=[] if epoch == 0 else None,
+    )
+    answer = run(lambda: handle_consumer_group_heartbeat(context(broker, 68, 1), request))
+    return answer.error_code, answer.member_id or "", answer.member_epoch
+
+
+def offset_fetch_code(broker: Broker, group: str) -> int:
+    """The group's error code in an OffsetFetch v9 of every partition it committed."""
+    from kbroker.apis.group_offsets import handle_offset_fetch
+    from protocol.messages.offset_fetch_request import OffsetFetchRequest
+
+    request = OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)])
+    [answer] = run(lambda: handle_offset_fetch(context(broker, 9, 9), request)).groups
+    return answer.error_code
+
+
+def test_groups_unload_with_their_partition_and_come_back_from_its_log(broker: Broker) -> None:
+    """As Kafka's coordinator: the groups of a __consumer_offsets partition go from memory when this broker stops
+    leading it (a heartbeat then answers NOT_COORDINATOR), and come back from its records when it leads again,
+    members, epochs and assignments as they were."""
+    offsets = broker.offsets
+    offsets.ensure_topic()
+    register_other(broker)
+    assert create(broker, "orders").topics[0].error_code == ErrorCode.NONE
+    group = "payments"
+    code, member, epoch = consumer_heartbeat(broker, group, str(uuid.uuid4()), 0)
+    assert code == ErrorCode.NONE and epoch >= 1
+    before = broker.consumer_groups.groups[group]
+    assigned = dict(before.members[member].assigned)
+    assert assigned  # the only member owns the topic's partition
+    classic = broker.groups
+    partition = offsets.partition_for(group)
+
+    move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+    assert group not in broker.consumer_groups.groups
+    assert consumer_heartbeat(broker, group, member, epoch)[0] == ErrorCode.NOT_COORDINATOR
+    assert offset_fetch_code(broker, group) == ErrorCode.NOT_COORDINATOR
+
+    async def lead_again() -> int:  # on the event loop, as the broker applies an image: sessions restart then
+        return move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+
+    run(lead_again)
+    restored = broker.consumer_groups.groups[group]
+    assert (restored.group_epoch, restored.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+    assert restored.members[member].member_epoch == epoch and dict(restored.members[member].assigned) == assigned
+    assert consumer_heartbeat(broker, group, member, epoch) == (ErrorCode.NONE, member, epoch)
+    assert offset_fetch_code(broker, group) == ErrorCode.NONE
+    assert classic.groups == {}  # no classic group was made or restored along the way
+
+
+def test_a_classic_group_unloads_with_its_partition_and_comes_back_from_its_log(broker: Broker) -> None:
+    from kbroker.apis.groups import handle_heartbeat
+    from kbroker.groups.coordinator import Group, GroupState, Member
+    from protocol.messages.heartbeat_request import HeartbeatRequest
+
+    offsets = broker.offsets
+    offsets.ensure_topic()
+    register_other(broker)
+    classic = broker.groups
+    member = Member("m-1", None, "client", "/10.0.0.1", 10000, 30000, "consumer", [("range", b"sub")], assignment=b"a")
+    group = Group(
+        "billing",
+        state=GroupState.STABLE,
+        generation_id=3,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader_id="m-1",
+        members={"m-1": member},
+    )
+    offsets.store_group(group)  # its generation, as the coordinator writes it
+
+    async def restore() -> None:
+        classic.restore([group])
+
+    run(restore)
+    partition = offsets.partition_for("billing")
+
+    def heartbeat() -> int:
+        request = HeartbeatRequest(group_id="billing", generation_id=3, member_id="m-1")
+        try:
+            return run(lambda: handle_heartbeat(context(broker, 12, 4), request)).error_code
+        except KafkaError as exc:  # the answer the pipeline's boundary gives
+            return exc.code
+
+    assert heartbeat() == ErrorCode.NONE
+    move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+    assert "billing" not in classic.groups
+    assert heartbeat() == ErrorCode.NOT_COORDINATOR
+
+    async def lead_again() -> int:
+        return move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+
+    run(lead_again)
+    restored = classic.groups["billing"]
+    assert (restored.generation_id, restored.leader_id, list(restored.members)) == (3, "m-1", ["m-1"])
+    assert restored.members["m-1"].assignment == b"a"
+    assert heartbeat() == ErrorCode.NONE
