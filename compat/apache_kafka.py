@@ -135,6 +135,7 @@ class ApacheKafka:
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None  # spawn to the first answered Metadata of the last start
         self._formatted = False
+        self.cluster_id = ""  # chosen at the first start (the storage tool formats the data directory with it)
 
     @property
     def bootstrap(self) -> str:
@@ -192,8 +193,9 @@ class ApacheKafka:
         properties.write_text(self._properties())
         (self.directory / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         if not self._formatted:
-            cluster_id = new_cluster_id()
-            self._run_tool(classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties))
+            self.cluster_id = self.cluster_id or new_cluster_id()
+            format_command = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(properties)]
+            self._run_tool(classpath, *format_command, *self._format_options())
             self._formatted = True
         command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._log_options()]
         command += ["-cp", classpath, "kafka.Kafka", str(properties)]
@@ -216,7 +218,7 @@ class ApacheKafka:
                 self.process = None
                 raise RuntimeError(f"Apache Kafka exited with {code} while starting:\n{self.log_tail()}")
             try:
-                wait_until_ready(self.bootstrap, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+                self._wait_until_ready(min(2.0, max(0.1, deadline - time.monotonic())))
                 break
             except TimeoutError:
                 if time.monotonic() >= deadline:
@@ -224,6 +226,12 @@ class ApacheKafka:
                     raise RuntimeError(f"Apache Kafka did not start within {timeout:g} s:\n{self.log_tail()}") from None
         self.startup_seconds = time.monotonic() - began
         return self
+
+    def _format_options(self) -> list[str]:
+        return []
+
+    def _wait_until_ready(self, timeout: float) -> None:
+        wait_until_ready(self.bootstrap, timeout=timeout)
 
     def log_tail(self, size: int = 4000) -> str:
         try:
@@ -256,6 +264,68 @@ class ApacheKafka:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class KafkaController(ApacheKafka):
+    """One Apache Kafka node in ``process.roles=controller`` mode: a KRaft quorum of one voter, which brokers
+    (Kafka's or kbroker's) register with and follow. It answers only on its controller listener: ``bootstrap`` is
+    that address (controller.quorum.bootstrap.servers for a broker)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        overrides: dict[str, str] | None = None,
+        *,
+        node_id: int = 3000,
+        features: dict[str, int] | None = None,
+    ) -> None:
+        """``features``: levels the storage tool formats the quorum with (``--feature NAME=LEVEL``), instead of
+        the release's defaults."""
+        super().__init__(directory, overrides, heap="384m", test_settings=False)
+        self.node_id = node_id
+        self.features = dict(features or {})
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.controller_port}"
+
+    @property
+    def voters(self) -> str:
+        """controller.quorum.voters as a broker of this quorum sets it."""
+        return f"{self.node_id}@{self.host}:{self.controller_port}"
+
+    def _properties(self) -> str:
+        settings = {
+            "process.roles": "controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
+            "listeners": f"CONTROLLER://{self.host}:{self.controller_port}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(self.data_dir),
+            **self.settings,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _format_options(self) -> list[str]:
+        return [option for name, level in self.features.items() for option in ("--feature", f"{name}={level}")]
+
+    def _wait_until_ready(self, timeout: float) -> None:
+        """A controller answers ApiVersions on its listener once its quorum has a leader."""
+        from kbroker.wire_client import WireClient
+        from protocol.messages.api_versions_request import ApiVersionsRequest
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with WireClient(self.bootstrap, timeout=1.0) as client:
+                    if client.request(ApiVersionsRequest(), 0).error_code == 0:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no Kafka controller answering at {self.bootstrap}")
+            time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:

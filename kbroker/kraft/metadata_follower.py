@@ -1,0 +1,235 @@
+"""Following ``__cluster_metadata`` as a KRaft observer, as Kafka's broker does (its KafkaRaftClient in the
+observer role, feeding the MetadataLoader).
+
+The broker fetches the metadata partition from the quorum's leader with Fetch (topic id 0...01, replica state =
+its node id and epoch -1: an observer, never a voter). Each answer carries the leader's high watermark; records
+are applied to the metadata image only once below it (committed: a leader change cannot take them back), a
+metadata transaction at a time (the image builder holds a transaction's records until its end). A record batch
+above the high watermark waits; a diverging epoch in an answer drops what waits beyond the leader's end offset
+for that epoch, as Kafka's truncation does. An answer naming a snapshot (the leader no longer has the log from
+where the broker is) is loaded with FetchSnapshot into a fresh image.
+
+Each published image goes to the broker's MetadataCache, whose subscribers (topics, replica layer, authorizer)
+act on it, exactly as the single node's own controller publishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+import trio
+
+from kbroker.kraft.channel import ChannelError, NodeChannel
+from kbroker.kraft.quorum import QuorumView
+from kbroker.metadata.controller import MetadataCache
+from kbroker.metadata.image import MetadataImage, MetadataImageBuilder
+from protocol.errors import ErrorCode
+from protocol.exceptions import DecodeError
+from protocol.messages.fetch_request import FetchRequest
+from protocol.messages.fetch_response import FetchResponse
+from protocol.messages.fetch_snapshot_request import FetchSnapshotRequest
+from protocol.messages.fetch_snapshot_response import FetchSnapshotResponse
+from protocol.metadata_frame import MetadataBatch, decode_metadata_batch, iter_metadata_batches
+from protocol.records import iter_batches
+
+log = logging.getLogger("kbroker.kraft")
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID
+FETCH_API_KEY = 1
+MIN_FETCH_VERSION = 13  # topic ids
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+RETRY_SECONDS = 0.2
+_LEADER_CHANGES = {
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+}
+
+
+class MetadataFollowerError(Exception):
+    """The quorum's answers cannot be followed (a cluster id mismatch, an unreadable record); names why."""
+
+
+class MetadataFollower:
+    """Fetches the metadata log from the quorum's leader and publishes each committed change to ``cache``."""
+
+    def __init__(
+        self,
+        quorum: QuorumView,
+        cache: MetadataCache,
+        *,
+        node_id: int,
+        cluster_id: str,
+        max_wait_ms: int = 500,
+        on_applied: Callable[[int], None] | None = None,
+    ) -> None:
+        self.quorum = quorum
+        self.cache = cache
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.max_wait_ms = max_wait_ms
+        self._on_applied = on_applied
+        self._builder = MetadataImageBuilder(cache.image)
+        self.fetch_offset = 0  # the next offset to fetch
+        self.last_fetched_epoch = 0
+        self.high_watermark = -1
+        self.applied_offset = -1  # the offset of the last record applied to a published image
+        self._waiting: list[MetadataBatch] = []  # fetched, not yet below the high watermark
+        self.caught_up = trio.Event()  # applied everything below the high watermark of an answer, once
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            try:
+                progressed = await self.fetch_once()
+            except ChannelError as exc:
+                log.info("metadata fetch from the controller quorum failed (retrying): %s", exc)
+                self.quorum.forget_leader()
+                progressed = False
+            if not progressed:
+                await trio.sleep(RETRY_SECONDS)
+
+    # --- one round trip ---------------------------------------------------------------------------------
+
+    async def fetch_once(self) -> bool:
+        """One Fetch to the leader (or a configured voter); False if the caller should back off first."""
+        address = self.quorum.address()
+        channel = self.quorum.channel(address, "metadata")
+        current_epoch = max(self.quorum.leader_epoch, self.last_fetched_epoch, 0)
+        partition = FetchRequest.FetchPartition(
+            partition=0,
+            current_leader_epoch=current_epoch,
+            fetch_offset=self.fetch_offset,
+            last_fetched_epoch=self.last_fetched_epoch,
+            partition_max_bytes=FETCH_MAX_BYTES,
+        )
+        request = FetchRequest(
+            cluster_id=self.cluster_id,
+            replica_state=FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=-1),
+            max_wait_ms=self.max_wait_ms,
+            min_bytes=1,
+            max_bytes=FETCH_MAX_BYTES,
+            topics=[FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[partition])],
+        )
+        answer = await channel.request(request)
+        if channel.version_for(FETCH_API_KEY) < MIN_FETCH_VERSION:
+            raise MetadataFollowerError(f"{address[0]}:{address[1]} serves Fetch below v{MIN_FETCH_VERSION}")
+        assert isinstance(answer, FetchResponse)
+        if answer.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            raise MetadataFollowerError(
+                f"the controller quorum at {address[0]}:{address[1]} belongs to another cluster than {self.cluster_id}"
+            )
+        if answer.error_code != ErrorCode.NONE:
+            log.info("metadata fetch answered %s", ErrorCode(answer.error_code).name)
+            return False
+        [topic] = answer.responses
+        [data] = topic.partitions
+        self._learn_leader(answer, data)
+        if data.error_code in _LEADER_CHANGES:
+            return data.current_leader.leader_epoch > current_epoch  # at once if the answer taught a newer epoch
+        if data.error_code != ErrorCode.NONE:
+            log.info("metadata fetch answered %s for %s-0", ErrorCode(data.error_code).name, METADATA_TOPIC)
+            return False
+        if data.snapshot_id.end_offset >= 0:
+            await self._load_snapshot(channel, data.snapshot_id.end_offset, data.snapshot_id.epoch)
+            return True
+        if data.diverging_epoch.epoch >= 0:
+            self._truncate(data.diverging_epoch.epoch, data.diverging_epoch.end_offset)
+            return True
+        if isinstance(data.records, (bytes, bytearray, memoryview)) and data.records:  # decoded: never a file Region
+            # A fetch may end inside a batch (max bytes): the whole ones are kept, the rest is fetched again.
+            for header, raw in iter_batches(data.records):
+                if header.last_offset < self.fetch_offset:
+                    continue
+                try:
+                    batch = decode_metadata_batch(raw, header)
+                except DecodeError as exc:
+                    raise MetadataFollowerError(f"unreadable {METADATA_TOPIC} batch: {exc}") from None
+                self._waiting.append(batch)
+                self.fetch_offset = batch.last_offset + 1
+                self.last_fetched_epoch = batch.leader_epoch
+        self.high_watermark = data.high_watermark
+        self._apply_committed()
+        return True
+
+    def _learn_leader(self, answer: FetchResponse, data: FetchResponse.PartitionData) -> None:
+        leader = data.current_leader
+        if leader.leader_id < 0:
+            return
+        address = next(((e.host, e.port) for e in answer.node_endpoints if e.node_id == leader.leader_id), None)
+        self.quorum.learn_leader(leader.leader_id, leader.leader_epoch, address)
+
+    def _truncate(self, epoch: int, end_offset: int) -> None:
+        """The leader's log diverges from what was fetched: drop what waits at or past ``end_offset``."""
+        if end_offset <= self.applied_offset:
+            raise MetadataFollowerError(
+                f"the quorum's leader diverges at offset {end_offset}, below the applied offset {self.applied_offset}"
+            )
+        self._waiting = [batch for batch in self._waiting if batch.last_offset < end_offset]
+        self.fetch_offset = end_offset
+        self.last_fetched_epoch = epoch
+
+    def _apply_committed(self) -> None:
+        """Apply the waiting batches below the high watermark and publish what they complete."""
+        applied = 0
+        while self._waiting and self._waiting[0].last_offset < self.high_watermark:
+            batch = self._waiting.pop(0)
+            for index, record in enumerate(batch.records):
+                self._builder.replay(record.message, batch.base_offset + index, batch.leader_epoch)
+            self.applied_offset = batch.last_offset
+            published = self._builder.publish()
+            if published is not None:
+                self.cache.publish(*published)
+            applied += 1
+        if applied and self._on_applied is not None:
+            self._on_applied(self.applied_offset)
+        if self.applied_offset + 1 >= self.high_watermark > 0 and not self.caught_up.is_set():
+            self.caught_up.set()
+
+    # --- snapshots --------------------------------------------------------------------------------------
+
+    async def _load_snapshot(self, channel: NodeChannel, end_offset: int, epoch: int) -> None:
+        """The leader answers with a snapshot: fetch it whole and make it the image."""
+        if self.applied_offset >= 0:
+            raise MetadataFollowerError(
+                f"the quorum's leader sent snapshot {end_offset}-{epoch} after offset {self.applied_offset} was applied"
+            )
+        data = bytearray()
+        size = -1
+        while size < 0 or len(data) < size:
+            partition = FetchSnapshotRequest.PartitionSnapshot(
+                partition=0,
+                current_leader_epoch=max(self.quorum.leader_epoch, 0),
+                snapshot_id=FetchSnapshotRequest.SnapshotId(end_offset=end_offset, epoch=epoch),
+                position=len(data),
+            )
+            request = FetchSnapshotRequest(
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                max_bytes=FETCH_MAX_BYTES,
+                topics=[FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[partition])],
+            )
+            answer = await channel.request(request)
+            assert isinstance(answer, FetchSnapshotResponse)
+            [piece] = answer.topics[0].partitions
+            if answer.error_code != ErrorCode.NONE or piece.error_code != ErrorCode.NONE:
+                code = answer.error_code or piece.error_code
+                raise ChannelError(f"FetchSnapshot {end_offset}-{epoch} answered {ErrorCode(code).name}")
+            size = piece.size
+            data += bytes(piece.unaligned_records or b"")
+        builder = MetadataImageBuilder(MetadataImage())
+        for batch in iter_metadata_batches(data):
+            for index, record in enumerate(batch.records):
+                builder.replay(record.message, batch.base_offset + index, batch.leader_epoch)
+        published = builder.publish()
+        if published is not None:
+            self.cache.publish(*published)
+        self._builder = MetadataImageBuilder(self.cache.image)
+        self.fetch_offset = end_offset
+        self.last_fetched_epoch = epoch
+        self.applied_offset = end_offset - 1
+        if self._on_applied is not None:
+            self._on_applied(self.applied_offset)

@@ -1,0 +1,183 @@
+"""The metadata follower's rules, against scripted Fetch answers (no JVM): records reach the image only below the
+leader's high watermark and a metadata transaction at a time; the leader an answer names (with its endpoint) is
+where the next fetch goes; a diverging epoch drops what waits past the leader's end offset; a divergence below
+what was applied, or another cluster's quorum, stops the follower with a line saying so."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import trio
+
+from kbroker.kraft.metadata_follower import MetadataFollower, MetadataFollowerError
+from kbroker.kraft.quorum import QuorumView
+from kbroker.metadata.controller import MetadataCache
+from protocol._codec import Message
+from protocol.errors import ErrorCode
+from protocol.messages.fetch_request import FetchRequest
+from protocol.messages.fetch_response import FetchResponse
+from protocol.metadata_frame import MetadataRecord, build_metadata_batch
+from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord
+from protocol.metadata_records.end_transaction_record import EndTransactionRecord
+from protocol.metadata_records.partition_record import PartitionRecord
+from protocol.metadata_records.topic_record import TopicRecord
+
+NODE = 7
+VOTER = ("voter.example", 9093)
+LEADER = ("leader.example", 9094)
+
+
+class ScriptedChannel:
+    """Answers each Fetch with the next scripted answer and keeps the requests."""
+
+    def __init__(self, answers: list[FetchResponse]) -> None:
+        self.answers = answers
+        self.requests: list[FetchRequest] = []
+
+    def version_for(self, api_key: int) -> int:
+        return 17
+
+    async def request(self, body: Message, version: int | None = None) -> Message:
+        assert isinstance(body, FetchRequest)
+        self.requests.append(body)
+        return self.answers.pop(0)
+
+
+class ScriptedQuorum(QuorumView):
+    def __init__(self, channel: ScriptedChannel) -> None:
+        super().__init__([VOTER], client_id="test")
+        self.scripted = channel
+        self.addresses: list[tuple[str, int]] = []
+
+    def channel(self, address: tuple[str, int], purpose: str) -> Any:
+        self.addresses.append(address)
+        return self.scripted
+
+
+def topic_records(name: str, topic_id: uuid.UUID) -> list[MetadataRecord]:
+    return [
+        MetadataRecord(TopicRecord(name=name, topic_id=topic_id), 0),
+        MetadataRecord(PartitionRecord(partition_id=0, topic_id=topic_id, replicas=[NODE], isr=[NODE], leader=NODE), 2),
+    ]
+
+
+def batch(records: Sequence[MetadataRecord], base_offset: int, epoch: int = 1) -> bytes:
+    return build_metadata_batch(records, leader_epoch=epoch, timestamp_ms=1, base_offset=base_offset)
+
+
+def answer(
+    records: bytes = b"",
+    *,
+    high_watermark: int,
+    error: int = ErrorCode.NONE,
+    leader: tuple[int, int] = (3000, 1),
+    endpoint: tuple[str, int] | None = None,
+    diverging: tuple[int, int] = (-1, -1),
+    top_error: int = ErrorCode.NONE,
+) -> FetchResponse:
+    partition = FetchResponse.PartitionData(
+        partition_index=0,
+        error_code=error,
+        high_watermark=high_watermark,
+        diverging_epoch=FetchResponse.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1]),
+        current_leader=FetchResponse.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1]),
+        snapshot_id=FetchResponse.SnapshotId(end_offset=-1, epoch=-1),
+        records=records or None,
+    )
+    endpoints = (
+        [] if endpoint is None else [FetchResponse.NodeEndpoint(node_id=leader[0], host=endpoint[0], port=endpoint[1])]
+    )
+    return FetchResponse(
+        error_code=top_error,
+        responses=[FetchResponse.FetchableTopicResponse(topic_id=uuid.UUID(int=1), partitions=[partition])],
+        node_endpoints=endpoints,
+    )
+
+
+def follow(
+    answers: list[FetchResponse], cache: MetadataCache | None = None
+) -> tuple[MetadataFollower, ScriptedQuorum, ScriptedChannel, list[bool]]:
+    channel = ScriptedChannel(answers)
+    quorum = ScriptedQuorum(channel)
+    follower = MetadataFollower(quorum, cache or MetadataCache(), node_id=NODE, cluster_id="cluster-a")
+    count = len(answers)
+
+    async def main() -> list[bool]:
+        return [await follower.fetch_once() for _ in range(count)]
+
+    return follower, quorum, channel, trio.run(main)
+
+
+def test_records_are_applied_only_below_the_high_watermark() -> None:
+    orders, payments = uuid.uuid4(), uuid.uuid4()
+    first = batch(topic_records("orders", orders), 0)
+    second = batch(topic_records("payments", payments), 2)
+    follower, _, channel, _ = follow([answer(first + second, high_watermark=2), answer(high_watermark=4)])
+    # The first answer committed only the first batch: "payments" waited for the second's high watermark.
+    assert [r.topics[0].partitions[0].fetch_offset for r in channel.requests] == [0, 4]
+    assert [r.topics[0].partitions[0].last_fetched_epoch for r in channel.requests] == [0, 1]
+    assert sorted(follower.cache.image.topics.by_name) == ["orders", "payments"]
+    assert follower.applied_offset == 3 and follower.caught_up.is_set()
+    request = channel.requests[0]
+    assert (request.replica_state.replica_id, request.replica_state.replica_epoch) == (NODE, -1)
+    assert request.topics[0].topic_id == uuid.UUID(int=1) and request.cluster_id == "cluster-a"
+
+
+def test_a_metadata_transaction_is_published_whole() -> None:
+    orders = uuid.uuid4()
+    opened = batch([MetadataRecord(BeginTransactionRecord(name="create"), 0), *topic_records("orders", orders)], 0)
+    closed = batch([MetadataRecord(EndTransactionRecord(), 0)], 3)
+    cache = MetadataCache()
+    published: list[list[str]] = []
+    cache.subscribe(lambda image, delta: published.append(sorted(image.topics.by_name)))
+    follower, _, channel, _ = follow([answer(opened, high_watermark=3)], cache)
+    # The transaction's opening batch (offsets 0-2) is applied, and nothing is published before its end.
+    assert follower.applied_offset == 2 and published == []
+    assert follower.cache.image.topics.get("orders") is None
+    channel.answers.append(answer(closed, high_watermark=4))
+    assert trio.run(follower.fetch_once)
+    assert published == [["orders"]] and follower.applied_offset == 3
+
+
+def test_the_leader_an_answer_names_is_where_the_next_fetch_goes() -> None:
+    follower, quorum, channel, progressed = follow(
+        [
+            answer(high_watermark=-1, error=ErrorCode.FENCED_LEADER_EPOCH, leader=(3001, 4), endpoint=LEADER),
+            answer(high_watermark=0, leader=(3001, 4)),
+        ]
+    )
+    assert progressed == [True, True]
+    assert quorum.addresses == [VOTER, LEADER]
+    assert [r.topics[0].partitions[0].current_leader_epoch for r in channel.requests] == [0, 4]
+    assert (quorum.leader_id, quorum.leader_epoch) == (3001, 4)
+
+
+def test_a_diverging_epoch_drops_what_waits_past_the_leaders_end_offset() -> None:
+    orders, payments = uuid.uuid4(), uuid.uuid4()
+    committed = batch(topic_records("orders", orders), 0, epoch=1)
+    unlucky = batch(topic_records("payments", payments), 2, epoch=1)
+    follower, _, channel, _ = follow(
+        [
+            answer(committed + unlucky, high_watermark=2),
+            answer(high_watermark=2, leader=(3001, 2), diverging=(1, 2)),
+            answer(high_watermark=2, leader=(3001, 2)),
+        ]
+    )
+    assert [r.topics[0].partitions[0].fetch_offset for r in channel.requests] == [0, 4, 2]
+    assert channel.requests[2].topics[0].partitions[0].last_fetched_epoch == 1
+    assert sorted(follower.cache.image.topics.by_name) == ["orders"]
+    assert follower.fetch_offset == 2
+
+
+def test_a_divergence_below_what_was_applied_stops_the_follower() -> None:
+    first = batch(topic_records("orders", uuid.uuid4()), 0)
+    with pytest.raises(MetadataFollowerError, match="diverges at offset 1, below the applied offset 1"):
+        follow([answer(first, high_watermark=2), answer(high_watermark=2, diverging=(1, 1))])
+
+
+def test_another_clusters_quorum_stops_the_follower() -> None:
+    with pytest.raises(MetadataFollowerError, match="belongs to another cluster than cluster-a"):
+        follow([answer(high_watermark=0, top_error=ErrorCode.INCONSISTENT_CLUSTER_ID)])
