@@ -32,18 +32,6 @@ from protocol.messages.broker_registration_response import BrokerRegistrationRes
 log = logging.getLogger("kbroker.kraft")
 
 RETRY_SECONDS = 0.5
-# The feature ranges a kbroker broker registers with: what it reads and serves. metadata.version 7 is 3.3-IV3, the
-# oldest a KRaft cluster of Kafka 4 runs; 33 is 4.4's newest. Share groups and Streams groups are not served yet,
-# so a quorum that finalized share.version or streams.version above 0 refuses this broker (as it should).
-BROKER_FEATURES: dict[str, tuple[int, int]] = {
-    "metadata.version": (7, 33),
-    "kraft.version": (0, 1),
-    "transaction.version": (0, 2),
-    "group.version": (0, 1),
-    "eligible.leader.replicas.version": (0, 1),
-    "share.version": (0, 0),
-    "streams.version": (0, 0),
-}
 
 
 _REFUSED = {ErrorCode.INCONSISTENT_CLUSTER_ID, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REGISTRATION}

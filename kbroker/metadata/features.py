@@ -25,6 +25,20 @@ SUPPORTED_LEVELS: Mapping[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
 # storage tool: Java 4.x clients then use transaction version 2.
 DEFAULT_LEVELS: Mapping[str, int] = {TRANSACTION_VERSION: 2}
 
+# The feature ranges a kbroker broker registers with under Apache Kafka's KRaft controllers (kbroker/kraft): what
+# it reads and serves. metadata.version 7 is 3.3-IV3, the oldest a Kafka 4 KRaft cluster runs; 33 is Kafka 4.4's
+# newest (the records are generated from its schemas). Share groups and Streams groups are not served yet, so a
+# quorum that finalized share.version or streams.version above 0 refuses such a broker, as it should.
+KRAFT_BROKER_FEATURES: Mapping[str, tuple[int, int]] = {
+    "metadata.version": (7, 33),
+    "kraft.version": (0, 1),
+    **SUPPORTED_LEVELS,
+    "group.version": (0, 1),
+    "eligible.leader.replicas.version": (0, 1),
+    "share.version": (0, 0),
+    "streams.version": (0, 0),
+}
+
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 REFUSED_PREFIX = "The update failed for all features since the following feature had an error: "
 

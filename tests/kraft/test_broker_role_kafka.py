@@ -13,10 +13,11 @@ import pytest
 import trio
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
-from kbroker.kraft.lifecycle import BROKER_FEATURES, BrokerLifecycleManager, BrokerListener, RegistrationRefused
+from kbroker.kraft.lifecycle import BrokerLifecycleManager, BrokerListener, RegistrationRefused
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
+from kbroker.metadata.features import KRAFT_BROKER_FEATURES
 from kbroker.metadata.image import MetadataDelta, MetadataImage
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -62,7 +63,7 @@ class Broker:
             node_id=node_id,
             cluster_id=controller.cluster_id,
             listeners=[BrokerListener("PLAINTEXT", "127.0.0.1", BROKER_PORT, 0)],
-            features=BROKER_FEATURES,
+            features=KRAFT_BROKER_FEATURES,
             log_dirs=[uuid.uuid4()],
             applied_offset=lambda: self.follower.applied_offset,
             caught_up=self.follower.caught_up.is_set,
