@@ -265,14 +265,8 @@ class Broker:
             started_ms=self.started_ms,
             store=self.offsets,  # each generation is written to __consumer_offsets, as Kafka's GroupMetadata
         )
-        coordinator.restore(self.offsets.stored_groups())  # the groups as a restart finds them
-        offsets = self.offsets
-        offsets.shard_listeners.append(  # and as this broker gains and loses leadership of their partitions
-            (
-                lambda p: coordinator.restore(offsets.stored_groups(p)),
-                lambda p: coordinator.unload(offsets.in_partition(p)),
-            )
-        )
+        offsets = self.offsets  # the groups as a restart finds them, then as shards load and unload
+        offsets.serve_groups(lambda p: coordinator.restore(offsets.stored_groups(p)), coordinator.unload)
         return coordinator
 
     @cached_property
@@ -293,14 +287,8 @@ class Broker:
             store=self.offsets,  # each change is written to __consumer_offsets, as Kafka's ConsumerGroup* records
             authorizing=lambda: self.authorizer is not None,
         )
-        coordinator.restore(self.offsets.stored_consumer_groups())  # the groups as a restart finds them
-        offsets = self.offsets
-        offsets.shard_listeners.append(  # and as this broker gains and loses leadership of their partitions
-            (
-                lambda p: coordinator.restore(offsets.stored_consumer_groups(p)),
-                lambda p: coordinator.unload(offsets.in_partition(p)),
-            )
-        )
+        offsets = self.offsets  # the groups as a restart finds them, then as shards load and unload
+        offsets.serve_groups(lambda p: coordinator.restore(offsets.stored_consumer_groups(p)), coordinator.unload)
         return coordinator
 
     @cached_property

@@ -354,9 +354,14 @@ class OffsetStore:
         """Another broker leads the group's __consumer_offsets partition, as the metadata image says."""
         return self.logs.topic(OFFSETS_TOPIC) is not None and self.runtime.led_elsewhere(self.partition_for(group))
 
-    def in_partition(self, partition: int) -> Callable[[str], bool]:
-        """Whether a group id is coordinated in ``partition``."""
-        return lambda group: self.partition_for(group) == partition
+    def serve_groups(
+        self, restore: Callable[[int | None], None], unload: Callable[[Callable[[str], bool]], None]
+    ) -> None:
+        """A group coordinator's groups follow the shards, as Kafka's coordinator loads and unloads them:
+        ``restore`` rebuilds those of every loaded shard (None) now, then those of each shard loaded later;
+        ``unload`` drops those of each shard unloaded (given which group ids were in it)."""
+        restore(None)
+        self.shard_listeners.append((restore, lambda p: unload(lambda group: self.partition_for(group) == p)))
 
     def _new_shard(self, partition: int) -> OffsetsShard:
         """A shard about to be loaded: the records below the high watermark are committed as they replay."""

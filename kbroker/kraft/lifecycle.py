@@ -23,6 +23,7 @@ import trio
 
 from kbroker.kraft.channel import ChannelError
 from kbroker.kraft.quorum import QuorumView
+from protocol._codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages.broker_heartbeat_request import BrokerHeartbeatRequest
 from protocol.messages.broker_heartbeat_response import BrokerHeartbeatResponse
@@ -125,13 +126,8 @@ class BrokerLifecycleManager:
             previous_broker_epoch=previous_epoch,
         )
         while True:
-            address = self.quorum.address()
-            try:
-                answer = await self.quorum.channel(address, "lifecycle").request(request)
-            except ChannelError as exc:
-                log.info("registration with the controller quorum failed (retrying): %s", exc)
-                self.quorum.forget_leader()
-                await trio.sleep(RETRY_SECONDS)
+            address, answer = await self._send(request, "registration")
+            if answer is None:
                 continue
             assert isinstance(answer, BrokerRegistrationResponse)
             code = ErrorCode(answer.error_code)
@@ -148,6 +144,18 @@ class BrokerLifecycleManager:
                 self.quorum.forget_leader()
             log.info("registration answered %s (retrying)", code.name)
             await trio.sleep(RETRY_SECONDS)
+
+    async def _send(self, request: Message, what: str) -> tuple[tuple[str, int], Message | None]:
+        """``request`` to the active controller (or the next configured voter); None as the answer after a failed
+        connection, which is logged and waited out before the caller tries again."""
+        address = self.quorum.address()
+        try:
+            return address, await self.quorum.channel(address, "lifecycle").request(request)
+        except ChannelError as exc:
+            log.info("%s to the controller quorum failed (retrying): %s", what, exc)
+            self.quorum.forget_leader()
+            await trio.sleep(RETRY_SECONDS)
+            return address, None
 
     def _refusal(self, code: ErrorCode, finalized: Mapping[str, int]) -> str:
         if code == ErrorCode.INCONSISTENT_CLUSTER_ID:
@@ -181,13 +189,8 @@ class BrokerLifecycleManager:
                 want_fence=not self._caught_up(),
                 want_shut_down=self._want_shut_down,
             )
-            address = self.quorum.address()
-            try:
-                answer = await self.quorum.channel(address, "lifecycle").request(request)
-            except ChannelError as exc:
-                log.info("heartbeat to the controller quorum failed (retrying): %s", exc)
-                self.quorum.forget_leader()
-                await trio.sleep(RETRY_SECONDS)
+            _, answer = await self._send(request, "heartbeat")
+            if answer is None:
                 continue
             assert isinstance(answer, BrokerHeartbeatResponse)
             code = ErrorCode(answer.error_code)
