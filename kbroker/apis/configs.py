@@ -407,6 +407,15 @@ async def _replace_dynamic_configs(
     return ErrorCode.NONE, None
 
 
+def _list_changed(current: str, value: str | None, *, append: bool) -> str:
+    """A list config after IncrementalAlterConfigs' APPEND (the new items not there yet) or SUBTRACT."""
+    items = [v for v in current.split(",") if v]
+    changes = [v for v in (value or "").split(",") if v]
+    if append:
+        return ",".join(items + [v for v in changes if v not in items])
+    return ",".join(v for v in items if v not in changes)
+
+
 def _list_type(resource_type: int, name: str) -> bool | None:
     """Whether a BROKER or GROUP config is a list (APPEND and SUBTRACT apply); None if unknown."""
     if resource_type == BROKER:
@@ -436,13 +445,7 @@ def _incremental_dynamic(
                 return None, (ErrorCode.INVALID_CONFIG, f"Unknown config name: {op.name}")
             if not is_list:
                 return None, (ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {op.name}")
-            items = [v for v in result.get(op.name, "").split(",") if v]
-            changes = [v for v in (op.value or "").split(",") if v]
-            if op.config_operation == APPEND:
-                items += [v for v in changes if v not in items]
-            else:
-                items = [v for v in items if v not in changes]
-            result[op.name] = ",".join(items)
+            result[op.name] = _list_changed(result.get(op.name, ""), op.value, append=op.config_operation == APPEND)
         else:
             return None, (ErrorCode.INVALID_REQUEST, f"Unknown operations type {op.config_operation}")
     return result, None
@@ -513,13 +516,7 @@ def _incremental(
         elif op.config_operation in (APPEND, SUBTRACT):
             if key.type_name != "LIST":
                 return None, f"Config value append is not allowed for config key: {op.name}"
-            items = [v for v in result.get(op.name, "").split(",") if v]
-            changes = [v for v in (op.value or "").split(",") if v]
-            if op.config_operation == APPEND:
-                items += [v for v in changes if v not in items]
-            else:
-                items = [v for v in items if v not in changes]
-            result[op.name] = ",".join(items)
+            result[op.name] = _list_changed(result.get(op.name, ""), op.value, append=op.config_operation == APPEND)
         else:
             return None, f"Unknown config operation {op.config_operation}"
     return result, None
