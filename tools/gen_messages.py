@@ -773,6 +773,7 @@ RECORD_REGISTRY_HELPERS = [
     "import importlib",
     "from dataclasses import dataclass",
     "from functools import cache",
+    "from typing import TYPE_CHECKING",
     "",
     "from protocol._codec import Message",
     "",
@@ -784,6 +785,30 @@ RECORD_REGISTRY_HELPERS = [
     "",
     "",
 ]
+
+
+def lazy_attributes_source(package: str, classes: list[str]) -> list[str]:
+    """``package.SomeRecord`` imports SomeRecord's module when first read (PEP 562), so a module that names record
+    classes by attribute costs nothing at start-up; mypy sees the classes through the TYPE_CHECKING imports."""
+    lines = ["", "if TYPE_CHECKING:"]
+    lines += [f"    from protocol.{package}.{snake(name)} import {name} as {name}" for name in sorted(classes)]
+    lines += [
+        "",
+        "_MODULE_OF_CLASS: dict[str, str] = {",
+        *(f"    {name!r}: 'protocol.{package}.{snake(name)}'," for name in sorted(classes)),
+        "}",
+        "",
+        "",
+        "def __getattr__(name: str) -> type[Message]:",
+        "    module = _MODULE_OF_CLASS.get(name)",
+        "    if module is None:",
+        "        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')",
+        "    cls = _record_class(module, name)",
+        "    globals()[name] = cls  # later reads find it without calling this",
+        "    return cls",
+        "",
+    ]
+    return lines
 
 
 def metadata_registry_source(schemas: list[Schema]) -> str:
@@ -828,7 +853,7 @@ def metadata_registry_source(schemas: list[Schema]) -> str:
         "}",
         "",
         "RECORD_TYPE_BY_NAME: dict[str, MetadataRecordType] = {r.name: r for r in RECORD_TYPES.values()}",
-        "",
+        *lazy_attributes_source("metadata_records", [schema.name for schema in schemas]),
     ]
     return "\n".join(lines)
 
@@ -886,6 +911,8 @@ def coordinator_registry_source(by_coordinator: dict[str, list[Schema]]) -> str:
     lines += ["", "RECORD_TYPES_BY_COORDINATOR: dict[str, dict[int, CoordinatorRecordType]] = {"]
     lines += [f"    {c!r}: {c.upper()}_RECORD_TYPES," for c in by_coordinator]
     lines += ["}", ""]
+    everything = [schema.name for schemas in by_coordinator.values() for schema in schemas]
+    lines += lazy_attributes_source("coordinator_records", everything)
     return "\n".join(lines)
 
 

@@ -26,32 +26,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
 from kbroker.coordinators.runtime import CoordinatorRecord
+from protocol import coordinator_records
 from protocol.coordinator_frame import encode_coordinator_record
-from protocol.coordinator_records.consumer_group_current_member_assignment_key import (
-    ConsumerGroupCurrentMemberAssignmentKey,
-)
-from protocol.coordinator_records.consumer_group_current_member_assignment_value import (
-    ConsumerGroupCurrentMemberAssignmentValue,
-)
-from protocol.coordinator_records.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
-from protocol.coordinator_records.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue
-from protocol.coordinator_records.consumer_group_metadata_key import ConsumerGroupMetadataKey
-from protocol.coordinator_records.consumer_group_metadata_value import ConsumerGroupMetadataValue
-from protocol.coordinator_records.consumer_group_partition_metadata_key import ConsumerGroupPartitionMetadataKey
-from protocol.coordinator_records.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
-from protocol.coordinator_records.consumer_group_regular_expression_value import ConsumerGroupRegularExpressionValue
-from protocol.coordinator_records.consumer_group_target_assignment_member_key import (
-    ConsumerGroupTargetAssignmentMemberKey,
-)
-from protocol.coordinator_records.consumer_group_target_assignment_member_value import (
-    ConsumerGroupTargetAssignmentMemberValue,
-)
-from protocol.coordinator_records.consumer_group_target_assignment_metadata_key import (
-    ConsumerGroupTargetAssignmentMetadataKey,
-)
-from protocol.coordinator_records.consumer_group_target_assignment_metadata_value import (
-    ConsumerGroupTargetAssignmentMetadataValue,
-)
 
 # The group coordinator's record types (protocol.coordinator_records.GROUP_RECORD_TYPES).
 CONSUMER_GROUP_METADATA = 3
@@ -91,10 +67,12 @@ class StoredConsumerGroup:
     epoch: int = -1  # -1: no ConsumerGroupMetadata record (yet)
     metadata_hash: int = 0
     assignment_epoch: int = -1
-    members: dict[str, ConsumerGroupMemberMetadataValue] = field(default_factory=dict)
-    targets: dict[str, ConsumerGroupTargetAssignmentMemberValue] = field(default_factory=dict)
-    current: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
-    regexes: dict[str, ConsumerGroupRegularExpressionValue] = field(default_factory=dict)  # by regex
+    members: dict[str, coordinator_records.ConsumerGroupMemberMetadataValue] = field(default_factory=dict)
+    targets: dict[str, coordinator_records.ConsumerGroupTargetAssignmentMemberValue] = field(default_factory=dict)
+    current: dict[str, coordinator_records.ConsumerGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
+    regexes: dict[str, coordinator_records.ConsumerGroupRegularExpressionValue] = field(
+        default_factory=dict
+    )  # by regex
 
     def is_empty(self) -> bool:
         return (
@@ -139,25 +117,25 @@ def replay_consumer_group_record(
         if value is None:
             group.epoch, group.metadata_hash = -1, 0
         else:
-            assert isinstance(value, ConsumerGroupMetadataValue)
+            assert isinstance(value, coordinator_records.ConsumerGroupMetadataValue)
             group.epoch, group.metadata_hash = value.epoch, value.metadata_hash
     elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
         if value is None:
             group.assignment_epoch = -1
         else:
-            assert isinstance(value, ConsumerGroupTargetAssignmentMetadataValue)
+            assert isinstance(value, coordinator_records.ConsumerGroupTargetAssignmentMetadataValue)
             group.assignment_epoch = value.assignment_epoch
     elif record_type == CONSUMER_GROUP_REGULAR_EXPRESSION:
         regex = cast(_RegexKey, key).regular_expression
-        _put(group.regexes, regex, value, ConsumerGroupRegularExpressionValue)
+        _put(group.regexes, regex, value, coordinator_records.ConsumerGroupRegularExpressionValue)
     else:
         member_id = cast(_MemberKey, key).member_id
         if record_type == CONSUMER_GROUP_MEMBER_METADATA:
-            _put(group.members, member_id, value, ConsumerGroupMemberMetadataValue)
+            _put(group.members, member_id, value, coordinator_records.ConsumerGroupMemberMetadataValue)
         elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            _put(group.targets, member_id, value, ConsumerGroupTargetAssignmentMemberValue)
+            _put(group.targets, member_id, value, coordinator_records.ConsumerGroupTargetAssignmentMemberValue)
         else:
-            _put(group.current, member_id, value, ConsumerGroupCurrentMemberAssignmentValue)
+            _put(group.current, member_id, value, coordinator_records.ConsumerGroupCurrentMemberAssignmentValue)
     if group.is_empty():
         del groups[group_id]
 
@@ -184,17 +162,19 @@ def metadata_hash(topics: Iterable[tuple[uuid.UUID, str, int]]) -> int:
 
 
 def group_epoch_record(group_id: str, epoch: int, topics_hash: int) -> CoordinatorRecord:
-    value = ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=topics_hash)
-    return encode_coordinator_record(ConsumerGroupMetadataKey(group_id=group_id), value, VALUE_VERSION)
+    value = coordinator_records.ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=topics_hash)
+    return encode_coordinator_record(
+        coordinator_records.ConsumerGroupMetadataKey(group_id=group_id), value, VALUE_VERSION
+    )
 
 
 def group_epoch_tombstone(group_id: str) -> CoordinatorRecord:
-    return encode_coordinator_record(ConsumerGroupMetadataKey(group_id=group_id), None)
+    return encode_coordinator_record(coordinator_records.ConsumerGroupMetadataKey(group_id=group_id), None)
 
 
 def partition_metadata_tombstone(group_id: str) -> CoordinatorRecord:
     """Kafka still writes it when a group is deleted (a group an older Kafka wrote may have the record)."""
-    return encode_coordinator_record(ConsumerGroupPartitionMetadataKey(group_id=group_id), None)
+    return encode_coordinator_record(coordinator_records.ConsumerGroupPartitionMetadataKey(group_id=group_id), None)
 
 
 def member_metadata_record(
@@ -210,7 +190,7 @@ def member_metadata_record(
     rebalance_timeout_ms: int,
     server_assignor: str | None,
 ) -> CoordinatorRecord:
-    value = ConsumerGroupMemberMetadataValue(
+    value = coordinator_records.ConsumerGroupMemberMetadataValue(
         instance_id=instance_id,
         rack_id=rack_id,
         client_id=client_id,
@@ -221,44 +201,56 @@ def member_metadata_record(
         server_assignor=server_assignor,
         classic_member_metadata=None,  # members here are consumer-protocol members only
     )
-    key = ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id)
+    key = coordinator_records.ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id)
     return encode_coordinator_record(key, value, VALUE_VERSION)
 
 
 def member_metadata_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
-    return encode_coordinator_record(ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None)
+    return encode_coordinator_record(
+        coordinator_records.ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None
+    )
 
 
 def target_assignment_epoch_record(group_id: str, assignment_epoch: int, timestamp_ms: int) -> CoordinatorRecord:
-    value = ConsumerGroupTargetAssignmentMetadataValue(
+    value = coordinator_records.ConsumerGroupTargetAssignmentMetadataValue(
         assignment_epoch=assignment_epoch, assignment_timestamp=timestamp_ms
     )
-    return encode_coordinator_record(ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), value, VALUE_VERSION)
+    return encode_coordinator_record(
+        coordinator_records.ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), value, VALUE_VERSION
+    )
 
 
 def target_assignment_epoch_tombstone(group_id: str) -> CoordinatorRecord:
-    return encode_coordinator_record(ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), None)
+    return encode_coordinator_record(
+        coordinator_records.ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), None
+    )
 
 
 def target_assignment_record(group_id: str, member_id: str, partitions: Partitions) -> CoordinatorRecord:
-    value = ConsumerGroupTargetAssignmentMemberValue(
+    value = coordinator_records.ConsumerGroupTargetAssignmentMemberValue(
         topic_partitions=[
-            ConsumerGroupTargetAssignmentMemberValue.TopicPartition(topic_id=topic_id, partitions=sorted(parts))
+            coordinator_records.ConsumerGroupTargetAssignmentMemberValue.TopicPartition(
+                topic_id=topic_id, partitions=sorted(parts)
+            )
             for topic_id, parts in partitions.items()
         ]
     )
-    key = ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)
+    key = coordinator_records.ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)
     return encode_coordinator_record(key, value, VALUE_VERSION)
 
 
 def target_assignment_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
-    key = ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)
+    key = coordinator_records.ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)
     return encode_coordinator_record(key, None)
 
 
-def _topic_partitions(partitions: Partitions) -> list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]:
+def _topic_partitions(
+    partitions: Partitions,
+) -> list[coordinator_records.ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]:
     return [
-        ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions(topic_id=topic_id, partitions=sorted(parts))
+        coordinator_records.ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions(
+            topic_id=topic_id, partitions=sorted(parts)
+        )
         for topic_id, parts in partitions.items()
         if parts
     ]
@@ -274,32 +266,34 @@ def current_assignment_record(
     assigned: Partitions,
     pending_revocation: Partitions,
 ) -> CoordinatorRecord:
-    value = ConsumerGroupCurrentMemberAssignmentValue(
+    value = coordinator_records.ConsumerGroupCurrentMemberAssignmentValue(
         member_epoch=member_epoch,
         previous_member_epoch=previous_member_epoch,
         state=state,
         assigned_partitions=_topic_partitions(assigned),
         partitions_pending_revocation=_topic_partitions(pending_revocation),
     )
-    key = ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)
+    key = coordinator_records.ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)
     return encode_coordinator_record(key, value, VALUE_VERSION)
 
 
 def current_assignment_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
-    key = ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)
+    key = coordinator_records.ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)
     return encode_coordinator_record(key, None)
 
 
 def regex_record(group_id: str, regex: str, topics: Iterable[str], timestamp_ms: int) -> CoordinatorRecord:
     """The topics ``regex`` resolved to. Kafka's ``version`` is the metadata image's offset the resolution saw;
     kbroker resolves on every heartbeat and writes 0."""
-    value = ConsumerGroupRegularExpressionValue(topics=sorted(topics), version=0, timestamp=timestamp_ms)
-    key = ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)
+    value = coordinator_records.ConsumerGroupRegularExpressionValue(
+        topics=sorted(topics), version=0, timestamp=timestamp_ms
+    )
+    key = coordinator_records.ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)
     return encode_coordinator_record(key, value, VALUE_VERSION)
 
 
 def regex_tombstone(group_id: str, regex: str) -> CoordinatorRecord:
-    key = ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)
+    key = coordinator_records.ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)
     return encode_coordinator_record(key, None)
 
 

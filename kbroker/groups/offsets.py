@@ -42,11 +42,8 @@ from kbroker.groups.consumer_group_records import (
     StoredConsumerGroup,
     replay_consumer_group_record,
 )
+from protocol import coordinator_records
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
-from protocol.coordinator_records.group_metadata_key import GroupMetadataKey
-from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
-from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
-from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.errors import KafkaError
 from protocol.exceptions import DecodeError
 
@@ -96,10 +93,10 @@ def offsets_partition(group_id: str, partitions: int) -> int:
 
 def offset_commit_record(group: str, topic: str, partition: int, c: CommittedOffset | None) -> CoordinatorRecord:
     """The OffsetCommit record of a commit, or (None) the tombstone of the group's offset for the partition."""
-    key = OffsetCommitKey(group=group, topic=topic, partition=partition)
+    key = coordinator_records.OffsetCommitKey(group=group, topic=topic, partition=partition)
     if c is None:
         return encode_coordinator_record(key, None)
-    value = OffsetCommitValue(
+    value = coordinator_records.OffsetCommitValue(
         offset=c.offset,
         leader_epoch=c.leader_epoch,
         metadata=c.metadata or "",  # Kafka stores a null metadata as "" (OffsetAndMetadata.NO_METADATA)
@@ -135,7 +132,7 @@ class OffsetsShard:
     pending: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     producer_epochs: dict[int, int] = field(default_factory=dict)
     # Each classic group's last generation (its GroupMetadata record).
-    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    groups: dict[str, coordinator_records.GroupMetadataValue] = field(default_factory=dict)
     # The KIP-848 consumer groups' ConsumerGroup* records, the last value of each key, kept as written: the
     # coordinator's own state is in memory, these are decoded only when it is rebuilt (a load, a failed write).
     consumer_group_records: dict[bytes, bytes] = field(default_factory=dict)
@@ -165,17 +162,17 @@ class OffsetsShard:
             )
             return
         if record.record_type == GROUP_METADATA:
-            assert isinstance(record.key, GroupMetadataKey)
+            assert isinstance(record.key, coordinator_records.GroupMetadataKey)
             if record.value is None:
                 self.groups.pop(record.key.group, None)
             else:
-                assert isinstance(record.value, GroupMetadataValue)
+                assert isinstance(record.value, coordinator_records.GroupMetadataValue)
                 self.groups[record.key.group] = record.value
             return
         if record.record_type != OFFSET_COMMIT:
             return  # a share or streams group's record: not kept by this store
         k = record.key
-        assert isinstance(k, OffsetCommitKey)
+        assert isinstance(k, coordinator_records.OffsetCommitKey)
         tp = (k.topic, k.partition)
         if producer_id != NO_PRODUCER:
             self.producer_epochs[producer_id] = producer_epoch
@@ -238,7 +235,7 @@ class OffsetsShard:
 
 
 def _committed(value: object) -> CommittedOffset:
-    assert isinstance(value, OffsetCommitValue)
+    assert isinstance(value, coordinator_records.OffsetCommitValue)
     return CommittedOffset(
         value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp
     )
@@ -486,7 +483,7 @@ class OffsetStore:
         records = [offset_commit_record(group, t, p, None) for t, p in self.get(group)]
         shard = self._shard_of(group)
         if shard is not None and group in shard.groups:
-            records.append(encode_coordinator_record(GroupMetadataKey(group=group), None))
+            records.append(encode_coordinator_record(coordinator_records.GroupMetadataKey(group=group), None))
         self._write(group, records)
 
     def delete_topic(self, topic: str) -> None:
@@ -528,7 +525,7 @@ class OffsetStore:
         """Write the classic group's generation; OffsetStoreError (nothing written) on failure."""
         protocol = group.protocol_name
         members = [
-            GroupMetadataValue.MemberMetadata(
+            coordinator_records.GroupMetadataValue.MemberMetadata(
                 member_id=m.member_id,
                 group_instance_id=m.group_instance_id,
                 client_id=m.client_id,
@@ -540,7 +537,7 @@ class OffsetStore:
             )
             for m in group.members.values()
         ]
-        value = GroupMetadataValue(
+        value = coordinator_records.GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation_id,
             protocol=protocol,
@@ -548,14 +545,16 @@ class OffsetStore:
             current_state_timestamp=group.state_since_ms,
             members=members,
         )
-        key = GroupMetadataKey(group=group.group_id)
+        key = coordinator_records.GroupMetadataKey(group=group.group_id)
         self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
 
     def remove_group(self, group_id: str) -> None:
         """Write the group's GroupMetadata tombstone, if it has a record; OffsetStoreError on failure."""
         shard = self._shard_of(group_id)
         if shard is not None and group_id in shard.groups:
-            self._write(group_id, [encode_coordinator_record(GroupMetadataKey(group=group_id), None)])
+            self._write(
+                group_id, [encode_coordinator_record(coordinator_records.GroupMetadataKey(group=group_id), None)]
+            )
 
     def stored_groups(self, partition: int | None = None) -> list[Group]:
         """The classic groups (of every loaded shard, or of ``partition``'s) as their last GroupMetadata records

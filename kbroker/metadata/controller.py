@@ -39,22 +39,10 @@ from kbroker.metadata.log import MetadataLog, wall_clock_ms
 from kbroker.metadata.snapshots import SnapshotPolicy, image_records
 from kbroker.security.acls import AclBinding, AclBindingFilter
 from kbroker.storage.manager import validate_topic_name
+from protocol import metadata_records
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
 from protocol.metadata_frame import MetadataRecord
-from protocol.metadata_records.abort_transaction_record import AbortTransactionRecord
-from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord
-from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord
-from protocol.metadata_records.config_record import ConfigRecord
-from protocol.metadata_records.end_transaction_record import EndTransactionRecord
-from protocol.metadata_records.feature_level_record import FeatureLevelRecord
-from protocol.metadata_records.partition_change_record import PartitionChangeRecord
-from protocol.metadata_records.partition_record import PartitionRecord
-from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
-from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
-from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord
-from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
-from protocol.metadata_records.topic_record import TopicRecord
 
 if TYPE_CHECKING:
     from kbroker.quotas import QuotaAlterResult, QuotaEntry
@@ -266,15 +254,15 @@ class LocalController(Controller):
                 self.loaded_snapshot = True
                 end = replay.snapshot.id.end_offset
                 for index, item in enumerate(replay.snapshot.records):
-                    if isinstance(item.message, FeatureLevelRecord):
+                    if isinstance(item.message, metadata_records.FeatureLevelRecord):
                         self.replayed_features.add(item.message.name)
                     self._builder.replay(item.message, end - len(replay.snapshot.records) + index, -1)
             transaction_start = -1
             for batch in replay.batches:
                 for index, item in enumerate(batch.records):
-                    if isinstance(item.message, BeginTransactionRecord):
+                    if isinstance(item.message, metadata_records.BeginTransactionRecord):
                         transaction_start = batch.base_offset + index
-                    elif isinstance(item.message, FeatureLevelRecord):
+                    elif isinstance(item.message, metadata_records.FeatureLevelRecord):
                         self.replayed_features.add(item.message.name)
                     self._builder.replay(item.message, batch.base_offset + index, batch.leader_epoch)
         except ImageError as exc:
@@ -292,20 +280,25 @@ class LocalController(Controller):
                 metadata_log.directory,
                 transaction_start,
             )
-            self._commit_now([record(AbortTransactionRecord(reason="the leader changed"))])
+            self._commit_now([record(metadata_records.AbortTransactionRecord(reason="the leader changed"))])
 
     def bootstrap(self) -> None:
         """A new metadata log's first records, as Kafka's storage tool formats them: the metadata version and the
         default level of each other feature."""
         if self.image.metadata_version == 0:
             levels = {"metadata.version": METADATA_VERSION_LEVEL, **DEFAULT_LEVELS}
-            self._commit_now([record(FeatureLevelRecord(name=name, feature_level=lv)) for name, lv in levels.items()])
+            self._commit_now(
+                [
+                    record(metadata_records.FeatureLevelRecord(name=name, feature_level=lv))
+                    for name, lv in levels.items()
+                ]
+            )
 
     def migrate_features(self, levels: Mapping[str, int]) -> int:
         """Finalize the features kept elsewhere before (name -> level; a feature not named is at 0), in one batch;
         returns how many levels changed."""
         records = [
-            record(FeatureLevelRecord(name=name, feature_level=levels.get(name, 0)))
+            record(metadata_records.FeatureLevelRecord(name=name, feature_level=levels.get(name, 0)))
             for name in SUPPORTED_LEVELS
             if self.image.features.get(name, 0) != levels.get(name, 0)
         ]
@@ -322,7 +315,9 @@ class LocalController(Controller):
         self._commit_now(
             [
                 record(
-                    ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker.epoch, next_producer_id=next_producer_id)
+                    metadata_records.ProducerIdsRecord(
+                        broker_id=broker_id, broker_epoch=broker.epoch, next_producer_id=next_producer_id
+                    )
                 )
             ]
         )
@@ -333,13 +328,13 @@ class LocalController(Controller):
     ) -> int:
         # As Kafka's ClusterControlManager: the broker epoch is the offset of its registration record.
         epoch = self._end_offset()
-        registration = RegisterBrokerRecord(
+        registration = metadata_records.RegisterBrokerRecord(
             broker_id=broker_id,
             is_migrating_zk_broker=False,
             incarnation_id=uuid.uuid4(),
             broker_epoch=epoch,
             end_points=[
-                RegisterBrokerRecord.BrokerEndpoint(
+                metadata_records.RegisterBrokerRecord.BrokerEndpoint(
                     name=listener.name,
                     host=listener.host,
                     port=listener.port,
@@ -348,7 +343,9 @@ class LocalController(Controller):
                 for listener in listeners
             ],
             features=[
-                RegisterBrokerRecord.BrokerFeature(name=name, min_supported_version=low, max_supported_version=high)
+                metadata_records.RegisterBrokerRecord.BrokerFeature(
+                    name=name, min_supported_version=low, max_supported_version=high
+                )
                 for name, (low, high) in sorted(features.items())
             ],
             rack=None,
@@ -377,8 +374,8 @@ class LocalController(Controller):
             written += 1
         if records:
             self._commit_now(
-                [record(BeginTransactionRecord(name="migration of the topic catalog")), *records]
-                + [record(EndTransactionRecord())]
+                [record(metadata_records.BeginTransactionRecord(name="migration of the topic catalog")), *records]
+                + [record(metadata_records.EndTransactionRecord())]
             )
         return written
 
@@ -391,8 +388,8 @@ class LocalController(Controller):
         records = [self._acl_record(binding) for binding in dict.fromkeys(bindings) if binding not in known]
         if records:
             self._commit_now(
-                [record(BeginTransactionRecord(name="migration of the ACL file")), *records]
-                + [record(EndTransactionRecord())]
+                [record(metadata_records.BeginTransactionRecord(name="migration of the ACL file")), *records]
+                + [record(metadata_records.EndTransactionRecord())]
             )
         return len(records)
 
@@ -401,7 +398,11 @@ class LocalController(Controller):
         ``transaction``) when there are several: for start-up, before requests are served (a migration, the
         command line's users)."""
         if len(records) > 1:
-            records = [record(BeginTransactionRecord(name=transaction)), *records, record(EndTransactionRecord())]
+            records = [
+                record(metadata_records.BeginTransactionRecord(name=transaction)),
+                *records,
+                record(metadata_records.EndTransactionRecord()),
+            ]
         self._commit_now(records)
 
     # --- operations --------------------------------------------------------------------------------------
@@ -512,7 +513,7 @@ class LocalController(Controller):
             topic = self.image.topics.by_id.get(topic_id)
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
-            await self._commit([record(RemoveTopicRecord(topic_id=topic_id))])
+            await self._commit([record(metadata_records.RemoveTopicRecord(topic_id=topic_id))])
             return topic
 
     async def alter_configs(
@@ -523,7 +524,11 @@ class LocalController(Controller):
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
             current = self.image.config(resource_type, name)
             records = [
-                record(ConfigRecord(resource_type=resource_type, resource_name=name, name=key, value=value))
+                record(
+                    metadata_records.ConfigRecord(
+                        resource_type=resource_type, resource_name=name, name=key, value=value
+                    )
+                )
                 for key, value in changes.items()
                 if current.get(key) != value
             ]
@@ -557,7 +562,9 @@ class LocalController(Controller):
                 "Exhausted all producerIds as the next block's end producerId has exceeded the int64 type limit",
             )
         end = start + PRODUCER_ID_BLOCK_SIZE
-        producer_ids = ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end)
+        producer_ids = metadata_records.ProducerIdsRecord(
+            broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end
+        )
         return range(start, end), [record(producer_ids)]
 
     async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
@@ -572,7 +579,7 @@ class LocalController(Controller):
             if refusal is not None:
                 raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, refusal)
             records = [
-                record(FeatureLevelRecord(name=name, feature_level=level))
+                record(metadata_records.FeatureLevelRecord(name=name, feature_level=level))
                 for name, (level, _) in updates.items()
                 if self.image.features.get(name, 0) != level
             ]
@@ -620,7 +627,7 @@ class LocalController(Controller):
                     f"The new ISR {new_isr} of {topic.name}-{index} has ineligible replicas: {', '.join(ineligible)}.",
                 )
             if tuple(new_isr) != partition.isr:
-                change = PartitionChangeRecord(partition_id=index, topic_id=topic_id, isr=new_isr)
+                change = metadata_records.PartitionChangeRecord(partition_id=index, topic_id=topic_id, isr=new_isr)
                 await self._commit([record(change)])
             registration = self.image.topics.by_id[topic_id].partitions[index]
             return registration
@@ -701,7 +708,9 @@ class LocalController(Controller):
                 doomed.update(dict.fromkeys(acl_id for _, acl_id in matched))
                 answers.append([binding for binding, _ in matched])
             if doomed:
-                await self._commit([record(RemoveAccessControlEntryRecord(id=acl_id)) for acl_id in doomed])
+                await self._commit(
+                    [record(metadata_records.RemoveAccessControlEntryRecord(id=acl_id)) for acl_id in doomed]
+                )
             return answers
 
     async def alter_user_scram_credentials(
@@ -734,7 +743,7 @@ class LocalController(Controller):
 
         entry = acl_entry_of(binding)
         return record(
-            AccessControlEntryRecord(
+            metadata_records.AccessControlEntryRecord(
                 id=uuid.uuid4(),
                 resource_type=entry.resource_type,
                 resource_name=entry.resource_name,
@@ -795,9 +804,13 @@ class LocalController(Controller):
     def _topic_records(
         self, name: str, topic_id: uuid.UUID, replicas: Sequence[Sequence[int]], configs: Mapping[str, str]
     ) -> list[MetadataRecord]:
-        records = [record(TopicRecord(name=name, topic_id=topic_id))]
+        records = [record(metadata_records.TopicRecord(name=name, topic_id=topic_id))]
         records.extend(
-            record(ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name, name=key, value=value))
+            record(
+                metadata_records.ConfigRecord(
+                    resource_type=ConfigResourceType.TOPIC, resource_name=name, name=key, value=value
+                )
+            )
             for key, value in configs.items()
         )
         records.extend(self._partition_record(topic_id, index, brokers) for index, brokers in enumerate(replicas))
@@ -806,7 +819,7 @@ class LocalController(Controller):
     @staticmethod
     def _partition_record(topic_id: uuid.UUID, index: int, brokers: Sequence[int]) -> MetadataRecord:
         return record(
-            PartitionRecord(
+            metadata_records.PartitionRecord(
                 partition_id=index,
                 topic_id=topic_id,
                 replicas=list(brokers),

@@ -20,36 +20,33 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from protocol._codec import Message
-from protocol.metadata_records.abort_transaction_record import AbortTransactionRecord
-from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord
-from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord
-from protocol.metadata_records.broker_registration_change_record import BrokerRegistrationChangeRecord
-from protocol.metadata_records.clear_elr_record import ClearElrRecord
-from protocol.metadata_records.client_quota_record import ClientQuotaRecord
-from protocol.metadata_records.config_record import ConfigRecord
-from protocol.metadata_records.delegation_token_record import DelegationTokenRecord
-from protocol.metadata_records.end_transaction_record import EndTransactionRecord
-from protocol.metadata_records.feature_level_record import FeatureLevelRecord
-from protocol.metadata_records.fence_broker_record import FenceBrokerRecord
-from protocol.metadata_records.no_op_record import NoOpRecord
-from protocol.metadata_records.partition_change_record import PartitionChangeRecord
-from protocol.metadata_records.partition_record import PartitionRecord
-from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
-from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
-from protocol.metadata_records.register_controller_record import RegisterControllerRecord
-from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord
-from protocol.metadata_records.remove_delegation_token_record import RemoveDelegationTokenRecord
-from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
-from protocol.metadata_records.remove_user_scram_credential_record import RemoveUserScramCredentialRecord
-from protocol.metadata_records.topic_record import TopicRecord
-from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
-from protocol.metadata_records.unregister_broker_record import UnregisterBrokerRecord
-from protocol.metadata_records.unregister_controller_record import UnregisterControllerRecord
-from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
-from protocol.metadata_records.zk_migration_state_record import ZkMigrationStateRecord
+
+if TYPE_CHECKING:
+    from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord
+    from protocol.metadata_records.broker_registration_change_record import BrokerRegistrationChangeRecord
+    from protocol.metadata_records.clear_elr_record import ClearElrRecord
+    from protocol.metadata_records.client_quota_record import ClientQuotaRecord
+    from protocol.metadata_records.config_record import ConfigRecord
+    from protocol.metadata_records.delegation_token_record import DelegationTokenRecord
+    from protocol.metadata_records.feature_level_record import FeatureLevelRecord
+    from protocol.metadata_records.fence_broker_record import FenceBrokerRecord
+    from protocol.metadata_records.partition_change_record import PartitionChangeRecord
+    from protocol.metadata_records.partition_record import PartitionRecord
+    from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
+    from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
+    from protocol.metadata_records.register_controller_record import RegisterControllerRecord
+    from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord
+    from protocol.metadata_records.remove_delegation_token_record import RemoveDelegationTokenRecord
+    from protocol.metadata_records.remove_topic_record import RemoveTopicRecord
+    from protocol.metadata_records.remove_user_scram_credential_record import RemoveUserScramCredentialRecord
+    from protocol.metadata_records.topic_record import TopicRecord
+    from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
+    from protocol.metadata_records.unregister_broker_record import UnregisterBrokerRecord
+    from protocol.metadata_records.unregister_controller_record import UnregisterControllerRecord
+    from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader stays
@@ -341,7 +338,7 @@ class MetadataDelta:
 
     def replay(self, record: Message, offset: int = -1, epoch: int = -1) -> None:
         """Apply one record (at ``offset`` of the metadata log, written in leader ``epoch``)."""
-        handler = _REPLAY.get(type(record))
+        handler = _REPLAY.get(type(record).__name__)
         if handler is None:
             raise ImageError(f"no image applies {type(record).__name__}")
         handler(self, record)
@@ -596,35 +593,36 @@ class MetadataDelta:
         return changes
 
 
-_REPLAY: dict[type[Message], Any] = {
-    TopicRecord: MetadataDelta._topic,
-    PartitionRecord: MetadataDelta._partition,
-    PartitionChangeRecord: MetadataDelta._partition_change,
-    RemoveTopicRecord: MetadataDelta._remove_topic,
-    ClearElrRecord: MetadataDelta._clear_elr,
-    ConfigRecord: MetadataDelta._config,
-    FeatureLevelRecord: MetadataDelta._feature,
-    RegisterBrokerRecord: MetadataDelta._register_broker,
-    UnregisterBrokerRecord: MetadataDelta._unregister_broker,
-    FenceBrokerRecord: MetadataDelta._fence,
-    UnfenceBrokerRecord: MetadataDelta._unfence,
-    BrokerRegistrationChangeRecord: MetadataDelta._broker_change,
-    RegisterControllerRecord: MetadataDelta._register_controller,
-    UnregisterControllerRecord: MetadataDelta._unregister_controller,
-    AccessControlEntryRecord: MetadataDelta._acl,
-    RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
-    UserScramCredentialRecord: MetadataDelta._scram_credential,
-    RemoveUserScramCredentialRecord: MetadataDelta._remove_scram,
-    ClientQuotaRecord: MetadataDelta._client_quota,
-    ProducerIdsRecord: MetadataDelta._producer_ids,
-    DelegationTokenRecord: MetadataDelta._delegation_token,
-    RemoveDelegationTokenRecord: MetadataDelta._remove_delegation_token,
-    NoOpRecord: MetadataDelta._nothing,
-    ZkMigrationStateRecord: MetadataDelta._nothing,
+# By class name: the record classes' modules are imported when a record is decoded, not with this one.
+_REPLAY: dict[str, Any] = {
+    "TopicRecord": MetadataDelta._topic,
+    "PartitionRecord": MetadataDelta._partition,
+    "PartitionChangeRecord": MetadataDelta._partition_change,
+    "RemoveTopicRecord": MetadataDelta._remove_topic,
+    "ClearElrRecord": MetadataDelta._clear_elr,
+    "ConfigRecord": MetadataDelta._config,
+    "FeatureLevelRecord": MetadataDelta._feature,
+    "RegisterBrokerRecord": MetadataDelta._register_broker,
+    "UnregisterBrokerRecord": MetadataDelta._unregister_broker,
+    "FenceBrokerRecord": MetadataDelta._fence,
+    "UnfenceBrokerRecord": MetadataDelta._unfence,
+    "BrokerRegistrationChangeRecord": MetadataDelta._broker_change,
+    "RegisterControllerRecord": MetadataDelta._register_controller,
+    "UnregisterControllerRecord": MetadataDelta._unregister_controller,
+    "AccessControlEntryRecord": MetadataDelta._acl,
+    "RemoveAccessControlEntryRecord": MetadataDelta._remove_acl,
+    "UserScramCredentialRecord": MetadataDelta._scram_credential,
+    "RemoveUserScramCredentialRecord": MetadataDelta._remove_scram,
+    "ClientQuotaRecord": MetadataDelta._client_quota,
+    "ProducerIdsRecord": MetadataDelta._producer_ids,
+    "DelegationTokenRecord": MetadataDelta._delegation_token,
+    "RemoveDelegationTokenRecord": MetadataDelta._remove_delegation_token,
+    "NoOpRecord": MetadataDelta._nothing,
+    "ZkMigrationStateRecord": MetadataDelta._nothing,
     # Metadata transactions are MetadataImageBuilder's: to a delta they only move the offset.
-    BeginTransactionRecord: MetadataDelta._nothing,
-    EndTransactionRecord: MetadataDelta._nothing,
-    AbortTransactionRecord: MetadataDelta._nothing,
+    "BeginTransactionRecord": MetadataDelta._nothing,
+    "EndTransactionRecord": MetadataDelta._nothing,
+    "AbortTransactionRecord": MetadataDelta._nothing,
 }
 
 
@@ -643,15 +641,16 @@ class MetadataImageBuilder:
         return self._in_transaction
 
     def replay(self, record: Message, offset: int = -1, epoch: int = -1) -> None:
-        if isinstance(record, BeginTransactionRecord):
+        kind = type(record).__name__
+        if kind == "BeginTransactionRecord":
             if self._in_transaction:
                 raise ImageError("BeginTransactionRecord inside a metadata transaction")
             self._in_transaction = True
-        elif isinstance(record, EndTransactionRecord):
+        elif kind == "EndTransactionRecord":
             if not self._in_transaction:
                 raise ImageError("EndTransactionRecord outside a metadata transaction")
             self._in_transaction = False
-        elif isinstance(record, AbortTransactionRecord):
+        elif kind == "AbortTransactionRecord":
             if not self._in_transaction:
                 raise ImageError("AbortTransactionRecord outside a metadata transaction")
             self._in_transaction = False

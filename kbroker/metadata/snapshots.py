@@ -21,18 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kbroker.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
+from protocol import metadata_records
 from protocol._codec import Message
 from protocol.metadata_frame import MetadataRecord
-from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord
-from protocol.metadata_records.client_quota_record import ClientQuotaRecord
-from protocol.metadata_records.config_record import ConfigRecord
-from protocol.metadata_records.feature_level_record import FeatureLevelRecord
-from protocol.metadata_records.partition_record import PartitionRecord
-from protocol.metadata_records.producer_ids_record import ProducerIdsRecord
-from protocol.metadata_records.register_broker_record import RegisterBrokerRecord
-from protocol.metadata_records.register_controller_record import RegisterControllerRecord
-from protocol.metadata_records.topic_record import TopicRecord
-from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,22 +49,24 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     """The records that rebuild ``image`` from an empty one, in Kafka's order."""
     features = sorted(image.features.items(), key=lambda item: item[0] != METADATA_VERSION_FEATURE)
     for name, level in features:
-        yield _newest(FeatureLevelRecord(name=name, feature_level=level))
+        yield _newest(metadata_records.FeatureLevelRecord(name=name, feature_level=level))
     for broker in image.brokers.values():
         yield _newest(
-            RegisterBrokerRecord(
+            metadata_records.RegisterBrokerRecord(
                 broker_id=broker.broker_id,
                 is_migrating_zk_broker=False,
                 incarnation_id=broker.incarnation_id,
                 broker_epoch=broker.epoch,
                 end_points=[
-                    RegisterBrokerRecord.BrokerEndpoint(
+                    metadata_records.RegisterBrokerRecord.BrokerEndpoint(
                         name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol
                     )
                     for e in broker.endpoints.values()
                 ],
                 features=[
-                    RegisterBrokerRecord.BrokerFeature(name=name, min_supported_version=low, max_supported_version=high)
+                    metadata_records.RegisterBrokerRecord.BrokerFeature(
+                        name=name, min_supported_version=low, max_supported_version=high
+                    )
                     for name, (low, high) in broker.supported_features.items()
                 ],
                 rack=broker.rack,
@@ -84,12 +77,12 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
         )
     for controller in image.controllers.values():
         yield _newest(
-            RegisterControllerRecord(
+            metadata_records.RegisterControllerRecord(
                 controller_id=controller.controller_id,
                 incarnation_id=controller.incarnation_id,
                 zk_migration_ready=False,
                 end_points=[
-                    RegisterControllerRecord.ControllerEndpoint(
+                    metadata_records.RegisterControllerRecord.ControllerEndpoint(
                         name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol
                     )
                     for e in controller.endpoints.values()
@@ -98,10 +91,10 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             )
         )
     for topic in image.topics.by_id.values():
-        yield _newest(TopicRecord(name=topic.name, topic_id=topic.topic_id))
+        yield _newest(metadata_records.TopicRecord(name=topic.name, topic_id=topic.topic_id))
         for index, partition in sorted(topic.partitions.items()):
             yield _newest(
-                PartitionRecord(
+                metadata_records.PartitionRecord(
                     partition_id=index,
                     topic_id=topic.topic_id,
                     replicas=list(partition.replicas),
@@ -120,18 +113,24 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     for (resource_type, resource_name), values in image.configs.items():
         for key, value in values.items():
             yield _newest(
-                ConfigRecord(resource_type=int(resource_type), resource_name=resource_name, name=key, value=value)
+                metadata_records.ConfigRecord(
+                    resource_type=int(resource_type), resource_name=resource_name, name=key, value=value
+                )
             )
     for entity, quotas in image.client_quotas.items():
-        entity_data = [ClientQuotaRecord.EntityData(entity_type=kind, entity_name=name) for kind, name in entity]
+        entity_data = [
+            metadata_records.ClientQuotaRecord.EntityData(entity_type=kind, entity_name=name) for kind, name in entity
+        ]
         for key, quota in quotas.items():
-            yield _newest(ClientQuotaRecord(entity=entity_data, key=key, value=quota, remove=False))
+            yield _newest(metadata_records.ClientQuotaRecord(entity=entity_data, key=key, value=quota, remove=False))
     if image.next_producer_id > 0:
         # As Kafka's ProducerIdsImage: the block's owner is not part of the image.
-        yield _newest(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+        yield _newest(
+            metadata_records.ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
+        )
     for acl_id, acl in image.acls.items():
         yield _newest(
-            AccessControlEntryRecord(
+            metadata_records.AccessControlEntryRecord(
                 id=acl_id,
                 resource_type=acl.resource_type,
                 resource_name=acl.resource_name,
@@ -144,7 +143,7 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
         )
     for (user, mechanism), credential in image.scram_credentials.items():
         yield _newest(
-            UserScramCredentialRecord(
+            metadata_records.UserScramCredentialRecord(
                 name=user,
                 mechanism=int(mechanism),
                 salt=credential.salt,

@@ -51,10 +51,9 @@ from kbroker.metadata.controller import record
 from kbroker.metadata.image import MetadataImage, ScramMechanism
 from kbroker.metadata.migration import SASL_USERS_FILE
 from kbroker.quotas import java_hashmap_order, java_string_hash
+from protocol import metadata_records
 from protocol.errors import ErrorCode
 from protocol.metadata_frame import MetadataRecord
-from protocol.metadata_records.remove_user_scram_credential_record import RemoveUserScramCredentialRecord
-from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 
 if TYPE_CHECKING:
     from kbroker.metadata.controller import LocalController, MetadataCache
@@ -166,7 +165,7 @@ def _written_by_sasl_user(credentials: Credentials) -> set[str]:
 
 def credential_record(user: str, mechanism: int, credential: ScramCredential) -> MetadataRecord:
     return record(
-        UserScramCredentialRecord(
+        metadata_records.UserScramCredentialRecord(
             name=user,
             mechanism=mechanism,
             salt=credential.salt,
@@ -178,7 +177,7 @@ def credential_record(user: str, mechanism: int, credential: ScramCredential) ->
 
 
 def removal_record(user: str, mechanism: int) -> MetadataRecord:
-    return record(RemoveUserScramCredentialRecord(name=user, mechanism=mechanism))
+    return record(metadata_records.RemoveUserScramCredentialRecord(name=user, mechanism=mechanism))
 
 
 # --- the controller's side -----------------------------------------------------------------------------------------

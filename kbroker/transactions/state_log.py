@@ -24,9 +24,8 @@ from typing import Any
 
 from kbroker.coordinators.runtime import CoordinatorRecord
 from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from protocol import coordinator_records
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
-from protocol.coordinator_records.transaction_log_key import TransactionLogKey
-from protocol.coordinator_records.transaction_log_value import PartitionsSchema, TransactionLogValue
 from protocol.exceptions import DecodeError
 
 log = logging.getLogger("kbroker.transactions")
@@ -57,7 +56,7 @@ def transaction_topic_configs(segment_bytes: int) -> dict[str, str]:
 
 def transaction_record(record: dict[str, Any], offsets_partitions: int) -> CoordinatorRecord:
     """The TransactionLog record of a coordinator record dict (its ``to_record``)."""
-    key = TransactionLogKey(transactional_id=record["id"])
+    key = coordinator_records.TransactionLogKey(transactional_id=record["id"])
     by_topic: dict[str, list[int]] = {}
     for topic, partition in record["partitions"]:
         by_topic.setdefault(topic, []).append(partition)
@@ -66,7 +65,7 @@ def transaction_record(record: dict[str, Any], offsets_partitions: int) -> Coord
     extra = {"last_epoch": record["last_epoch"], "groups": record["groups"]}
     if "done" in record:
         extra["done"] = record["done"]
-    value = TransactionLogValue(
+    value = coordinator_records.TransactionLogValue(
         producer_id=record["pid"],
         previous_producer_id=record["prev_pid"],
         next_producer_id=record["next_pid"],
@@ -74,7 +73,8 @@ def transaction_record(record: dict[str, Any], offsets_partitions: int) -> Coord
         transaction_timeout_ms=record["timeout"],
         transaction_status=STATUS_IDS[record["state"]],
         transaction_partitions=[
-            PartitionsSchema(topic=topic, partition_ids=sorted(set(ids))) for topic, ids in sorted(by_topic.items())
+            coordinator_records.TransactionLogValue.PartitionsSchema(topic=topic, partition_ids=sorted(set(ids)))
+            for topic, ids in sorted(by_topic.items())
         ],
         transaction_last_update_timestamp_ms=record["update"],
         transaction_start_timestamp_ms=record["start"],
@@ -85,10 +85,12 @@ def transaction_record(record: dict[str, Any], offsets_partitions: int) -> Coord
 
 
 def transaction_tombstone(transactional_id: str) -> CoordinatorRecord:
-    return encode_coordinator_record(TransactionLogKey(transactional_id=transactional_id), None)
+    return encode_coordinator_record(coordinator_records.TransactionLogKey(transactional_id=transactional_id), None)
 
 
-def record_of(key: TransactionLogKey, value: TransactionLogValue) -> dict[str, Any]:
+def record_of(
+    key: coordinator_records.TransactionLogKey, value: coordinator_records.TransactionLogValue
+) -> dict[str, Any]:
     """The coordinator record dict a TransactionLog record holds (one Kafka wrote has no kbroker tag)."""
     tags = value.unknown_tagged_fields or {}
     tagged = tags.get(KBROKER_TAG)
@@ -135,13 +137,13 @@ class TransactionStateShard:
     ) -> None:
         try:
             record = decode_coordinator_record("transaction", key, value)
-            assert isinstance(record.key, TransactionLogKey)
+            assert isinstance(record.key, coordinator_records.TransactionLogKey)
             transactional_id = record.key.transactional_id
             if record.value is None:
                 self.ids.discard(transactional_id)
                 self.apply(transactional_id, None)
                 return
-            assert isinstance(record.value, TransactionLogValue)
+            assert isinstance(record.value, coordinator_records.TransactionLogValue)
             state = record_of(record.key, record.value)
         except UnknownRecordType:
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from protocol._codec import Message
 
@@ -82,3 +83,118 @@ RECORD_TYPES_BY_COORDINATOR: dict[str, dict[int, CoordinatorRecordType]] = {
     'transaction': TRANSACTION_RECORD_TYPES,
     'share': SHARE_RECORD_TYPES,
 }
+
+
+if TYPE_CHECKING:
+    from protocol.coordinator_records.consumer_group_current_member_assignment_key import ConsumerGroupCurrentMemberAssignmentKey as ConsumerGroupCurrentMemberAssignmentKey
+    from protocol.coordinator_records.consumer_group_current_member_assignment_value import ConsumerGroupCurrentMemberAssignmentValue as ConsumerGroupCurrentMemberAssignmentValue
+    from protocol.coordinator_records.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey as ConsumerGroupMemberMetadataKey
+    from protocol.coordinator_records.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue as ConsumerGroupMemberMetadataValue
+    from protocol.coordinator_records.consumer_group_metadata_key import ConsumerGroupMetadataKey as ConsumerGroupMetadataKey
+    from protocol.coordinator_records.consumer_group_metadata_value import ConsumerGroupMetadataValue as ConsumerGroupMetadataValue
+    from protocol.coordinator_records.consumer_group_partition_metadata_key import ConsumerGroupPartitionMetadataKey as ConsumerGroupPartitionMetadataKey
+    from protocol.coordinator_records.consumer_group_partition_metadata_value import ConsumerGroupPartitionMetadataValue as ConsumerGroupPartitionMetadataValue
+    from protocol.coordinator_records.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey as ConsumerGroupRegularExpressionKey
+    from protocol.coordinator_records.consumer_group_regular_expression_value import ConsumerGroupRegularExpressionValue as ConsumerGroupRegularExpressionValue
+    from protocol.coordinator_records.consumer_group_target_assignment_member_key import ConsumerGroupTargetAssignmentMemberKey as ConsumerGroupTargetAssignmentMemberKey
+    from protocol.coordinator_records.consumer_group_target_assignment_member_value import ConsumerGroupTargetAssignmentMemberValue as ConsumerGroupTargetAssignmentMemberValue
+    from protocol.coordinator_records.consumer_group_target_assignment_metadata_key import ConsumerGroupTargetAssignmentMetadataKey as ConsumerGroupTargetAssignmentMetadataKey
+    from protocol.coordinator_records.consumer_group_target_assignment_metadata_value import ConsumerGroupTargetAssignmentMetadataValue as ConsumerGroupTargetAssignmentMetadataValue
+    from protocol.coordinator_records.group_metadata_key import GroupMetadataKey as GroupMetadataKey
+    from protocol.coordinator_records.group_metadata_value import GroupMetadataValue as GroupMetadataValue
+    from protocol.coordinator_records.legacy_offset_commit_key import LegacyOffsetCommitKey as LegacyOffsetCommitKey
+    from protocol.coordinator_records.legacy_offset_commit_value import LegacyOffsetCommitValue as LegacyOffsetCommitValue
+    from protocol.coordinator_records.offset_commit_key import OffsetCommitKey as OffsetCommitKey
+    from protocol.coordinator_records.offset_commit_value import OffsetCommitValue as OffsetCommitValue
+    from protocol.coordinator_records.share_group_current_member_assignment_key import ShareGroupCurrentMemberAssignmentKey as ShareGroupCurrentMemberAssignmentKey
+    from protocol.coordinator_records.share_group_current_member_assignment_value import ShareGroupCurrentMemberAssignmentValue as ShareGroupCurrentMemberAssignmentValue
+    from protocol.coordinator_records.share_group_member_metadata_key import ShareGroupMemberMetadataKey as ShareGroupMemberMetadataKey
+    from protocol.coordinator_records.share_group_member_metadata_value import ShareGroupMemberMetadataValue as ShareGroupMemberMetadataValue
+    from protocol.coordinator_records.share_group_metadata_key import ShareGroupMetadataKey as ShareGroupMetadataKey
+    from protocol.coordinator_records.share_group_metadata_value import ShareGroupMetadataValue as ShareGroupMetadataValue
+    from protocol.coordinator_records.share_group_state_partition_metadata_key import ShareGroupStatePartitionMetadataKey as ShareGroupStatePartitionMetadataKey
+    from protocol.coordinator_records.share_group_state_partition_metadata_value import ShareGroupStatePartitionMetadataValue as ShareGroupStatePartitionMetadataValue
+    from protocol.coordinator_records.share_group_target_assignment_member_key import ShareGroupTargetAssignmentMemberKey as ShareGroupTargetAssignmentMemberKey
+    from protocol.coordinator_records.share_group_target_assignment_member_value import ShareGroupTargetAssignmentMemberValue as ShareGroupTargetAssignmentMemberValue
+    from protocol.coordinator_records.share_group_target_assignment_metadata_key import ShareGroupTargetAssignmentMetadataKey as ShareGroupTargetAssignmentMetadataKey
+    from protocol.coordinator_records.share_group_target_assignment_metadata_value import ShareGroupTargetAssignmentMetadataValue as ShareGroupTargetAssignmentMetadataValue
+    from protocol.coordinator_records.share_snapshot_key import ShareSnapshotKey as ShareSnapshotKey
+    from protocol.coordinator_records.share_snapshot_value import ShareSnapshotValue as ShareSnapshotValue
+    from protocol.coordinator_records.share_update_key import ShareUpdateKey as ShareUpdateKey
+    from protocol.coordinator_records.share_update_value import ShareUpdateValue as ShareUpdateValue
+    from protocol.coordinator_records.streams_group_current_member_assignment_key import StreamsGroupCurrentMemberAssignmentKey as StreamsGroupCurrentMemberAssignmentKey
+    from protocol.coordinator_records.streams_group_current_member_assignment_value import StreamsGroupCurrentMemberAssignmentValue as StreamsGroupCurrentMemberAssignmentValue
+    from protocol.coordinator_records.streams_group_member_metadata_key import StreamsGroupMemberMetadataKey as StreamsGroupMemberMetadataKey
+    from protocol.coordinator_records.streams_group_member_metadata_value import StreamsGroupMemberMetadataValue as StreamsGroupMemberMetadataValue
+    from protocol.coordinator_records.streams_group_metadata_key import StreamsGroupMetadataKey as StreamsGroupMetadataKey
+    from protocol.coordinator_records.streams_group_metadata_value import StreamsGroupMetadataValue as StreamsGroupMetadataValue
+    from protocol.coordinator_records.streams_group_target_assignment_member_key import StreamsGroupTargetAssignmentMemberKey as StreamsGroupTargetAssignmentMemberKey
+    from protocol.coordinator_records.streams_group_target_assignment_member_value import StreamsGroupTargetAssignmentMemberValue as StreamsGroupTargetAssignmentMemberValue
+    from protocol.coordinator_records.streams_group_target_assignment_metadata_key import StreamsGroupTargetAssignmentMetadataKey as StreamsGroupTargetAssignmentMetadataKey
+    from protocol.coordinator_records.streams_group_target_assignment_metadata_value import StreamsGroupTargetAssignmentMetadataValue as StreamsGroupTargetAssignmentMetadataValue
+    from protocol.coordinator_records.streams_group_topology_key import StreamsGroupTopologyKey as StreamsGroupTopologyKey
+    from protocol.coordinator_records.streams_group_topology_value import StreamsGroupTopologyValue as StreamsGroupTopologyValue
+    from protocol.coordinator_records.transaction_log_key import TransactionLogKey as TransactionLogKey
+    from protocol.coordinator_records.transaction_log_value import TransactionLogValue as TransactionLogValue
+
+_MODULE_OF_CLASS: dict[str, str] = {
+    'ConsumerGroupCurrentMemberAssignmentKey': 'protocol.coordinator_records.consumer_group_current_member_assignment_key',
+    'ConsumerGroupCurrentMemberAssignmentValue': 'protocol.coordinator_records.consumer_group_current_member_assignment_value',
+    'ConsumerGroupMemberMetadataKey': 'protocol.coordinator_records.consumer_group_member_metadata_key',
+    'ConsumerGroupMemberMetadataValue': 'protocol.coordinator_records.consumer_group_member_metadata_value',
+    'ConsumerGroupMetadataKey': 'protocol.coordinator_records.consumer_group_metadata_key',
+    'ConsumerGroupMetadataValue': 'protocol.coordinator_records.consumer_group_metadata_value',
+    'ConsumerGroupPartitionMetadataKey': 'protocol.coordinator_records.consumer_group_partition_metadata_key',
+    'ConsumerGroupPartitionMetadataValue': 'protocol.coordinator_records.consumer_group_partition_metadata_value',
+    'ConsumerGroupRegularExpressionKey': 'protocol.coordinator_records.consumer_group_regular_expression_key',
+    'ConsumerGroupRegularExpressionValue': 'protocol.coordinator_records.consumer_group_regular_expression_value',
+    'ConsumerGroupTargetAssignmentMemberKey': 'protocol.coordinator_records.consumer_group_target_assignment_member_key',
+    'ConsumerGroupTargetAssignmentMemberValue': 'protocol.coordinator_records.consumer_group_target_assignment_member_value',
+    'ConsumerGroupTargetAssignmentMetadataKey': 'protocol.coordinator_records.consumer_group_target_assignment_metadata_key',
+    'ConsumerGroupTargetAssignmentMetadataValue': 'protocol.coordinator_records.consumer_group_target_assignment_metadata_value',
+    'GroupMetadataKey': 'protocol.coordinator_records.group_metadata_key',
+    'GroupMetadataValue': 'protocol.coordinator_records.group_metadata_value',
+    'LegacyOffsetCommitKey': 'protocol.coordinator_records.legacy_offset_commit_key',
+    'LegacyOffsetCommitValue': 'protocol.coordinator_records.legacy_offset_commit_value',
+    'OffsetCommitKey': 'protocol.coordinator_records.offset_commit_key',
+    'OffsetCommitValue': 'protocol.coordinator_records.offset_commit_value',
+    'ShareGroupCurrentMemberAssignmentKey': 'protocol.coordinator_records.share_group_current_member_assignment_key',
+    'ShareGroupCurrentMemberAssignmentValue': 'protocol.coordinator_records.share_group_current_member_assignment_value',
+    'ShareGroupMemberMetadataKey': 'protocol.coordinator_records.share_group_member_metadata_key',
+    'ShareGroupMemberMetadataValue': 'protocol.coordinator_records.share_group_member_metadata_value',
+    'ShareGroupMetadataKey': 'protocol.coordinator_records.share_group_metadata_key',
+    'ShareGroupMetadataValue': 'protocol.coordinator_records.share_group_metadata_value',
+    'ShareGroupStatePartitionMetadataKey': 'protocol.coordinator_records.share_group_state_partition_metadata_key',
+    'ShareGroupStatePartitionMetadataValue': 'protocol.coordinator_records.share_group_state_partition_metadata_value',
+    'ShareGroupTargetAssignmentMemberKey': 'protocol.coordinator_records.share_group_target_assignment_member_key',
+    'ShareGroupTargetAssignmentMemberValue': 'protocol.coordinator_records.share_group_target_assignment_member_value',
+    'ShareGroupTargetAssignmentMetadataKey': 'protocol.coordinator_records.share_group_target_assignment_metadata_key',
+    'ShareGroupTargetAssignmentMetadataValue': 'protocol.coordinator_records.share_group_target_assignment_metadata_value',
+    'ShareSnapshotKey': 'protocol.coordinator_records.share_snapshot_key',
+    'ShareSnapshotValue': 'protocol.coordinator_records.share_snapshot_value',
+    'ShareUpdateKey': 'protocol.coordinator_records.share_update_key',
+    'ShareUpdateValue': 'protocol.coordinator_records.share_update_value',
+    'StreamsGroupCurrentMemberAssignmentKey': 'protocol.coordinator_records.streams_group_current_member_assignment_key',
+    'StreamsGroupCurrentMemberAssignmentValue': 'protocol.coordinator_records.streams_group_current_member_assignment_value',
+    'StreamsGroupMemberMetadataKey': 'protocol.coordinator_records.streams_group_member_metadata_key',
+    'StreamsGroupMemberMetadataValue': 'protocol.coordinator_records.streams_group_member_metadata_value',
+    'StreamsGroupMetadataKey': 'protocol.coordinator_records.streams_group_metadata_key',
+    'StreamsGroupMetadataValue': 'protocol.coordinator_records.streams_group_metadata_value',
+    'StreamsGroupTargetAssignmentMemberKey': 'protocol.coordinator_records.streams_group_target_assignment_member_key',
+    'StreamsGroupTargetAssignmentMemberValue': 'protocol.coordinator_records.streams_group_target_assignment_member_value',
+    'StreamsGroupTargetAssignmentMetadataKey': 'protocol.coordinator_records.streams_group_target_assignment_metadata_key',
+    'StreamsGroupTargetAssignmentMetadataValue': 'protocol.coordinator_records.streams_group_target_assignment_metadata_value',
+    'StreamsGroupTopologyKey': 'protocol.coordinator_records.streams_group_topology_key',
+    'StreamsGroupTopologyValue': 'protocol.coordinator_records.streams_group_topology_value',
+    'TransactionLogKey': 'protocol.coordinator_records.transaction_log_key',
+    'TransactionLogValue': 'protocol.coordinator_records.transaction_log_value',
+}
+
+
+def __getattr__(name: str) -> type[Message]:
+    module = _MODULE_OF_CLASS.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    cls = _record_class(module, name)
+    globals()[name] = cls  # later reads find it without calling this
+    return cls

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from protocol._codec import Message
 
@@ -66,3 +67,71 @@ RECORD_TYPES: dict[int, MetadataRecordType] = {
 }
 
 RECORD_TYPE_BY_NAME: dict[str, MetadataRecordType] = {r.name: r for r in RECORD_TYPES.values()}
+
+if TYPE_CHECKING:
+    from protocol.metadata_records.abort_transaction_record import AbortTransactionRecord as AbortTransactionRecord
+    from protocol.metadata_records.access_control_entry_record import AccessControlEntryRecord as AccessControlEntryRecord
+    from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord as BeginTransactionRecord
+    from protocol.metadata_records.broker_registration_change_record import BrokerRegistrationChangeRecord as BrokerRegistrationChangeRecord
+    from protocol.metadata_records.clear_elr_record import ClearElrRecord as ClearElrRecord
+    from protocol.metadata_records.client_quota_record import ClientQuotaRecord as ClientQuotaRecord
+    from protocol.metadata_records.config_record import ConfigRecord as ConfigRecord
+    from protocol.metadata_records.delegation_token_record import DelegationTokenRecord as DelegationTokenRecord
+    from protocol.metadata_records.end_transaction_record import EndTransactionRecord as EndTransactionRecord
+    from protocol.metadata_records.feature_level_record import FeatureLevelRecord as FeatureLevelRecord
+    from protocol.metadata_records.fence_broker_record import FenceBrokerRecord as FenceBrokerRecord
+    from protocol.metadata_records.no_op_record import NoOpRecord as NoOpRecord
+    from protocol.metadata_records.partition_change_record import PartitionChangeRecord as PartitionChangeRecord
+    from protocol.metadata_records.partition_record import PartitionRecord as PartitionRecord
+    from protocol.metadata_records.producer_ids_record import ProducerIdsRecord as ProducerIdsRecord
+    from protocol.metadata_records.register_broker_record import RegisterBrokerRecord as RegisterBrokerRecord
+    from protocol.metadata_records.register_controller_record import RegisterControllerRecord as RegisterControllerRecord
+    from protocol.metadata_records.remove_access_control_entry_record import RemoveAccessControlEntryRecord as RemoveAccessControlEntryRecord
+    from protocol.metadata_records.remove_delegation_token_record import RemoveDelegationTokenRecord as RemoveDelegationTokenRecord
+    from protocol.metadata_records.remove_topic_record import RemoveTopicRecord as RemoveTopicRecord
+    from protocol.metadata_records.remove_user_scram_credential_record import RemoveUserScramCredentialRecord as RemoveUserScramCredentialRecord
+    from protocol.metadata_records.topic_record import TopicRecord as TopicRecord
+    from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord as UnfenceBrokerRecord
+    from protocol.metadata_records.unregister_broker_record import UnregisterBrokerRecord as UnregisterBrokerRecord
+    from protocol.metadata_records.unregister_controller_record import UnregisterControllerRecord as UnregisterControllerRecord
+    from protocol.metadata_records.user_scram_credential_record import UserScramCredentialRecord as UserScramCredentialRecord
+    from protocol.metadata_records.zk_migration_state_record import ZkMigrationStateRecord as ZkMigrationStateRecord
+
+_MODULE_OF_CLASS: dict[str, str] = {
+    'AbortTransactionRecord': 'protocol.metadata_records.abort_transaction_record',
+    'AccessControlEntryRecord': 'protocol.metadata_records.access_control_entry_record',
+    'BeginTransactionRecord': 'protocol.metadata_records.begin_transaction_record',
+    'BrokerRegistrationChangeRecord': 'protocol.metadata_records.broker_registration_change_record',
+    'ClearElrRecord': 'protocol.metadata_records.clear_elr_record',
+    'ClientQuotaRecord': 'protocol.metadata_records.client_quota_record',
+    'ConfigRecord': 'protocol.metadata_records.config_record',
+    'DelegationTokenRecord': 'protocol.metadata_records.delegation_token_record',
+    'EndTransactionRecord': 'protocol.metadata_records.end_transaction_record',
+    'FeatureLevelRecord': 'protocol.metadata_records.feature_level_record',
+    'FenceBrokerRecord': 'protocol.metadata_records.fence_broker_record',
+    'NoOpRecord': 'protocol.metadata_records.no_op_record',
+    'PartitionChangeRecord': 'protocol.metadata_records.partition_change_record',
+    'PartitionRecord': 'protocol.metadata_records.partition_record',
+    'ProducerIdsRecord': 'protocol.metadata_records.producer_ids_record',
+    'RegisterBrokerRecord': 'protocol.metadata_records.register_broker_record',
+    'RegisterControllerRecord': 'protocol.metadata_records.register_controller_record',
+    'RemoveAccessControlEntryRecord': 'protocol.metadata_records.remove_access_control_entry_record',
+    'RemoveDelegationTokenRecord': 'protocol.metadata_records.remove_delegation_token_record',
+    'RemoveTopicRecord': 'protocol.metadata_records.remove_topic_record',
+    'RemoveUserScramCredentialRecord': 'protocol.metadata_records.remove_user_scram_credential_record',
+    'TopicRecord': 'protocol.metadata_records.topic_record',
+    'UnfenceBrokerRecord': 'protocol.metadata_records.unfence_broker_record',
+    'UnregisterBrokerRecord': 'protocol.metadata_records.unregister_broker_record',
+    'UnregisterControllerRecord': 'protocol.metadata_records.unregister_controller_record',
+    'UserScramCredentialRecord': 'protocol.metadata_records.user_scram_credential_record',
+    'ZkMigrationStateRecord': 'protocol.metadata_records.zk_migration_state_record',
+}
+
+
+def __getattr__(name: str) -> type[Message]:
+    module = _MODULE_OF_CLASS.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    cls = _record_class(module, name)
+    globals()[name] = cls  # later reads find it without calling this
+    return cls

@@ -145,6 +145,17 @@ def test_records_that_do_not_fit_the_image_are_refused() -> None:
         )
 
 
+def test_every_kafka_metadata_record_type_is_replayed_and_each_handler_names_one() -> None:
+    """The image dispatches by class name (the record modules load when a record is decoded, not at start-up), so a
+    misspelt or missing name would only show when that record arrives."""
+    from kbroker.metadata.image import _REPLAY
+    from protocol.metadata_records import RECORD_TYPE_BY_NAME
+
+    assert set(_REPLAY) == set(RECORD_TYPE_BY_NAME)
+    with pytest.raises(ImageError, match="no image applies Message"):
+        MetadataDelta(MetadataImage()).replay(Message())
+
+
 def register(broker_id: int, epoch: int, port: int) -> RegisterBrokerRecord:
     return RegisterBrokerRecord(
         broker_id=broker_id,
