@@ -330,9 +330,12 @@ class ReplicaManager:
     async def _checkpoint_periodically(self) -> None:
         """A write that fails is logged (once until one succeeds again) and tried at the next interval."""
         failing = False
+        written: dict[TopicPartition, int] | None = None  # what the file holds, as this run last wrote it
         while True:
             await trio.sleep(self.checkpoint_interval_ms / 1000)
             entries = self.high_watermarks()  # read on the event loop, written in a worker thread
+            if entries == written:
+                continue  # the file already says this: an idle broker (or one only read from) writes nothing
             try:
                 await trio.to_thread.run_sync(self.checkpoint, entries)
             except OSError as exc:
@@ -340,6 +343,7 @@ class ReplicaManager:
                     log.error("cannot write %s, tried again later: %s", self.checkpoint_path, exc)
                 failing = True
                 continue
+            written = entries
             if failing:
                 log.warning("writing %s works again", self.checkpoint_path)
             failing = False

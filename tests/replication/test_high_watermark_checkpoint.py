@@ -122,7 +122,9 @@ def test_a_damaged_checkpoint_stops_start_up_with_one_line(data_dir: Path) -> No
     open_broker(data_dir).close()
 
 
-def test_a_running_broker_checkpoints_on_its_interval_and_a_damaged_file_stops_kbroker_serve(tmp_path: Path) -> None:
+def test_a_running_broker_checkpoints_a_moved_high_watermark_on_its_interval_and_a_damaged_file_stops_serve(
+    tmp_path: Path,
+) -> None:
     data_dir = tmp_path / "data"
     with (
         RunningBroker(data_dir, {"replica.high.watermark.checkpoint.interval.ms": "200"}) as running,
@@ -140,6 +142,15 @@ def test_a_running_broker_checkpoints_on_its_interval_and_a_damaged_file_stops_k
         deadline = time.monotonic() + 10
         while not (checkpoint.exists() and checkpoint.read_text() == "0\n1\nhw 0 3\n"):
             assert time.monotonic() < deadline, "the high watermark of hw-0 was not checkpointed while running"
+            time.sleep(0.05)
+        # Nothing moved: the intervals that pass write nothing (each write is a new file renamed into place).
+        written = checkpoint.stat().st_ino
+        time.sleep(1)
+        assert checkpoint.stat().st_ino == written
+        assert client.request(request, 9).responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        deadline = time.monotonic() + 10
+        while checkpoint.read_text() != "0\n1\nhw 0 6\n":
+            assert time.monotonic() < deadline, "the moved high watermark of hw-0 was not checkpointed"
             time.sleep(0.05)
     checkpoint.write_bytes(b"\xff\xfe")
     result = serve(data_dir)
