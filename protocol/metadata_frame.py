@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -242,8 +241,7 @@ def build_control_batch(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class MetadataBatch:
+class MetadataBatch(NamedTuple):
     """One batch of ``__cluster_metadata`` decoded: metadata records, or KRaft control messages."""
 
     base_offset: int

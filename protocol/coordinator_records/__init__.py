@@ -9,9 +9,8 @@ Do not edit.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from protocol._codec import Message
 
@@ -25,8 +24,7 @@ def _record_class(module: str, name: str) -> type[Message]:
 KAFKA_VERSION = '4.4.0'
 
 
-@dataclass(frozen=True)
-class CoordinatorRecordType:
+class CoordinatorRecordType(NamedTuple):
     coordinator: str  # group, transaction or share
     record_type: int  # the key's int16 prefix (the key schema's apiKey)
     name: str  # the key's name without Key: OffsetCommit, GroupMetadata, TransactionLog ...

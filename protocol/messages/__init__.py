@@ -6,9 +6,8 @@ Modules are imported on first use, so start-up pays only for the APIs a client a
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @cache  # looked up for every request: the import machinery only once per class
@@ -16,8 +15,7 @@ def _message_class(module: str, name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-@dataclass(frozen=True)
-class ApiSchema:
+class ApiSchema(NamedTuple):
     api_key: int
     name: str
     request_module: str

@@ -7,9 +7,8 @@ record's value is one of them framed as protocol/metadata_frame.py says. Modules
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from protocol._codec import Message
 
@@ -23,8 +22,7 @@ def _record_class(module: str, name: str) -> type[Message]:
 KAFKA_VERSION = '4.4.0'
 
 
-@dataclass(frozen=True)
-class MetadataRecordType:
+class MetadataRecordType(NamedTuple):
     api_key: int
     name: str
     module: str
