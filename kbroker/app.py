@@ -21,9 +21,9 @@ import contextlib
 import logging
 import signal
 import time
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import trio
 
@@ -46,17 +46,21 @@ class ListenError(Exception):
     """The listener could not be opened; the message names the address and the reason."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    """What to run: the config, the data directory and the listeners to serve. ``advertised``, if given,
-    replaces the main listener's advertised address (``--advertised-listener``)."""
-
+class _SettingsFields(NamedTuple):  # Settings' fields: a NamedTuple is cheaper to create at start-up than a dataclass
     config: BrokerConfig
     data_dir: Path
     listeners: ListenerPlan
     advertised: Endpoint | None = None
     scram_users: tuple[tuple[str, str], ...] = ()  # ``--sasl-user``: made the command line's SCRAM users at start-up
     console: tuple[str, int] | None = None  # ``--console HOST:PORT``: the web console, as one of the services
+
+
+class Settings(_SettingsFields):
+    """What to run: the config, the data directory and the listeners to serve. ``advertised``, if given,
+    replaces the main listener's advertised address (``--advertised-listener``).
+
+    A subclass of its fields for the instance dictionary ``security`` is cached in (``_replace`` makes a new
+    Settings, with nothing cached)."""
 
     @cached_property
     def security(self) -> dict[str, ListenerSecurity]:

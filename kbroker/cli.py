@@ -7,7 +7,6 @@ collector paused meanwhile (``import_broker``): the other commands start without
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import logging
 import os
@@ -358,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = resolve_settings(args)
         if args.console:
-            settings = dataclasses.replace(settings, console=parse_host_port(args.console, "--console"))
+            settings = settings._replace(console=parse_host_port(args.console, "--console"))
         settings.security  # noqa: B018 - TLS and SASL settings are checked before anything is opened
     except ConfigError as exc:
         print(f"kbroker: configuration error: {exc}", file=sys.stderr)

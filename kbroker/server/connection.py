@@ -48,9 +48,8 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 
@@ -93,8 +92,7 @@ class ConnectionClosed(Exception):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class ListenerInfo:
+class ListenerInfo(NamedTuple):
     """What a connection knows of the listener that accepted it."""
 
     name: str = DEFAULT_LISTENER
@@ -659,8 +657,7 @@ async def serve_connection(
     await Connection(broker, stream, connection_id, listener, memory, reaper).run()
 
 
-@dataclass(frozen=True)
-class ServedListener:
+class ServedListener(NamedTuple):
     """Sockets to accept on, and the listener their connections belong to."""
 
     info: ListenerInfo

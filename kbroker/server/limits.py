@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 try:
     import resource
@@ -26,8 +26,7 @@ _DARWIN_OPEN_MAX = 10240
 _LINUX_NR_OPEN = 1 << 20  # the most descriptors a Linux process may have by default (fs.nr_open)
 
 
-@dataclass(frozen=True)
-class OpenFileLimit:
+class OpenFileLimit(NamedTuple):
     soft: int  # resource.RLIM_INFINITY (-1 on Linux) for no limit
     hard: int
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.server.listeners import ListenerSpec
@@ -43,8 +42,7 @@ LOGIN_MODULES = {
 USER_OPTION = "user_"  # PLAIN's user_<name>="<password>" options
 
 
-@dataclass(frozen=True)
-class ListenerSecurity:
+class ListenerSecurity(NamedTuple):
     """What a listener's connections need to secure and authenticate themselves."""
 
     ssl_context: ssl.SSLContext | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kbroker.broker import Endpoint
 from kbroker.config import LISTENER_KEYS, ConfigError
@@ -28,8 +28,7 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 __all__ = ["LISTENER_KEYS", "ListenerPlan", "ListenerSpec", "parse_listeners", "plaintext_listener"]
 
 
-@dataclass(frozen=True)
-class ListenerSpec:
+class ListenerSpec(NamedTuple):
     """One listener to serve: its name, security protocol, where it listens and what it advertises (None:
     its own address once bound; a port of 0 likewise becomes the bound port)."""
 
@@ -92,8 +91,7 @@ def parse_protocol_map(text: str) -> dict[str, str]:
     return mapping
 
 
-@dataclass(frozen=True)
-class ListenerPlan:
+class ListenerPlan(NamedTuple):
     """The listeners to serve, in the order configured, and which one is the broker's main address."""
 
     listeners: tuple[ListenerSpec, ...]
