@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 
 class ResourceType(IntEnum):
@@ -151,8 +150,7 @@ def permission_of(code: int) -> AclPermissionType:
     return _enum_or_unknown(AclPermissionType, code)
 
 
-@dataclass(frozen=True, slots=True)
-class AclBinding:
+class AclBinding(NamedTuple):
     """One ACL: a resource pattern (type, name, LITERAL or PREFIXED) and an entry (principal, host, operation,
     ALLOW or DENY). Kafka's AclBinding / StandardAcl."""
 
@@ -193,8 +191,7 @@ def validate_new_binding(binding: AclBinding) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class AclBindingFilter:
+class AclBindingFilter(NamedTuple):
     """What DescribeAcls and DeleteAcls select: None for a name, principal or host matches any; ANY resource type,
     operation or permission matches any; pattern type ANY matches every binding with exactly this name (any
     pattern type), MATCH every binding that would apply to a resource of this name (itself, the wildcard, its
