@@ -17,9 +17,8 @@ handler all read this table. kbroker/UNSUPPORTED.md lists what is warned or refu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -137,8 +136,7 @@ def parse_metrics_listen(text: str) -> str:
 CODECS = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
-@dataclass(frozen=True)
-class ConfigDef:
+class ConfigDef(NamedTuple):
     name: str
     type_name: str  # Kafka's ConfigType: BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD
     default: str  # Kafka's default as text ("" with null_default: Kafka's default is null)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from kbroker import config_registry as registry
@@ -233,8 +232,7 @@ class DynamicBrokerConfig:
 # --- group configs ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class GroupKey:
+class GroupKey(NamedTuple):
     """One of Kafka's GroupConfig keys that kbroker's consumer group coordinator honours."""
 
     name: str

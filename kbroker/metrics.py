@@ -75,7 +75,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from protocol.errors import KafkaError
 from protocol.messages import APIS
@@ -148,8 +148,7 @@ class BrokerMetrics:
 # --- what a scrape reads -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
     suffix: str  # added to the family's name: "" for a gauge, "_total" for a counter, "_bucket"... for a histogram
     labels: dict[str, str]
     value: float

@@ -41,9 +41,8 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from kbroker.durable.files import DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
@@ -236,8 +235,7 @@ class RateSensor:
 # --- the store -----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class AlterResult:
+class AlterResult(NamedTuple):
     """One entity's answer to AlterClientQuotas: its parts as Kafka echoes them, and the error if any."""
 
     parts: list[tuple[str, str | None]]

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from kbroker.metrics import BrokerMetrics
 from protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
     from kbroker.fetch_sessions import FetchSessionCache
     from kbroker.groups.router import GroupRouter
+    from kbroker.metrics import BrokerMetrics
     from kbroker.quotas import ClientQuotas
     from kbroker.replication import ReplicaManager
     from kbroker.security.acls import AclOperation, Authorizer, ResourceType
@@ -64,8 +64,7 @@ class ProducerIds(Protocol):
     def allocate_producer_id(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class HandlerServices:
+class HandlerServices(NamedTuple):
     """The services every request handler may use; built once per broker."""
 
     config: BrokerConfig
@@ -79,8 +78,8 @@ class HandlerServices:
     # The broker's SCRAM credentials (the image's), made by the first request or login that needs them.
     scram_credentials_of: Callable[[], ScramCredentials]
     replicas: ReplicaManager  # the replica layer: produce and fetch reach the logs through it
+    metrics: BrokerMetrics  # counters per topic (kbroker/metrics.py)
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, every request is allowed (as Kafka)
-    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)  # counters per topic (kbroker/metrics.py)
 
     @classmethod
     def of(cls, broker: Broker) -> HandlerServices:
@@ -95,8 +94,8 @@ class HandlerServices:
             quotas=broker.quotas,
             scram_credentials_of=lambda: broker.scram_credentials,
             replicas=broker.replicas,
-            authorizer=broker.authorizer,
             metrics=broker.metrics,
+            authorizer=broker.authorizer,
         )
 
     @property
