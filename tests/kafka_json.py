@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ def _convert_one(value: Any, field: Any, version: int, flexible: bool) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if field.element == "float64":
-        return float(value)
+        # Jackson quotes what JSON has no number for: an infinite quota prints as "Infinity" or "-Infinity".
+        return float(value) if math.isfinite(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 

@@ -292,6 +292,24 @@ def test_kafka_decodes_every_metadata_record_type_and_version_kbroker_encodes(du
     assert printed == [metadata_payload(r.message, r.version) for r in records]
 
 
+def test_kafka_prints_an_infinite_quota_value_as_a_quoted_word(dump: Dump) -> None:
+    """A float64 JSON has no number for (hypothesis draws them): Jackson writes "Infinity" and "-Infinity"."""
+    from protocol.metadata_records import ClientQuotaRecord
+
+    entity = [ClientQuotaRecord.EntityData(entity_type="user", entity_name="alice")]
+    records = [
+        MetadataRecord(ClientQuotaRecord(entity=entity, key="producer_byte_rate", value=value, remove=False), 0)
+        for value in (float("inf"), float("-inf"), 1024.0)
+    ]
+    with tempfile.TemporaryDirectory() as scratch, MetadataLog(Path(scratch)) as log:
+        log.become_leader(1, node_id=1, voters=[1])
+        log.append(records, timestamp_ms=NOW)
+        batches = dump("--cluster-metadata-decoder", log.directory / "00000000000000000000.log")
+    printed = [r.payload for b in batches if not b.control for r in b.records]
+    assert [payload["data"]["value"] for payload in printed] == ["Infinity", "-Infinity", 1024.0]
+    assert printed == [metadata_payload(r.message, r.version) for r in records]
+
+
 @pytest.mark.parametrize("coordinator", sorted(DECODERS))
 @DIFFERENTIAL
 @given(data=st.data())
