@@ -16,18 +16,15 @@ record key (int16 version 0, int16 control type) and their value the message at 
 
 from __future__ import annotations
 
+import importlib
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from enum import IntEnum
+from functools import cache
 from typing import NamedTuple
 
 from protocol._codec import Buffer, Message, read_uvarint, write_uvarint
 from protocol.exceptions import DecodeError, EncodeError, UnsupportedVersionError
-from protocol.messages.k_raft_version_record import KRaftVersionRecord
-from protocol.messages.leader_change_message import LeaderChangeMessage
-from protocol.messages.snapshot_footer_record import SnapshotFooterRecord
-from protocol.messages.snapshot_header_record import SnapshotHeaderRecord
-from protocol.messages.voters_record import VotersRecord
 from protocol.metadata_records import RECORD_TYPES
 from protocol.records import (
     HEADER_SIZE,
@@ -67,14 +64,24 @@ class KRaftControlType(IntEnum):
     KRAFT_VOTERS = 6
 
 
-CONTROL_MESSAGES: dict[KRaftControlType, type[Message]] = {
-    KRaftControlType.LEADER_CHANGE: LeaderChangeMessage,
-    KRaftControlType.SNAPSHOT_HEADER: SnapshotHeaderRecord,
-    KRaftControlType.SNAPSHOT_FOOTER: SnapshotFooterRecord,
-    KRaftControlType.KRAFT_VERSION: KRaftVersionRecord,
-    KRaftControlType.KRAFT_VOTERS: VotersRecord,
+# Each control message's class by name, its module imported when one is first read or written (a broker that
+# never takes a snapshot never loads the snapshot records).
+CONTROL_MESSAGE_NAMES: dict[KRaftControlType, tuple[str, str]] = {
+    KRaftControlType.LEADER_CHANGE: ("leader_change_message", "LeaderChangeMessage"),
+    KRaftControlType.SNAPSHOT_HEADER: ("snapshot_header_record", "SnapshotHeaderRecord"),
+    KRaftControlType.SNAPSHOT_FOOTER: ("snapshot_footer_record", "SnapshotFooterRecord"),
+    KRaftControlType.KRAFT_VERSION: ("k_raft_version_record", "KRaftVersionRecord"),
+    KRaftControlType.KRAFT_VOTERS: ("voters_record", "VotersRecord"),
 }
-_CONTROL_TYPE_OF: dict[type[Message], KRaftControlType] = {cls: kind for kind, cls in CONTROL_MESSAGES.items()}
+_CONTROL_TYPE_OF: dict[str, KRaftControlType] = {name: kind for kind, (_, name) in CONTROL_MESSAGE_NAMES.items()}
+
+
+@cache
+def control_message_class(kind: KRaftControlType) -> type[Message]:
+    """The generated class of a KRaft control message (protocol/messages)."""
+    module, name = CONTROL_MESSAGE_NAMES[kind]
+    cls: type[Message] = getattr(importlib.import_module(f"protocol.messages.{module}"), name)
+    return cls
 
 
 # --- one record ----------------------------------------------------------------------------------------
@@ -143,7 +150,7 @@ def _naming(exc: DecodeError, name: str, version: int) -> DecodeError:
 
 def encode_control_record(message: Message) -> tuple[bytes, bytes]:
     """The key and value of the control record that carries one of KRaft's control messages."""
-    kind = _CONTROL_TYPE_OF.get(type(message))
+    kind = _CONTROL_TYPE_OF.get(type(message).__name__)
     if kind is None:
         raise EncodeError(f"{type(message).__name__} is not a KRaft control message")
     return _CONTROL_KEY.pack(CONTROL_KEY_VERSION, kind), message.encode(CONTROL_MESSAGE_VERSION)
@@ -163,7 +170,7 @@ def decode_control_record(key: Buffer | None, value: Buffer | None) -> Message:
     """The KRaft control message of a control record; DecodeError for another control type or a bad value."""
     kind = control_type(key)
     try:
-        cls = CONTROL_MESSAGES[KRaftControlType(kind)]
+        cls = control_message_class(KRaftControlType(kind))
     except ValueError:
         raise DecodeError(f"control record type {kind} is not one of KRaft's") from None
     if value is None:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kbroker.durable.files import StorageError, write_atomically
 from kbroker.storage import LogConfig, PartitionLog
@@ -47,8 +47,6 @@ from protocol._codec import Message
 from protocol.errors import KafkaError
 from protocol.exceptions import DecodeError, EncodeError
 from protocol.messages.leader_change_message import LeaderChangeMessage
-from protocol.messages.snapshot_footer_record import SnapshotFooterRecord
-from protocol.messages.snapshot_header_record import SnapshotHeaderRecord
 from protocol.metadata_frame import (
     MAX_BATCH_BYTES,
     MetadataBatch,
@@ -59,6 +57,9 @@ from protocol.metadata_frame import (
     iter_metadata_batches,
 )
 from protocol.records import BatchHeader, iter_batches
+
+if TYPE_CHECKING:
+    from protocol.messages.snapshot_header_record import SnapshotHeaderRecord
 
 log = logging.getLogger("kbroker.metadata")
 
@@ -329,6 +330,10 @@ class MetadataLog:
         snapshot_id = SnapshotId(end_offset, self.epoch_at(end_offset))
         now = wall_clock_ms() if timestamp_ms is None else timestamp_ms
         epoch = snapshot_id.epoch
+        # The snapshot records' modules load with the first snapshot (most single nodes never take one).
+        from protocol.messages.snapshot_footer_record import SnapshotFooterRecord
+        from protocol.messages.snapshot_header_record import SnapshotHeaderRecord
+
         header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=last_contained_timestamp)
         parts = [build_control_batch([header, *controls], leader_epoch=epoch, timestamp_ms=now)]
         next_offset = 1 + len(controls)
@@ -499,6 +504,9 @@ def read_snapshot_file(path: Path, snapshot_id: SnapshotId | None = None) -> Sna
         batches = list(iter_metadata_batches(path.read_bytes()))
     except DecodeError as exc:
         raise MetadataLogError(f"snapshot {path}: {exc}") from None
+    from protocol.messages.snapshot_footer_record import SnapshotFooterRecord
+    from protocol.messages.snapshot_header_record import SnapshotHeaderRecord
+
     if not batches or not batches[0].is_control or not isinstance(batches[0].controls[0], SnapshotHeaderRecord):
         raise MetadataLogError(f"snapshot {path} does not start with a SnapshotHeaderRecord")
     last = batches[-1]

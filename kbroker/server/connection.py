@@ -55,7 +55,6 @@ import trio
 
 from kbroker.apis import HANDLERS, ApiHandler, unsupported_version_response
 from kbroker.apis.context import HandlerServices, RequestContext
-from kbroker.apis.error_responses import error_response
 from kbroker.server import offload
 from kbroker.server.idle import IDLE_SETTING, RECEIVE_SETTING, IdleReaper
 from kbroker.server.limits import accept_failure_message
@@ -465,6 +464,9 @@ class Connection:
             # As Kafka: an acks=0 producer reads no answer, so the only way to tell it is to close.
             log.warning("closing connection from %s: acks=0 produce failed with %s", self.peer, code.name)
             raise _Close
+        # Imported by the first failed request: a broker whose requests all succeed never loads it.
+        from kbroker.apis.error_responses import error_response
+
         try:
             response = error_response(key, version, body, code, message)
             if response is not None:

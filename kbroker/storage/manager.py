@@ -40,7 +40,6 @@ from kbroker.durable.files import (
 from kbroker.storage.checkpoints import RECOVERY_POINT_FILE, read_offset_checkpoint, write_offset_checkpoint
 from kbroker.storage.descriptors import DescriptorCache
 from kbroker.storage.log import PARTITION_METADATA_FILE, LogConfig, LogDirHealth, PartitionLog, Segment
-from kbroker.storage.memory import MemoryBackend
 from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 
@@ -393,6 +392,8 @@ class LogManager:
             if self.durable:
                 directory, backend = self._prepare_directory(info, index), None
             else:
+                from kbroker.storage.memory import MemoryBackend  # only for logs kept in memory
+
                 directory = self._directory(info.name, index)
                 backend = MemoryBackend(directory)
             logs.append(
