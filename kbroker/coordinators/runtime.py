@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
 from kbroker.storage import PartitionLog
 from kbroker.storage.segment import wall_clock_ms
@@ -73,8 +73,7 @@ S = TypeVar("S", bound=CoordinatorShard)
 R = TypeVar("R")
 
 
-@dataclass(frozen=True, slots=True)
-class Transaction:
+class Transaction(NamedTuple):
     """The producer whose transaction a batch belongs to (TxnOffsetCommit)."""
 
     producer_id: int
@@ -88,8 +87,7 @@ class _Answer:
     error_code: int = ErrorCode.NONE
 
 
-@dataclass(frozen=True, slots=True)
-class Written(Generic[R]):
+class Written(NamedTuple, Generic[R]):
     """An operation's response, and the offset after its batch (what the high watermark must pass)."""
 
     response: R

@@ -19,8 +19,7 @@ import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
@@ -65,8 +64,7 @@ def record(message: Message) -> MetadataRecord:
     return MetadataRecord(message, type(message).VALID_VERSIONS[1])
 
 
-@dataclass(frozen=True, slots=True)
-class Listener:
+class Listener(NamedTuple):
     """One of a broker's endpoints as it registers it (RegisterBrokerRecord.BrokerEndpoint)."""
 
     name: str

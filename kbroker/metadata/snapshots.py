@@ -18,7 +18,7 @@ snapshots' last records are older than metadata.max.retention.ms.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kbroker.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
 from protocol import metadata_records
@@ -26,8 +26,7 @@ from protocol._codec import Message
 from protocol.metadata_frame import MetadataRecord
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotPolicy:
+class SnapshotPolicy(NamedTuple):
     """When to write a snapshot and how long older ones (and the log they cover) are kept; Kafka's defaults."""
 
     max_bytes_between: int = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots

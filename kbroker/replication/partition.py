@@ -31,6 +31,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kbroker.replication.registration import NO_LEADER, Registration
 from kbroker.storage import AppendResult, OffsetOutOfRange, PartitionLog
@@ -52,8 +53,7 @@ def always_eligible(broker_id: int, broker_epoch: int) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class IsrProposal:
+class IsrProposal(NamedTuple):
     """An ISR change the leader asks the controller for (one partition of Kafka's AlterPartition): the ISR it
     wants, each member with the broker epoch its fetches carried, in the registration's epochs."""
 

@@ -12,8 +12,7 @@ alone in its ISR, in epoch 0) serves a replica layer without an image.
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 NO_LEADER = -1
 
@@ -50,8 +49,7 @@ class LeadershipSource(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class StaticRegistration:
+class StaticRegistration(NamedTuple):
     """A registration given directly rather than read from a metadata image."""
 
     replicas: tuple[int, ...]

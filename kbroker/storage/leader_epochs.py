@@ -17,8 +17,8 @@ change; changes are rare (a new leader epoch, a truncation).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kbroker.durable.files import DamagedFileError, write_atomically
 
@@ -28,8 +28,7 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
 
-@dataclass(frozen=True, slots=True)
-class EpochEntry:
+class EpochEntry(NamedTuple):
     """Leader epoch ``epoch`` wrote its first batch at ``start_offset``."""
 
     epoch: int

@@ -41,8 +41,8 @@ import logging
 import threading
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kbroker.durable.files import (
     StorageError,
@@ -157,8 +157,7 @@ class OffsetOutOfRange(KafkaError):
         super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
 
 
-@dataclass(frozen=True, slots=True)
-class LogConfig:
+class LogConfig(NamedTuple):
     """The topic settings a partition log acts on, parsed from effective topic configs."""
 
     segment_bytes: int = 1 << 30
@@ -218,8 +217,7 @@ class LogConfig:
         return TimestampWindow.around(now_ms, self.timestamp_before_max_ms, self.timestamp_after_max_ms)
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
     base_offset: int = -1
@@ -228,8 +226,7 @@ class AppendResult:
     record_errors: tuple[tuple[int, str], ...] = ()  # (batch index, message) of each record refused
 
 
-@dataclass(frozen=True, slots=True)
-class ReadChunk:
+class ReadChunk(NamedTuple):
     """Whole batches in one segment: where they are, and an upper bound of the offsets they hold.
 
     Nothing is read until asked: a fetch response sends the region straight from the file.

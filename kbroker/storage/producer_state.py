@@ -26,6 +26,7 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from kbroker.durable.files import LEGACY_VERSION, DamagedFileError, read_checked, write_checked
 from protocol.errors import ErrorCode
@@ -64,8 +65,7 @@ class ProducerEntry:
         return self.batches[-1].last_sequence if self.batches else -1
 
 
-@dataclass(frozen=True, slots=True)
-class SequenceCheck:
+class SequenceCheck(NamedTuple):
     """What the log should do with a batch: append it, answer with a duplicate's offsets, or reject it."""
 
     error_code: ErrorCode = ErrorCode.NONE
@@ -76,8 +76,7 @@ class SequenceCheck:
 APPEND = SequenceCheck()
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerView:
+class ProducerView(NamedTuple):
     """One producer as DescribeProducers reports it (Kafka's DescribeProducersResponse ProducerState)."""
 
     producer_id: int

@@ -30,7 +30,7 @@ LZ4HC, which lz4-java wraps); LZ4HC level 1 is lz4's level 2, so Kafka's 1 is wr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kbroker.storage.validation import decompressed_records
 from protocol import compression
@@ -65,8 +65,7 @@ _LZ4HC_LOWEST = 2  # LZ4HC levels below 2 are level 2 in lz4
 _GZIP_DEFAULT = 6  # zlib's Z_DEFAULT_COMPRESSION, Kafka's -1
 
 
-@dataclass(frozen=True, slots=True)
-class TopicCompression:
+class TopicCompression(NamedTuple):
     """compression.type and compression.*.level of a topic (Kafka's defaults)."""
 
     codec: int | None = None  # the codec the log stores; None: the producer's (compression.type=producer)

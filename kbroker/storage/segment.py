@@ -26,7 +26,6 @@ the end of the log may be torn by a crash: bytes cut there are first copied, fsy
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
@@ -39,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kbroker.durable import fs
 from kbroker.durable.files import (
@@ -85,8 +85,7 @@ class ScannedBatch:
     header: BatchHeader
 
 
-@dataclass(frozen=True, slots=True)
-class CorruptRange:
+class CorruptRange(NamedTuple):
     """Bytes of a segment that are not a valid batch, kept in place because valid batches follow them.
 
     ``first_offset``..``last_offset``: the offsets they stand for, from the end of the batch before to the start
@@ -524,7 +523,7 @@ class Segment:
         ranges = self.corrupt_ranges
         if ranges and ranges[-1].last_offset < 0 and ranges[-1].end == self.size:
             last = max(next_base_offset, ranges[-1].first_offset) - 1
-            ranges[-1] = dataclasses.replace(ranges[-1], last_offset=last)
+            ranges[-1] = ranges[-1]._replace(last_offset=last)
 
     def save_corrupt_ranges(self) -> None:
         """Write (or remove, if there are none) the list of corrupt ranges: its presence makes every start check

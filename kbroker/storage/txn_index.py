@@ -21,8 +21,8 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kbroker.durable import fs
 from kbroker.durable.files import DamagedFileError, write_atomically
@@ -34,8 +34,7 @@ ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn: version, producer id, fir
 ENTRY_VERSION = 0
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
+class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
     last_offset: int  # the offset of the abort marker

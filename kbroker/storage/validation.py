@@ -24,7 +24,7 @@ deltas, and the rebuild sets the max timestamp, so it is not corrected here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from protocol import compression
 from protocol.errors import ErrorCode, KafkaError
@@ -54,8 +54,7 @@ class RecordValidationError(KafkaError):
         self.record_errors = record_errors
 
 
-@dataclass(frozen=True, slots=True)
-class TimestampWindow:
+class TimestampWindow(NamedTuple):
     """The CreateTime timestamps a topic accepts now: [now - before.max.ms, now + after.max.ms]."""
 
     earliest: int

@@ -52,7 +52,6 @@ markers of those partitions that recovery cut off are written again (``reconcile
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import time
@@ -60,7 +59,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import trio
 
@@ -144,8 +143,7 @@ class TransactionalOffsets(Protocol):
     def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class CompletedTransaction:
+class CompletedTransaction(NamedTuple):
     """The last transaction of an id that completed: the markers it wrote. Kept so that a restart after a crash
     that lost a marker (a torn tail cut by log recovery) can write it again with the outcome decided."""
 
@@ -172,8 +170,7 @@ class CompletedTransaction:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class TransactionMetadata:
+class TransactionMetadata(NamedTuple):
     """One transactional id, as Kafka's TransactionMetadata (and its __transaction_state record)."""
 
     transactional_id: str
@@ -233,15 +230,13 @@ class TransactionMetadata:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerIdAndEpoch:
+class ProducerIdAndEpoch(NamedTuple):
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
-@dataclass(frozen=True, slots=True)
-class _Repair:
+class _Repair(NamedTuple):
     """A marker reconciliation owes a partition (written again after a crash lost it); retried on the timer."""
 
     transactional_id: str
@@ -562,8 +557,7 @@ class TransactionCoordinator:
                 self._fence_and_abort(metadata)
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
             if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
-                rotated = dataclasses.replace(
-                    metadata,
+                rotated = metadata._replace(
                     producer_id=self._allocate_producer_id(),
                     producer_epoch=0,
                     last_producer_epoch=metadata.producer_epoch if expected is not None else NO_PRODUCER_EPOCH,
@@ -582,8 +576,7 @@ class TransactionCoordinator:
             if isinstance(bumped, ErrorCode):
                 return ProducerIdAndEpoch(bumped)
             epoch, last_epoch = bumped
-            new = dataclasses.replace(
-                metadata,
+            new = metadata._replace(
                 producer_epoch=epoch,
                 last_producer_epoch=last_epoch,
                 next_producer_id=NO_PRODUCER_ID,
@@ -667,15 +660,14 @@ class TransactionCoordinator:
             return ErrorCode.NONE  # nothing new: nothing to write
         now = self._now_ms()
         if metadata.state is TxnState.ONGOING:
-            new = dataclasses.replace(
-                metadata,
+            new = metadata._replace(
                 partitions=metadata.partitions | partitions,
                 groups=metadata.groups | groups,
                 last_update_ms=now,
             )
         else:  # Empty or Complete*: a new transaction starts now
-            new = dataclasses.replace(
-                metadata, state=TxnState.ONGOING, partitions=partitions, groups=groups, start_ms=now, last_update_ms=now
+            new = metadata._replace(
+                state=TxnState.ONGOING, partitions=partitions, groups=groups, start_ms=now, last_update_ms=now
             )
         try:
             self._persist(new, transactional_id)
@@ -813,8 +805,7 @@ class TransactionCoordinator:
         if tv2:
             # KIP-890: every transaction ends with an epoch bump; the markers carry the bumped epoch.
             next_producer_id = self._allocate_producer_id() if metadata.epoch_exhausted else NO_PRODUCER_ID
-            prepared = dataclasses.replace(
-                metadata,
+            prepared = metadata._replace(
                 state=preparing,
                 producer_epoch=metadata.producer_epoch + 1,
                 last_producer_epoch=metadata.producer_epoch,
@@ -823,7 +814,7 @@ class TransactionCoordinator:
                 transaction_version=2,
             )
         else:
-            prepared = dataclasses.replace(metadata, state=preparing, last_update_ms=now, transaction_version=1)
+            prepared = metadata._replace(state=preparing, last_update_ms=now, transaction_version=1)
         try:
             self._persist(prepared, metadata.transactional_id)
         except TransactionLogError:
@@ -836,8 +827,7 @@ class TransactionCoordinator:
         """Abort an Ongoing transaction with the epoch bumped (Kafka's PrepareEpochFence, then PrepareAbort), so
         the producer that started it is fenced: a new instance took over, or the transaction timed out."""
         fenced_epoch = metadata.producer_epoch + 1 if metadata.producer_epoch < MAX_EPOCH else metadata.producer_epoch
-        aborting = dataclasses.replace(
-            metadata,
+        aborting = metadata._replace(
             state=TxnState.PREPARE_ABORT,
             producer_epoch=fenced_epoch,
             last_producer_epoch=NO_PRODUCER_EPOCH,
@@ -872,8 +862,7 @@ class TransactionCoordinator:
             self._schedule_marker_retry(now)
             return None
         self._pending_markers.pop(metadata.transactional_id, None)
-        completed = dataclasses.replace(
-            metadata,
+        completed = metadata._replace(
             state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
             partitions=frozenset(),
             groups=frozenset(),
@@ -883,8 +872,7 @@ class TransactionCoordinator:
             ),
         )
         if metadata.next_producer_id != NO_PRODUCER_ID:  # TV2 with the epoch exhausted: move to the new id
-            completed = dataclasses.replace(
-                completed,
+            completed = completed._replace(
                 producer_id=metadata.next_producer_id,
                 producer_epoch=0,
                 previous_producer_id=metadata.producer_id,

@@ -8,7 +8,6 @@ the metadata are moved aside as Kafka's stray logs; a missing topics.json is reb
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import struct
@@ -167,7 +166,7 @@ def test_a_wrong_time_index_is_never_believed_so_retention_does_not_delete_early
     _rewrite_entries(time_index, _TIME_ENTRY, change)
 
     with caplog.at_level(logging.WARNING, logger="kbroker.storage"):
-        again = PartitionLog("t", 0, tmp_path, dataclasses.replace(CONFIG, retention_ms=3_600_000), clean=True)
+        again = PartitionLog("t", 0, tmp_path, CONFIG._replace(retention_ms=3_600_000), clean=True)
     assert (f"{time_index}: " in caplog.text) == rebuilt
     assert [s.max_timestamp for s in again.segments] == [T0 + 12, T0 + 25, T0 + 38]
     assert again.apply_retention(T0 + 60_000) == []  # an hour of retention: all of it is a minute old

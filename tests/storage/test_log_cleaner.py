@@ -163,7 +163,7 @@ def test_tombstones_stay_until_delete_retention_after_the_pass_that_kept_them(tm
 
 
 def test_the_dirty_ratio_and_the_compaction_lags_decide_what_is_cleanable(tmp_path: Path) -> None:
-    config = replace(CONFIG, min_cleanable_dirty_ratio=0.6, min_compaction_lag_ms=1000)
+    config = CONFIG._replace(min_cleanable_dirty_ratio=0.6, min_compaction_lag_ms=1000)
     plog = changelog(tmp_path, config=config)
     # Each round's records have timestamps T0..T0+4: they are cleanable once T0+1004 is 1000 ms ago.
     section = cleanable_section(plog, None, T0 + 1005)
@@ -180,7 +180,7 @@ def test_the_dirty_ratio_and_the_compaction_lags_decide_what_is_cleanable(tmp_pa
     plog.append(batch((b"k0", b"new")), now_ms=T0)
     section = cleanable_section(plog, end, T0 + 1005)
     assert 0 < section.dirty_ratio < 0.6 and not wants_cleaning(plog, section)
-    plog.update_config(replace(config, max_compaction_lag_ms=500))
+    plog.update_config(config._replace(max_compaction_lag_ms=500))
     overdue = cleanable_section(plog, end, T0 + 1005)
     assert overdue.overdue and wants_cleaning(plog, overdue)
 
@@ -351,7 +351,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_cleaned_log(
 
 
 def test_records_without_a_key_are_dropped_from_the_cleaned_section(tmp_path: Path) -> None:
-    plog = open_log(tmp_path, replace(CONFIG, cleanup_policy="delete"))  # written before the topic was compacted
+    plog = open_log(tmp_path, CONFIG._replace(cleanup_policy="delete"))  # written before the topic was compacted
     plog.append(batch((None, b"keyless"), (b"a", b"1")), now_ms=T0)
     plog.roll(T0)
     plog.append(batch((b"b", b"1")), now_ms=T0)
