@@ -16,11 +16,23 @@ from __future__ import annotations
 import struct
 import threading
 from enum import IntEnum
-from typing import Protocol
-
-import cramjam
+from functools import cache
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from protocol.exceptions import DecodeError
+
+if TYPE_CHECKING:
+    import cramjam
+
+
+@cache
+def _cramjam() -> ModuleType:
+    """cramjam, imported with the first compressed batch: its Rust library is over a megabyte of a broker's memory
+    that a broker never sent a compressed batch does not need."""
+    import cramjam
+
+    return cramjam
 
 
 class Codec(IntEnum):
@@ -48,7 +60,13 @@ class _StreamCodec(Protocol):
     def decompress_into(self, input: bytes, output: bytearray) -> int: ...
 
 
-_STREAM_CODECS: dict[int, _StreamCodec] = {Codec.GZIP: cramjam.gzip, Codec.LZ4: cramjam.lz4, Codec.ZSTD: cramjam.zstd}
+_STREAM_CODECS: dict[int, str] = {Codec.GZIP: "gzip", Codec.LZ4: "lz4", Codec.ZSTD: "zstd"}  # cramjam's modules
+
+
+def _stream_codec(codec: int) -> _StreamCodec | None:
+    name = _STREAM_CODECS.get(codec)
+    module: _StreamCodec | None = getattr(_cramjam(), name) if name is not None else None
+    return module
 
 
 def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
@@ -59,7 +77,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None
         return _xerial_compress(data)
     if codec == Codec.LZ4:
         return _lz4_frame(data, level)
-    module = _STREAM_CODECS.get(codec)
+    module = _stream_codec(codec)
     if module is None:
         raise ValueError(f"unknown compression codec {codec}")
     return bytes(module.compress(bytes(data), level=level))
@@ -67,7 +85,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None
 
 def _lz4_frame(data: bytes | bytearray | memoryview, level: int | None) -> bytes:
     """An LZ4 frame every Kafka client reads: independent blocks (block checksums, which Kafka's reader checks)."""
-    compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+    compressor = _cramjam().lz4.Compressor(level=level, content_checksum=False, block_linked=False)
     compressor.compress(bytes(data))
     return bytes(compressor.finish())
 
@@ -81,7 +99,7 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int) 
         if data[:8] == XERIAL_MAGIC:
             return _xerial_decompress(data, max_size)
         return _raw_snappy(data, max_size)
-    module = _STREAM_CODECS.get(codec)
+    module = _stream_codec(codec)
     if module is None:
         raise DecodeError(f"unknown compression codec {codec}")
     return _bounded(module, bytes(data), max_size)
@@ -93,7 +111,7 @@ def _bounded(module: _StreamCodec, data: bytes, max_size: int) -> bytes:
         out = _scratch(size)
         try:
             written = module.decompress_into(data, out)
-        except cramjam.DecompressionError as exc:
+        except _cramjam().DecompressionError as exc:
             if "failed to write whole buffer" not in str(exc):
                 raise DecodeError(f"corrupt compressed data: {exc}") from exc
             written = len(out)
@@ -139,7 +157,7 @@ def _raw_snappy(data: bytes, max_size: int) -> bytes:
     if _snappy_length(data) > max_size:
         raise DecodeError(f"decompressed data exceeds the limit of {max_size} bytes")
     try:
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return bytes(_cramjam().snappy.decompress_raw(data))
     except Exception as exc:
         raise DecodeError(f"corrupt snappy data: {exc}") from exc
 
@@ -165,7 +183,7 @@ def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(bytes(data))
     out = bytearray(_XERIAL_HEADER.pack(XERIAL_MAGIC, _XERIAL_VERSION, _XERIAL_COMPATIBLE))
     for start in range(0, len(view), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(bytes(view[start : start + _XERIAL_BLOCK])))
+        block = bytes(_cramjam().snappy.compress_raw(bytes(view[start : start + _XERIAL_BLOCK])))
         out += _INT32.pack(len(block))
         out += block
     return bytes(out)

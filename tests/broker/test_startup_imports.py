@@ -2,7 +2,9 @@
 later requests need (issue #27's start-up). Each of these is imported later, by what needs it: the group
 coordinators by the first group request, the cleaner by its first pass over a compacted partition, the SCRAM
 credentials and mechanisms by the first credential (or --sasl-user), SASL for SASL listeners only, the authorizer
-only when configured, the client commands and the web console only by their own command lines."""
+only when configured, the client commands and the web console only by their own command lines; the compression
+codecs by the first compressed batch, the error answers by the first failed request, KRaft's snapshot records by
+the first metadata snapshot (issue #28's start-up)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,13 @@ DEFERRED = (
     "kbroker.server.metrics_http",
     "prometheus_client",
     "kafka",  # kafka-python: the client commands'
+    "cramjam",  # the compression codecs: the first compressed batch
+    "kbroker.apis.error_responses",  # the first failed request
+    "kbroker.storage.memory",  # logs kept in memory only
+    "protocol.messages.snapshot_header_record",  # the first metadata snapshot
+    "protocol.messages.snapshot_footer_record",
+    "protocol.messages.voters_record",
+    "protocol.messages.k_raft_version_record",
 )
 
 # The serve command line, stopped at the moment it announces readiness (it listens then), listing its modules.
