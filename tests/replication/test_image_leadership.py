@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from kbroker.apis.groups import handle_find_coordinator
 from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
@@ -411,3 +413,39 @@ def test_a_classic_group_unloads_with_its_partition_and_comes_back_from_its_log(
     assert (restored.generation_id, restored.leader_id, list(restored.members)) == (3, "m-1", ["m-1"])
     assert restored.members["m-1"].assignment == b"a"
     assert heartbeat() == ErrorCode.NONE
+
+
+def test_a_join_parked_when_its_partition_is_unloaded_and_loaded_again_is_answered_not_coordinator(
+    broker: Broker,
+) -> None:
+    """A JoinGroup parked in a new group's rebalance is answered NOT_COORDINATOR when the group's partition is
+    unloaded, even if this broker leads it again at once (a new leader epoch): its client looks up the coordinator
+    and joins again instead of waiting out its request timeout."""
+    from kbroker.groups.coordinator import GroupState
+
+    offsets = broker.offsets
+    offsets.ensure_topic()
+    register_other(broker)
+    classic = broker.groups
+    partition = offsets.partition_for("billing")
+
+    async def scenario() -> tuple[bool, list[int]]:
+        answers: list[int] = []
+
+        async def join() -> None:
+            result = await classic.join(
+                "billing", "", None, "client", "/10.0.0.1", 10000, 30000, "consumer", [("range", b"sub")], False
+            )
+            answers.append(result.error_code)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(join)
+            await trio.testing.wait_all_tasks_blocked()
+            parked = classic.groups["billing"].state == GroupState.PREPARING_REBALANCE and not answers
+            move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+            move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+        return parked, answers
+
+    parked, answers = run(scenario)
+    assert parked and answers == [ErrorCode.NOT_COORDINATOR]
+    assert partition in offsets.runtime.shards and "billing" not in classic.groups  # it was never written
