@@ -50,6 +50,18 @@ def client_error(error: KafkaError) -> ClientError:
     return ClientError(error_name(code) if code > 0 else error.name(), error.str())
 
 
+# How librdkafka words a SaslHandshake request that failed on its side ("SASL PLAIN mechanism handshake failed:
+# Local: Broker transport failure"): its own errors read "Local: ...", the broker's "Broker: ...".
+_HANDSHAKE_GIVEN_UP = "mechanism handshake failed: Local: "
+
+
+def is_refusal(error: KafkaError) -> bool:
+    """Whether error_cb's ``error`` is an authentication the broker refused. librdkafka also reports _AUTHENTICATION
+    when it drops a connection of its own in the middle of the SASL handshake (a group coordinator forgotten when
+    the consumer closes, or a FindCoordinator answers COORDINATOR_NOT_AVAILABLE): nothing was refused then."""
+    return error.code() == KafkaError._AUTHENTICATION and _HANDSHAKE_GIVEN_UP not in error.str()
+
+
 def txn_error(exc: KafkaException) -> ClientError:
     """librdkafka reports a fenced transactional producer as its own fatal _FENCED error."""
     error = client_error(exc.args[0])
@@ -84,12 +96,12 @@ class ConfluentAdapter(Adapter):
         self.admin = AdminClient(self.connection)
 
     def authentication_refused(self) -> bool:
-        return any(error.code() == KafkaError._AUTHENTICATION for error in self.errors)
+        return any(is_refusal(error) for error in self.errors)
 
     def refused(self) -> None:
         """librdkafka retries a refused authentication and tells only error_cb: raise it as the client's error."""
         for error in self.errors:
-            if error.code() == KafkaError._AUTHENTICATION:
+            if is_refusal(error):
                 raise client_error(error)
 
     def version(self) -> str:

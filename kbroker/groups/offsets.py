@@ -316,7 +316,9 @@ class OffsetStore:
             except (OSError, StorageError, KafkaError) as exc:
                 raise OffsetStoreError(f"cannot create {OFFSETS_TOPIC}: {exc}") from None
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
-        if not self._loaded:
+        # A shard may have gone since every one was loaded: unloaded when another broker led its partition, whose
+        # reload on leading it again failed (kbroker/coordinators/runtime.py) and is tried again here.
+        if not self._loaded or len(self.runtime.shards) < self.partition_count:
             self._load_all()
 
     def _load_all(self) -> None:

@@ -336,7 +336,9 @@ class TransactionCoordinator:
         if self.logs.topic(TRANSACTION_TOPIC) is None:
             self.create_topic(TRANSACTION_TOPIC, self.configured_partitions, self.topic_configs())
             log.info("created %s with %d partitions", TRANSACTION_TOPIC, self.configured_partitions)
-        if not self._loaded:
+        # A shard unloaded since every one was loaded, whose reload on leading its partition again failed, is
+        # tried again here (as in kbroker/groups/offsets.py).
+        if not self._loaded or len(self.state_log.shards) < self.partition_count:
             self._load()
 
     def _apply(self, transactional_id: str, record: dict[str, Any] | None) -> None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from kbroker.apis.groups import handle_find_coordinator
 from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
@@ -17,6 +20,7 @@ from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.apis.metadata import handle_metadata
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
+from kbroker.coordinators.runtime import CoordinatorRuntime
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
 from kbroker.metadata.image import MetadataDelta, MetadataImage
 from kbroker.storage import LogManager
@@ -171,6 +175,67 @@ def test_the_offsets_shard_unloads_with_leadership_and_reloads_from_the_log_in_t
     assert find_coordinator(broker, group) == (ErrorCode.NONE, NODE, "localhost", 9092)
     replica = broker.replicas.partition(OFFSETS_TOPIC, partition)
     assert replica is not None and replica.log.leader_epoch == epoch
+
+
+def fail_loads(
+    monkeypatch: pytest.MonkeyPatch, runtime: CoordinatorRuntime[Any], partition: int, failures: int
+) -> list[int]:
+    """Make ``runtime``'s next ``failures`` loads of ``partition`` fail as a log that cannot be read does; the
+    attempts are recorded."""
+    load = runtime.load
+    attempts: list[int] = []
+
+    def failing(index: int) -> Any:
+        if index == partition:
+            attempts.append(index)
+            if len(attempts) <= failures:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition {index} cannot be read")
+        return load(index)
+
+    monkeypatch.setattr(runtime, "load", failing)
+    return attempts
+
+
+def test_an_offsets_shard_whose_reload_failed_is_loaded_by_the_next_find_coordinator(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leading a partition again, in a new epoch, reloads its shard; if that reload fails, the next use of the
+    partition loads it (the FindCoordinator of one of its groups), as for a partition whose files were not made
+    yet: its groups are not left answering COORDINATOR_NOT_AVAILABLE until a restart."""
+    offsets = broker.offsets
+    offsets.ensure_topic()
+    register_other(broker)
+    group = "payments"
+    partition = offsets.partition_for(group)
+    committed = CommittedOffset(offset=42, leader_epoch=0, metadata="m", commit_timestamp=1)
+    offsets.commit(group, {("orders", 0): committed})
+
+    move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+    attempts = fail_loads(monkeypatch, offsets.runtime, partition, failures=1)
+    epoch = move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+    assert attempts == [partition] and partition not in offsets.runtime.shards
+    assert find_coordinator(broker, group) == (ErrorCode.NONE, NODE, "localhost", 9092)
+    assert attempts == [partition, partition] and offsets.runtime.shard_epochs[partition] == epoch
+    assert offsets.get(group) == {("orders", 0): committed}
+
+
+def test_a_transaction_state_shard_whose_reload_failed_is_loaded_by_the_next_find_coordinator(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transactions = broker.transactions
+    transactions.ensure_topic()
+    register_other(broker)
+    partition = transactions.partition_for("tx")
+    assert transactions.init_producer_id("tx", 60000).error == ErrorCode.NONE
+
+    move_leader(broker, "__transaction_state", partition, OTHER)
+    attempts = fail_loads(monkeypatch, transactions.state_log, partition, failures=1)
+    move_leader(broker, "__transaction_state", partition, NODE)
+    assert attempts == [partition] and "tx" not in transactions.transactions
+    request = FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"])
+    [answer] = run(lambda: handle_find_coordinator(context(broker, 10, 4), request)).coordinators
+    assert (answer.error_code, answer.node_id) == (ErrorCode.NONE, NODE)
+    assert attempts == [partition, partition] and "tx" in transactions.transactions
 
 
 def test_a_transaction_state_shard_and_its_ids_go_when_this_broker_stops_leading_it(broker: Broker) -> None:
@@ -348,3 +413,39 @@ def test_a_classic_group_unloads_with_its_partition_and_comes_back_from_its_log(
     assert (restored.generation_id, restored.leader_id, list(restored.members)) == (3, "m-1", ["m-1"])
     assert restored.members["m-1"].assignment == b"a"
     assert heartbeat() == ErrorCode.NONE
+
+
+def test_a_join_parked_when_its_partition_is_unloaded_and_loaded_again_is_answered_not_coordinator(
+    broker: Broker,
+) -> None:
+    """A JoinGroup parked in a new group's rebalance is answered NOT_COORDINATOR when the group's partition is
+    unloaded, even if this broker leads it again at once (a new leader epoch): its client looks up the coordinator
+    and joins again instead of waiting out its request timeout."""
+    from kbroker.groups.coordinator import GroupState
+
+    offsets = broker.offsets
+    offsets.ensure_topic()
+    register_other(broker)
+    classic = broker.groups
+    partition = offsets.partition_for("billing")
+
+    async def scenario() -> tuple[bool, list[int]]:
+        answers: list[int] = []
+
+        async def join() -> None:
+            result = await classic.join(
+                "billing", "", None, "client", "/10.0.0.1", 10000, 30000, "consumer", [("range", b"sub")], False
+            )
+            answers.append(result.error_code)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(join)
+            await trio.testing.wait_all_tasks_blocked()
+            parked = classic.groups["billing"].state == GroupState.PREPARING_REBALANCE and not answers
+            move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+            move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+        return parked, answers
+
+    parked, answers = run(scenario)
+    assert parked and answers == [ErrorCode.NOT_COORDINATOR]
+    assert partition in offsets.runtime.shards and "billing" not in classic.groups  # it was never written
