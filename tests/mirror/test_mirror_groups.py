@@ -96,6 +96,7 @@ def test_active_target_group_is_left_alone(
     commit(source, "busy", {("t", 0): 8})
     create_topic(target, "source.t", 1)
     member = KafkaConsumer("source.t", bootstrap_servers=target, group_id="busy", enable_auto_commit=False)
+    member.partitions_for_topic("source.t")  # before the join (kafka-python 3.0.12: tests/commands/test_groups.py)
     try:
         while not member.assignment():
             member.poll(timeout_ms=200)
