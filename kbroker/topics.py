@@ -106,6 +106,14 @@ class TopicService:
             for info, new in pending:  # not built (cancelled): made when first used
                 self.logs.finish_building(info, new, [])
 
+    async def build_published(self) -> None:
+        """Make the files of the partitions images gave this broker that no create here is making: those of topics
+        created through another broker or a controller elsewhere (the replica layer calls it as registrations
+        arrive, so their leaders serve and their followers fetch)."""
+        for name in list(self._to_build):
+            if name not in self._in_creation:
+                await self._build_new_partitions(name)
+
     def _make_files(self, info: TopicInfo, new: range) -> list[PartitionLog]:
         """The logs of partitions ``new`` of ``info``, their files made. The topic is committed: as on Kafka, a log
         that cannot be made shows when it is used (its files are made then, or it answers KAFKA_STORAGE_ERROR)."""
