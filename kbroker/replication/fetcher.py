@@ -24,7 +24,8 @@ there). FENCED_LEADER_EPOCH parks the partition until a newer registration; UNKN
 NOT_LEADER_OR_FOLLOWER, unknown topics and a failed connection back off replica.fetch.backoff.ms.
 
 Fetches are full requests (no KIP-227 session) and PLAINTEXT only: a leader reachable only over SSL or SASL is
-logged and not fetched from.
+logged and not fetched from. The connection and the messages load with the first fetcher: a single node, which
+follows nothing, starts without them.
 """
 
 from __future__ import annotations
@@ -33,24 +34,19 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
 from kbroker import __version__
 from kbroker.durable.files import StorageError
-from kbroker.kraft.channel import ChannelError, NodeChannel
 from kbroker.replication.partition import Partition
 from kbroker.replication.registration import NO_LEADER
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.api_versions_request import ApiVersionsRequest
-from protocol.messages.fetch_request import FetchRequest
-from protocol.messages.fetch_response import FetchResponse
-from protocol.messages.list_offsets_request import ListOffsetsRequest
-from protocol.messages.list_offsets_response import ListOffsetsResponse
-from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
-from protocol.messages.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
+
+if TYPE_CHECKING:
+    from kbroker.kraft.channel import NodeChannel
+    from protocol.messages.fetch_response import FetchResponse
 
 log = logging.getLogger("kbroker.replication")
 
@@ -98,17 +94,22 @@ class FetcherSettings(NamedTuple):
 DEFAULT_SETTINGS = FetcherSettings()
 
 
-@dataclass(slots=True)
 class FetchState:
     """One partition in a fetcher (Kafka's PartitionFetchState)."""
 
-    partition: Partition
-    leader_epoch: int  # the registration's: sent as current_leader_epoch
-    fetch_offset: int
-    truncating: bool = True  # entering this leader epoch: to be checked against the leader's log first
-    delayed_until: float = -math.inf  # trio time: backing off until then
-    parked: bool = False  # fenced or failed: waits for a newer registration
-    lag: int | None = None  # the leader's high watermark less this log's end, as last fetched
+    __slots__ = ("partition", "leader_epoch", "fetch_offset", "truncating", "delayed_until", "parked", "lag")
+
+    def __init__(self, partition: Partition, leader_epoch: int, fetch_offset: int) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch  # the registration's: sent as current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.truncating = True  # entering this leader epoch: to be checked against the leader's log first
+        self.delayed_until = -math.inf  # trio time: backing off until then
+        self.parked = False  # fenced or failed: waits for a newer registration
+        self.lag: int | None = None  # the leader's high watermark less this log's end, as last fetched
+
+    def __repr__(self) -> str:
+        return f"FetchState({self.partition!r}, epoch {self.leader_epoch}, offset {self.fetch_offset})"
 
     def ready(self, now: float) -> bool:
         return not self.parked and now >= self.delayed_until
@@ -150,6 +151,8 @@ class ReplicaFetcher:
             self.ended.set()
 
     async def _round(self) -> None:
+        from kbroker.kraft.channel import ChannelError
+
         settings = self.manager.settings
         address = self.manager.address_of(self.source_id)
         if address is None or address.security_protocol != PLAINTEXT:
@@ -179,6 +182,8 @@ class ReplicaFetcher:
             self._delay(self.states.values())
 
     async def _channel_to(self, address: Address) -> NodeChannel:
+        from kbroker.kraft.channel import NodeChannel
+
         channel = self._channel
         if channel is None or (channel.host, channel.port) != (address.host, address.port):
             if channel is not None:  # the broker registered again elsewhere
@@ -215,6 +220,10 @@ class ReplicaFetcher:
     # --- fetching ------------------------------------------------------------------------------------
 
     async def _fetch(self, channel: NodeChannel, ready: list[FetchState]) -> None:
+        from kbroker.kraft.channel import ChannelError
+        from protocol.messages.fetch_request import FetchRequest
+        from protocol.messages.fetch_response import FetchResponse
+
         manager = self.manager
         settings = manager.settings
         local = manager.local_broker_id
@@ -379,6 +388,10 @@ class ReplicaFetcher:
     async def _truncate(self, channel: NodeChannel) -> None:
         """Partitions entering a leader epoch: fetched with their last epoch where the leader serves Fetch v12
         (its diverging_epoch answer says where to truncate), else truncated through OffsetForLeaderEpoch first."""
+        from protocol.messages.api_versions_request import ApiVersionsRequest
+        from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+        from protocol.messages.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
+
         if not channel.versions:  # not connected yet: ApiVersions says which way
             hello = ApiVersionsRequest(client_software_name="kbroker", client_software_version=__version__)
             await channel.request(hello, API_VERSIONS_VERSION)
@@ -462,6 +475,9 @@ class ReplicaFetcher:
         return True
 
     async def _list_offset(self, state: FetchState, timestamp: int) -> int | None:
+        from protocol.messages.list_offsets_request import ListOffsetsRequest
+        from protocol.messages.list_offsets_response import ListOffsetsResponse
+
         assert self._channel is not None
         partition = state.partition
         request = ListOffsetsRequest(
