@@ -1,9 +1,10 @@
-"""The replica fetcher (kbroker/replication/fetcher.py) between two kbroker brokers in one process, over TCP.
+"""The replica fetcher (kbroker/replication/fetcher.py) between two or three kbroker brokers in one process, over
+TCP.
 
-Each broker is its own controller here, so the test keeps their images in step as a KRaft quorum would: each
-registers the other (RegisterBrokerRecord) and every partition change is published to both. The follower fetches
-from the leader's registered endpoint through its ReplicaManager's fetchers, exactly as in a cluster. The tests
-wait for outcomes (offsets, bytes, ISR) with generous bounds, never for a time.
+Each broker is its own controller here, so the tests keep their images in step as a KRaft quorum would: each
+registers the others (RegisterBrokerRecord), broker 0 creates the topics, and every partition change is published
+to all. Followers fetch from their leader's registered endpoint through their ReplicaManager's fetchers, as in a
+cluster. The tests wait for outcomes (offsets, bytes, ISR) with generous bounds, never for a time.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.metadata.image import ConfigResourceType
@@ -24,21 +26,22 @@ from kbroker.server.connection import serve
 from kbroker.storage import PartitionLog
 from protocol._codec import Message
 from protocol.errors import ErrorCode
+from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.metadata_records.config_record import ConfigRecord
 from protocol.metadata_records.partition_record import PartitionRecord
 from protocol.metadata_records.topic_record import TopicRecord
-from tests.broker.test_handlers_in_memory import values_of
+from tests.broker.test_handlers_in_memory import context, values_of
 from tests.replication.test_followers import produce, produced
 from tests.replication.two_brokers import change_partition, publish, register_broker, registration
 
-A, B = 0, 1
+A, B, C = 0, 1, 2
 TOPIC = ConfigResourceType.TOPIC
 PATIENCE = 60  # seconds: a bound for outcomes, generous for two busy cores
 FAST = {"replica.fetch.wait.max.ms": "50", "replica.fetch.backoff.ms": "50"}
 
 
-class Pair:
-    """Brokers 0 and 1, serving on local ports, each knowing the other."""
+class Cluster:
+    """Brokers 0, 1 (and 2), serving on local ports, each knowing the others; broker 0 creates the topics."""
 
     def __init__(self, brokers: dict[int, Broker]) -> None:
         self.brokers = brokers
@@ -52,14 +55,14 @@ class Pair:
         return fetchers
 
     async def create(self, topic: str, replicas: Sequence[int], isr: Sequence[int], **configs: str) -> None:
-        """Partition 0 of ``topic`` on ``replicas`` (the first leads) with ``isr``, in both images."""
+        """Partition 0 of ``topic`` on ``replicas`` (the first leads) with ``isr``, in every image."""
         await create(self[A], topic, replicas, configs)
         if tuple(isr) != tuple(replicas):
             change_partition(self[A], topic, 0, isr=isr)
         self.mirror_topic(topic, configs)
 
     def mirror_topic(self, topic: str, configs: dict[str, str] | None = None) -> None:
-        """Publish broker 0's registration of ``topic`` to broker 1 (the same topic id, epochs and ISR)."""
+        """Publish broker 0's registration of ``topic`` to the others (the same topic id, epochs and ISR)."""
         image = self[A].metadata.image.topics.by_name[topic]
         records: list[Message] = [TopicRecord(name=topic, topic_id=image.topic_id)]
         for name, value in (configs or {}).items():
@@ -76,13 +79,14 @@ class Pair:
                     partition_epoch=partition.partition_epoch,
                 )
             )
-        publish(self[B], *records)
+        for node, broker in self.brokers.items():
+            if node != A:
+                publish(broker, *records)
 
     def change(self, topic: str, *, leader: int | None = None, isr: Sequence[int] | None = None) -> None:
-        """A partition change, as the controller quorum would publish it to both brokers."""
-        first = change_partition(self[A], topic, 0, leader=leader, isr=isr)
-        second = change_partition(self[B], topic, 0, leader=leader, isr=isr)
-        assert (first.leader, first.leader_epoch) == (second.leader, second.leader_epoch)
+        """A partition change, as the controller quorum would publish it to every broker."""
+        changed = {change_partition(b, topic, 0, leader=leader, isr=isr) for b in self.brokers.values()}
+        assert len({(r.leader, r.leader_epoch) for r in changed}) == 1
 
     def log(self, node: int, topic: str) -> PartitionLog:
         partition = self.brokers[node].replicas.held(topic, 0)
@@ -96,29 +100,33 @@ class Pair:
 
 
 @asynccontextmanager
-async def pair(tmp_path: Path, max_fetch_version: int | None = None) -> AsyncIterator[Pair]:
-    listeners = {node: await trio.open_tcp_listeners(0, host="127.0.0.1") for node in (A, B)}
+async def cluster_of(
+    tmp_path: Path, nodes: Sequence[int] = (A, B), max_fetch_version: int | None = None
+) -> AsyncIterator[Cluster]:
+    listeners = {node: await trio.open_tcp_listeners(0, host="127.0.0.1") for node in nodes}
     ports = {node: sockets[0].socket.getsockname()[1] for node, sockets in listeners.items()}
     brokers: dict[int, Broker] = {}
     try:
-        for node in (A, B):
+        for node in nodes:
             config = BrokerConfig({"node.id": str(node), "num.partitions": "1", **FAST})
             brokers[node] = Broker(config, tmp_path / f"broker-{node}", Endpoint("127.0.0.1", ports[node]))
-        epoch_of_b = register_broker(brokers[A], B, "127.0.0.1", ports[B])
-        register_broker(brokers[B], A, "127.0.0.1", ports[A])
-        fetchers = brokers[B].replicas.fetchers
-        assert fetchers is not None
-        # Broker 1's fetches carry the epoch broker 0's image gave it (one controller would have given one).
-        fetchers.broker_epoch = lambda: epoch_of_b
-        for node in (A, B):
-            fetchers = brokers[node].replicas.fetchers
-            assert fetchers is not None
-            fetchers.max_fetch_version = max_fetch_version
+        for node, broker in brokers.items():
+            for other in nodes:
+                if other != node:
+                    epoch = register_broker(broker, other, "127.0.0.1", ports[other])
+                    if node == A:
+                        # Its fetches carry the epoch broker 0's image gave it (one controller would give one).
+                        fetchers = brokers[other].replicas.fetchers
+                        assert fetchers is not None
+                        fetchers.broker_epoch = lambda epoch=epoch: epoch  # type: ignore[misc]
+        for broker in brokers.values():
+            assert broker.replicas.fetchers is not None
+            broker.replicas.fetchers.max_fetch_version = max_fetch_version
         async with trio.open_nursery() as nursery:
-            for node in (A, B):
-                nursery.start_soon(serve, brokers[node], listeners[node])
-                await nursery.start(brokers[node].replicas.run)
-            yield Pair(brokers)
+            for node, broker in brokers.items():
+                nursery.start_soon(serve, broker, listeners[node])
+                await nursery.start(broker.replicas.run)
+            yield Cluster(brokers)
             nursery.cancel_scope.cancel()
     finally:
         for broker in brokers.values():
@@ -157,7 +165,7 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
 
 def test_a_follower_copies_the_leaders_log_exactly_and_joins_the_isr(tmp_path: Path) -> None:
     async def main() -> None:
-        async with pair(tmp_path) as cluster:
+        async with cluster_of(tmp_path) as cluster:
             leader = cluster[A]
             # Broker 0 writes in epoch 0, then (broker 1 not knowing the topic yet) in epoch 2.
             await create(leader, "t", [A, B], {"min.insync.replicas": "2"})
@@ -209,7 +217,7 @@ def test_a_former_leader_truncates_its_unreplicated_tail_and_then_matches_the_ne
     tmp_path: Path, max_fetch_version: int | None
 ) -> None:
     async def main() -> None:
-        async with pair(tmp_path, max_fetch_version) as cluster:
+        async with cluster_of(tmp_path, max_fetch_version=max_fetch_version) as cluster:
             await cluster.create("t", [A, B], [A, B])
             assert await produced(cluster[A], "t", [b"a", b"b"]) == (ErrorCode.NONE, 0)
             await eventually("the follower has both", lambda: cluster.log_end(B, "t") == 2)
@@ -235,7 +243,7 @@ def test_a_former_leader_truncates_its_unreplicated_tail_and_then_matches_the_ne
 
 def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path: Path) -> None:
     async def main() -> None:
-        async with pair(tmp_path) as cluster:
+        async with cluster_of(tmp_path) as cluster:
             leader = cluster[A]
             await create(leader, "t", [A, B])
             change_partition(leader, "t", 0, isr=[A])
@@ -261,7 +269,7 @@ def test_a_leader_change_moves_the_partition_between_fetchers_and_a_stopped_one_
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
-        async with pair(tmp_path) as cluster:
+        async with cluster_of(tmp_path) as cluster:
             await cluster.create("t", [A, B], [A, B])
             await eventually("broker 1 fetches from broker 0", lambda: cluster.fetchers(B).state_of("t", 0) is not None)
             first = cluster.fetchers(B).fetchers[A]
@@ -289,7 +297,7 @@ def test_a_leader_change_moves_the_partition_between_fetchers_and_a_stopped_one_
 
 def test_a_follower_fenced_by_an_older_epoch_waits_for_its_next_registration(tmp_path: Path) -> None:
     async def main() -> None:
-        async with pair(tmp_path) as cluster:
+        async with cluster_of(tmp_path) as cluster:
             await cluster.create("t", [A, B], [A, B])
             # Broker 0 moves to epoch 2 (leading again) while broker 1 still has epoch 0: FENCED_LEADER_EPOCH.
             change_partition(cluster[A], "t", 0, leader=B)
@@ -302,5 +310,74 @@ def test_a_follower_fenced_by_an_older_epoch_waits_for_its_next_registration(tmp
             change_partition(cluster[B], "t", 0, leader=A)
             await eventually("it caught up", lambda: cluster.log_end(B, "t") == 1)
             assert records_of(cluster.log(B, "t")) == records_of(cluster.log(A, "t"))
+
+    run(main)
+
+
+@pytest.mark.parametrize("max_fetch_version", [None, 11], ids=["diverging-epoch", "offset-out-of-range"])
+def test_a_follower_ahead_of_a_leader_that_lost_its_tail_truncates_to_the_leaders_end(
+    tmp_path: Path, max_fetch_version: int | None
+) -> None:
+    async def main() -> None:
+        async with cluster_of(tmp_path, max_fetch_version=max_fetch_version) as cluster:
+            await cluster.create("t", [A, B], [A, B])
+            for value in (b"a", b"b", b"c"):
+                await produced(cluster[A], "t", [value])
+            await eventually("the follower has all three", lambda: cluster.log_end(B, "t") == 3)
+            cluster.log(A, "t").truncate_to(1)  # the leader lost offsets 1 and 2 (an unclean election's outcome)
+            await eventually("the follower is cut to the leader's end", lambda: cluster.log_end(B, "t") == 1)
+            assert await produced(cluster[A], "t", [b"z"]) == (ErrorCode.NONE, 1)
+            await eventually("the follower has the new record", lambda: cluster.log_end(B, "t") == 2)
+            assert values_of(records_of(cluster.log(B, "t"))) == [(0, b"a"), (1, b"z")]
+            assert records_of(cluster.log(B, "t")) == records_of(cluster.log(A, "t"))
+
+    run(main)
+
+
+def test_with_three_brokers_a_new_leader_takes_its_followers_from_the_old_leaders_fetcher(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with cluster_of(tmp_path, (A, B, C)) as cluster:
+            await cluster.create("t", [A, B, C], [A, B, C])
+            assert await produced(cluster[A], "t", [b"a"]) == (ErrorCode.NONE, 0)
+            await eventually("both follow", lambda: cluster.log_end(B, "t") == cluster.log_end(C, "t") == 1)
+            from_a = cluster.fetchers(B).fetchers[A]
+            assert list(cluster.fetchers(C).fetchers) == [A]
+
+            cluster.change("t", leader=C)  # epoch 1: broker 1 moves to broker 2's fetcher, broker 0 follows too
+            with trio.fail_after(PATIENCE):
+                await from_a.ended.wait()
+            assert list(cluster.fetchers(B).fetchers) == [C]
+            assert list(cluster.fetchers(A).fetchers) == [C]
+            assert cluster.fetchers(C).fetchers == {}
+            assert await produced(cluster[C], "t", [b"b"]) == (ErrorCode.NONE, 1)
+            await eventually("all have it", lambda: cluster.log_end(A, "t") == cluster.log_end(B, "t") == 2)
+            expected = records_of(cluster.log(C, "t"))
+            assert records_of(cluster.log(A, "t")) == records_of(cluster.log(B, "t")) == expected
+            assert cluster.log(B, "t").leader_epochs.entries == cluster.log(C, "t").leader_epochs.entries
+            assert values_of(expected) == [(0, b"a"), (1, b"b")]
+
+    run(main)
+
+
+def test_list_offsets_latest_is_the_log_end_for_a_replica_and_the_high_watermark_for_a_consumer(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with cluster_of(tmp_path) as cluster:
+            await cluster.create("t", [A, B], [A, B])
+            await eventually("broker 1 fetches", lambda: cluster.fetchers(B).state_of("t", 0) is not None)
+            cluster.fetchers(B).unfollow("t", 0)  # the follower stops: the leader's high watermark stays
+            assert await produced(cluster[A], "t", [b"a", b"b"]) == (ErrorCode.NONE, 0)
+
+            async def latest(replica_id: int) -> tuple[int, int]:
+                partition = ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+                topic = ListOffsetsRequest.ListOffsetsTopic(name="t", partitions=[partition])
+                request = ListOffsetsRequest(replica_id=replica_id, topics=[topic])
+                answer = (await handle_list_offsets(context(cluster[A], 2, 7), request)).topics[0].partitions[0]
+                return answer.error_code, answer.offset
+
+            assert cluster.log(A, "t").high_watermark == 0
+            assert await latest(-1) == (ErrorCode.NONE, 0)
+            assert await latest(B) == (ErrorCode.NONE, 2)
 
     run(main)
