@@ -19,6 +19,7 @@ import trio
 from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
+from kbroker.metadata.controller import record
 from kbroker.metadata.image import ConfigResourceType
 from kbroker.metrics import families
 from kbroker.replication.fetcher import ReplicaFetcherManager
@@ -32,7 +33,7 @@ from protocol.metadata_records.partition_record import PartitionRecord
 from protocol.metadata_records.topic_record import TopicRecord
 from tests.broker.test_handlers_in_memory import context, values_of
 from tests.replication.test_followers import produce, produced
-from tests.replication.two_brokers import change_partition, publish, register_broker, registration
+from tests.replication.two_brokers import change_partition, register_broker, registration
 
 A, B, C = 0, 1, 2
 TOPIC = ConfigResourceType.TOPIC
@@ -43,8 +44,59 @@ FAST = {"replica.fetch.wait.max.ms": "50", "replica.fetch.backoff.ms": "50"}
 class Cluster:
     """Brokers 0, 1 (and 2), serving on local ports, each knowing the others; broker 0 creates the topics."""
 
-    def __init__(self, brokers: dict[int, Broker]) -> None:
-        self.brokers = brokers
+    def __init__(self, tmp_path: Path, ports: dict[int, int], max_fetch_version: int | None) -> None:
+        self.tmp_path = tmp_path
+        self.ports = ports
+        self.max_fetch_version = max_fetch_version
+        self.brokers: dict[int, Broker] = {}
+        self._running: dict[int, trio.CancelScope] = {}
+        self._stopped: dict[int, trio.Event] = {}
+
+    def make(self, node: int) -> Broker:
+        """Broker ``node`` (its data kept across restarts) knowing the others; its fetches carry the broker epoch
+        broker 0's image gave it (as one controller would have given one)."""
+        config = BrokerConfig({"node.id": str(node), "num.partitions": "1", **FAST})
+        broker = self.brokers[node] = Broker(
+            config, self.tmp_path / f"broker-{node}", Endpoint("127.0.0.1", self.ports[node])
+        )
+        for other in self.ports:
+            if other != node:
+                register_broker(broker, other, "127.0.0.1", self.ports[other])
+        fetchers = broker.replicas.fetchers
+        assert fetchers is not None
+        fetchers.max_fetch_version = self.max_fetch_version
+        if node != A and A in self.brokers:
+            epoch = self.brokers[A].metadata.image.brokers[node].epoch
+            fetchers.broker_epoch = lambda: epoch
+        return broker
+
+    async def start(self, node: int, nursery: trio.Nursery) -> None:
+        """Serve broker ``node`` on its port, its replica layer (fetchers included) running."""
+        listeners = await trio.open_tcp_listeners(self.ports[node], host="127.0.0.1")
+        await nursery.start(self._run, node, listeners)
+
+    async def _run(
+        self, node: int, listeners: list[trio.SocketListener], *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        broker = self.brokers[node]
+        stopped = self._stopped[node] = trio.Event()
+        try:
+            with trio.CancelScope() as self._running[node]:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(serve, broker, listeners)
+                    await nursery.start(broker.replicas.run)
+                    task_status.started()
+        finally:
+            broker.close()
+            stopped.set()
+
+    def started(self, node: int) -> bool:
+        return node in self._stopped
+
+    async def stop(self, node: int) -> None:
+        """Stop broker ``node`` as a shutdown does (its high watermarks checkpointed, its logs closed)."""
+        self._running[node].cancel()
+        await self._stopped[node].wait()
 
     def __getitem__(self, node: int) -> Broker:
         return self.brokers[node]
@@ -80,8 +132,8 @@ class Cluster:
                 )
             )
         for node, broker in self.brokers.items():
-            if node != A:
-                publish(broker, *records)
+            if node != A:  # committed to its metadata log: a restart keeps it
+                broker.controller.commit_now([record(message) for message in records], transaction="mirror")
 
     def change(self, topic: str, *, leader: int | None = None, isr: Sequence[int] | None = None) -> None:
         """A partition change, as the controller quorum would publish it to every broker."""
@@ -103,34 +155,24 @@ class Cluster:
 async def cluster_of(
     tmp_path: Path, nodes: Sequence[int] = (A, B), max_fetch_version: int | None = None
 ) -> AsyncIterator[Cluster]:
-    listeners = {node: await trio.open_tcp_listeners(0, host="127.0.0.1") for node in nodes}
-    ports = {node: sockets[0].socket.getsockname()[1] for node, sockets in listeners.items()}
-    brokers: dict[int, Broker] = {}
+    ports = {}
+    for node in nodes:  # a free port each, opened again by each start
+        with trio.socket.socket() as probe:
+            await probe.bind(("127.0.0.1", 0))
+            ports[node] = probe.getsockname()[1]
+    cluster = Cluster(tmp_path, ports, max_fetch_version)
     try:
-        for node in nodes:
-            config = BrokerConfig({"node.id": str(node), "num.partitions": "1", **FAST})
-            brokers[node] = Broker(config, tmp_path / f"broker-{node}", Endpoint("127.0.0.1", ports[node]))
-        for node, broker in brokers.items():
-            for other in nodes:
-                if other != node:
-                    epoch = register_broker(broker, other, "127.0.0.1", ports[other])
-                    if node == A:
-                        # Its fetches carry the epoch broker 0's image gave it (one controller would give one).
-                        fetchers = brokers[other].replicas.fetchers
-                        assert fetchers is not None
-                        fetchers.broker_epoch = lambda epoch=epoch: epoch  # type: ignore[misc]
-        for broker in brokers.values():
-            assert broker.replicas.fetchers is not None
-            broker.replicas.fetchers.max_fetch_version = max_fetch_version
         async with trio.open_nursery() as nursery:
-            for node, broker in brokers.items():
-                nursery.start_soon(serve, broker, listeners[node])
-                await nursery.start(broker.replicas.run)
-            yield Cluster(brokers)
+            for node in nodes:
+                cluster.make(node)
+            for node in nodes:
+                await cluster.start(node, nursery)
+            yield cluster
             nursery.cancel_scope.cancel()
     finally:
-        for broker in brokers.values():
-            broker.close()
+        for node, broker in cluster.brokers.items():
+            if not cluster.started(node):  # made but never started: nothing else closes it
+                broker.close()
 
 
 async def create(broker: Broker, topic: str, replicas: Sequence[int], configs: dict[str, str] | None = None) -> None:
@@ -379,5 +421,23 @@ def test_list_offsets_latest_is_the_log_end_for_a_replica_and_the_high_watermark
             assert cluster.log(A, "t").high_watermark == 0
             assert await latest(-1) == (ErrorCode.NONE, 0)
             assert await latest(B) == (ErrorCode.NONE, 2)
+
+    run(main)
+
+
+def test_a_restarted_follower_opens_its_log_and_fetches_on_from_its_end(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with cluster_of(tmp_path) as cluster, trio.open_nursery() as nursery:
+            await cluster.create("t", [A, B], [A, B])
+            assert await produced(cluster[A], "t", [b"a", b"b"]) == (ErrorCode.NONE, 0)
+            await eventually("the follower has both", lambda: cluster.log_end(B, "t") == 2)
+            await cluster.stop(B)
+            assert await produced(cluster[A], "t", [b"c"]) == (ErrorCode.NONE, 2)
+            cluster.make(B)  # its image (from its metadata log) says it follows broker 0: no new registration
+            await cluster.start(B, nursery)
+            await eventually("the restarted follower caught up", lambda: cluster.log_end(B, "t") == 3)
+            assert records_of(cluster.log(B, "t")) == records_of(cluster.log(A, "t"))
+            assert values_of(records_of(cluster.log(B, "t"))) == [(0, b"a"), (1, b"b"), (2, b"c")]
+            nursery.cancel_scope.cancel()
 
     run(main)
