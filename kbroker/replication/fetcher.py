@@ -340,6 +340,16 @@ class ReplicaFetcher:
         records = data.records
         if records and isinstance(records, (bytes, bytearray, memoryview)):  # decoded answers are never regions
             result = partition.append_as_follower(records, self.manager.clock())
+            first_offset = int.from_bytes(records[:8], "big", signed=True) if len(records) >= 8 else -1
+            if (
+                result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+                and plog.log_end_offset == plog.log_start_offset
+                and 0 <= first_offset < plog.log_end_offset
+            ):
+                # As Kafka's follower: an empty log starting inside the leader's first batch (its log start moved
+                # there by DeleteRecords) starts over at that batch's base offset, and takes it whole.
+                plog.truncate_fully_and_start_at(first_offset)
+                result = partition.append_as_follower(records, self.manager.clock())
             if result.error_code != ErrorCode.NONE:
                 log.error("%s: appending to %s-%d at offset %d failed: %s %s", self.client_id, partition.topic,
                           partition.index, state.fetch_offset, _error_name(result.error_code),

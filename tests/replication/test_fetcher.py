@@ -283,23 +283,35 @@ def test_a_former_leader_truncates_its_unreplicated_tail_and_then_matches_the_ne
     run(main)
 
 
-def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("batches", "log_start", "fetched"),
+    [
+        ([[b"a"], [b"b"], [b"c"], [b"d"]], 3, [(3, b"d")]),
+        # The leader's log starts inside a batch (DeleteRecords): the follower takes that batch whole.
+        ([[b"a"], [b"b"], [b"c", b"d", b"e"], [b"f"]], 3, [(2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]),
+    ],
+    ids=["at-a-batch", "inside-a-batch"],
+)
+def test_a_follower_behind_the_leaders_log_start_starts_over_there(
+    tmp_path: Path, batches: list[list[bytes]], log_start: int, fetched: list[tuple[int, bytes]]
+) -> None:
     async def main() -> None:
         async with cluster_of(tmp_path) as cluster:
             leader = cluster[A]
             await create(leader, "t", [A, B])
             change_partition(leader, "t", 0, isr=[A])
-            for value in (b"a", b"b", b"c", b"d"):
-                await produced(leader, "t", [value])
+            for values in batches:
+                await produced(leader, "t", values)
             leader_log = cluster.log(A, "t")
             leader_log.roll()
-            leader_log.delete_records(3)  # the leader's log now starts at 3; the new follower's ends at 0
+            leader_log.delete_records(log_start)  # the new follower's log ends at 0, before the leader's start
             cluster.mirror_topic("t")
-            await eventually("the follower has the log end", lambda: cluster.log_end(B, "t") == 4)
+            end = leader_log.log_end_offset
+            await eventually("the follower has the log end", lambda: cluster.log_end(B, "t") == end)
             follower_log = cluster.log(B, "t")
-            assert follower_log.log_start_offset == 3
-            assert values_of(records_of(follower_log, 3)) == [(3, b"d")]
-            assert records_of(follower_log, 3) == records_of(leader_log, 3)
+            await eventually("the leader's log start", lambda: follower_log.log_start_offset == log_start)
+            assert values_of(records_of(follower_log, log_start)) == fetched
+            assert records_of(follower_log, log_start) == records_of(leader_log, log_start)
 
     run(main)
 
