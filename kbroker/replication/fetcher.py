@@ -180,6 +180,11 @@ class ReplicaFetcher:
             log.info("%s: fetching from broker %d failed, retried in %d ms: %s", self.client_id, self.source_id,
                      settings.backoff_ms, exc)  # fmt: skip
             self._delay(self.states.values())
+        except Exception:  # a fault here must not end the broker: logged, and the round tried again later
+            log.exception("%s: fetching from broker %d failed, retried in %d ms", self.client_id, self.source_id,
+                          settings.backoff_ms)  # fmt: skip
+            await channel.aclose()  # its requests may have been cut short: the next round connects afresh
+            self._delay(self.states.values())
 
     async def _channel_to(self, address: Address) -> NodeChannel:
         from kbroker.kraft.channel import NodeChannel
