@@ -20,8 +20,10 @@ and a leader whose log differs answers diverging_epoch; the follower truncates t
 not serve Fetch v12 is asked OffsetForLeaderEpoch first instead. OFFSET_OUT_OF_RANGE resets the position as
 Kafka's fetchOffsetAndTruncate: to the leader's log end (ListOffsets latest, as a replica) when that is below
 this log's end, else to the leader's log start when this log ends before it (the log is emptied and starts
-there). FENCED_LEADER_EPOCH parks the partition until a newer registration; UNKNOWN_LEADER_EPOCH,
-NOT_LEADER_OR_FOLLOWER, unknown topics and a failed connection back off replica.fetch.backoff.ms.
+there; at the base offset of the leader's first batch if its log start is inside one). FENCED_LEADER_EPOCH parks
+the partition until a newer registration; UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, unknown topics and a
+failed connection back off replica.fetch.backoff.ms. A fault in one partition's answer parks that partition, a
+fault elsewhere retries the round after the back-off: neither ends the broker.
 
 Fetches are full requests (no KIP-227 session) and PLAINTEXT only: a leader reachable only over SSL or SASL is
 logged and not fetched from. The connection and the messages load with the first fetcher: a single node, which
@@ -54,7 +56,6 @@ TopicPartition = tuple[str, int]
 FETCH_KEY = 1
 TRUNCATION_ON_FETCH_VERSION = 12  # Fetch v12: last_fetched_epoch, and diverging_epoch in answers
 TOPIC_IDS_VERSION = 13
-NO_EPOCH = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 API_VERSIONS_VERSION = 3
