@@ -42,6 +42,7 @@ from kbroker.metadata.snapshots import SnapshotPolicy
 from kbroker.metrics import BrokerMetrics
 from kbroker.quotas import ClientQuotas
 from kbroker.replication import IsrProposal, Partition, ReplicaManager, read_high_watermarks
+from kbroker.replication.fetcher import Address, FetcherSettings, ReplicaFetcherManager
 from kbroker.security.acls import Authorizer
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.topics import TopicService
@@ -141,7 +142,22 @@ class Broker:
                 lag_time_max_ms=config["replica.lag.time.max.ms"],
                 alter_partition=self._alter_partition,
                 eligible=self._isr_eligible,
+                fetchers=ReplicaFetcherManager(
+                    self.node_id,
+                    address_of=self._inter_broker_address,
+                    broker_epoch=self._broker_epoch,
+                    topic_id_of=self._topic_id,
+                    clock=lambda: int(time.time() * 1000),
+                    settings=FetcherSettings(
+                        wait_max_ms=config["replica.fetch.wait.max.ms"],
+                        min_bytes=config["replica.fetch.min.bytes"],
+                        max_bytes=config["replica.fetch.max.bytes"],
+                        response_max_bytes=config["replica.fetch.response.max.bytes"],
+                        backoff_ms=config["replica.fetch.backoff.ms"],
+                    ),
+                ),
             )
+            self.replicas.open_followers(self._followed_partitions())
             self.metadata.subscribe(self._apply_to_replicas)
             self.logs.opened = self.replicas.adopt  # a log opened by anyone is a replica at once
             # Committed offsets: the shards of __consumer_offsets (kbroker/groups/offsets.py), loaded here.
@@ -154,6 +170,8 @@ class Broker:
             self.topics = TopicService(
                 self.logs, self.offsets, config, self.controller, self.metadata, self.node_id, self.replicas
             )
+            if self.logs.durable:  # partitions an image gives this broker get their files as it arrives
+                self.replicas.build_logs = self.topics.build_published
             # An internal topic a coordinator needs at once is created through the controller, as any other.
             self.offsets.create_topic = self.topics.create_now
             if self.logs.durable:  # the offsets journal of an older kbroker, once
@@ -232,6 +250,34 @@ class Broker:
             partition_epoch=proposal.partition_epoch,
             isr=proposal.isr,
         )
+
+    def _inter_broker_address(self, broker_id: int) -> Address | None:
+        """A broker's endpoint on the inter-broker listener, as the image registered it (Kafka's
+        inter.broker.listener.name, else the listener named after security.inter.broker.protocol)."""
+        broker = self.metadata.image.brokers.get(broker_id)
+        if broker is None:
+            return None
+        name = self.config["inter.broker.listener.name"] or self.config["security.inter.broker.protocol"]
+        endpoint = broker.endpoints.get(name)
+        return None if endpoint is None else Address(endpoint.host, endpoint.port, endpoint.security_protocol)
+
+    def _broker_epoch(self) -> int:
+        broker = self.metadata.image.brokers.get(self.node_id)
+        return -1 if broker is None else broker.epoch
+
+    def _topic_id(self, name: str) -> uuid.UUID | None:
+        topic = self.metadata.image.topics.get(name)
+        return None if topic is None else topic.topic_id
+
+    def _followed_partitions(self) -> list[tuple[str, int]]:
+        """The partitions the image makes this broker follow (their logs open at start-up, to fetch into)."""
+        node = self.node_id
+        return [
+            (topic.name, index)
+            for topic in self.metadata.image.topics.by_id.values()
+            for index, registration in topic.partitions.items()
+            if node in registration.replicas and registration.leader != node
+        ]
 
     def _isr_eligible(self, broker_id: int, broker_epoch: int) -> bool:
         """Kafka's isReplicaIsrEligible: registered, unfenced, not shutting down, fetching in its current epoch."""

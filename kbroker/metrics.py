@@ -37,6 +37,7 @@ kafka_cluster_partition_underminisr                                    gauge    
 kafka_cluster_partition_atminisr                                       gauge      topic, partition
 kafka_cluster_partition_insyncreplicascount                            gauge      topic, partition
 kafka_cluster_partition_replicascount                                  gauge      topic, partition
+kafka_server_fetcherlagmetrics_consumerlag                             gauge      clientid, topic, partition
 kafka_consumergroup_current_offset                                     gauge      consumergroup, topic, partition
 kafka_consumergroup_lag                                                gauge      consumergroup, topic, partition
 process_* (CPU seconds, resident memory, open descriptors, start time)  various    (prometheus_client's)
@@ -66,6 +67,9 @@ What each counts, as Kafka counts it:
   min ISR and none under it.
 * Partition gauges (Kafka's kafka.cluster:type=Partition), per partition this broker leads (0 on a follower, as
   Kafka's): under-replicated, under min ISR and at min ISR as 0 or 1, and its in-sync and assigned replica counts.
+* fetcherlagmetrics_consumerlag (Kafka's ReplicaLag, FetcherLagMetrics ConsumerLag): per partition this broker
+  follows and has fetched, its leader's high watermark less this replica's log end after that fetch; clientid
+  names the fetcher as Kafka's (``ReplicaFetcherThread-0-<leader id>``).
 * consumergroup: per group and partition with a committed offset, that offset and the lag: high watermark
   less committed offset (never below 0), computed at scrape time from the group coordinator's offsets.
 """
@@ -182,7 +186,20 @@ def families(broker: Broker) -> Iterator[Family]:
     yield from _request_families(metrics)
     yield _connection_family(broker)
     yield from _log_families(broker, sum(info.partitions for info in topics))
+    yield _fetcher_lag_family(broker)
     yield from _group_families(broker)
+
+
+def _fetcher_lag_family(broker: Broker) -> Family:
+    family = Family(
+        "kafka_server_fetcherlagmetrics_consumerlag",
+        "gauge",
+        "Per partition followed here: the leader's high watermark less this replica's log end, as last fetched.",
+    )
+    fetchers = broker.replicas.fetchers
+    for client_id, topic, partition, lag in sorted(fetchers.lags() if fetchers is not None else []):
+        family.add(lag, clientid=client_id, topic=topic, partition=str(partition))
+    return family
 
 
 def _topic_families(metrics: BrokerMetrics) -> Iterator[Family]:

@@ -55,8 +55,10 @@ class TopicService:
         self.metadata = metadata
         self.node_id = node_id
         self._in_creation: dict[str, trio.Event] = {}
-        # New partitions whose files are still to make, by topic name: made by the request that added them.
+        # New partitions whose files are still to make, by topic name: made by the request that added them, or by
+        # build_published for those an image gave this broker without one (created through another broker).
         self._to_build: dict[str, list[tuple[TopicInfo, range]]] = {}
+        self._adding: dict[str, int] = {}  # topics whose new partitions an AddPartitions in progress builds itself
         metadata.subscribe(self._publish)
 
     @property
@@ -105,6 +107,14 @@ class TopicService:
         finally:
             for info, new in pending:  # not built (cancelled): made when first used
                 self.logs.finish_building(info, new, [])
+
+    async def build_published(self) -> None:
+        """Make the files of the partitions images gave this broker that no create here is making: those of topics
+        created through another broker or a controller elsewhere (the replica layer calls it as registrations
+        arrive, so their leaders serve and their followers fetch)."""
+        for name in list(self._to_build):
+            if name not in self._in_creation and name not in self._adding:
+                await self._build_new_partitions(name)
 
     def _make_files(self, info: TopicInfo, new: range) -> list[PartitionLog]:
         """The logs of partitions ``new`` of ``info``, their files made. The topic is committed: as on Kafka, a log
@@ -217,8 +227,14 @@ class TopicService:
 
         Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_PARTITIONS if not growing.
         """
-        await self.controller.create_partitions(name, total, assignments=assignments, validate_only=validate_only)
-        await self._build_new_partitions(name)
+        self._adding[name] = self._adding.get(name, 0) + 1  # its new partitions are built here, not in build_published
+        try:
+            await self.controller.create_partitions(name, total, assignments=assignments, validate_only=validate_only)
+            await self._build_new_partitions(name)
+        finally:
+            self._adding[name] -= 1
+            if not self._adding[name]:
+                del self._adding[name]
         return self._published(name)
 
     async def auto_create(self, name: str) -> TopicInfo | None:

@@ -1,7 +1,8 @@
 """ListOffsets (key 2): earliest, latest, max timestamp and offsets by timestamp through the time index.
 
 The partition is read through the replica layer (kbroker/replication) as a consumer reads it: from its leader
-(else NOT_LEADER_OR_FOLLOWER), latest being the high watermark (the last stable offset for read_committed).
+(else NOT_LEADER_OR_FOLLOWER), latest being the high watermark (the last stable offset for read_committed); for
+a replica (replica_id >= 0, a follower whose fetch offset is out of range) latest is the log end, as Kafka's.
 
 Authorization as Kafka's: each topic needs DESCRIBE; the partitions of one that does not are answered
 TOPIC_AUTHORIZATION_FAILED after all the others, whether the topic exists or not.
@@ -91,7 +92,10 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
             response.leader_epoch = plog.leader_epoch
             timestamp = part.timestamp
             if timestamp == LATEST:
-                response.offset = plog.last_stable_offset if read_committed else plog.high_watermark
+                if request.replica_id >= 0:  # a follower resetting its position: the log end, as Kafka's
+                    response.offset = plog.log_end_offset
+                else:
+                    response.offset = plog.last_stable_offset if read_committed else plog.high_watermark
             elif timestamp in (EARLIEST, EARLIEST_LOCAL):
                 response.offset = plog.log_start_offset
             elif timestamp == MAX_TIMESTAMP:

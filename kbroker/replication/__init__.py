@@ -2,7 +2,8 @@
 
 registration.py is its one input (who leads each partition, who is in sync), partition.py a partition as a
 replica (role, epochs, ISR, the followers' positions, the high watermark), manager.py the replicas this broker
-holds, the acks=all waits and the high-watermark checkpoint.
+holds, the acks=all waits and the high-watermark checkpoint, fetcher.py the followers' fetching from their leaders
+(one fetcher task per source broker).
 """
 
 from kbroker.replication.manager import HIGH_WATERMARK_FILE, ReplicaManager, read_high_watermarks

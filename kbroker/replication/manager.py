@@ -14,6 +14,12 @@ followers' fetches propose expansions as they come, and ``run`` checks for laggi
 replica.lag.time.max.ms (Kafka's isr-expiration task). The controller answers by publishing the new
 registration, which ``apply_delta`` applies like any other.
 
+A follower fetches from its leader through the replica fetchers (kbroker/replication/fetcher.py), when the
+ReplicaManager is given a ``ReplicaFetcherManager``: each registration that makes a partition a follower moves it
+to its leader's fetcher, and one that makes it lead, leaves it leaderless or stops it takes it out. A follower's
+log is opened as its registration arrives (a leader's opens lazily, on first use), and the fetchers run in
+``run``'s nursery.
+
 The high watermarks are checkpointed in ``replication-offset-checkpoint`` (Kafka's file and layout) every
 replica.high.watermark.checkpoint.interval.ms and at shutdown; a log reopened after a restart starts from its
 checkpointed high watermark (bounded by its log), and one the file does not name from its log start, as Kafka's.
@@ -25,12 +31,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import trio
 
+from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.replication.partition import (
     REPLICA_LAG_TIME_MAX_MS,
     IsrEligibility,
@@ -85,9 +92,11 @@ class ReplicaManager:
         alter_partition: AlterPartition | None = None,
         eligible: IsrEligibility = always_eligible,
         clock: Callable[[], int] = _now_ms,
+        fetchers: ReplicaFetcherManager | None = None,
     ) -> None:
         """``alter_partition``: where ISR changes go (None: the ISR is only what registrations say);
-        ``eligible``: which brokers may join an ISR; ``clock``: wall-clock milliseconds (follower lag)."""
+        ``eligible``: which brokers may join an ISR; ``clock``: wall-clock milliseconds (follower lag);
+        ``fetchers``: where followers fetch from their leaders (None: followers only take what they are given)."""
         self.logs = logs
         self.local_broker_id = local_broker_id
         self.leadership = leadership
@@ -105,6 +114,11 @@ class ReplicaManager:
         self._eligible = eligible
         self._proposals: dict[TopicPartition, Partition] = {}  # ISR changes proposed, not yet sent
         self._proposed = trio.Event()  # set when one is added
+        self.fetchers = fetchers
+        self._followers_to_open: set[TopicPartition] = set()  # followed partitions whose logs are not open yet
+        self._to_open = trio.Event()  # set when one is added, or a delta gives this broker partitions
+        # Makes the files of partitions an image gave this broker (the topic service's; None: logs in memory).
+        self.build_logs: Callable[[], Awaitable[None]] | None = None
 
     def held(self, topic: str, index: int) -> Partition | None:
         """The replica of a partition if it is held already (no log is opened)."""
@@ -166,6 +180,10 @@ class ReplicaManager:
                     self._apply(partition, registration)
                     self._role_changed(partition)
                     changed = True
+                elif registrations is changes.followers:
+                    self._followers_to_open.add(key)
+        if changes.leaders or changes.followers:
+            self._to_open.set()
         for topic, index in sorted(changes.deletes):
             self.stop(topic, index)
         if changed:
@@ -183,12 +201,45 @@ class ReplicaManager:
     def _apply(self, partition: Partition, registration: Registration) -> None:
         if registration.leader == self.local_broker_id:
             partition.make_leader(registration, self.clock())
+            if self.fetchers is not None:
+                self.fetchers.unfollow(partition.topic, partition.index)
         else:
             partition.make_follower(registration)
+            if self.fetchers is not None:
+                self.fetchers.follow(partition)  # a leaderless one is taken out of its fetcher
+
+    def open_followers(self, keys: Iterable[TopicPartition]) -> None:
+        """Open these followed partitions' logs (in ``run``), so their fetchers start: a follower's log must be
+        open to fetch into (the broker names those its image makes it follow at start-up)."""
+        self._followers_to_open.update(keys)
+        if self._followers_to_open:
+            self._to_open.set()
+
+    async def _open_followed(self) -> None:
+        """Open the followed partitions' logs as registrations name them (after the delta is applied whole, when
+        the log store knows a new topic too, and the files of new partitions are made); opening one applies its
+        registration, which starts its fetching."""
+        while True:
+            await self._to_open.wait()
+            self._to_open = trio.Event()
+            if self.build_logs is not None:
+                await self.build_logs()
+            while self._followers_to_open:
+                topic, index = self._followers_to_open.pop()
+                if (topic, index) in self._partitions:
+                    continue
+                try:
+                    self.partition(topic, index)
+                except KafkaError as exc:
+                    log.error("%s-%d: the follower's log cannot be opened: %s", topic, index, exc.message)
+                await trio.sleep(0)  # many partitions: other tasks run between them
 
     def stop(self, topic: str, index: int) -> None:
         """Stop being a replica of the partition (deleted, or moved away); its log is left to the log store."""
         stopped = self._partitions.pop((topic, index), None)
+        self._followers_to_open.discard((topic, index))
+        if self.fetchers is not None:
+            self.fetchers.unfollow(topic, index)
         if stopped is not None:
             stopped.stop()
             self._role_changed(stopped)
@@ -319,11 +370,14 @@ class ReplicaManager:
         write_offset_checkpoint(self.checkpoint_path, self.high_watermarks() if entries is None else entries)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Checkpoint the high watermarks every replica.high.watermark.checkpoint.interval.ms, and send ISR
-        changes to the controller (when it has one to send them to)."""
+        """Checkpoint the high watermarks every replica.high.watermark.checkpoint.interval.ms, send ISR changes to
+        the controller (when it has one to send them to), and run the followers' fetchers (when there are)."""
         async with trio.open_nursery() as nursery:
             if self._alter_partition is not None:
                 nursery.start_soon(self._propagate_isr_changes)
+            if self.fetchers is not None:
+                await nursery.start(self.fetchers.run)
+                nursery.start_soon(self._open_followed)
             nursery.start_soon(self._checkpoint_periodically)
             task_status.started()
 

@@ -181,6 +181,11 @@ class LeaderEpochCache:
         self._write()
         return True
 
+    def clear(self) -> None:
+        """Forget every entry (a follower that dropped its whole log, as Kafka's clearAndFlush)."""
+        self._entries = []
+        self._write()
+
     def _write(self) -> None:
         if self.path is None:
             return

@@ -1005,9 +1005,12 @@ class PartitionLog:
         """Remove every batch whose last offset is at least ``offset`` (a batch holding ``offset`` goes whole).
 
         For replication (a follower dropping what the leader does not have). Durable before it returns.
-        Nothing waits for offsets to go down, so no event is sent.
+        Nothing waits for offsets to go down, so no event is sent. At or past the log end nothing is cut but an
+        epoch starting at the log end (begun as leader, nothing appended in it), as Kafka's truncateTo: kept,
+        it would make the follower's last epoch one its leader never had, and every fetch diverge again.
         """
         if offset >= self.log_end_offset:
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             raise OffsetOutOfRange(
@@ -1042,6 +1045,28 @@ class PartitionLog:
         loader.rebuild_producer_state(self)
         self._unreplicated_txns = [txn for txn in self._unreplicated_txns if txn[1] < end]
         self._last_stable_offset = self._stable_offset_for(self._high_watermark)  # open transactions rebuilt
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every batch and start the log empty at ``offset`` (Kafka's truncateFullyAndStartAt: a follower
+        whose log ends before its leader's log start). The epoch cache is cleared; its next batch starts one.
+        Durable before it returns: the segments are deleted newest first, then the new one exists, then the log
+        start offset is saved (a crash part-way leaves a shorter log, which fetching from the leader repairs)."""
+        for segment in reversed(self.segments):
+            segment.delete()
+            self.backend.remove_txn_index(segment.base_offset)
+        self.segments = [self.backend.new_segment(offset, self.config.index_interval_bytes, wall_clock_ms())]
+        self._bases = [offset]
+        self.backend.sync_directory()
+        self.backend.save_log_start_offset(offset)
+        self.log_start_offset = offset
+        self.leader_epochs.clear()
+        self.backend.remove_producer_snapshots_from(0)
+        self.aborted.drop_from(0)
+        self.producers = ProducerStateTable()
+        self._unreplicated_txns = []
+        self._high_watermark = offset
+        self._last_stable_offset = offset
+        log.info("%s-%d: truncated fully, the log starts at offset %d", self.topic, self.partition, offset)
 
     # --- segment swaps (log cleaner, recompression) --------------------------------------------------
 
