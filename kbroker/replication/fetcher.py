@@ -44,7 +44,7 @@ from kbroker import __version__
 from kbroker.durable.files import StorageError
 from kbroker.replication.partition import Partition
 from kbroker.replication.registration import NO_LEADER
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode, KafkaError, error_name
 
 if TYPE_CHECKING:
     from kbroker.kraft.channel import NodeChannel
@@ -65,13 +65,6 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # by Ka
 
 def _protocol_name(protocol_id: int) -> str:
     return SECURITY_PROTOCOLS[protocol_id] if 0 <= protocol_id < len(SECURITY_PROTOCOLS) else str(protocol_id)
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
 
 
 class Address(NamedTuple):
@@ -278,7 +271,7 @@ class ReplicaFetcher:
         assert isinstance(response, FetchResponse)
         if response.error_code != ErrorCode.NONE:
             log.info("%s: broker %d answered the fetch with %s", self.client_id, self.source_id,
-                     _error_name(response.error_code))  # fmt: skip
+                     error_name(response.error_code))  # fmt: skip
             self._delay(state for state, _ in sent.values())
             return
         used = version if version is not None else channel.version_for(FETCH_KEY)
@@ -334,7 +327,7 @@ class ReplicaFetcher:
             return True
         # UNKNOWN_LEADER_EPOCH (the leader has not seen this epoch yet), NOT_LEADER_OR_FOLLOWER, unknown topics...
         log.debug("%s: %s-%d: %s, retried after the back-off", self.client_id, partition.topic, partition.index,
-                  _error_name(code))  # fmt: skip
+                  error_name(code))  # fmt: skip
         return False
 
     def _append(self, state: FetchState, data: FetchResponse.PartitionData) -> bool:
@@ -358,7 +351,7 @@ class ReplicaFetcher:
                 result = partition.append_as_follower(records, self.manager.clock())
             if result.error_code != ErrorCode.NONE:
                 log.error("%s: appending to %s-%d at offset %d failed: %s %s", self.client_id, partition.topic,
-                          partition.index, state.fetch_offset, _error_name(result.error_code),
+                          partition.index, state.fetch_offset, error_name(result.error_code),
                           result.error_message or "")  # fmt: skip
                 if result.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
                     state.parked = True
