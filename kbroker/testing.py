@@ -14,14 +14,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import trio
 
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # kbroker.app (and the network layer) is imported when a broker is first started
     from kbroker.app import App
@@ -145,6 +148,13 @@ class RunningBroker(_StartedBroker):
         finally:
             self._app = None
             self._ready.set()
+
+    def call(self, function: Callable[..., T], *args: Any) -> T:
+        """Run ``function(*args)`` on the broker's event loop and return what it returns: what a test does to the
+        running broker's objects directly (they are the event loop's, and may wake its tasks)."""
+        if self._token is None:
+            raise RuntimeError("the broker is not running")
+        return trio.from_thread.run_sync(function, *args, trio_token=self._token)
 
     def stop(self) -> None:
         """Drain and stop: in-flight requests answered, files flushed and closed."""

@@ -214,7 +214,8 @@ def test_an_operators_marker_for_a_consumer_offsets_partition_applies_the_pendin
         admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=30)
         assert broker.broker is not None
         store = broker.broker.offsets
-        store.commit_pending("g", 88, {("orders", 0): CommittedOffset(12, -1, None, T0)}, producer_epoch=3)
+        pending = {("orders", 0): CommittedOffset(12, -1, None, T0)}
+        broker.call(lambda: store.commit_pending("g", 88, pending, producer_epoch=3))  # on the broker's event loop
         topic = WriteTxnMarkersRequest.WritableTxnMarkerTopic(
             name=OFFSETS_TOPIC, partition_indexes=[offsets_partition("g", PARTITIONS)]
         )
