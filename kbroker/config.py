@@ -69,6 +69,28 @@ LISTENER_KEYS = ("listener.security.protocol.map", "inter.broker.listener.name",
 LISTENER_PREFIX = "listener.name."  # per-listener overrides of security keys (Kafka's ListenerName.configPrefix)
 
 
+def _broker_role_problems(values: Mapping[str, Any]) -> list[str]:
+    """process.roles=broker needs to know where Kafka's KRaft controllers are; kbroker is never a controller of
+    Kafka's quorum (process.roles=broker,controller is a single node, its own controller, with a warning)."""
+    if values["process.roles"] == "controller":
+        return [registry.CONTROLLER_ROLE_REFUSED]
+    if values["process.roles"] != "broker":
+        return []
+    if not values["controller.quorum.bootstrap.servers"] and not values["controller.quorum.voters"]:
+        return [
+            "process.roles=broker needs controller.quorum.bootstrap.servers (host:port,...) or "
+            "controller.quorum.voters (id@host:port,...) naming the KRaft controllers"
+        ]
+    from kbroker.kraft.quorum import QuorumConfigError, parse_bootstrap, parse_voters
+
+    try:
+        parse_bootstrap(values["controller.quorum.bootstrap.servers"])
+        parse_voters(values["controller.quorum.voters"])
+    except QuorumConfigError as exc:
+        return [str(exc)]
+    return []
+
+
 def _scaled(value: int, unit_ms: int) -> int:
     return -1 if value < 0 else value * unit_ms  # a negative retention means unlimited, whatever the unit
 
@@ -119,6 +141,8 @@ class BrokerConfig:
                 errors.append(f"{name}={text.strip()} is not supported: {refused}")
                 continue
             warning = registry.warning_for(key, value)
+            if name in registry.QUORUM_KEYS and (values or {}).get("process.roles", "").strip() == "broker":
+                warning = None  # where the controllers are: applied by the broker role
             if warning is not None and warn:
                 log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
             self._values[name] = value
@@ -141,7 +165,7 @@ class BrokerConfig:
             )
         if "log.roll.ms" not in self._raw:
             self._values["log.roll.ms"] = self._values["log.roll.hours"] * 3_600_000
-        problems = _consumer_group_problems(self._values)
+        problems = _consumer_group_problems(self._values) + _broker_role_problems(self._values)
         queued = self._values["queued.max.request.bytes"]
         if 0 < queued < self._values["socket.request.max.bytes"]:  # Kafka's check: one request must always fit
             problems.append("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")

@@ -79,6 +79,11 @@ class MetadataFollower:
         self.applied_offset = -1  # the offset of the last record applied to a published image
         self._waiting: list[MetadataBatch] = []  # fetched, not yet below the high watermark
         self.caught_up = trio.Event()  # applied everything below the high watermark of an answer, once
+        # Fetches are numbered as they are sent; ``_synced_fetch`` is the newest one after whose answer every record
+        # below its high watermark was applied (``sync`` waits for one sent after it was called).
+        self._fetches_sent = 0
+        self._synced_fetch = -1
+        self._synced = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -114,6 +119,8 @@ class MetadataFollower:
             max_bytes=FETCH_MAX_BYTES,
             topics=[FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[partition])],
         )
+        fetch_number = self._fetches_sent
+        self._fetches_sent += 1
         answer = await channel.request(request)
         if channel.version_for(FETCH_API_KEY) < MIN_FETCH_VERSION:
             raise MetadataFollowerError(f"{address[0]}:{address[1]} serves Fetch below v{MIN_FETCH_VERSION}")
@@ -153,7 +160,19 @@ class MetadataFollower:
                 self.last_fetched_epoch = batch.leader_epoch
         self.high_watermark = data.high_watermark
         self._apply_committed()
+        if self.applied_offset + 1 >= self.high_watermark:
+            self._synced_fetch = fetch_number
+            self._synced.set()
+            self._synced = trio.Event()
         return True
+
+    async def sync(self) -> None:
+        """Wait until everything the quorum had committed when this was called is applied and published: a change
+        the active controller has answered is then in the broker's image (a fetch sent after the answer sees a high
+        watermark past its records)."""
+        wanted = self._fetches_sent
+        while self._synced_fetch < wanted:
+            await self._synced.wait()
 
     def _learn_leader(self, answer: FetchResponse, data: FetchResponse.PartitionData) -> None:
         leader = data.current_leader

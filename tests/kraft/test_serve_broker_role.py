@@ -1,0 +1,207 @@
+"""``kbroker serve`` with Kafka's broker settings (process.roles=broker, node.id, controller.quorum.bootstrap.servers,
+controller.listener.names) runs as a broker under a real controller-only Apache Kafka 4.4: it registers and is
+unfenced, admin requests on its listener reach the controller and answer with its codes and messages, the topics
+it creates are led by it, records round-trip through it, and SIGTERM is a controlled shutdown the controller sees.
+
+The controller's view is read as any observer of its quorum reads it: a metadata follower of this test's own."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat.apache_kafka import KafkaController, KafkaUnavailable
+from kbroker.config import BrokerConfig, ConfigError
+from kbroker.kraft.metadata_follower import MetadataFollower
+from kbroker.kraft.quorum import QuorumView, parse_voters
+from kbroker.metadata.controller import MetadataCache
+from kbroker.metadata.image import MetadataImage
+from kbroker.testing import BrokerProcess
+from kbroker.wire_client import WireClient
+from protocol.errors import ErrorCode
+from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.metadata_request import MetadataRequest
+
+NODE = 7
+WITHIN = 120  # seconds: a bound against hanging, never a measure (2 busy cores)
+KBROKER_LEVELS = {"share.version": 0, "streams.version": 0}
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaController]:
+    running = KafkaController(tmp_path_factory.mktemp("kafka-controller"), features=KBROKER_LEVELS)
+    try:
+        running.start()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka cannot run here: {exc}")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def format_data_dir(data_dir: Path, cluster_id: str, node_id: int) -> None:
+    """What ``kafka-storage format -t CLUSTER_ID -c broker.properties`` writes in a broker's log directory."""
+    data_dir.mkdir(parents=True)
+    directory_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    (data_dir / "meta.properties").write_text(
+        f"#\n#Written by kafka-storage format\nnode.id={node_id}\ndirectory.id={directory_id}\nversion=1\n"
+        f"cluster.id={cluster_id}\n"
+    )
+
+
+def broker_settings(controller: KafkaController) -> dict[str, str]:
+    return {
+        "process.roles": "broker",
+        "node.id": str(NODE),
+        "controller.quorum.bootstrap.servers": controller.bootstrap,
+        "controller.listener.names": "CONTROLLER",
+        "broker.heartbeat.interval.ms": "500",
+    }
+
+
+def controller_image(controller: KafkaController, until: Callable[[MetadataImage], bool]) -> MetadataImage:
+    """The quorum's committed metadata as an observer follows it, once ``until`` holds for it."""
+    cache = MetadataCache()
+    quorum = QuorumView(list(parse_voters(controller.voters).values()), client_id="kbroker-test-observer")
+    follower = MetadataFollower(quorum, cache, node_id=9999, cluster_id=controller.cluster_id, max_wait_ms=100)
+
+    async def main() -> None:
+        with trio.fail_after(WITHIN):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(follower.run)
+                while not (follower.caught_up.is_set() and until(cache.image)):
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+        await quorum.aclose()
+
+    trio.run(main)
+    return cache.image
+
+
+def test_kbroker_serve_as_a_broker_of_a_kafka_controller_quorum(controller: KafkaController, tmp_path: Path) -> None:
+    data_dir = tmp_path / "broker"
+    format_data_dir(data_dir, controller.cluster_id, NODE)
+    broker = BrokerProcess(data_dir, broker_settings(controller), log_level="INFO").start(timeout=WITHIN)
+    try:
+        # Registered with its listener and unfenced, in the controller's own metadata.
+        image = controller_image(controller, lambda i: NODE in i.brokers and not i.brokers[NODE].fenced)
+        endpoint = image.brokers[NODE].endpoints["PLAINTEXT"]
+        assert (endpoint.host, endpoint.port) == ("127.0.0.1", broker.port)
+
+        # A topic created through kbroker's listener is the controller's, led by this broker.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        futures = admin.create_topics([NewTopic("orders", num_partitions=2, replication_factor=1)])
+        futures["orders"].result(timeout=WITHIN)
+        image = controller_image(controller, lambda i: i.topics.get("orders") is not None)
+        topic = image.topics.by_name["orders"]
+        assert {index: (p.leader, p.replicas, p.leader_epoch) for index, p in topic.partitions.items()} == {
+            0: (NODE, (NODE,), 0),
+            1: (NODE, (NODE,), 0),
+        }
+        with WireClient(broker.bootstrap) as client:
+            metadata = client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="orders")]), 12)
+        assert [(b.node_id, b.port) for b in metadata.brokers] == [(NODE, broker.port)]
+        assert metadata.cluster_id == controller.cluster_id
+        [described] = metadata.topics
+        assert (described.error_code, described.topic_id) == (0, topic.topic_id)
+        assert sorted((p.partition_index, p.leader_id, p.leader_epoch, p.error_code) for p in described.partitions) == [
+            (0, NODE, 0, 0),
+            (1, NODE, 0, 0),
+        ]
+
+        # The same name again: the controller's refusal, code and message, reaches the client.
+        again = CreateTopicsRequest.CreatableTopic(name="orders", num_partitions=1, replication_factor=1)
+        with WireClient(broker.bootstrap) as client:
+            answer = client.request(CreateTopicsRequest(topics=[again], timeout_ms=30000), 7)
+        [result] = answer.topics
+        assert (result.error_code, result.error_message) == (
+            ErrorCode.TOPIC_ALREADY_EXISTS,
+            "Topic 'orders' already exists.",
+        )
+
+        # Produce, then consume: exact records at their offsets.
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "enable.idempotence": True})
+        delivered: list[tuple[int | None, int | None]] = []
+        for index in range(5):
+            producer.produce(
+                "orders",
+                key=f"k{index}".encode(),
+                value=f"v{index}".encode(),
+                partition=index % 2,
+                on_delivery=lambda err, msg: delivered.append((msg.partition(), msg.offset())) if err is None else None,
+            )
+        assert producer.flush(WITHIN) == 0
+        assert sorted(delivered) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("orders", 0, 0), TopicPartition("orders", 1, 0)])
+        read: list[tuple[int | None, int | None, bytes | None, bytes | None]] = []
+        for _ in range(200):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read.append((message.partition(), message.offset(), message.key(), message.value()))
+            if len(read) == 5:
+                break
+        consumer.close()
+        assert sorted(read) == [
+            (0, 0, b"k0", b"v0"),
+            (0, 1, b"k2", b"v2"),
+            (0, 2, b"k4", b"v4"),
+            (1, 0, b"k1", b"v1"),
+            (1, 1, b"k3", b"v3"),
+        ]
+    finally:
+        broker.stop(timeout=WITHIN)
+
+    # SIGTERM was a controlled shutdown: the controller moved leadership off the broker (no other replica, so
+    # each partition is leaderless with this broker as its eligible leader replica) and fenced it.
+
+    def left_under_control(image: MetadataImage) -> bool:
+        partitions = image.topics.by_name["orders"].partitions.values()
+        return all(p.leader == -1 for p in partitions) and image.brokers[NODE].fenced
+
+    image = controller_image(controller, left_under_control)
+    for registration in image.topics.by_name["orders"].partitions.values():
+        assert (registration.leader, registration.isr, registration.eligible_leader_replicas) == (-1, (), (NODE,))
+        assert registration.leader_epoch == 1
+    assert "controlled shutdown allowed by the controller quorum" in broker.log_path.read_text()
+
+
+def test_broker_role_settings_are_checked_in_one_line() -> None:
+    with pytest.raises(ConfigError) as missing:
+        BrokerConfig({"process.roles": "broker", "node.id": "1"})
+    assert str(missing.value) == (
+        "process.roles=broker needs controller.quorum.bootstrap.servers (host:port,...) or controller.quorum.voters "
+        "(id@host:port,...) naming the KRaft controllers"
+    )
+    with pytest.raises(ConfigError) as refused:
+        BrokerConfig({"process.roles": "controller", "controller.quorum.voters": "1@localhost:9093"})
+    assert str(refused.value) == (
+        "process.roles=controller is not supported: kbroker implements the KRaft broker role only; run Apache "
+        "Kafka's controller (process.roles=controller) and start kbroker with process.roles=broker and "
+        "controller.quorum.bootstrap.servers naming it"
+    )
+    # Kafka's stock server.properties (a combined node) still starts a single node, its own controller, warned.
+    combined = BrokerConfig({"process.roles": "broker,controller", "controller.quorum.voters": "1@localhost:9093"})
+    assert combined["process.roles"] == "broker,controller"
+    with pytest.raises(ConfigError) as bad:
+        BrokerConfig({"process.roles": "broker", "controller.quorum.voters": "localhost:9093"})
+    assert str(bad.value) == "controller.quorum.voters: 'localhost:9093' is not id@host:port"
+    configured = BrokerConfig({"process.roles": "broker", "controller.quorum.bootstrap.servers": "localhost:9093"})
+    assert configured["process.roles"] == "broker"
+
+
+def test_an_unformatted_data_directory_is_refused_in_one_line(controller: KafkaController, tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "unformatted", broker_settings(controller))
+    with pytest.raises(RuntimeError) as failed:
+        broker.start(timeout=WITHIN)
+    assert "meta.properties is missing: a broker under a KRaft controller quorum needs" in str(failed.value)
+    assert "kafka-storage format -t CLUSTER_ID" in str(failed.value)
+    assert "Traceback" not in str(failed.value)
