@@ -44,6 +44,7 @@ from kbroker.quotas import ClientQuotas
 from kbroker.replication import IsrProposal, Partition, ReplicaManager, read_high_watermarks
 from kbroker.security.acls import Authorizer
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
+from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
 from protocol.errors import ErrorCode, KafkaError
@@ -103,7 +104,7 @@ class Broker:
             self.metadata = MetadataCache()
             if config["process.roles"] == "broker":
                 self.cluster_id, directory_id = self._load_formatted_meta()
-                self.controller = self._join_quorum(directory_id)
+                self.controller = self._join_quorum(directory_id, durable=logs is None)
             else:
                 self.cluster_id = self._load_meta()
                 # The cluster's metadata: the image, and this node as its own controller. With logs kept in memory
@@ -358,20 +359,35 @@ class Broker:
             raise
         return controller
 
-    def _join_quorum(self, directory_id: uuid.UUID) -> QuorumController:
-        """The broker role's parts (kbroker/kraft): the metadata follows the quorum's log, admin goes to its
-        active controller."""
+    def _join_quorum(self, directory_id: uuid.UUID, *, durable: bool) -> QuorumController:
+        """The broker role's parts (kbroker/kraft): the metadata follows the quorum's log (its local copy read back
+        first), admin goes to its active controller."""
         from kbroker.kraft.role import BrokerRole
 
-        self.kraft = BrokerRole(
-            self.config, self.metadata, node_id=self.node_id, cluster_id=self.cluster_id, directory_id=directory_id
-        )
+        metadata_log = MetadataLog(self.data_dir) if durable else None
+        try:
+            self.kraft = BrokerRole(
+                self.config,
+                self.metadata,
+                node_id=self.node_id,
+                cluster_id=self.cluster_id,
+                directory_id=directory_id,
+                metadata_log=metadata_log,
+                data_dir=self.data_dir if durable else None,
+            )
+        except BaseException:
+            if metadata_log is not None:
+                metadata_log.close()
+            raise
         return self.kraft.controller
 
     def _topic_configs(self, name: str) -> dict[str, str]:
         return dict(self.metadata.image.config(ConfigResourceType.TOPIC, name))
 
     def _close_metadata_log(self) -> None:
+        kraft = self.__dict__.get("kraft")
+        if kraft is not None and kraft.follower.metadata_log is not None:
+            kraft.follower.metadata_log.close()
         controller = self.__dict__.get("controller")
         if controller is not None and controller.metadata_log is not None:
             controller.metadata_log.close()
@@ -492,6 +508,8 @@ class Broker:
             self.logs.close()
             self.offsets.close()
             self.transactions.close()
+            if self.kraft is not None and (self.data_dir / CLEAN_SHUTDOWN_FILE).exists():
+                self.kraft.keep_clean_epoch()  # only once the logs are known clean: the controller trusts them
             self._close_metadata_log()
         finally:
             self._data_dir_lock.release()

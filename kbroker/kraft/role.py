@@ -6,6 +6,11 @@ offset, and the forwarding controller (kbroker/kraft/forwarding.py) keeps a prod
 broker, it enables request processing only once the controller has unfenced it: the service reports started
 (and the server after it starts accepting) then. A clean stop is a controlled shutdown first, so the controller
 moves leadership away before the listeners close.
+
+The metadata the broker applied is kept in its own ``__cluster_metadata-0`` (as Kafka's broker keeps it): a
+restart serves that image at once, its partitions' logs opened as the image names them, and fetches on from there.
+A broker no controller registers and unfences within ``initial.broker.registration.timeout.ms`` (Kafka's 60 s)
+stops with one line, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -13,22 +18,30 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import trio
 
 from kbroker.config import BrokerConfig
+from kbroker.durable.files import write_atomically
+from kbroker.kraft import BrokerRoleError
 from kbroker.kraft.forwarding import QuorumController
 from kbroker.kraft.lifecycle import BrokerLifecycleManager, BrokerListener
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_bootstrap, parse_voters
 from kbroker.metadata.controller import Listener, MetadataCache
 from kbroker.metadata.features import KRAFT_BROKER_FEATURES
+from kbroker.metadata.log import MetadataLog
 
 log = logging.getLogger("kbroker.kraft")
 
 CONTROLLED_SHUTDOWN_SECONDS = 30.0  # as long as Kafka's broker waits for it before stopping anyway
 FETCH_WAIT_MS = 500  # Kafka's replica.fetch.wait.max.ms default: how long a metadata fetch waits for records
 REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms default: how long a forwarded request may take
+REGISTRATION_TIMEOUT_SECONDS = 60.0  # Kafka's initial.broker.registration.timeout.ms default
+# The broker epoch of the last clean stop, as Kafka keeps it in its clean-shutdown file: written once the logs are
+# closed cleanly after a controlled shutdown, read (and removed) at the next start.
+CLEAN_EPOCH_FILE = ".kbroker_broker_epoch"
 
 
 def quorum_addresses(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -43,16 +56,34 @@ class BrokerRole:
     """The broker's KRaft parts and the service that runs them (``run``) and stops them under control."""
 
     def __init__(
-        self, config: BrokerConfig, cache: MetadataCache, *, node_id: int, cluster_id: str, directory_id: uuid.UUID
+        self,
+        config: BrokerConfig,
+        cache: MetadataCache,
+        *,
+        node_id: int,
+        cluster_id: str,
+        directory_id: uuid.UUID,
+        metadata_log: MetadataLog | None = None,
+        data_dir: Path | None = None,
     ) -> None:
+        """``metadata_log``: the broker's local copy of the quorum's log, read back here (None: memory only);
+        ``data_dir``: where the epoch of a clean stop is kept (None: nowhere)."""
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.directory_id = directory_id
         self.heartbeat_interval_ms = config["broker.heartbeat.interval.ms"]
+        self.data_dir = data_dir
+        self.previous_broker_epoch = self._take_clean_epoch()
         self.quorum = QuorumView(quorum_addresses(config), client_id=f"kbroker-broker-{node_id}")
         self.follower = MetadataFollower(
-            self.quorum, cache, node_id=node_id, cluster_id=cluster_id, max_wait_ms=FETCH_WAIT_MS
+            self.quorum,
+            cache,
+            node_id=node_id,
+            cluster_id=cluster_id,
+            max_wait_ms=FETCH_WAIT_MS,
+            metadata_log=metadata_log,
         )
+        self.follower.restore()
         self.lifecycle: BrokerLifecycleManager | None = None
         self.controller = QuorumController(
             self.quorum,
@@ -75,6 +106,7 @@ class BrokerRole:
             applied_offset=lambda: self.follower.applied_offset,
             caught_up=self.follower.caught_up.is_set,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
+            previous_broker_epoch=self.previous_broker_epoch,
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -87,7 +119,16 @@ class BrokerRole:
                 await nursery.start(self.follower.run)
                 await nursery.start(lifecycle.run)
                 log.info("waiting for the controller quorum to unfence broker %d", self.node_id)
-                await lifecycle.unfenced.wait()
+                with trio.move_on_after(REGISTRATION_TIMEOUT_SECONDS):
+                    await lifecycle.unfenced.wait()
+                if not lifecycle.unfenced.is_set():
+                    where = ", ".join(f"{host}:{port}" for host, port in self.quorum.bootstrap)
+                    what = "unfenced" if lifecycle.registered.is_set() else "registered"
+                    raise BrokerRoleError(
+                        f"no KRaft controller at {where} {what} broker {self.node_id} within "
+                        f"{REGISTRATION_TIMEOUT_SECONDS:g} s (is the controller quorum running, and are these its "
+                        "controller listeners?)"
+                    )
                 await nursery.start(self.controller.run)
                 log.info("broker %d unfenced (broker epoch %d)", self.node_id, lifecycle.broker_epoch)
                 task_status.started()
@@ -95,6 +136,24 @@ class BrokerRole:
         finally:
             with trio.CancelScope(shield=True):
                 await self.quorum.aclose()
+
+    def keep_clean_epoch(self) -> None:
+        """After a controlled shutdown whose logs closed cleanly: keep the broker epoch for the next registration."""
+        lifecycle = self.lifecycle
+        if self.data_dir is not None and lifecycle is not None and lifecycle.shutdown_allowed.is_set():
+            write_atomically(self.data_dir / CLEAN_EPOCH_FILE, f"{lifecycle.broker_epoch}\n", sync_directory=True)
+
+    def _take_clean_epoch(self) -> int:
+        """The epoch a clean stop kept, removed so that a crash after this start cannot claim it (-1: none)."""
+        if self.data_dir is None:
+            return -1
+        path = self.data_dir / CLEAN_EPOCH_FILE
+        try:
+            text = path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return -1
+        path.unlink(missing_ok=True)
+        return int(text) if text.isdigit() else -1
 
     async def controlled_shutdown(self, timeout: float = CONTROLLED_SHUTDOWN_SECONDS) -> None:
         """Ask the controller to move leadership away and wait until it allows the shutdown (or ``timeout``)."""

@@ -1,12 +1,14 @@
 """The metadata follower's rules, against scripted Fetch answers (no JVM): records reach the image only below the
 leader's high watermark and a metadata transaction at a time; the leader an answer names (with its endpoint) is
 where the next fetch goes; a diverging epoch drops what waits past the leader's end offset; a divergence below
-what was applied, or another cluster's quorum, stops the follower with a line saying so."""
+what was applied, or another cluster's quorum, stops the follower with a line saying so. Committed batches are kept
+in the broker's own __cluster_metadata-0, from which a restart rebuilds the image and resumes fetching."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import trio
 from kbroker.kraft.metadata_follower import MetadataFollower, MetadataFollowerError
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
+from kbroker.metadata.log import MetadataLog
 from protocol._codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
@@ -98,11 +101,13 @@ def answer(
 
 
 def follow(
-    answers: list[FetchResponse], cache: MetadataCache | None = None
+    answers: list[FetchResponse], cache: MetadataCache | None = None, metadata_log: MetadataLog | None = None
 ) -> tuple[MetadataFollower, ScriptedQuorum, ScriptedChannel, list[bool]]:
     channel = ScriptedChannel(answers)
     quorum = ScriptedQuorum(channel)
-    follower = MetadataFollower(quorum, cache or MetadataCache(), node_id=NODE, cluster_id="cluster-a")
+    follower = MetadataFollower(
+        quorum, cache or MetadataCache(), node_id=NODE, cluster_id="cluster-a", metadata_log=metadata_log
+    )
     count = len(answers)
 
     async def main() -> list[bool]:
@@ -181,3 +186,29 @@ def test_a_divergence_below_what_was_applied_stops_the_follower() -> None:
 def test_another_clusters_quorum_stops_the_follower() -> None:
     with pytest.raises(MetadataFollowerError, match="belongs to another cluster than cluster-a"):
         follow([answer(high_watermark=0, top_error=ErrorCode.INCONSISTENT_CLUSTER_ID)])
+
+
+def test_committed_batches_are_kept_locally_and_a_restart_resumes_after_them(tmp_path: Path) -> None:
+    orders, payments = uuid.uuid4(), uuid.uuid4()
+    committed = batch(topic_records("orders", orders), 0, epoch=2)
+    waiting = batch(topic_records("payments", payments), 2, epoch=2)
+    with MetadataLog(tmp_path) as kept:
+        follow([answer(committed + waiting, high_watermark=2, leader=(3000, 2))], metadata_log=kept)
+        # Only what was committed (and applied) is on disk, at the leader's offsets and epoch.
+        assert kept.end_offset == 2
+        assert [(b.base_offset, b.leader_epoch) for b in kept.read_batches()] == [(0, 2)]
+    with MetadataLog(tmp_path) as reopened:
+        cache = MetadataCache()
+        channel = ScriptedChannel([answer(waiting, high_watermark=4, leader=(3000, 2))])
+        follower = MetadataFollower(
+            ScriptedQuorum(channel), cache, node_id=NODE, cluster_id="cluster-a", metadata_log=reopened
+        )
+        follower.restore()
+        assert sorted(cache.image.topics.by_name) == ["orders"]
+        assert cache.image.topics.by_name["orders"].topic_id == orders
+        assert (follower.fetch_offset, follower.last_fetched_epoch, follower.applied_offset) == (2, 2, 1)
+        assert trio.run(follower.fetch_once)
+        request = channel.requests[0].topics[0].partitions[0]
+        assert (request.fetch_offset, request.last_fetched_epoch) == (2, 2)
+        assert sorted(cache.image.topics.by_name) == ["orders", "payments"]
+        assert reopened.end_offset == 4

@@ -140,17 +140,7 @@ def test_kbroker_serve_as_a_broker_of_a_kafka_controller_quorum(controller: Kafk
             )
         assert producer.flush(WITHIN) == 0
         assert sorted(delivered) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
-        consumer.assign([TopicPartition("orders", 0, 0), TopicPartition("orders", 1, 0)])
-        read: list[tuple[int | None, int | None, bytes | None, bytes | None]] = []
-        for _ in range(200):
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                read.append((message.partition(), message.offset(), message.key(), message.value()))
-            if len(read) == 5:
-                break
-        consumer.close()
-        assert sorted(read) == [
+        assert consume_all(broker.bootstrap, 5) == [
             (0, 0, b"k0", b"v0"),
             (0, 1, b"k2", b"v2"),
             (0, 2, b"k4", b"v4"),
@@ -172,6 +162,45 @@ def test_kbroker_serve_as_a_broker_of_a_kafka_controller_quorum(controller: Kafk
         assert (registration.leader, registration.isr, registration.eligible_leader_replicas) == (-1, (), (NODE,))
         assert registration.leader_epoch == 1
     assert "controlled shutdown allowed by the controller quorum" in broker.log_path.read_text()
+
+    # A restart reads back the metadata it kept in its own __cluster_metadata-0 and fetches on from its end; its
+    # partitions' logs are the image's (nothing set aside), the controller elects it again from the ELR, and the
+    # records are all there.
+    kept = (data_dir / "__cluster_metadata-0").glob("*.log")
+    assert sum(path.stat().st_size for path in kept) > 0
+    broker.start(timeout=WITHIN)
+    try:
+        image = controller_image(
+            controller, lambda i: all(p.leader == NODE for p in i.topics.by_name["orders"].partitions.values())
+        )
+        assert [p.leader_epoch for p in image.topics.by_name["orders"].partitions.values()] == [2, 2]
+        resumed = [line for line in broker.log_path.read_text().splitlines() if "resuming __cluster_metadata-0" in line]
+        assert len(resumed) == 1 and int(resumed[0].split(" at offset ")[1].split(",")[0]) > 0
+        assert consume_all(broker.bootstrap, 5) == [
+            (0, 0, b"k0", b"v0"),
+            (0, 1, b"k2", b"v2"),
+            (0, 2, b"k4", b"v4"),
+            (1, 0, b"k1", b"v1"),
+            (1, 1, b"k3", b"v3"),
+        ]
+        assert not list(data_dir.glob("*quarantine*")) and not list(data_dir.glob("orders-*.*"))
+    finally:
+        broker.stop(timeout=WITHIN)
+
+
+def consume_all(bootstrap: str, count: int) -> list[tuple[int | None, int | None, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of the first ``count`` records of orders' two partitions, sorted."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("orders", 0, 0), TopicPartition("orders", 1, 0)])
+    read: list[tuple[int | None, int | None, bytes | None, bytes | None]] = []
+    for _ in range(200):
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            read.append((message.partition(), message.offset(), message.key(), message.value()))
+        if len(read) == count:
+            break
+    consumer.close()
+    return sorted(read, key=lambda item: (item[0] or 0, item[1] or 0))
 
 
 def test_broker_role_settings_are_checked_in_one_line() -> None:
