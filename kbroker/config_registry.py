@@ -759,6 +759,16 @@ CONFIG_DEFS: list[ConfigDef] = [
         described=False,
     ),
     ConfigDef(
+        "initial.broker.registration.timeout.ms",
+        "INT",
+        "60000",
+        Int(1, INT_MAX),
+        "How long a broker under a KRaft controller quorum waits to be registered and unfenced before it stops "
+        "(process.roles=broker).",
+        B,
+        described=False,
+    ),
+    ConfigDef(
         "broker.heartbeat.interval.ms",
         "INT",
         "2000",

@@ -236,26 +236,15 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
             refused.append(result)
             continue
         results.append(result)
-        info = ctx.topics.topic(topic.name)
         if counts[topic.name] > 1:
             result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
-        elif info is None:
-            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            result.error_message = f"The topic '{topic.name}' does not exist."
-        elif topic.count <= info.partitions:
-            result.error_code = ErrorCode.INVALID_PARTITIONS
-            result.error_message = (
-                f"Topic currently has {info.partitions} partitions, which is higher than the requested {topic.count}."
-                if topic.count < info.partitions
-                else f"Topic already has {info.partitions} partitions."
-            )
-        else:
+        else:  # an unknown topic or a count that is no increase is the controller's to refuse, in its words
             assignments = [a.broker_ids for a in topic.assignments] if topic.assignments is not None else None
             try:
                 await ctx.topics.add_partitions(
                     topic.name, topic.count, assignments, validate_only=request.validate_only
                 )
-            except KafkaError as exc:  # a refused assignment, or deleted or grown by another request meanwhile
+            except KafkaError as exc:  # unknown, not an increase, a refused assignment, ...
                 result.error_code, result.error_message = exc.code, exc.message
                 continue
             if not request.validate_only:

@@ -9,8 +9,8 @@ moves leadership away before the listeners close.
 
 The metadata the broker applied is kept in its own ``__cluster_metadata-0`` (as Kafka's broker keeps it): a
 restart serves that image at once, its partitions' logs opened as the image names them, and fetches on from there.
-A broker no controller registers and unfences within ``initial.broker.registration.timeout.ms`` (Kafka's 60 s)
-stops with one line, as Kafka's does.
+A broker no controller registers and unfences within ``initial.broker.registration.timeout.ms`` stops with one
+line, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ log = logging.getLogger("kbroker.kraft")
 CONTROLLED_SHUTDOWN_SECONDS = 30.0  # as long as Kafka's broker waits for it before stopping anyway
 FETCH_WAIT_MS = 500  # Kafka's replica.fetch.wait.max.ms default: how long a metadata fetch waits for records
 REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms default: how long a forwarded request may take
-REGISTRATION_TIMEOUT_SECONDS = 60.0  # Kafka's initial.broker.registration.timeout.ms default
 # The broker epoch of the last clean stop, as Kafka keeps it in its clean-shutdown file: written once the logs are
 # closed cleanly after a controlled shutdown, read (and removed) at the next start.
 CLEAN_EPOCH_FILE = ".kbroker_broker_epoch"
@@ -72,6 +71,7 @@ class BrokerRole:
         self.cluster_id = cluster_id
         self.directory_id = directory_id
         self.heartbeat_interval_ms = config["broker.heartbeat.interval.ms"]
+        self.registration_timeout = config["initial.broker.registration.timeout.ms"] / 1000
         self.data_dir = data_dir
         self.previous_broker_epoch = self._take_clean_epoch()
         self.quorum = QuorumView(quorum_addresses(config), client_id=f"kbroker-broker-{node_id}")
@@ -119,15 +119,15 @@ class BrokerRole:
                 await nursery.start(self.follower.run)
                 await nursery.start(lifecycle.run)
                 log.info("waiting for the controller quorum to unfence broker %d", self.node_id)
-                with trio.move_on_after(REGISTRATION_TIMEOUT_SECONDS):
+                with trio.move_on_after(self.registration_timeout):
                     await lifecycle.unfenced.wait()
                 if not lifecycle.unfenced.is_set():
                     where = ", ".join(f"{host}:{port}" for host, port in self.quorum.bootstrap)
                     what = "unfenced" if lifecycle.registered.is_set() else "registered"
                     raise BrokerRoleError(
                         f"no KRaft controller at {where} {what} broker {self.node_id} within "
-                        f"{REGISTRATION_TIMEOUT_SECONDS:g} s (is the controller quorum running, and are these its "
-                        "controller listeners?)"
+                        f"{self.registration_timeout:g} s (initial.broker.registration.timeout.ms; is the controller "
+                        "quorum running, and are these its controller listeners?)"
                     )
                 await nursery.start(self.controller.run)
                 log.info("broker %d unfenced (broker epoch %d)", self.node_id, lifecycle.broker_epoch)

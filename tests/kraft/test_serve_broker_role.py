@@ -8,6 +8,7 @@ The controller's view is read as any observer of its quorum reads it: a metadata
 from __future__ import annotations
 
 import base64
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,19 +16,28 @@ from pathlib import Path
 import pytest
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
-from kbroker.metadata.image import MetadataImage
+from kbroker.metadata.image import ConfigResourceType, MetadataImage
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
+from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.metadata_response import MetadataResponse
 
 NODE = 7
 WITHIN = 120  # seconds: a bound against hanging, never a measure (2 busy cores)
@@ -234,3 +244,97 @@ def test_an_unformatted_data_directory_is_refused_in_one_line(controller: KafkaC
     assert "meta.properties is missing: a broker under a KRaft controller quorum needs" in str(failed.value)
     assert "kafka-storage format -t CLUSTER_ID" in str(failed.value)
     assert "Traceback" not in str(failed.value)
+
+
+def test_a_broker_no_controller_registers_stops_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as unused:  # a port nothing listens on: no controller there
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    data_dir = tmp_path / "broker"
+    format_data_dir(data_dir, "4js_AsWOQCGxVNNYUSFQNg", NODE)
+    settings = {
+        "process.roles": "broker",
+        "node.id": str(NODE),
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{port}",
+        "initial.broker.registration.timeout.ms": "1500",
+    }
+    with pytest.raises(RuntimeError) as failed:
+        BrokerProcess(data_dir, settings).start(timeout=WITHIN)
+    output = str(failed.value)
+    assert "exited with 1" in output
+    assert (
+        f"kbroker: no KRaft controller at 127.0.0.1:{port} registered broker {NODE} within 1.5 s "
+        "(initial.broker.registration.timeout.ms; is the controller quorum running, and are these its controller "
+        "listeners?)"
+    ) in output
+    assert "Traceback" not in output
+
+
+def test_admin_requests_on_kbrokers_listener_are_the_controllers(controller: KafkaController, tmp_path: Path) -> None:
+    node = NODE + 1
+    data_dir = tmp_path / "broker"
+    format_data_dir(data_dir, controller.cluster_id, node)
+    broker = BrokerProcess(data_dir, {**broker_settings(controller), "node.id": str(node)}).start(timeout=WITHIN)
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("grown", num_partitions=1, replication_factor=1)])["grown"].result(WITHIN)
+
+        # CreatePartitions: the controller places the new partitions; kbroker's Metadata shows them at once.
+        admin.create_partitions([NewPartitions("grown", 3)])["grown"].result(WITHIN)
+        image = controller_image(controller, lambda i: len(i.topics.by_name["grown"].partitions) == 3)
+        assert {p.leader for p in image.topics.by_name["grown"].partitions.values()} == {node}
+        assert sorted(p.partition_index for p in topic_metadata(broker, "grown").partitions) == [0, 1, 2]
+        # Refusals are the controller's: kbroker answers what the controller itself answers the same request.
+        shrink = CreatePartitionsRequest(
+            topics=[CreatePartitionsRequest.CreatePartitionsTopic(name="grown", count=2, assignments=None)],
+            timeout_ms=30000,
+        )
+        too_many = CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(name="wide", num_partitions=1, replication_factor=3)],
+            timeout_ms=30000,
+            validate_only=True,
+        )
+        answers = {}
+        for name, address in (("kbroker", broker.bootstrap), ("controller", controller.bootstrap)):
+            with WireClient(address) as client:
+                [shrunk] = client.request(shrink, 3).results
+                [wide] = client.request(too_many, 7).topics
+            answers[name] = [(shrunk.error_code, shrunk.error_message), (wide.error_code, wide.error_message)]
+        assert answers["kbroker"] == answers["controller"]
+        assert [code for code, _ in answers["kbroker"]] == [
+            ErrorCode.INVALID_PARTITIONS,
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+        ]
+
+        # IncrementalAlterConfigs: the controller's config record, seen by kbroker's DescribeConfigs.
+        change = ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "grown", incremental_configs=[change])
+        admin.incremental_alter_configs([resource])[resource].result(WITHIN)
+        image = controller_image(controller, lambda i: bool(i.config(ConfigResourceType.TOPIC, "grown")))
+        assert dict(image.config(ConfigResourceType.TOPIC, "grown")) == {"retention.ms": "123456"}
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "grown")])
+        [entries] = [future.result(WITHIN) for future in described.values()]
+        assert entries["retention.ms"].value == "123456"
+
+        # A transactional producer's id comes from a block the controller allocated to this broker.
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-1"})
+        producer.init_transactions(WITHIN)
+        producer.begin_transaction()
+        producer.produce("grown", value=b"in a transaction", partition=0)
+        producer.commit_transaction(WITHIN)
+        image = controller_image(controller, lambda i: i.next_producer_id > 0)
+        assert image.next_producer_id >= 1000  # one block of Kafka's 1000 ids at least
+
+        # DeleteTopics: gone from the controller's metadata and from kbroker's.
+        admin.delete_topics(["grown"])["grown"].result(WITHIN)
+        controller_image(controller, lambda i: i.topics.get("grown") is None)
+        assert topic_metadata(broker, "grown").error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        broker.stop(timeout=WITHIN)
+
+
+def topic_metadata(broker: BrokerProcess, name: str) -> MetadataResponse.MetadataResponseTopic:
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)], allow_auto_topic_creation=False)
+    with WireClient(broker.bootstrap) as client:
+        [topic] = client.request(request, 12).topics
+    return topic
