@@ -26,17 +26,21 @@ from kbroker.kraft.channel import ChannelError
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import Controller, Listener, MetadataCache
-from kbroker.metadata.image import ConfigResourceType, MetadataImage, PartitionRegistration, TopicImage
+from kbroker.metadata.image import AclEntry, ConfigResourceType, MetadataImage, PartitionRegistration, TopicImage
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
 from protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
 from protocol.messages.alter_partition_request import AlterPartitionRequest
 from protocol.messages.alter_partition_response import AlterPartitionResponse
+from protocol.messages.create_acls_request import CreateAclsRequest
+from protocol.messages.create_acls_response import CreateAclsResponse
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_partitions_response import CreatePartitionsResponse
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.create_topics_response import CreateTopicsResponse
+from protocol.messages.delete_acls_request import DeleteAclsRequest
+from protocol.messages.delete_acls_response import DeleteAclsResponse
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.delete_topics_response import DeleteTopicsResponse
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
@@ -326,10 +330,72 @@ class QuorumController(Controller):
     # --- not forwarded yet --------------------------------------------------------------------------------
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
-        raise not_forwarded("CreateAcls")
+        from kbroker.security.authorizer import AclResult, acl_entry_of
+
+        request = CreateAclsRequest(
+            creations=[
+                CreateAclsRequest.AclCreation(
+                    resource_type=binding.resource_type,
+                    resource_name=binding.name,
+                    resource_pattern_type=binding.pattern_type,
+                    principal=binding.principal,
+                    host=binding.host,
+                    operation=binding.operation,
+                    permission_type=binding.permission,
+                )
+                for binding in bindings
+            ]
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, CreateAclsResponse)
+        results = [AclResult(ErrorCode(r.error_code), r.error_message or None) for r in answer.results]
+        created = {acl_entry_of(b) for b, r in zip(bindings, results, strict=True) if r.code == ErrorCode.NONE}
+        await self._until(lambda image: created <= set(image.acls.values()))
+        return results
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
-        raise not_forwarded("DeleteAcls")
+        from kbroker.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+        from kbroker.security.authorizer import AclResult, acl_entry_of
+
+        request = DeleteAclsRequest(
+            filters=[
+                DeleteAclsRequest.DeleteAclsFilter(
+                    resource_type_filter=f.resource_type,
+                    resource_name_filter=f.name,
+                    pattern_type_filter=f.pattern_type,
+                    principal_filter=f.principal,
+                    host_filter=f.host,
+                    operation=f.operation,
+                    permission_type=f.permission,
+                )
+                for f in filters
+            ]
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, DeleteAclsResponse)
+        results: list[list[AclBinding] | AclResult] = []
+        deleted: set[AclEntry] = set()
+        for result in answer.filter_results:
+            if result.error_code != ErrorCode.NONE:
+                results.append(AclResult(ErrorCode(result.error_code), result.error_message or None))
+                continue
+            matched = [
+                AclBinding(
+                    ResourceType(acl.resource_type),
+                    acl.resource_name,
+                    PatternType(acl.pattern_type),
+                    acl.principal,
+                    acl.host,
+                    AclOperation(acl.operation),
+                    AclPermissionType(acl.permission_type),
+                )
+                for acl in result.matching_acls
+                if acl.error_code == ErrorCode.NONE
+            ]
+            deleted.update(acl_entry_of(binding) for binding in matched)
+            results.append(matched)
+        await self._until(lambda image: not deleted & set(image.acls.values()))
+        return results
 
     async def alter_user_scram_credentials(
         self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]

@@ -17,12 +17,18 @@ import pytest
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
+    ResourcePatternType,
+    ResourceType,
 )
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
@@ -30,7 +36,7 @@ from kbroker.config import BrokerConfig, ConfigError
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
-from kbroker.metadata.image import ConfigResourceType, MetadataImage
+from kbroker.metadata.image import AclEntry, ConfigResourceType, MetadataImage
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -338,3 +344,54 @@ def topic_metadata(broker: BrokerProcess, name: str) -> MetadataResponse.Metadat
     with WireClient(broker.bootstrap) as client:
         [topic] = client.request(request, 12).topics
     return topic
+
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def test_acls_created_and_deleted_on_kbroker_are_the_controllers(tmp_path: Path) -> None:
+    """CreateAcls and DeleteAcls reach a controller running Kafka's StandardAuthorizer (kbroker's requests come as
+    the broker's own principal, a super user there, as Kafka's inter-broker principal is)."""
+    secured = KafkaController(
+        tmp_path / "controller",
+        {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"},
+        features=KBROKER_LEVELS,
+    )
+    try:
+        secured.start()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka cannot run here: {exc}")
+    try:
+        data_dir = tmp_path / "broker"
+        format_data_dir(data_dir, secured.cluster_id, NODE)
+        settings = {**broker_settings(secured), "authorizer.class.name": STANDARD_AUTHORIZER}
+        broker = BrokerProcess(data_dir, {**settings, "super.users": "User:ANONYMOUS"}).start(timeout=WITHIN)
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            binding = AclBinding(
+                ResourceType.TOPIC,
+                "orders",
+                ResourcePatternType.PREFIXED,
+                "User:alice",
+                "*",
+                AclOperation.READ,
+                AclPermissionType.ALLOW,
+            )
+            [created] = admin.create_acls([binding]).values()
+            created.result(WITHIN)
+            wanted = AclEntry(2, "orders", 4, "User:alice", "*", 3, 3)  # TOPIC, PREFIXED, READ, ALLOW
+            image = controller_image(secured, lambda i: wanted in i.acls.values())
+            assert list(image.acls.values()) == [wanted]
+            every = AclBindingFilter(
+                ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+            )
+            listed = admin.describe_acls(every)
+            assert listed.result(WITHIN) == [binding]
+
+            [deleted] = admin.delete_acls([every]).values()
+            assert deleted.result(WITHIN) == [binding]
+            controller_image(secured, lambda i: not i.acls)
+        finally:
+            broker.stop(timeout=WITHIN)
+    finally:
+        secured.stop()
