@@ -12,6 +12,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -382,8 +383,16 @@ def test_acls_created_and_deleted_on_kbroker_are_the_controllers(tmp_path: Path)
             wanted = AclEntry(2, "orders", 4, "User:alice", "*", 3, 3)  # TOPIC, PREFIXED, READ, ALLOW
             image = controller_image(secured, lambda i: wanted in i.acls.values())
             assert list(image.acls.values()) == [wanted]
+            # Alice's ACLs on any resource (None: any name or host, which confluent-kafka's annotations leave out).
+            anything: Any = None
             every = AclBindingFilter(
-                ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+                ResourceType.ANY,
+                anything,
+                ResourcePatternType.ANY,
+                "User:alice",
+                anything,
+                AclOperation.ANY,
+                AclPermissionType.ANY,
             )
             listed = admin.describe_acls(every)
             assert listed.result(WITHIN) == [binding]
