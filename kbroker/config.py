@@ -82,12 +82,25 @@ def _broker_role_problems(values: Mapping[str, Any]) -> list[str]:
             "controller.quorum.voters (id@host:port,...) naming the KRaft controllers"
         ]
     from kbroker.kraft.quorum import QuorumConfigError, parse_bootstrap, parse_voters
+    from kbroker.server.listeners import parse_protocol_map
 
     try:
         parse_bootstrap(values["controller.quorum.bootstrap.servers"])
         parse_voters(values["controller.quorum.voters"])
     except QuorumConfigError as exc:
         return [str(exc)]
+    # The controllers are reached on the first of controller.listener.names, with its security protocol.
+    names = [name.strip().upper() for name in (values["controller.listener.names"] or "").split(",") if name.strip()]
+    if names:
+        try:
+            protocol = parse_protocol_map(values["listener.security.protocol.map"]).get(names[0], "PLAINTEXT")
+        except ConfigError:
+            return []  # the listener parser reports it
+        if protocol != "PLAINTEXT":
+            return [
+                f"controller listener {names[0]} is {protocol} in listener.security.protocol.map: kbroker reaches "
+                "the KRaft controllers over PLAINTEXT only"
+            ]
     return []
 
 

@@ -240,6 +240,19 @@ def test_broker_role_settings_are_checked_in_one_line() -> None:
     with pytest.raises(ConfigError) as bad:
         BrokerConfig({"process.roles": "broker", "controller.quorum.voters": "localhost:9093"})
     assert str(bad.value) == "controller.quorum.voters: 'localhost:9093' is not id@host:port"
+    with pytest.raises(ConfigError) as secured:
+        BrokerConfig(
+            {
+                "process.roles": "broker",
+                "controller.quorum.bootstrap.servers": "localhost:9093",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            }
+        )
+    assert str(secured.value) == (
+        "controller listener CONTROLLER is SSL in listener.security.protocol.map: kbroker reaches the KRaft "
+        "controllers over PLAINTEXT only"
+    )
     configured = BrokerConfig({"process.roles": "broker", "controller.quorum.bootstrap.servers": "localhost:9093"})
     assert configured["process.roles"] == "broker"
 
