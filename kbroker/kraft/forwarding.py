@@ -7,6 +7,10 @@ broker's handlers authorize the client first), the controller's error code and m
 handler answers with, and a change the controller accepted is waited for in the broker's own image (the
 metadata follower applies it) before the operation returns, as the ``Controller`` contract says.
 
+Forwarded: CreateTopics, CreatePartitions, DeleteTopics, IncrementalAlterConfigs (a set or removed config of a
+topic, broker or the cluster default), UpdateFeatures, CreateAcls, DeleteAcls, AlterUserScramCredentials,
+AlterClientQuotas, and the broker's own AllocateProducerIds and AlterPartition.
+
 Requests that find no active controller (NOT_CONTROLLER, a lost connection) go to the next voter until
 ``request_timeout`` has passed; then the handler answers REQUEST_TIMED_OUT. Producer ids come in blocks from
 AllocateProducerIds: a block is fetched ahead (``run``) so InitProducerId hands ids out without waiting, as
@@ -26,13 +30,24 @@ from kbroker.kraft.channel import ChannelError
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import Controller, Listener, MetadataCache
-from kbroker.metadata.image import AclEntry, ConfigResourceType, MetadataImage, PartitionRegistration, TopicImage
+from kbroker.metadata.image import (
+    AclEntry,
+    ConfigResourceType,
+    MetadataImage,
+    PartitionRegistration,
+    ScramMechanism,
+    TopicImage,
+)
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
 from protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
+from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
+from protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
 from protocol.messages.alter_partition_request import AlterPartitionRequest
 from protocol.messages.alter_partition_response import AlterPartitionResponse
+from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
+from protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from protocol.messages.create_acls_request import CreateAclsRequest
 from protocol.messages.create_acls_response import CreateAclsResponse
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
@@ -62,13 +77,6 @@ SET, DELETE = 0, 1  # IncrementalAlterConfigs' config operations
 # Kafka's RPCProducerIdManager asks for the next block once this share of the current one is handed out.
 PREFETCH_SHARE = 0.9
 _NO_CONTROLLER = {ErrorCode.NOT_CONTROLLER}
-
-
-def not_forwarded(what: str) -> KafkaError:
-    return KafkaError(
-        ErrorCode.UNSUPPORTED_VERSION,
-        f"{what} is not forwarded to the KRaft controller by kbroker yet: send it to a Kafka broker of the cluster",
-    )
 
 
 class QuorumController(Controller):
@@ -327,8 +335,6 @@ class QuorumController(Controller):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
         return current
 
-    # --- not forwarded yet --------------------------------------------------------------------------------
-
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
         from kbroker.security.authorizer import AclResult, acl_entry_of
 
@@ -400,12 +406,81 @@ class QuorumController(Controller):
     async def alter_user_scram_credentials(
         self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]
     ) -> list[ScramAlterResult]:
-        raise not_forwarded("AlterUserScramCredentials")
+        from kbroker.security.scram_credentials import AlterResult
+
+        r = AlterUserScramCredentialsRequest
+        request = r(
+            deletions=[r.ScramCredentialDeletion(name=user, mechanism=mechanism) for user, mechanism in deletions],
+            upsertions=[
+                r.ScramCredentialUpsertion(
+                    name=u.user,
+                    mechanism=u.mechanism,
+                    iterations=u.iterations,
+                    salt=u.salt,
+                    salted_password=u.salted_password,
+                )
+                for u in upsertions
+            ],
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, AlterUserScramCredentialsResponse)
+        results = [AlterResult(r.user, ErrorCode(r.error_code), r.error_message or None) for r in answer.results]
+        changed = {result.user for result in results if result.error == ErrorCode.NONE}
+
+        def applied(image: MetadataImage) -> bool:
+            credentials = image.scram_credentials
+            deleted = all((user, mechanism) not in credentials for user, mechanism in deletions if user in changed)
+            upserted = (
+                getattr(credentials.get((u.user, ScramMechanism(u.mechanism))), "iterations", None) == u.iterations
+                for u in upsertions
+                if u.user in changed
+            )
+            return deleted and all(upserted)
+
+        await self._until(applied)
+        return results
 
     async def alter_client_quotas(
         self, entries: Sequence[QuotaEntry], validate_only: bool, resolvable: Callable[[str], bool]
     ) -> list[QuotaAlterResult]:
-        raise not_forwarded("AlterClientQuotas")
+        """The controller resolves host names itself (``resolvable`` is the single node's way)."""
+        from kbroker.metadata.image import quota_entity
+        from kbroker.quotas import AlterResult, entity_of
+
+        r = AlterClientQuotasRequest
+        request = r(
+            entries=[
+                r.EntryData(
+                    entity=[r.EntityData(entity_type=kind, entity_name=name) for kind, name in parts],
+                    ops=[
+                        r.OpData(key=key, value=0.0 if value is None else value, remove=value is None)
+                        for key, value in ops
+                    ],
+                )
+                for parts, ops in entries
+            ],
+            validate_only=validate_only,
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, AlterClientQuotasResponse)
+        results: list[QuotaAlterResult] = []
+        for entry in answer.entries:
+            parts = [(part.entity_type, part.entity_name) for part in entry.entity]
+            result = AlterResult(parts, ErrorCode(entry.error_code), entry.error_message or None)
+            results.append((entity_of(parts), result))
+        accepted = {entity for entity, result in results if result.error == ErrorCode.NONE}
+        wanted = [(quota_entity(parts), dict(ops)) for parts, ops in entries if entity_of(parts) in accepted]
+
+        def applied(image: MetadataImage) -> bool:
+            return all(
+                image.client_quotas.get(entity, {}).get(key) == value
+                for entity, ops in wanted
+                for key, value in ops.items()
+            )
+
+        if not validate_only:
+            await self._until(applied)
+        return results
 
 
 def _top_level_error(answer: Message) -> int:

@@ -30,6 +30,10 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
@@ -38,9 +42,11 @@ from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
 from kbroker.metadata.image import AclEntry, ConfigResourceType, MetadataImage
+from kbroker.metadata.image import ScramMechanism as ImageScramMechanism
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
+from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.metadata_request import MetadataRequest
@@ -417,3 +423,61 @@ def test_acls_created_and_deleted_on_kbroker_are_the_controllers(tmp_path: Path)
             broker.stop(timeout=WITHIN)
     finally:
         secured.stop()
+
+
+def test_scram_credentials_and_client_quotas_set_on_kbroker_are_the_controllers(
+    controller: KafkaController, tmp_path: Path
+) -> None:
+    node = NODE + 2
+    data_dir = tmp_path / "broker"
+    format_data_dir(data_dir, controller.cluster_id, node)
+    broker = BrokerProcess(data_dir, {**broker_settings(controller), "node.id": str(node)}).start(timeout=WITHIN)
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        upsert = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"pw")
+        admin.alter_user_scram_credentials([upsert])["alice"].result(WITHIN)
+        image = controller_image(controller, lambda i: ("alice", 1) in i.scram_credentials)
+        assert image.scram_credentials[("alice", ImageScramMechanism.SCRAM_SHA_256)].iterations == 8192
+        described = admin.describe_user_scram_credentials(["alice"])
+        assert isinstance(described, dict)
+        assert [(c.mechanism, c.iterations) for c in described["alice"].result(WITHIN).scram_credential_infos] == [
+            (ScramMechanism.SCRAM_SHA_256, 8192)
+        ]
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)])[
+            "alice"
+        ].result(WITHIN)
+        controller_image(controller, lambda i: ("alice", 1) not in i.scram_credentials)
+
+        q = AlterClientQuotasRequest
+        quota = q(
+            entries=[
+                q.EntryData(
+                    entity=[q.EntityData(entity_type="client-id", entity_name="reporting")],
+                    ops=[q.OpData(key="producer_byte_rate", value=1024.0)],
+                )
+            ]
+        )
+        with WireClient(broker.bootstrap) as client:
+            [entry] = client.request(quota, 1).entries
+        assert (entry.error_code, entry.error_message) == (0, None)
+        image = controller_image(controller, lambda i: bool(i.client_quotas))
+        assert {entity: dict(values) for entity, values in image.client_quotas.items()} == {
+            (("client-id", "reporting"),): {"producer_byte_rate": 1024.0}
+        }
+        # A refusal is the controller's: the same request sent to it answers the same.
+        bad = q(
+            entries=[
+                q.EntryData(
+                    entity=[q.EntityData(entity_type="client-id", entity_name="reporting")],
+                    ops=[q.OpData(key="no_such_quota", value=1.0)],
+                )
+            ]
+        )
+        answers = []
+        for address in (broker.bootstrap, controller.bootstrap):
+            with WireClient(address) as client:
+                [refused] = client.request(bad, 1).entries
+            answers.append((refused.error_code, refused.error_message))
+        assert answers[0] == answers[1] and answers[0][0] == ErrorCode.INVALID_REQUEST
+    finally:
+        broker.stop(timeout=WITHIN)
