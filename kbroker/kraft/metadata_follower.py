@@ -32,7 +32,7 @@ from kbroker.kraft.channel import ChannelError, NodeChannel
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
 from kbroker.metadata.image import ImageError, MetadataImage, MetadataImageBuilder
-from kbroker.metadata.log import MetadataLog, MetadataLogError, SnapshotId
+from kbroker.metadata.log import MetadataLog, MetadataLogError, Replay, SnapshotId
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.fetch_request import FetchRequest
@@ -221,7 +221,12 @@ class MetadataFollower:
         if self.metadata_log is None:
             return
         try:
-            replay = self.metadata_log.replay()
+            latest = self.metadata_log.latest_snapshot_id()
+            if latest is not None and latest.end_offset > self.metadata_log.end_offset:
+                # A snapshot fetched from the leader, no batch after it yet: the local log has nothing to add.
+                replay = Replay(self.metadata_log.read_snapshot(latest), (), latest.end_offset)
+            else:
+                replay = self.metadata_log.replay()
             if replay.snapshot is not None:
                 end, epoch = replay.snapshot.id.end_offset, replay.snapshot.id.epoch
                 for index, item in enumerate(replay.snapshot.records):
@@ -253,8 +258,13 @@ class MetadataFollower:
     async def _load_snapshot(self, channel: NodeChannel, end_offset: int, epoch: int) -> None:
         """The leader answers with a snapshot: fetch it whole and make it the image."""
         if self.applied_offset >= 0:
-            raise MetadataFollowerError(
-                f"the quorum's leader sent snapshot {end_offset}-{epoch} after offset {self.applied_offset} was applied"
+            # Kept from before a restart, but the leader no longer has the log from there (it went while this broker
+            # was away): its snapshot replaces the image, as on a fresh start.
+            log.warning(
+                "the quorum's leader no longer has %s-0 from offset %d: loading its snapshot at %d",
+                METADATA_TOPIC,
+                self.fetch_offset,
+                end_offset,
             )
         data = bytearray()
         size = -1
@@ -288,6 +298,7 @@ class MetadataFollower:
         if published is not None:
             self.cache.publish(*published)
         self._builder = MetadataImageBuilder(self.cache.image)
+        self._waiting = []
         self.fetch_offset = end_offset
         self.last_fetched_epoch = epoch
         self.applied_offset = end_offset - 1
