@@ -8,7 +8,11 @@ The controller's view is read as any observer of its quorum reads it: a metadata
 from __future__ import annotations
 
 import base64
+import signal
 import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -481,3 +485,53 @@ def test_scram_credentials_and_client_quotas_set_on_kbroker_are_the_controllers(
         assert answers[0] == answers[1] and answers[0][0] == ErrorCode.INVALID_REQUEST
     finally:
         broker.stop(timeout=WITHIN)
+
+
+def test_kafkas_broker_properties_runs_kbroker_as_that_broker(controller: KafkaController, tmp_path: Path) -> None:
+    """The keys of Kafka's own config/broker.properties, only its addresses and directory changed, start kbroker
+    as that broker: its listener registered, its node id in Metadata, its data directory the formatted one."""
+    node = NODE + 3
+    with socket.socket() as probe:  # a free port for the fixed listener the file names
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data_dir = tmp_path / "kraft-broker-logs"
+    format_data_dir(data_dir, controller.cluster_id, node)
+    properties = tmp_path / "broker.properties"
+    properties.write_text(
+        "process.roles=broker\n"
+        f"node.id={node}\n"
+        f"controller.quorum.bootstrap.servers={controller.bootstrap}\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{port}\n"
+        "inter.broker.listener.name=PLAINTEXT\n"
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n"
+        "controller.listener.names=CONTROLLER\n"
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+        "SASL_SSL:SASL_SSL\n"
+        "num.network.threads=3\nnum.io.threads=8\nsocket.send.buffer.bytes=102400\nsocket.receive.buffer.bytes=102400\n"
+        "socket.request.max.bytes=104857600\n"
+        f"log.dirs={data_dir}\n"
+        "num.partitions=1\nnum.recovery.threads.per.data.dir=1\noffsets.topic.replication.factor=1\n"
+        "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
+        "share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n"
+        "log.retention.hours=168\nlog.segment.bytes=1073741824\nlog.retention.check.interval.ms=300000\n"
+    )
+    ready = tmp_path / "ready"
+    command = [sys.executable, "-m", "kbroker", "serve", "--config", str(properties), "--ready-file", str(ready)]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + WITHIN
+        while not ready.exists():
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "kbroker did not become ready"
+            time.sleep(0.05)
+        assert ready.read_text().strip() == f"127.0.0.1:{port}"
+        with WireClient(f"127.0.0.1:{port}") as client:
+            metadata = client.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 12)
+        assert ([b.node_id for b in metadata.brokers], metadata.cluster_id) == ([node], controller.cluster_id)
+        image = controller_image(controller, lambda i: node in i.brokers and not i.brokers[node].fenced)
+        assert image.brokers[node].endpoints["PLAINTEXT"].port == port
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=WITHIN)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr and " ERROR " not in stderr
