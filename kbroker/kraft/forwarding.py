@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from kbroker.kraft.channel import ChannelError
-from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import Controller, Listener, MetadataCache
 from kbroker.metadata.image import (
     AclEntry,
     ConfigResourceType,
+    MetadataDelta,
     MetadataImage,
     PartitionRegistration,
     ScramMechanism,
@@ -74,8 +74,6 @@ log = logging.getLogger("kbroker.kraft")
 
 RETRY_SECONDS = 0.2
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' config operations
-# Kafka's RPCProducerIdManager asks for the next block once this share of the current one is handed out.
-PREFETCH_SHARE = 0.9
 _NO_CONTROLLER = {ErrorCode.NOT_CONTROLLER}
 
 
@@ -88,7 +86,6 @@ class QuorumController(Controller):
         self,
         quorum: QuorumView,
         cache: MetadataCache,
-        follower: MetadataFollower,
         *,
         node_id: int,
         broker_epoch: Callable[[], int],
@@ -96,7 +93,6 @@ class QuorumController(Controller):
     ) -> None:
         self.quorum = quorum
         self.cache = cache
-        self.follower = follower
         self.node_id = node_id
         self._broker_epoch = broker_epoch
         self.request_timeout = request_timeout_ms / 1000
@@ -109,7 +105,7 @@ class QuorumController(Controller):
     def image(self) -> MetadataImage:
         return self.cache.image
 
-    def _on_publish(self, image: MetadataImage, delta: object) -> None:
+    def _on_publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         self._published.set()
         self._published = trio.Event()
 
