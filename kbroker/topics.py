@@ -190,16 +190,22 @@ class TopicService:
         return self._published(name)
 
     async def check_create(
-        self, name: str, partitions: int, replication_factor: int, assignments: list[list[int]] | None
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        assignments: list[list[int]] | None,
+        configs: dict[str, str] | None = None,
     ) -> None:
-        """What ``create`` would refuse about the partitions and replicas, without creating anything."""
+        """What ``create`` would refuse about the partitions and replicas (and ``configs``, if given), without
+        creating anything."""
         if not assignments and replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         await self.controller.create_topic(
             name,
             partitions=-1 if assignments else partitions,
             replication_factor=-1 if assignments else replication_factor,
-            configs={},
+            configs=configs or {},
             assignments=assignments,
             validate_only=True,
         )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
-from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef
+from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef, ConfigError, problem_with
 from kbroker.dynamic_config import (
     APPLIED_DYNAMIC_KEYS,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -522,6 +522,34 @@ def _incremental(
     return result, None
 
 
+async def _forward_incremental(
+    ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """One resource sent to a controller that checks it itself (Kafka's KRaft quorum), as the client sent it; only
+    values kbroker refuses (features it does not have) are answered here first."""
+    keys = TOPIC_CONFIG_KEYS if resource.resource_type == TOPIC else BROKER_DEFS
+    for op in resource.configs:
+        key = keys.get(op.name)
+        if key is None or op.value is None or op.config_operation not in (SET, APPEND):
+            continue
+        try:
+            refused = problem_with(key, key.parse(op.value))
+        except ConfigError:
+            continue  # the controller words its own refusal
+        if refused is not None:
+            return ErrorCode.INVALID_CONFIG, f"Invalid value {op.value} for configuration {op.name}: {refused}"
+    ops = [(op.name, op.config_operation, op.value) for op in resource.configs]
+    try:
+        await ctx.topics.controller.incremental_alter_configs(
+            resource.resource_type, resource.resource_name, ops, validate_only=validate_only
+        )
+    except KafkaError as exc:
+        return exc.code, exc.message
+    if resource.resource_type == TOPIC and not validate_only:
+        warn_unapplied(resource.resource_name, {op.name: op.value for op in resource.configs if op.value is not None})
+    return ErrorCode.NONE, None
+
+
 async def _incremental_dynamic_resource(
     ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
@@ -551,6 +579,8 @@ async def handle_incremental_alter_configs(
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         elif refusal is not None:
             code, message = _alter_refusal(refusal)
+        elif ctx.topics.controller.forwards_requests and resource.resource_type in (TOPIC, BROKER, GROUP):
+            code, message = await _forward_incremental(ctx, resource, request.validate_only)
         elif resource.resource_type == TOPIC:
             info = ctx.topics.topic(resource.resource_name)
             if info is None:

@@ -95,24 +95,30 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         if counts[topic.name] > 1:
             fail(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {topic.name}")
             continue
-        name_problem = validate_topic_name(topic.name)
+        # A controller that checks requests itself (Kafka's KRaft quorum) answers the name, the partitions, the
+        # replicas and Kafka's config checks in its own words; only what kbroker refuses is answered here.
+        forwarded = ctx.topics.controller.forwards_requests
+        name_problem = None if forwarded else validate_topic_name(topic.name)
         if name_problem is not None:
             fail(ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem)
             continue
-        if ctx.topics.exists_or_pending(topic.name):
+        if not forwarded and ctx.topics.exists_or_pending(topic.name):
             fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
             continue
         assignments = [a.broker_ids for a in sorted(topic.assignments, key=lambda a: a.partition_index)] or None
         if topic.assignments:
-            problem = _check_assignments(topic)
+            problem = None if forwarded else _check_assignments(topic)
             if problem is not None:
                 fail(*problem)
                 continue
             partitions = len(topic.assignments)
         else:
             partitions = ctx.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
-        try:  # the controller's checks of partitions and replicas, before the configs are looked at
-            await ctx.topics.check_create(topic.name, partitions, topic.replication_factor, assignments)
+        # The controller's checks of partitions and replicas, before the configs are looked at (a controller that
+        # checks requests itself looks at both).
+        checked = {c.name: c.value for c in topic.configs if c.value is not None} if forwarded else None
+        try:
+            await ctx.topics.check_create(topic.name, partitions, topic.replication_factor, assignments, checked)
         except KafkaError as exc:
             fail(exc.code, exc.message)
             continue

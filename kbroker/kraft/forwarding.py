@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -81,18 +81,21 @@ class QuorumController(Controller):
     """Admin operations sent to Kafka's active controller; the broker's image follows from the metadata log."""
 
     metadata_log = None  # the broker keeps no controller log of its own (the follower's is the quorum's)
+    forwards_requests = True
 
     def __init__(
         self,
         quorum: QuorumView,
         cache: MetadataCache,
         *,
+        sync: Callable[[], Awaitable[None]],
         node_id: int,
         broker_epoch: Callable[[], int],
         request_timeout_ms: int = 30000,
     ) -> None:
         self.quorum = quorum
         self.cache = cache
+        self._sync = sync  # waits until what the quorum committed so far is in the image
         self.node_id = node_id
         self._broker_epoch = broker_epoch
         self.request_timeout = request_timeout_ms / 1000
@@ -232,6 +235,27 @@ class QuorumController(Controller):
             return all(current.get(key) == value for key, value in changes.items())
 
         await self._until(shows_changes)
+
+    async def incremental_alter_configs(
+        self, resource_type: int, name: str, ops: Sequence[tuple[str, int, str | None]], *, validate_only: bool
+    ) -> None:
+        resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=resource_type,
+            resource_name=name,
+            configs=[
+                IncrementalAlterConfigsRequest.AlterableConfig(name=key, config_operation=operation, value=value)
+                for key, operation, value in ops
+            ],
+        )
+        answer = await self._send(IncrementalAlterConfigsRequest(resources=[resource], validate_only=validate_only))
+        assert isinstance(answer, IncrementalAlterConfigsResponse)
+        [result] = answer.responses
+        _raise_for(result.error_code, result.error_message)
+        if not validate_only:
+            with trio.move_on_after(self.request_timeout):
+                await self._sync()
+                return
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker yet")
 
     async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
         request = UpdateFeaturesRequest(

@@ -92,6 +92,11 @@ class MetadataFollower:
         # Fetched, not yet below the high watermark: each batch decoded and as the leader wrote it.
         self._waiting: list[tuple[MetadataBatch, bytes]] = []
         self.caught_up = trio.Event()  # applied everything below the high watermark of an answer, once
+        # Fetches are numbered as they are sent; ``_synced_fetch`` is the newest one after whose answer everything
+        # below its high watermark was applied (``sync`` waits for one sent after it was called).
+        self._fetches_sent = 0
+        self._synced_fetch = -1
+        self._synced = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -127,6 +132,8 @@ class MetadataFollower:
             max_bytes=FETCH_MAX_BYTES,
             topics=[FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[partition])],
         )
+        fetch_number = self._fetches_sent
+        self._fetches_sent += 1
         answer = await channel.request(request)
         if channel.version_for(FETCH_API_KEY) < MIN_FETCH_VERSION:
             raise MetadataFollowerError(f"{address[0]}:{address[1]} serves Fetch below v{MIN_FETCH_VERSION}")
@@ -166,7 +173,19 @@ class MetadataFollower:
                 self.last_fetched_epoch = batch.leader_epoch
         self.high_watermark = data.high_watermark
         self._apply_committed()
+        if self.applied_offset + 1 >= self.high_watermark:
+            self._synced_fetch = fetch_number
+            self._synced.set()
+            self._synced = trio.Event()
         return True
+
+    async def sync(self) -> None:
+        """Wait until what the quorum had committed when this was called is applied and published: a change the
+        active controller has answered is then in the broker's image (a fetch sent after the answer is answered
+        with a high watermark past its records)."""
+        wanted = self._fetches_sent
+        while self._synced_fetch < wanted:
+            await self._synced.wait()
 
     def _learn_leader(self, answer: FetchResponse, data: FetchResponse.PartitionData) -> None:
         leader = data.current_leader

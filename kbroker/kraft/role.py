@@ -88,6 +88,7 @@ class BrokerRole:
         self.controller = QuorumController(
             self.quorum,
             cache,
+            sync=self.follower.sync,
             node_id=node_id,
             broker_epoch=lambda: self.lifecycle.broker_epoch if self.lifecycle is not None else -1,
             request_timeout_ms=REQUEST_TIMEOUT_MS,

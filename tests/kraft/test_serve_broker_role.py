@@ -42,6 +42,7 @@ from confluent_kafka.admin import (
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.config_registry import REGISTRY
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
@@ -53,6 +54,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 
@@ -324,17 +326,82 @@ def test_admin_requests_on_kbrokers_listener_are_the_controllers(controller: Kaf
             timeout_ms=30000,
             validate_only=True,
         )
+        topic = CreateTopicsRequest.CreatableTopic
+        config = CreateTopicsRequest.CreatableTopicConfig
+        refused_topics = CreateTopicsRequest(
+            topics=[
+                topic(name="bad name", num_partitions=1, replication_factor=1),
+                topic(name="no-partitions", num_partitions=0, replication_factor=1),
+                topic(
+                    name="bad-policy",
+                    num_partitions=1,
+                    replication_factor=1,
+                    configs=[config(name="cleanup.policy", value="nope")],
+                ),
+            ],
+            timeout_ms=30000,
+            validate_only=True,
+        )
+        alter = IncrementalAlterConfigsRequest
+        refused_configs = [  # one resource a request (Kafka answers a repeated resource as a whole)
+            alter(
+                resources=[
+                    alter.AlterConfigsResource(
+                        resource_type=2,
+                        resource_name=name,
+                        configs=[alter.AlterableConfig(name=key, config_operation=operation, value=value)],
+                    )
+                ]
+            )
+            for name, key, operation, value in (
+                ("grown", "retention.ms", 0, "abc"),  # SET a value that is no number
+                ("grown", "no.such.key", 0, "1"),
+                ("nope", "retention.ms", 0, "1"),  # no such topic
+                ("grown", "retention.ms", 2, "2"),  # APPEND to a config that is no list
+            )
+        ]
         answers = {}
         for name, address in (("kbroker", broker.bootstrap), ("controller", controller.bootstrap)):
             with WireClient(address) as client:
                 [shrunk] = client.request(shrink, 3).results
                 [wide] = client.request(too_many, 7).topics
-            answers[name] = [(shrunk.error_code, shrunk.error_message), (wide.error_code, wide.error_message)]
+                created = client.request(refused_topics, 7).topics
+                altered = [client.request(request, 1).responses[0] for request in refused_configs]
+            answers[name] = [
+                (shrunk.error_code, shrunk.error_message),
+                (wide.error_code, wide.error_message),
+                *((t.error_code, t.error_message) for t in created),
+                *((r.error_code, r.error_message) for r in altered),
+            ]
         assert answers["kbroker"] == answers["controller"]
         assert [code for code, _ in answers["kbroker"]] == [
             ErrorCode.INVALID_PARTITIONS,
             ErrorCode.INVALID_REPLICATION_FACTOR,
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            ErrorCode.INVALID_PARTITIONS,
+            ErrorCode.INVALID_CONFIG,
+            ErrorCode.INVALID_CONFIG,
+            ErrorCode.INVALID_CONFIG,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.INVALID_CONFIG,
         ]
+        # What kbroker does not have is refused by kbroker (Kafka's controller would accept it), and not applied.
+        tiered = alter(
+            resources=[
+                alter.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="grown",
+                    configs=[alter.AlterableConfig(name="remote.storage.enable", config_operation=0, value="true")],
+                )
+            ]
+        )
+        with WireClient(broker.bootstrap) as client:
+            [answer] = client.request(tiered, 1).responses
+        reason = REGISTRY["remote.storage.enable"].reason
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.INVALID_CONFIG,
+            f"Invalid value true for configuration remote.storage.enable: {reason}",
+        )
 
         # IncrementalAlterConfigs: the controller's config record, seen by kbroker's DescribeConfigs.
         change = ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)
