@@ -211,10 +211,19 @@ class TopicService:
         )
 
     def _published(self, name: str) -> TopicInfo:
-        info = self.logs.topic(name)
+        info = self.logs.topic(name) or self.in_image(name)  # the image's: a topic with no replica here
         if info is None:  # deleted again before the caller ran
             raise unknown_topic(name)
         return info
+
+    def in_image(self, name: str) -> TopicInfo | None:
+        """A topic of the cluster as the image has it, replicas on this broker or not (in a cluster, the log
+        manager knows only the topics this broker holds a replica of)."""
+        topic = self.image.topics.get(name)
+        if topic is None:
+            return None
+        configs = dict(self.image.config(ConfigResourceType.TOPIC, name))
+        return TopicInfo(name, topic.topic_id, len(topic.partitions), configs)
 
     async def add_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None = None, *, validate_only: bool = False
@@ -264,7 +273,7 @@ class TopicService:
 
     async def delete(self, name: str) -> None:
         """Delete the topic; its files and the offsets committed for it go as the image drops it."""
-        info = self.logs.topic(name)
+        info = self.logs.topic(name) or self.in_image(name)
         if info is None:
             raise unknown_topic(name)
         await self.controller.delete_topic(info.topic_id)

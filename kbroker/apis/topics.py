@@ -184,6 +184,11 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
             result.error_message = "Topic name and topic id must not both be set."
             continue
         info = ctx.topics.topic(name) if name is not None else ctx.topics.topic_by_id(topic_id)
+        forwarded = ctx.topics.controller.forwards_requests
+        if info is None and forwarded:  # in a cluster: a topic with no replica on this broker
+            image = ctx.topics.image.topics
+            image_topic = image.get(name) if name is not None else image.by_id.get(topic_id)
+            info = None if image_topic is None else ctx.topics.in_image(image_topic.name)
         resolved = name if name is not None else (info.name if info is not None else None)
         if resolved is not None and not may_delete_all:
             describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, resolved)
@@ -196,6 +201,12 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 result.error_message = TOPIC_DENIED
                 continue
+        if info is None and forwarded and name is None:  # the controller answers an id it does not know
+            try:
+                await ctx.topics.controller.delete_topic(topic_id)
+            except KafkaError as exc:
+                result.error_code, result.error_message = exc.code, exc.message
+            continue
         if info is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             # Kafka 4.3's message for an absent name (v5+ carry messages); the absent id's is not checked yet.

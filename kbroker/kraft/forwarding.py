@@ -7,9 +7,9 @@ broker's handlers authorize the client first), the controller's error code and m
 handler answers with, and a change the controller accepted is waited for in the broker's own image (the
 metadata follower applies it) before the operation returns, as the ``Controller`` contract says.
 
-Forwarded: CreateTopics, CreatePartitions, DeleteTopics, IncrementalAlterConfigs (a set or removed config of a
-topic, broker or the cluster default), UpdateFeatures, CreateAcls, DeleteAcls, AlterUserScramCredentials,
-AlterClientQuotas, and the broker's own AllocateProducerIds and AlterPartition.
+Forwarded: CreateTopics, CreatePartitions, DeleteTopics, IncrementalAlterConfigs and AlterConfigs (one resource
+each, as the client sent it, or the configs a handler worked out), UpdateFeatures, CreateAcls, DeleteAcls,
+AlterUserScramCredentials, AlterClientQuotas, and the broker's own AllocateProducerIds and AlterPartition.
 
 Requests that find no active controller (NOT_CONTROLLER, a lost connection) go to the next voter until
 ``request_timeout`` has passed; then the handler answers REQUEST_TIMED_OUT. Producer ids come in blocks from
@@ -44,6 +44,8 @@ from protocol.messages.allocate_producer_ids_request import AllocateProducerIdsR
 from protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
 from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
 from protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
+from protocol.messages.alter_configs_request import AlterConfigsRequest
+from protocol.messages.alter_configs_response import AlterConfigsResponse
 from protocol.messages.alter_partition_request import AlterPartitionRequest
 from protocol.messages.alter_partition_response import AlterPartitionResponse
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
@@ -252,10 +254,29 @@ class QuorumController(Controller):
         [result] = answer.responses
         _raise_for(result.error_code, result.error_message)
         if not validate_only:
-            with trio.move_on_after(self.request_timeout):
-                await self._sync()
-                return
-            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker yet")
+            await self._synced()
+
+    async def replace_configs(
+        self, resource_type: int, name: str, configs: Sequence[tuple[str, str | None]], *, validate_only: bool
+    ) -> None:
+        resource = AlterConfigsRequest.AlterConfigsResource(
+            resource_type=resource_type,
+            resource_name=name,
+            configs=[AlterConfigsRequest.AlterableConfig(name=key, value=value) for key, value in configs],
+        )
+        answer = await self._send(AlterConfigsRequest(resources=[resource], validate_only=validate_only))
+        assert isinstance(answer, AlterConfigsResponse)
+        [result] = answer.responses
+        _raise_for(result.error_code, result.error_message)
+        if not validate_only:
+            await self._synced()
+
+    async def _synced(self) -> None:
+        """Wait until the broker's image has what the quorum committed so far (a change just answered as made)."""
+        with trio.move_on_after(self.request_timeout):
+            await self._sync()
+            return
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
 
     async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
         request = UpdateFeaturesRequest(

@@ -167,6 +167,13 @@ class Controller(ABC):
         controller that ``forwards_requests``; others are given the resulting configs (``alter_configs``)."""
         raise NotImplementedError
 
+    async def replace_configs(
+        self, resource_type: int, name: str, configs: Sequence[tuple[str, str | None]], *, validate_only: bool
+    ) -> None:
+        """One AlterConfigs resource as the client sent it (every config it is to have). Only for a controller that
+        ``forwards_requests``."""
+        raise NotImplementedError
+
     @abstractmethod
     async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
         """Finalize each feature (name -> (level, upgrade type)) at its level, all or none: KafkaError

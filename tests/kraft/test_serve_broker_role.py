@@ -52,8 +52,10 @@ from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
+from protocol.messages.alter_configs_request import AlterConfigsRequest
 from protocol.messages.create_partitions_request import CreatePartitionsRequest
 from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
@@ -360,6 +362,22 @@ def test_admin_requests_on_kbrokers_listener_are_the_controllers(controller: Kaf
                 ("grown", "retention.ms", 2, "2"),  # APPEND to a config that is no list
             )
         ]
+        legacy = AlterConfigsRequest
+        replaced = [
+            legacy(
+                resources=[
+                    legacy.AlterConfigsResource(
+                        resource_type=2,
+                        resource_name=name,
+                        configs=[legacy.AlterableConfig(name="retention.ms", value=value)],
+                    )
+                ]
+            )
+            for name, value in (("grown", "abc"), ("nope", "1"))
+        ]
+        unknown_id = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(topic_id=uuid.uuid4())], timeout_ms=30000
+        )
         answers = {}
         for name, address in (("kbroker", broker.bootstrap), ("controller", controller.bootstrap)):
             with WireClient(address) as client:
@@ -367,11 +385,14 @@ def test_admin_requests_on_kbrokers_listener_are_the_controllers(controller: Kaf
                 [wide] = client.request(too_many, 7).topics
                 created = client.request(refused_topics, 7).topics
                 altered = [client.request(request, 1).responses[0] for request in refused_configs]
+                altered += [client.request(request, 2).responses[0] for request in replaced]
+                [deleted] = client.request(unknown_id, 6).responses
             answers[name] = [
                 (shrunk.error_code, shrunk.error_message),
                 (wide.error_code, wide.error_message),
                 *((t.error_code, t.error_message) for t in created),
                 *((r.error_code, r.error_message) for r in altered),
+                (deleted.error_code, deleted.error_message),
             ]
         assert answers["kbroker"] == answers["controller"]
         assert [code for code, _ in answers["kbroker"]] == [
@@ -384,6 +405,9 @@ def test_admin_requests_on_kbrokers_listener_are_the_controllers(controller: Kaf
             ErrorCode.INVALID_CONFIG,
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             ErrorCode.INVALID_CONFIG,
+            ErrorCode.INVALID_CONFIG,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.UNKNOWN_TOPIC_ID,
         ]
         # What kbroker does not have is refused by kbroker (Kafka's controller would accept it), and not applied.
         tiered = alter(
@@ -602,3 +626,53 @@ def test_kafkas_broker_properties_runs_kbroker_as_that_broker(controller: KafkaC
         _, stderr = process.communicate(timeout=WITHIN)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and " ERROR " not in stderr
+
+
+def test_a_kbroker_broker_administers_topics_it_holds_no_replica_of(
+    controller: KafkaController, tmp_path: Path
+) -> None:
+    """Two kbroker brokers under one controller: a topic placed on the second only is created, reconfigured and
+    deleted through the first, which holds no replica of it."""
+    first, second = NODE + 4, NODE + 5
+    brokers = []
+    try:
+        for node in (first, second):
+            data_dir = tmp_path / f"broker-{node}"
+            format_data_dir(data_dir, controller.cluster_id, node)
+            settings = {**broker_settings(controller), "node.id": str(node)}
+            brokers.append(BrokerProcess(data_dir, settings).start(timeout=WITHIN))
+        via = brokers[0].bootstrap
+        placed = CreateTopicsRequest.CreatableTopic(
+            name="elsewhere",
+            num_partitions=-1,
+            replication_factor=-1,
+            assignments=[CreateTopicsRequest.CreatableReplicaAssignment(partition_index=0, broker_ids=[second])],
+        )
+        with WireClient(via) as client:
+            [created] = client.request(CreateTopicsRequest(topics=[placed], timeout_ms=30000), 7).topics
+        assert (created.error_code, created.error_message, created.num_partitions) == (0, None, 1)
+        image = controller_image(controller, lambda i: i.topics.get("elsewhere") is not None)
+        topic = image.topics.by_name["elsewhere"]
+        assert created.topic_id == topic.topic_id
+        assert [(p.leader, p.replicas) for p in topic.partitions.values()] == [(second, (second,))]
+
+        alter = IncrementalAlterConfigsRequest
+        change = alter.AlterConfigsResource(
+            resource_type=2,
+            resource_name="elsewhere",
+            configs=[alter.AlterableConfig(name="retention.ms", config_operation=0, value="60000")],
+        )
+        with WireClient(via) as client:
+            [altered] = client.request(alter(resources=[change]), 1).responses
+        assert (altered.error_code, altered.error_message) == (0, None)
+        image = controller_image(controller, lambda i: bool(i.config(ConfigResourceType.TOPIC, "elsewhere")))
+        assert dict(image.config(ConfigResourceType.TOPIC, "elsewhere")) == {"retention.ms": "60000"}
+
+        by_name = DeleteTopicsRequest.DeleteTopicState(name="elsewhere")
+        with WireClient(via) as client:
+            [deleted] = client.request(DeleteTopicsRequest(topics=[by_name], timeout_ms=30000), 6).responses
+        assert (deleted.error_code, deleted.topic_id) == (0, topic.topic_id)
+        controller_image(controller, lambda i: i.topics.get("elsewhere") is None)
+    finally:
+        for broker in brokers:
+            broker.stop(timeout=WITHIN)
