@@ -69,9 +69,10 @@ LISTENER_KEYS = ("listener.security.protocol.map", "inter.broker.listener.name",
 LISTENER_PREFIX = "listener.name."  # per-listener overrides of security keys (Kafka's ListenerName.configPrefix)
 
 
-def _broker_role_problems(values: Mapping[str, Any]) -> list[str]:
-    """process.roles=broker needs to know where Kafka's KRaft controllers are; kbroker is never a controller of
-    Kafka's quorum (process.roles=broker,controller is a single node, its own controller, with a warning)."""
+def _broker_role_problems(values: Mapping[str, Any], given: Mapping[str, str]) -> list[str]:
+    """process.roles=broker needs what Kafka's broker needs: its node.id, where the KRaft controllers are and the
+    name of their listener. kbroker is never a controller of Kafka's quorum (process.roles=broker,controller is a
+    single node, its own controller, with a warning)."""
     if values["process.roles"] == "controller":
         return [registry.CONTROLLER_ROLE_REFUSED]
     if values["process.roles"] != "broker":
@@ -81,6 +82,9 @@ def _broker_role_problems(values: Mapping[str, Any]) -> list[str]:
             "process.roles=broker needs controller.quorum.bootstrap.servers (host:port,...) or "
             "controller.quorum.voters (id@host:port,...) naming the KRaft controllers"
         ]
+    missing = [key for key in ("node.id", "controller.listener.names") if not given.get(key)]
+    if missing:
+        return [f"process.roles=broker needs {' and '.join(missing)} (as Kafka's broker does)"]
     from kbroker.kraft.quorum import QuorumConfigError, parse_bootstrap, parse_voters
     from kbroker.server.listeners import parse_protocol_map
 
@@ -90,17 +94,16 @@ def _broker_role_problems(values: Mapping[str, Any]) -> list[str]:
     except QuorumConfigError as exc:
         return [str(exc)]
     # The controllers are reached on the first of controller.listener.names, with its security protocol.
-    names = [name.strip().upper() for name in (values["controller.listener.names"] or "").split(",") if name.strip()]
-    if names:
-        try:
-            protocol = parse_protocol_map(values["listener.security.protocol.map"]).get(names[0], "PLAINTEXT")
-        except ConfigError:
-            return []  # the listener parser reports it
-        if protocol != "PLAINTEXT":
-            return [
-                f"controller listener {names[0]} is {protocol} in listener.security.protocol.map: kbroker reaches "
-                "the KRaft controllers over PLAINTEXT only"
-            ]
+    name = values["controller.listener.names"].split(",")[0].strip().upper()
+    try:
+        protocol = parse_protocol_map(values["listener.security.protocol.map"]).get(name, "PLAINTEXT")
+    except ConfigError:
+        return []  # the listener parser reports it
+    if protocol != "PLAINTEXT":
+        return [
+            f"controller listener {name} is {protocol} in listener.security.protocol.map: kbroker reaches the KRaft "
+            "controllers over PLAINTEXT only"
+        ]
     return []
 
 
@@ -178,7 +181,7 @@ class BrokerConfig:
             )
         if "log.roll.ms" not in self._raw:
             self._values["log.roll.ms"] = self._values["log.roll.hours"] * 3_600_000
-        problems = _consumer_group_problems(self._values) + _broker_role_problems(self._values)
+        problems = _consumer_group_problems(self._values) + _broker_role_problems(self._values, self._raw)
         queued = self._values["queued.max.request.bytes"]
         if 0 < queued < self._values["socket.request.max.bytes"]:  # Kafka's check: one request must always fit
             problems.append("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")

@@ -241,6 +241,11 @@ def test_broker_role_settings_are_checked_in_one_line() -> None:
         "process.roles=broker needs controller.quorum.bootstrap.servers (host:port,...) or controller.quorum.voters "
         "(id@host:port,...) naming the KRaft controllers"
     )
+    with pytest.raises(ConfigError) as unnamed:
+        BrokerConfig({"process.roles": "broker", "controller.quorum.bootstrap.servers": "localhost:9093"})
+    assert str(unnamed.value) == (
+        "process.roles=broker needs node.id and controller.listener.names (as Kafka's broker does)"
+    )
     with pytest.raises(ConfigError) as refused:
         BrokerConfig({"process.roles": "controller", "controller.quorum.voters": "1@localhost:9093"})
     assert str(refused.value) == (
@@ -251,15 +256,15 @@ def test_broker_role_settings_are_checked_in_one_line() -> None:
     # Kafka's stock server.properties (a combined node) still starts a single node, its own controller, warned.
     combined = BrokerConfig({"process.roles": "broker,controller", "controller.quorum.voters": "1@localhost:9093"})
     assert combined["process.roles"] == "broker,controller"
+    quorum = {"process.roles": "broker", "node.id": "1", "controller.listener.names": "CONTROLLER"}
     with pytest.raises(ConfigError) as bad:
-        BrokerConfig({"process.roles": "broker", "controller.quorum.voters": "localhost:9093"})
+        BrokerConfig({**quorum, "controller.quorum.voters": "localhost:9093"})
     assert str(bad.value) == "controller.quorum.voters: 'localhost:9093' is not id@host:port"
     with pytest.raises(ConfigError) as secured:
         BrokerConfig(
             {
-                "process.roles": "broker",
+                **quorum,
                 "controller.quorum.bootstrap.servers": "localhost:9093",
-                "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
             }
         )
@@ -267,7 +272,7 @@ def test_broker_role_settings_are_checked_in_one_line() -> None:
         "controller listener CONTROLLER is SSL in listener.security.protocol.map: kbroker reaches the KRaft "
         "controllers over PLAINTEXT only"
     )
-    configured = BrokerConfig({"process.roles": "broker", "controller.quorum.bootstrap.servers": "localhost:9093"})
+    configured = BrokerConfig({**quorum, "controller.quorum.bootstrap.servers": "localhost:9093"})
     assert configured["process.roles"] == "broker"
 
 
@@ -290,6 +295,7 @@ def test_a_broker_no_controller_registers_stops_in_one_line(tmp_path: Path) -> N
         "process.roles": "broker",
         "node.id": str(NODE),
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
         "initial.broker.registration.timeout.ms": "1500",
     }
     with pytest.raises(RuntimeError) as failed:
