@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -682,3 +683,32 @@ def test_a_kbroker_broker_administers_topics_it_holds_no_replica_of(
     finally:
         for broker in brokers:
             broker.stop(timeout=WITHIN)
+
+
+def test_a_request_made_while_the_controller_is_down_completes_once_it_is_back(tmp_path: Path) -> None:
+    """The broker rides out a controller restart: its follower and heartbeats reconnect, and a CreateTopics sent
+    while no controller answered is forwarded once one does (within the request timeout)."""
+    restarting = KafkaController(tmp_path / "controller", features=KBROKER_LEVELS)
+    try:
+        restarting.start()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka cannot run here: {exc}")
+    try:
+        data_dir = tmp_path / "broker"
+        format_data_dir(data_dir, restarting.cluster_id, NODE)
+        broker = BrokerProcess(data_dir, broker_settings(restarting)).start(timeout=WITHIN)
+        try:
+            restarting.stop()
+            restarted = threading.Timer(2.0, restarting.start)
+            restarted.start()
+            topic = CreateTopicsRequest.CreatableTopic(name="after-outage", num_partitions=1, replication_factor=1)
+            with WireClient(broker.bootstrap, timeout=WITHIN) as client:
+                [created] = client.request(CreateTopicsRequest(topics=[topic], timeout_ms=30000), 7).topics
+            restarted.join()
+            assert (created.error_code, created.error_message) == (0, None)
+            image = controller_image(restarting, lambda i: i.topics.get("after-outage") is not None)
+            assert image.topics.by_name["after-outage"].topic_id == created.topic_id
+        finally:
+            broker.stop(timeout=WITHIN)
+    finally:
+        restarting.stop()
