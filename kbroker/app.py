@@ -116,7 +116,10 @@ class App:
         self._scope.cancel()
 
     async def drain(self, grace_seconds: float = DRAIN_SECONDS) -> None:
-        """Stop accepting, let in-flight requests be answered and connections close, then stop everything."""
+        """Stop accepting, let in-flight requests be answered and connections close, then stop everything.
+        A broker under a KRaft quorum first shuts down under control: leadership moves away while it still serves."""
+        if self.broker.kraft is not None:
+            await self.broker.kraft.controlled_shutdown()
         self.broker.begin_drain()
         with trio.move_on_after(grace_seconds):
             await self.server.finished.wait()
@@ -225,6 +228,8 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
             ad = broker.advertised_by_listener[spec.name]
             log.info("listener %s on %s:%d, advertised %s:%d", spec.name, spec.host, bound[spec.name], ad.host, ad.port)
     app = App(broker, served)
+    if broker.kraft is not None:  # first: the server accepts clients only once the controller unfenced the broker
+        app.services.insert(0, ("kraft", broker.kraft))
     if settings.config["kbroker.metrics.listen"]:  # --metrics-listen; prometheus_client is imported only then
         from kbroker.server.metrics_http import MetricsEndpoint
 

@@ -45,6 +45,7 @@ from kbroker.replication import IsrProposal, Partition, ReplicaManager, read_hig
 from kbroker.replication.fetcher import Address, FetcherSettings, ReplicaFetcherManager
 from kbroker.security.acls import Authorizer
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
+from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE
 from kbroker.topics import TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
 from protocol.errors import ErrorCode, KafkaError
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from kbroker.groups.consumer_group import ConsumerGroupCoordinator
     from kbroker.groups.coordinator import GroupCoordinator
     from kbroker.groups.router import GroupRouter
+    from kbroker.kraft.forwarding import QuorumController
+    from kbroker.kraft.role import BrokerRole
     from kbroker.security.scram_credentials import ScramCredentials
 
 log = logging.getLogger("kbroker")
@@ -95,16 +98,24 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.started_ms = int(time.time() * 1000)  # the group coordinator, made later, ages offsets from here
         self._data_dir_lock = lock_data_dir(data_dir)  # created if missing; held until close()
+        # process.roles=broker: a broker under Kafka's KRaft controller quorum (kbroker/kraft), not its own controller.
+        self.kraft: BrokerRole | None = None
+        self.controller: LocalController | QuorumController
         try:
-            self.cluster_id = self._load_meta()
-            # The cluster's metadata: the image, and this node as its own controller. With logs kept in memory
-            # (unit tests) the metadata is too; otherwise it is the metadata log __cluster_metadata-0.
             self.metadata = MetadataCache()
-            self.controller = self._open_controller(durable=logs is None)
+            if config["process.roles"] == "broker":
+                self.cluster_id, directory_id = self._load_formatted_meta()
+                self.controller = self._join_quorum(directory_id, durable=logs is None)
+            else:
+                self.cluster_id = self._load_meta()
+                # The cluster's metadata: the image, and this node as its own controller. With logs kept in memory
+                # (unit tests) the metadata is too; otherwise it is the metadata log __cluster_metadata-0.
+                self.controller = self._open_controller(durable=logs is None)
             self.register(listeners or [Listener("PLAINTEXT", advertised.host, advertised.port, 0)])
             # The effective settings: the static config with the image's dynamic broker configs over it.
             self.dynamic_config = DynamicBrokerConfig(config, self.node_id, self.metadata.image)
-            if logs is None:  # the producer id block of an older kbroker, once (it names this registration)
+            # An older kbroker's producer id block, once (it names this registration).
+            if logs is None and isinstance(self.controller, LocalController):
                 migrate_producer_id_block(self.controller, data_dir, self.node_id)
             # InitProducerId hands out ids from blocks the controller allocates (ProducerIdsRecords): a block is
             # committed before any id in it is used, so a restart never hands an id out twice.
@@ -354,7 +365,11 @@ class Broker:
         """``--sasl-user``'s users made the command line's SCRAM users, at start-up (kbroker/security/
         scram_credentials.py, imported only when there are some, now or from an earlier start): the users removed,
         then every user, from the command line and from the API (names only)."""
-        if users or (self.data_dir / SASL_USERS_FILE).exists():
+        if users and self.kraft is not None:
+            raise ValueError(
+                "is for a single node: under a KRaft controller quorum create SCRAM users with kafka-configs"
+            )
+        if isinstance(self.controller, LocalController) and (users or (self.data_dir / SASL_USERS_FILE).exists()):
             done = self.scram_credentials.configure_users(self.controller, users)
             return done.removed, done.from_command_line, done.from_api
         return [], [], sorted({user for user, _ in self.metadata.image.scram_credentials})
@@ -390,16 +405,44 @@ class Broker:
             raise
         return controller
 
+    def _join_quorum(self, directory_id: uuid.UUID, *, durable: bool) -> QuorumController:
+        """The broker role's parts (kbroker/kraft): the metadata follows the quorum's log (its local copy read back
+        first), admin goes to its active controller."""
+        from kbroker.kraft.role import BrokerRole
+
+        metadata_log = MetadataLog(self.data_dir) if durable else None
+        try:
+            self.kraft = BrokerRole(
+                self.config,
+                self.metadata,
+                node_id=self.node_id,
+                cluster_id=self.cluster_id,
+                directory_id=directory_id,
+                metadata_log=metadata_log,
+                data_dir=self.data_dir if durable else None,
+            )
+        except BaseException:
+            if metadata_log is not None:
+                metadata_log.close()
+            raise
+        return self.kraft.controller
+
     def _topic_configs(self, name: str) -> dict[str, str]:
         return dict(self.metadata.image.config(ConfigResourceType.TOPIC, name))
 
     def _close_metadata_log(self) -> None:
+        kraft = self.__dict__.get("kraft")
+        if kraft is not None and kraft.follower.metadata_log is not None:
+            kraft.follower.metadata_log.close()
         controller = self.__dict__.get("controller")
         if controller is not None and controller.metadata_log is not None:
             controller.metadata_log.close()
 
     def register(self, listeners: list[Listener]) -> None:
         """Register this broker with the controller: its listeners as clients reach them, its features."""
+        if self.kraft is not None:  # the lifecycle manager registers with the quorum once the broker runs
+            self.kraft.register(listeners)
+            return
         # As Kafka's brokers: every feature it supports, so the controller refuses a level it could not serve.
         features = {"metadata.version": (7, METADATA_VERSION_LEVEL), **SUPPORTED_LEVELS}
         self.controller.register_broker(self.node_id, listeners, features)
@@ -428,6 +471,26 @@ class Broker:
         cluster_id = new_cluster_id()
         write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
+
+    def _load_formatted_meta(self) -> tuple[str, uuid.UUID]:
+        """A broker-role data directory's cluster id and directory id, from the meta.properties Kafka's storage
+        tool writes (``kafka-storage format -t CLUSTER_ID -c broker.properties``); a directory id is added if the
+        file has none. Nothing is invented: the cluster id is the controllers'."""
+        path = self.data_dir / "meta.properties"
+        if not path.exists():
+            raise SystemExit(
+                f"{path} is missing: a broker under a KRaft controller quorum needs its data directory formatted "
+                "with the cluster's id (kafka-storage format -t CLUSTER_ID -c broker.properties)"
+            )
+        cluster_id = self._load_meta()
+        values = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#")
+        try:
+            return cluster_id, uuid.UUID(bytes=base64.urlsafe_b64decode(values["directory.id"] + "=="))
+        except (KeyError, ValueError):
+            directory_id = uuid.uuid4()
+            text = base64.urlsafe_b64encode(directory_id.bytes).decode().rstrip("=")
+            write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\ndirectory.id={text}\n")
+            return cluster_id, directory_id
 
     def allocate_producer_id(self) -> int:
         """The next producer id of this broker's block; a new block from the controller when it is used up
@@ -491,6 +554,8 @@ class Broker:
             self.logs.close()
             self.offsets.close()
             self.transactions.close()
+            if self.kraft is not None and (self.data_dir / CLEAN_SHUTDOWN_FILE).exists():
+                self.kraft.keep_clean_epoch()  # only once the logs are known clean: the controller trusts them
             self._close_metadata_log()
         finally:
             self._data_dir_lock.release()

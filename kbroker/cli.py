@@ -304,6 +304,11 @@ def error_line(exc: BaseException, data_dir: Path | None = None) -> str | None:
         return f"kbroker: {exc}"
     if isinstance(exc, ConfigError):
         return f"kbroker: configuration error: {exc}"
+    if "kbroker.kraft" in sys.modules:  # a broker under a KRaft quorum (process.roles=broker)
+        from kbroker.kraft import BrokerRoleError
+
+        if isinstance(exc, BrokerRoleError):
+            return f"kbroker: {exc}"
     if isinstance(exc, OSError):
         if exc.filename is not None:
             where = f": {exc.filename}"

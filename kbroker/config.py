@@ -69,6 +69,44 @@ LISTENER_KEYS = ("listener.security.protocol.map", "inter.broker.listener.name",
 LISTENER_PREFIX = "listener.name."  # per-listener overrides of security keys (Kafka's ListenerName.configPrefix)
 
 
+def _broker_role_problems(values: Mapping[str, Any], given: Mapping[str, str]) -> list[str]:
+    """process.roles=broker needs what Kafka's broker needs: its node.id, where the KRaft controllers are and the
+    name of their listener. kbroker is never a controller of Kafka's quorum (process.roles=broker,controller is a
+    single node, its own controller, with a warning)."""
+    if values["process.roles"] == "controller":
+        return [registry.CONTROLLER_ROLE_REFUSED]
+    if values["process.roles"] != "broker":
+        return []
+    if not values["controller.quorum.bootstrap.servers"] and not values["controller.quorum.voters"]:
+        return [
+            "process.roles=broker needs controller.quorum.bootstrap.servers (host:port,...) or "
+            "controller.quorum.voters (id@host:port,...) naming the KRaft controllers"
+        ]
+    missing = [key for key in ("node.id", "controller.listener.names") if not given.get(key)]
+    if missing:
+        return [f"process.roles=broker needs {' and '.join(missing)} (as Kafka's broker does)"]
+    from kbroker.kraft.quorum import QuorumConfigError, parse_bootstrap, parse_voters
+    from kbroker.server.listeners import parse_protocol_map
+
+    try:
+        parse_bootstrap(values["controller.quorum.bootstrap.servers"])
+        parse_voters(values["controller.quorum.voters"])
+    except QuorumConfigError as exc:
+        return [str(exc)]
+    # The controllers are reached on the first of controller.listener.names, with its security protocol.
+    name = values["controller.listener.names"].split(",")[0].strip().upper()
+    try:
+        protocol = parse_protocol_map(values["listener.security.protocol.map"]).get(name, "PLAINTEXT")
+    except ConfigError:
+        return []  # the listener parser reports it
+    if protocol != "PLAINTEXT":
+        return [
+            f"controller listener {name} is {protocol} in listener.security.protocol.map: kbroker reaches the KRaft "
+            "controllers over PLAINTEXT only"
+        ]
+    return []
+
+
 def _scaled(value: int, unit_ms: int) -> int:
     return -1 if value < 0 else value * unit_ms  # a negative retention means unlimited, whatever the unit
 
@@ -119,6 +157,8 @@ class BrokerConfig:
                 errors.append(f"{name}={text.strip()} is not supported: {refused}")
                 continue
             warning = registry.warning_for(key, value)
+            if name in registry.QUORUM_KEYS and (values or {}).get("process.roles", "").strip() == "broker":
+                warning = None  # where the controllers are: applied by the broker role
             if warning is not None and warn:
                 log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
             self._values[name] = value
@@ -141,7 +181,7 @@ class BrokerConfig:
             )
         if "log.roll.ms" not in self._raw:
             self._values["log.roll.ms"] = self._values["log.roll.hours"] * 3_600_000
-        problems = _consumer_group_problems(self._values)
+        problems = _consumer_group_problems(self._values) + _broker_role_problems(self._values, self._raw)
         queued = self._values["queued.max.request.bytes"]
         if 0 < queued < self._values["socket.request.max.bytes"]:  # Kafka's check: one request must always fit
             problems.append("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")

@@ -185,6 +185,18 @@ _SINGLE_NODE = "no meaning on a single node"
 _NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection, there are no thread pools to size"
 _NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
 _KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
+_QUORUM_ONLY = f"{_SINGLE_NODE}, its own controller: applied with process.roles=broker, under Kafka's controllers"
+_COMBINED_ROLES = (
+    "a single kbroker node is its own controller; to join a KRaft controller quorum, run Apache Kafka's "
+    "controllers and set process.roles=broker"
+)
+# Where the KRaft settings apply: under Kafka's controllers (process.roles=broker), not on a single node.
+QUORUM_KEYS = ("controller.quorum.voters", "controller.quorum.bootstrap.servers")
+CONTROLLER_ROLE_REFUSED = (
+    "process.roles=controller is not supported: kbroker implements the KRaft broker role only; run Apache Kafka's "
+    "controller (process.roles=controller) and start kbroker with process.roles=broker and "
+    "controller.quorum.bootstrap.servers naming it"
+)
 _TIERED = "applies only to tiered storage, which kbroker does not have (remote.storage.enable is refused)"
 _SHARE_GROUPS = "applies only to share groups (KIP-932), which kbroker does not have: no group writes to this topic"
 _DECOMPRESSED_RECORD = (
@@ -713,18 +725,56 @@ CONFIG_DEFS: list[ConfigDef] = [
         described=False,
     ),
     ConfigDef(
-        "process.roles", "LIST", "", list_of("broker", "controller"), "KRaft roles.", B, WARNED, _KRAFT, described=False
+        "process.roles",
+        "LIST",
+        "",
+        list_of("broker", "controller"),
+        "KRaft roles: broker runs kbroker as a broker under Kafka's KRaft controller quorum; unset, a single node.",
+        B,
+        WARNED,
+        _COMBINED_ROLES,
+        when=lambda roles: "controller" in roles.split(","),  # process.roles=controller alone: refused (config.py)
+        described=False,
     ),
-    ConfigDef("controller.quorum.voters", "LIST", "", list_of(), "KRaft voters.", B, WARNED, _KRAFT, described=False),
+    ConfigDef(
+        "controller.quorum.voters",
+        "LIST",
+        "",
+        list_of(),
+        "The KRaft controllers as id@host:port (process.roles=broker).",
+        B,
+        WARNED,
+        _QUORUM_ONLY,
+        described=False,
+    ),
     ConfigDef(
         "controller.quorum.bootstrap.servers",
         "LIST",
         "",
         list_of(),
-        "KRaft bootstrap.",
+        "Addresses of the KRaft controllers as host:port (process.roles=broker).",
         B,
         WARNED,
-        _KRAFT,
+        _QUORUM_ONLY,
+        described=False,
+    ),
+    ConfigDef(
+        "initial.broker.registration.timeout.ms",
+        "INT",
+        "60000",
+        Int(1, INT_MAX),
+        "How long a broker under a KRaft controller quorum waits to be registered and unfenced before it stops "
+        "(process.roles=broker).",
+        B,
+        described=False,
+    ),
+    ConfigDef(
+        "broker.heartbeat.interval.ms",
+        "INT",
+        "2000",
+        Int(1, INT_MAX),
+        "How often a broker under a KRaft controller quorum heartbeats (process.roles=broker).",
+        B,
         described=False,
     ),
     ConfigDef(

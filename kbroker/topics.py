@@ -200,25 +200,40 @@ class TopicService:
         return self._published(name)
 
     async def check_create(
-        self, name: str, partitions: int, replication_factor: int, assignments: list[list[int]] | None
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        assignments: list[list[int]] | None,
+        configs: dict[str, str] | None = None,
     ) -> None:
-        """What ``create`` would refuse about the partitions and replicas, without creating anything."""
+        """What ``create`` would refuse about the partitions and replicas (and ``configs``, if given), without
+        creating anything."""
         if not assignments and replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         await self.controller.create_topic(
             name,
             partitions=-1 if assignments else partitions,
             replication_factor=-1 if assignments else replication_factor,
-            configs={},
+            configs=configs or {},
             assignments=assignments,
             validate_only=True,
         )
 
     def _published(self, name: str) -> TopicInfo:
-        info = self.logs.topic(name)
+        info = self.logs.topic(name) or self.in_image(name)  # the image's: a topic with no replica here
         if info is None:  # deleted again before the caller ran
             raise unknown_topic(name)
         return info
+
+    def in_image(self, name: str) -> TopicInfo | None:
+        """A topic of the cluster as the image has it, replicas on this broker or not (in a cluster, the log
+        manager knows only the topics this broker holds a replica of)."""
+        topic = self.image.topics.get(name)
+        if topic is None:
+            return None
+        configs = dict(self.image.config(ConfigResourceType.TOPIC, name))
+        return TopicInfo(name, topic.topic_id, len(topic.partitions), configs)
 
     async def add_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None = None, *, validate_only: bool = False
@@ -274,7 +289,7 @@ class TopicService:
 
     async def delete(self, name: str) -> None:
         """Delete the topic; its files and the offsets committed for it go as the image drops it."""
-        info = self.logs.topic(name)
+        info = self.logs.topic(name) or self.in_image(name)
         if info is None:
             raise unknown_topic(name)
         await self.controller.delete_topic(info.topic_id)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
-from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef
+from kbroker.config_registry import BROKER_DEFS, DESCRIBED_BROKER_DEFS, ConfigDef, ConfigError, problem_with
 from kbroker.dynamic_config import (
     APPLIED_DYNAMIC_KEYS,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -465,6 +465,8 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
         refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
         if refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
             code, message = _alter_refusal(refusal)
+        elif ctx.topics.controller.forwards_requests and resource.resource_type in (TOPIC, BROKER):
+            code, message = await _forward_replace(ctx, resource, request.validate_only)
         elif resource.resource_type == TOPIC:
             # AlterConfigs replaces the whole set of overrides with the given one.
             if any(c.value is None for c in resource.configs):  # a repeated name's earlier null too
@@ -522,6 +524,63 @@ def _incremental(
     return result, None
 
 
+async def _forward_incremental(
+    ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """One resource sent to a controller that checks it itself (Kafka's KRaft quorum), as the client sent it; only
+    values kbroker refuses (features it does not have) are answered here first."""
+    setting = [(op.name, op.value) for op in resource.configs if op.config_operation in (SET, APPEND)]
+    refused = _kbroker_refusal(resource.resource_type, setting)
+    if refused is not None:
+        return refused
+    ops = [(op.name, op.config_operation, op.value) for op in resource.configs]
+    try:
+        await ctx.topics.controller.incremental_alter_configs(
+            resource.resource_type, resource.resource_name, ops, validate_only=validate_only
+        )
+    except KafkaError as exc:
+        return exc.code, exc.message
+    if resource.resource_type == TOPIC and not validate_only:
+        warn_unapplied(resource.resource_name, {op.name: op.value for op in resource.configs if op.value is not None})
+    return ErrorCode.NONE, None
+
+
+async def _forward_replace(
+    ctx: RequestContext, resource: AlterConfigsRequest.AlterConfigsResource, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """One AlterConfigs resource sent to a controller that checks it itself, as ``_forward_incremental``."""
+    configs = [(config.name, config.value) for config in resource.configs]
+    refused = _kbroker_refusal(resource.resource_type, configs)
+    if refused is not None:
+        return refused
+    try:
+        await ctx.topics.controller.replace_configs(
+            resource.resource_type, resource.resource_name, configs, validate_only=validate_only
+        )
+    except KafkaError as exc:
+        return exc.code, exc.message
+    if resource.resource_type == TOPIC and not validate_only:
+        warn_unapplied(resource.resource_name, {name: value for name, value in configs if value is not None})
+    return ErrorCode.NONE, None
+
+
+def _kbroker_refusal(resource_type: int, settings: list[tuple[str, str | None]]) -> tuple[ErrorCode, str] | None:
+    """A value kbroker refuses (a feature it does not have) among configs being set; Kafka's own checks of names
+    and values are the controller's."""
+    keys = TOPIC_CONFIG_KEYS if resource_type == TOPIC else BROKER_DEFS
+    for name, value in settings:
+        key = keys.get(name)
+        if key is None or value is None:
+            continue
+        try:
+            refused = problem_with(key, key.parse(value))
+        except ConfigError:
+            continue  # the controller words its own refusal
+        if refused is not None:
+            return ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {refused}"
+    return None
+
+
 async def _incremental_dynamic_resource(
     ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
@@ -551,6 +610,8 @@ async def handle_incremental_alter_configs(
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         elif refusal is not None:
             code, message = _alter_refusal(refusal)
+        elif ctx.topics.controller.forwards_requests and resource.resource_type in (TOPIC, BROKER, GROUP):
+            code, message = await _forward_incremental(ctx, resource, request.validate_only)
         elif resource.resource_type == TOPIC:
             info = ctx.topics.topic(resource.resource_name)
             if info is None:

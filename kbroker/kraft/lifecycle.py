@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import trio
 
+from kbroker.kraft import BrokerRoleError
 from kbroker.kraft.channel import ChannelError
 from kbroker.kraft.quorum import QuorumView
 from protocol._codec import Message
@@ -38,7 +39,7 @@ RETRY_SECONDS = 0.5
 _REFUSED = {ErrorCode.INCONSISTENT_CLUSTER_ID, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REGISTRATION}
 
 
-class RegistrationRefused(Exception):
+class RegistrationRefused(BrokerRoleError):
     """The controller refused this broker for good; the message says why and what to change."""
 
 
@@ -67,7 +68,10 @@ class BrokerLifecycleManager:
         caught_up: Callable[[], bool],
         rack: str | None = None,
         heartbeat_interval_ms: int = 2000,
+        previous_broker_epoch: int = -1,
     ) -> None:
+        """``previous_broker_epoch``: the epoch this broker had when it last stopped cleanly (-1: not known), which
+        lets the controller take a re-registration before the old session expired and trust its logs (KIP-966)."""
         self.quorum = quorum
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -80,6 +84,7 @@ class BrokerLifecycleManager:
         self._caught_up = caught_up
         self.incarnation_id = uuid.uuid4()  # a fresh one per start, as Kafka's broker
         self.broker_epoch = -1
+        self.previous_broker_epoch = previous_broker_epoch
         self.fenced = True
         self.registered = trio.Event()
         self.unfenced = trio.Event()
@@ -89,7 +94,7 @@ class BrokerLifecycleManager:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        previous_epoch = -1
+        previous_epoch = self.previous_broker_epoch
         while True:
             await self._register(previous_epoch)
             previous_epoch = self.broker_epoch

@@ -11,6 +11,11 @@ where the broker is) is loaded with FetchSnapshot into a fresh image.
 
 Each published image goes to the broker's MetadataCache, whose subscribers (topics, replica layer, authorizer)
 act on it, exactly as the single node's own controller publishes.
+
+Given the broker's local ``__cluster_metadata-0`` (kbroker/metadata/log.py), each applied batch is appended to
+it as the leader wrote it, and a loaded snapshot is kept beside it, as Kafka's broker keeps its copy of the
+metadata log: ``restore`` rebuilds the image from it at start-up, and fetching resumes after its end. Only
+committed batches are written, so the local copy never needs truncating.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from collections.abc import Callable
 
 import trio
 
+from kbroker.durable.files import write_atomically
+from kbroker.kraft import BrokerRoleError
 from kbroker.kraft.channel import ChannelError, NodeChannel
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
-from kbroker.metadata.image import MetadataImage, MetadataImageBuilder
+from kbroker.metadata.image import ImageError, MetadataImage, MetadataImageBuilder
+from kbroker.metadata.log import MetadataLog, MetadataLogError, Replay, SnapshotId
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.fetch_request import FetchRequest
@@ -49,7 +57,7 @@ _LEADER_CHANGES = {
 }
 
 
-class MetadataFollowerError(Exception):
+class MetadataFollowerError(BrokerRoleError):
     """The quorum's answers cannot be followed (a cluster id mismatch, an unreadable record); names why."""
 
 
@@ -65,20 +73,30 @@ class MetadataFollower:
         cluster_id: str,
         max_wait_ms: int = 500,
         on_applied: Callable[[int], None] | None = None,
+        metadata_log: MetadataLog | None = None,
     ) -> None:
+        """``metadata_log``: the local copy of the quorum's log, written as batches are applied (None: kept in
+        memory only)."""
         self.quorum = quorum
         self.cache = cache
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.max_wait_ms = max_wait_ms
         self._on_applied = on_applied
+        self.metadata_log = metadata_log
         self._builder = MetadataImageBuilder(cache.image)
         self.fetch_offset = 0  # the next offset to fetch
         self.last_fetched_epoch = 0
         self.high_watermark = -1
         self.applied_offset = -1  # the offset of the last record applied to a published image
-        self._waiting: list[MetadataBatch] = []  # fetched, not yet below the high watermark
+        # Fetched, not yet below the high watermark: each batch decoded and as the leader wrote it.
+        self._waiting: list[tuple[MetadataBatch, bytes]] = []
         self.caught_up = trio.Event()  # applied everything below the high watermark of an answer, once
+        # Fetches are numbered as they are sent; ``_synced_fetch`` is the newest one after whose answer everything
+        # below its high watermark was applied (``sync`` waits for one sent after it was called).
+        self._fetches_sent = 0
+        self._synced_fetch = -1
+        self._synced = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -114,6 +132,8 @@ class MetadataFollower:
             max_bytes=FETCH_MAX_BYTES,
             topics=[FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[partition])],
         )
+        fetch_number = self._fetches_sent
+        self._fetches_sent += 1
         answer = await channel.request(request)
         if channel.version_for(FETCH_API_KEY) < MIN_FETCH_VERSION:
             raise MetadataFollowerError(f"{address[0]}:{address[1]} serves Fetch below v{MIN_FETCH_VERSION}")
@@ -148,12 +168,24 @@ class MetadataFollower:
                     batch = decode_metadata_batch(raw, header)
                 except DecodeError as exc:
                     raise MetadataFollowerError(f"unreadable {METADATA_TOPIC} batch: {exc}") from None
-                self._waiting.append(batch)
+                self._waiting.append((batch, bytes(raw)))
                 self.fetch_offset = batch.last_offset + 1
                 self.last_fetched_epoch = batch.leader_epoch
         self.high_watermark = data.high_watermark
         self._apply_committed()
+        if self.applied_offset + 1 >= self.high_watermark:
+            self._synced_fetch = fetch_number
+            self._synced.set()
+            self._synced = trio.Event()
         return True
+
+    async def sync(self) -> None:
+        """Wait until what the quorum had committed when this was called is applied and published: a change the
+        active controller has answered is then in the broker's image (a fetch sent after the answer is answered
+        with a high watermark past its records)."""
+        wanted = self._fetches_sent
+        while self._synced_fetch < wanted:
+            await self._synced.wait()
 
     def _learn_leader(self, answer: FetchResponse, data: FetchResponse.PartitionData) -> None:
         leader = data.current_leader
@@ -168,15 +200,16 @@ class MetadataFollower:
             raise MetadataFollowerError(
                 f"the quorum's leader diverges at offset {end_offset}, below the applied offset {self.applied_offset}"
             )
-        self._waiting = [batch for batch in self._waiting if batch.last_offset < end_offset]
+        self._waiting = [(batch, raw) for batch, raw in self._waiting if batch.last_offset < end_offset]
         self.fetch_offset = end_offset
         self.last_fetched_epoch = epoch
 
     def _apply_committed(self) -> None:
         """Apply the waiting batches below the high watermark and publish what they complete."""
         applied = 0
-        while self._waiting and self._waiting[0].last_offset < self.high_watermark:
-            batch = self._waiting.pop(0)
+        while self._waiting and self._waiting[0][0].last_offset < self.high_watermark:
+            batch, raw = self._waiting.pop(0)
+            self._keep(raw)
             for index, record in enumerate(batch.records):
                 self._builder.replay(record.message, batch.base_offset + index, batch.leader_epoch)
             self.applied_offset = batch.last_offset
@@ -184,18 +217,73 @@ class MetadataFollower:
             if published is not None:
                 self.cache.publish(*published)
             applied += 1
+        if applied and self.metadata_log is not None and not self.metadata_log.log.sync():
+            raise MetadataFollowerError(f"{self.metadata_log.directory}: fsync failed, the data directory is offline")
         if applied and self._on_applied is not None:
             self._on_applied(self.applied_offset)
         if self.applied_offset + 1 >= self.high_watermark > 0 and not self.caught_up.is_set():
             self.caught_up.set()
+
+    # --- the local copy ---------------------------------------------------------------------------------
+
+    def _keep(self, raw: bytes) -> None:
+        """Append one committed batch to the local metadata log, with the leader's offsets and epoch."""
+        if self.metadata_log is None:
+            return
+        result = self.metadata_log.log.append_as_follower(raw)
+        if result.error_code:
+            raise MetadataFollowerError(f"{self.metadata_log.directory}: append failed: {result.error_message}")
+
+    def restore(self) -> None:
+        """Rebuild the image from the local metadata log (its newest snapshot and the batches after it), publish
+        it, and fetch on from its end: a restarted broker serves what it had applied and resumes there."""
+        if self.metadata_log is None:
+            return
+        try:
+            latest = self.metadata_log.latest_snapshot_id()
+            if latest is not None and latest.end_offset > self.metadata_log.end_offset:
+                # A snapshot fetched from the leader, no batch after it yet: the local log has nothing to add.
+                replay = Replay(self.metadata_log.read_snapshot(latest), (), latest.end_offset)
+            else:
+                replay = self.metadata_log.replay()
+            if replay.snapshot is not None:
+                end, epoch = replay.snapshot.id.end_offset, replay.snapshot.id.epoch
+                for index, item in enumerate(replay.snapshot.records):
+                    self._builder.replay(item.message, end - len(replay.snapshot.records) + index, -1)
+                self.fetch_offset, self.last_fetched_epoch = end, epoch
+            for batch in replay.batches:
+                for index, record in enumerate(batch.records):
+                    self._builder.replay(record.message, batch.base_offset + index, batch.leader_epoch)
+                self.fetch_offset, self.last_fetched_epoch = batch.last_offset + 1, batch.leader_epoch
+        except (ImageError, MetadataLogError) as exc:
+            raise MetadataFollowerError(f"{self.metadata_log.directory}: {exc}") from None
+        published = self._builder.publish()
+        if published is not None:
+            self.cache.publish(*published)
+        self.applied_offset = self.fetch_offset - 1
+        if self.fetch_offset:
+            log.info("resuming %s-0 at offset %d, epoch %d", METADATA_TOPIC, self.fetch_offset, self.last_fetched_epoch)
+
+    def _keep_snapshot(self, data: bytes, end_offset: int, epoch: int) -> None:
+        """Keep a snapshot fetched from the leader beside the local log, whose next batch then follows it."""
+        if self.metadata_log is None:
+            return
+        directory = self.metadata_log.directory
+        write_atomically(directory / SnapshotId(end_offset, epoch).file_name, data, sync_directory=True, private=True)
+        self.metadata_log.log.truncate_to(self.metadata_log.log.log_start_offset)
 
     # --- snapshots --------------------------------------------------------------------------------------
 
     async def _load_snapshot(self, channel: NodeChannel, end_offset: int, epoch: int) -> None:
         """The leader answers with a snapshot: fetch it whole and make it the image."""
         if self.applied_offset >= 0:
-            raise MetadataFollowerError(
-                f"the quorum's leader sent snapshot {end_offset}-{epoch} after offset {self.applied_offset} was applied"
+            # Kept from before a restart, but the leader no longer has the log from there (it went while this broker
+            # was away): its snapshot replaces the image, as on a fresh start.
+            log.warning(
+                "the quorum's leader no longer has %s-0 from offset %d: loading its snapshot at %d",
+                METADATA_TOPIC,
+                self.fetch_offset,
+                end_offset,
             )
         data = bytearray()
         size = -1
@@ -220,6 +308,7 @@ class MetadataFollower:
                 raise ChannelError(f"FetchSnapshot {end_offset}-{epoch} answered {ErrorCode(code).name}")
             size = piece.size
             data += bytes(piece.unaligned_records or b"")
+        self._keep_snapshot(bytes(data), end_offset, epoch)
         builder = MetadataImageBuilder(MetadataImage())
         for batch in iter_metadata_batches(data):
             for index, record in enumerate(batch.records):
@@ -228,6 +317,7 @@ class MetadataFollower:
         if published is not None:
             self.cache.publish(*published)
         self._builder = MetadataImageBuilder(self.cache.image)
+        self._waiting = []
         self.fetch_offset = end_offset
         self.last_fetched_epoch = epoch
         self.applied_offset = end_offset - 1

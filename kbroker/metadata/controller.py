@@ -101,6 +101,10 @@ class Controller(ABC):
     """The operations that change cluster metadata; each answers once its records are committed and applied
     to the image, or raises KafkaError with Kafka's error code and message and changes nothing."""
 
+    # True for a controller elsewhere (Kafka's KRaft quorum) that checks requests itself, in its own words: the
+    # handlers then leave Kafka's checks to it, as Kafka's broker forwards the request whole.
+    forwards_requests = False
+
     @abstractmethod
     async def create_topic(
         self,
@@ -155,6 +159,20 @@ class Controller(ABC):
         id out without waiting). A controller that cannot raises KafkaError COORDINATOR_LOAD_IN_PROGRESS, which
         Kafka's broker answers while its next block is on its way (clients retry)."""
         raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ID block is not available yet")
+
+    async def incremental_alter_configs(
+        self, resource_type: int, name: str, ops: Sequence[tuple[str, int, str | None]], *, validate_only: bool
+    ) -> None:
+        """One IncrementalAlterConfigs resource as the client sent it: (name, operation, value) each. Only for a
+        controller that ``forwards_requests``; others are given the resulting configs (``alter_configs``)."""
+        raise NotImplementedError
+
+    async def replace_configs(
+        self, resource_type: int, name: str, configs: Sequence[tuple[str, str | None]], *, validate_only: bool
+    ) -> None:
+        """One AlterConfigs resource as the client sent it (every config it is to have). Only for a controller that
+        ``forwards_requests``."""
+        raise NotImplementedError
 
     @abstractmethod
     async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:

@@ -1,12 +1,14 @@
 """The metadata follower's rules, against scripted Fetch answers (no JVM): records reach the image only below the
 leader's high watermark and a metadata transaction at a time; the leader an answer names (with its endpoint) is
 where the next fetch goes; a diverging epoch drops what waits past the leader's end offset; a divergence below
-what was applied, or another cluster's quorum, stops the follower with a line saying so."""
+what was applied, or another cluster's quorum, stops the follower with a line saying so. Committed batches are kept
+in the broker's own __cluster_metadata-0, from which a restart rebuilds the image and resumes fetching."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +17,13 @@ import trio
 from kbroker.kraft.metadata_follower import MetadataFollower, MetadataFollowerError
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
+from kbroker.metadata.log import MetadataLog
 from protocol._codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
+from protocol.messages.fetch_snapshot_request import FetchSnapshotRequest
+from protocol.messages.fetch_snapshot_response import FetchSnapshotResponse
 from protocol.metadata_frame import MetadataRecord, build_metadata_batch
 from protocol.metadata_records.begin_transaction_record import BeginTransactionRecord
 from protocol.metadata_records.end_transaction_record import EndTransactionRecord
@@ -98,11 +103,13 @@ def answer(
 
 
 def follow(
-    answers: list[FetchResponse], cache: MetadataCache | None = None
+    answers: list[FetchResponse], cache: MetadataCache | None = None, metadata_log: MetadataLog | None = None
 ) -> tuple[MetadataFollower, ScriptedQuorum, ScriptedChannel, list[bool]]:
     channel = ScriptedChannel(answers)
     quorum = ScriptedQuorum(channel)
-    follower = MetadataFollower(quorum, cache or MetadataCache(), node_id=NODE, cluster_id="cluster-a")
+    follower = MetadataFollower(
+        quorum, cache or MetadataCache(), node_id=NODE, cluster_id="cluster-a", metadata_log=metadata_log
+    )
     count = len(answers)
 
     async def main() -> list[bool]:
@@ -181,3 +188,83 @@ def test_a_divergence_below_what_was_applied_stops_the_follower() -> None:
 def test_another_clusters_quorum_stops_the_follower() -> None:
     with pytest.raises(MetadataFollowerError, match="belongs to another cluster than cluster-a"):
         follow([answer(high_watermark=0, top_error=ErrorCode.INCONSISTENT_CLUSTER_ID)])
+
+
+def test_committed_batches_are_kept_locally_and_a_restart_resumes_after_them(tmp_path: Path) -> None:
+    orders, payments = uuid.uuid4(), uuid.uuid4()
+    committed = batch(topic_records("orders", orders), 0, epoch=2)
+    waiting = batch(topic_records("payments", payments), 2, epoch=2)
+    with MetadataLog(tmp_path) as kept:
+        follow([answer(committed + waiting, high_watermark=2, leader=(3000, 2))], metadata_log=kept)
+        # Only what was committed (and applied) is on disk, at the leader's offsets and epoch.
+        assert kept.end_offset == 2
+        assert [(b.base_offset, b.leader_epoch) for b in kept.read_batches()] == [(0, 2)]
+    with MetadataLog(tmp_path) as reopened:
+        cache = MetadataCache()
+        channel = ScriptedChannel([answer(waiting, high_watermark=4, leader=(3000, 2))])
+        follower = MetadataFollower(
+            ScriptedQuorum(channel), cache, node_id=NODE, cluster_id="cluster-a", metadata_log=reopened
+        )
+        follower.restore()
+        assert sorted(cache.image.topics.by_name) == ["orders"]
+        assert cache.image.topics.by_name["orders"].topic_id == orders
+        assert (follower.fetch_offset, follower.last_fetched_epoch, follower.applied_offset) == (2, 2, 1)
+        assert trio.run(follower.fetch_once)
+        request = channel.requests[0].topics[0].partitions[0]
+        assert (request.fetch_offset, request.last_fetched_epoch) == (2, 2)
+        assert sorted(cache.image.topics.by_name) == ["orders", "payments"]
+        assert reopened.end_offset == 4
+
+
+class SnapshotChannel(ScriptedChannel):
+    """Answers Fetch with the scripted answers and FetchSnapshot with ``snapshot`` whole."""
+
+    def __init__(self, answers: list[FetchResponse], snapshot: bytes, snapshot_id: tuple[int, int]) -> None:
+        super().__init__(answers)
+        self.snapshot = snapshot
+        self.snapshot_id = snapshot_id
+
+    async def request(self, body: Message, version: int | None = None) -> Message:
+        if not isinstance(body, FetchSnapshotRequest):
+            return await super().request(body, version)
+        end_offset, epoch = self.snapshot_id
+        piece = FetchSnapshotResponse.PartitionSnapshot(
+            index=0,
+            snapshot_id=FetchSnapshotResponse.SnapshotId(end_offset=end_offset, epoch=epoch),
+            current_leader=FetchSnapshotResponse.LeaderIdAndEpoch(leader_id=3000, leader_epoch=epoch),
+            size=len(self.snapshot),
+            position=0,
+            unaligned_records=self.snapshot,
+        )
+        return FetchSnapshotResponse(
+            topics=[FetchSnapshotResponse.TopicSnapshot(name="__cluster_metadata", partitions=[piece])]
+        )
+
+
+def test_a_snapshot_from_the_leader_is_kept_and_a_restart_starts_from_it(tmp_path: Path) -> None:
+    orders = uuid.uuid4()
+    with MetadataLog(tmp_path / "leader") as leader:  # the leader's log and its snapshot at offset 3, epoch 1
+        leader.become_leader(1, 3000, [3000])
+        leader.append(topic_records("orders", orders))
+        snapshot_id = leader.write_snapshot(topic_records("orders", orders), 3, last_contained_timestamp=1)
+        snapshot = (leader.directory / snapshot_id.file_name).read_bytes()
+    offered = answer(high_watermark=5, leader=(3000, 1))
+    offered.responses[0].partitions[0].snapshot_id = FetchResponse.SnapshotId(end_offset=3, epoch=1)
+    channel = SnapshotChannel([offered], snapshot, (3, 1))
+    with MetadataLog(tmp_path / "broker") as kept:
+        cache = MetadataCache()
+        follower = MetadataFollower(
+            ScriptedQuorum(channel), cache, node_id=NODE, cluster_id="cluster-a", metadata_log=kept
+        )
+        assert trio.run(follower.fetch_once)
+        assert cache.image.topics.by_name["orders"].topic_id == orders
+        assert (follower.fetch_offset, follower.last_fetched_epoch, follower.applied_offset) == (3, 1, 2)
+        assert (kept.directory / snapshot_id.file_name).read_bytes() == snapshot
+    with MetadataLog(tmp_path / "broker") as reopened:  # restarted before any batch followed the snapshot
+        cache = MetadataCache()
+        follower = MetadataFollower(
+            ScriptedQuorum(ScriptedChannel([])), cache, node_id=NODE, cluster_id="cluster-a", metadata_log=reopened
+        )
+        follower.restore()
+        assert cache.image.topics.by_name["orders"].topic_id == orders
+        assert (follower.fetch_offset, follower.last_fetched_epoch, follower.applied_offset) == (3, 1, 2)

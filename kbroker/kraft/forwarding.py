@@ -1,0 +1,542 @@
+"""The ``Controller`` of a broker under Kafka's KRaft quorum: each operation is sent to the active controller.
+
+Kafka's broker forwards an admin request to the active controller and hands its answer back; this does the same
+one operation at a time, through the seam every admin handler already uses (kbroker/metadata/controller.py).
+The request goes to the controller directly (not wrapped in an Envelope with the client's principal: the
+broker's handlers authorize the client first), the controller's error code and message become the KafkaError the
+handler answers with, and a change the controller accepted is waited for in the broker's own image (the
+metadata follower applies it) before the operation returns, as the ``Controller`` contract says.
+
+Forwarded: CreateTopics, CreatePartitions, DeleteTopics, IncrementalAlterConfigs and AlterConfigs (one resource
+each, as the client sent it, or the configs a handler worked out), UpdateFeatures, CreateAcls, DeleteAcls,
+AlterUserScramCredentials, AlterClientQuotas, and the broker's own AllocateProducerIds and AlterPartition.
+
+Requests that find no active controller (NOT_CONTROLLER, a lost connection) go to the next voter until
+``request_timeout`` has passed; then the handler answers REQUEST_TIMED_OUT. Producer ids come in blocks from
+AllocateProducerIds: a block is fetched ahead (``run``) so InitProducerId hands ids out without waiting, as
+Kafka's RPCProducerIdManager prefetches its next block.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import trio
+
+from kbroker.kraft.channel import ChannelError
+from kbroker.kraft.quorum import QuorumView
+from kbroker.metadata.controller import Controller, Listener, MetadataCache
+from kbroker.metadata.image import (
+    AclEntry,
+    ConfigResourceType,
+    MetadataDelta,
+    MetadataImage,
+    PartitionRegistration,
+    ScramMechanism,
+    TopicImage,
+)
+from protocol._codec import Message
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
+from protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
+from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
+from protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
+from protocol.messages.alter_configs_request import AlterConfigsRequest
+from protocol.messages.alter_configs_response import AlterConfigsResponse
+from protocol.messages.alter_partition_request import AlterPartitionRequest
+from protocol.messages.alter_partition_response import AlterPartitionResponse
+from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
+from protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
+from protocol.messages.create_acls_request import CreateAclsRequest
+from protocol.messages.create_acls_response import CreateAclsResponse
+from protocol.messages.create_partitions_request import CreatePartitionsRequest
+from protocol.messages.create_partitions_response import CreatePartitionsResponse
+from protocol.messages.create_topics_request import CreateTopicsRequest
+from protocol.messages.create_topics_response import CreateTopicsResponse
+from protocol.messages.delete_acls_request import DeleteAclsRequest
+from protocol.messages.delete_acls_response import DeleteAclsResponse
+from protocol.messages.delete_topics_request import DeleteTopicsRequest
+from protocol.messages.delete_topics_response import DeleteTopicsResponse
+from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
+from protocol.messages.update_features_request import UpdateFeaturesRequest
+from protocol.messages.update_features_response import UpdateFeaturesResponse
+
+if TYPE_CHECKING:
+    from kbroker.quotas import QuotaAlterResult, QuotaEntry
+    from kbroker.security.acls import AclBinding, AclBindingFilter
+    from kbroker.security.authorizer import AclResult
+    from kbroker.security.scram_credentials import AlterResult as ScramAlterResult
+    from kbroker.security.scram_credentials import Upsertion
+
+log = logging.getLogger("kbroker.kraft")
+
+RETRY_SECONDS = 0.2
+SET, DELETE = 0, 1  # IncrementalAlterConfigs' config operations
+_NO_CONTROLLER = {ErrorCode.NOT_CONTROLLER}
+
+
+class QuorumController(Controller):
+    """Admin operations sent to Kafka's active controller; the broker's image follows from the metadata log."""
+
+    metadata_log = None  # the broker keeps no controller log of its own (the follower's is the quorum's)
+    forwards_requests = True
+
+    def __init__(
+        self,
+        quorum: QuorumView,
+        cache: MetadataCache,
+        *,
+        sync: Callable[[], Awaitable[None]],
+        node_id: int,
+        broker_epoch: Callable[[], int],
+        request_timeout_ms: int = 30000,
+    ) -> None:
+        self.quorum = quorum
+        self.cache = cache
+        self._sync = sync  # waits until what the quorum committed so far is in the image
+        self.node_id = node_id
+        self._broker_epoch = broker_epoch
+        self.request_timeout = request_timeout_ms / 1000
+        self._published = trio.Event()
+        cache.subscribe(self._on_publish)
+        self._producer_ids: list[range] = []  # blocks fetched ahead, handed out in order
+        self._want_producer_ids = trio.Event()
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.cache.image
+
+    def _on_publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        self._published.set()
+        self._published = trio.Event()
+
+    async def _until(self, applied: Callable[[MetadataImage], bool]) -> None:
+        """Wait until the broker's image shows a change the controller answered as made (the follower is at most a
+        fetch behind the controller's answer; the request timeout bounds a change that never shows)."""
+        with trio.move_on_after(self.request_timeout):
+            while not applied(self.cache.image):
+                await self._published.wait()
+            return
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
+
+    async def _send(self, request: Message) -> Message:
+        """``request`` to the active controller, trying the voters in turn while none answers as active."""
+        with trio.move_on_after(self.request_timeout):
+            while True:
+                address = self.quorum.address()
+                try:
+                    answer = await self.quorum.channel(address, "forwarding").request(request)
+                except ChannelError as exc:
+                    log.info("%s to the controller quorum failed (retrying): %s", type(request).__name__, exc)
+                    self.quorum.forget_leader()
+                    await trio.sleep(RETRY_SECONDS)
+                    continue
+                if _top_level_error(answer) in _NO_CONTROLLER:
+                    self.quorum.forget_leader()
+                    await trio.sleep(RETRY_SECONDS)
+                    continue
+                return answer
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no active KRaft controller answered in time")
+
+    # --- topics -------------------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        topic = CreateTopicsRequest.CreatableTopic(
+            name=name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            assignments=[
+                CreateTopicsRequest.CreatableReplicaAssignment(partition_index=index, broker_ids=list(brokers))
+                for index, brokers in enumerate(assignments or ())
+            ],
+            configs=[CreateTopicsRequest.CreatableTopicConfig(name=key, value=value) for key, value in configs.items()],
+        )
+        request = CreateTopicsRequest(
+            topics=[topic], timeout_ms=int(self.request_timeout * 1000), validate_only=validate_only
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, CreateTopicsResponse)
+        [result] = answer.topics
+        _raise_for(result.error_code, result.error_message)
+        if validate_only:
+            return TopicImage(name, result.topic_id)
+        await self._until(lambda image: result.topic_id in image.topics.by_id)
+        return self.image.topics.by_id[result.topic_id]
+
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        topic = CreatePartitionsRequest.CreatePartitionsTopic(
+            name=name,
+            count=total,
+            assignments=None
+            if assignments is None
+            else [CreatePartitionsRequest.CreatePartitionsAssignment(broker_ids=list(b)) for b in assignments],
+        )
+        request = CreatePartitionsRequest(
+            topics=[topic], timeout_ms=int(self.request_timeout * 1000), validate_only=validate_only
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, CreatePartitionsResponse)
+        [result] = answer.results
+        _raise_for(result.error_code, result.error_message)
+        if not validate_only:
+            await self._until(lambda image: len(getattr(image.topics.get(name), "partitions", ())) >= total)
+        current = self.image.topics.get(name)
+        return current if current is not None else TopicImage(name, uuid.UUID(int=0))
+
+    async def delete_topic(self, topic_id: uuid.UUID) -> TopicImage:
+        before = self.image.topics.by_id.get(topic_id)
+        topic = DeleteTopicsRequest.DeleteTopicState(topic_id=topic_id)
+        request = DeleteTopicsRequest(topics=[topic], timeout_ms=int(self.request_timeout * 1000))
+        answer = await self._send(request)
+        assert isinstance(answer, DeleteTopicsResponse)
+        [result] = answer.responses
+        _raise_for(result.error_code, result.error_message)
+        await self._until(lambda image: topic_id not in image.topics.by_id)
+        return before if before is not None else TopicImage(result.name or "", topic_id)
+
+    async def alter_configs(
+        self, resource_type: ConfigResourceType, name: str, changes: Mapping[str, str | None]
+    ) -> None:
+        resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=int(resource_type),
+            resource_name=name,
+            configs=[
+                IncrementalAlterConfigsRequest.AlterableConfig(
+                    name=key, config_operation=DELETE if value is None else SET, value=value
+                )
+                for key, value in changes.items()
+            ],
+        )
+        answer = await self._send(IncrementalAlterConfigsRequest(resources=[resource]))
+        assert isinstance(answer, IncrementalAlterConfigsResponse)
+        [result] = answer.responses
+        _raise_for(result.error_code, result.error_message)
+
+        def shows_changes(image: MetadataImage) -> bool:
+            current = image.config(resource_type, name)
+            return all(current.get(key) == value for key, value in changes.items())
+
+        await self._until(shows_changes)
+
+    async def incremental_alter_configs(
+        self, resource_type: int, name: str, ops: Sequence[tuple[str, int, str | None]], *, validate_only: bool
+    ) -> None:
+        resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=resource_type,
+            resource_name=name,
+            configs=[
+                IncrementalAlterConfigsRequest.AlterableConfig(name=key, config_operation=operation, value=value)
+                for key, operation, value in ops
+            ],
+        )
+        answer = await self._send(IncrementalAlterConfigsRequest(resources=[resource], validate_only=validate_only))
+        assert isinstance(answer, IncrementalAlterConfigsResponse)
+        [result] = answer.responses
+        _raise_for(result.error_code, result.error_message)
+        if not validate_only:
+            await self._synced()
+
+    async def replace_configs(
+        self, resource_type: int, name: str, configs: Sequence[tuple[str, str | None]], *, validate_only: bool
+    ) -> None:
+        resource = AlterConfigsRequest.AlterConfigsResource(
+            resource_type=resource_type,
+            resource_name=name,
+            configs=[AlterConfigsRequest.AlterableConfig(name=key, value=value) for key, value in configs],
+        )
+        answer = await self._send(AlterConfigsRequest(resources=[resource], validate_only=validate_only))
+        assert isinstance(answer, AlterConfigsResponse)
+        [result] = answer.responses
+        _raise_for(result.error_code, result.error_message)
+        if not validate_only:
+            await self._synced()
+
+    async def _synced(self) -> None:
+        """Wait until the broker's image has what the quorum committed so far (a change just answered as made)."""
+        with trio.move_on_after(self.request_timeout):
+            await self._sync()
+            return
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
+
+    async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
+        request = UpdateFeaturesRequest(
+            timeout_ms=int(self.request_timeout * 1000),
+            feature_updates=[
+                UpdateFeaturesRequest.FeatureUpdateKey(feature=name, max_version_level=level, upgrade_type=upgrade)
+                for name, (level, upgrade) in updates.items()
+            ],
+            validate_only=validate_only,
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, UpdateFeaturesResponse)
+        _raise_for(answer.error_code, answer.error_message)
+        for result in answer.results:
+            _raise_for(result.error_code, result.error_message)
+        if not validate_only:
+            await self._until(lambda image: all(image.features.get(n, 0) == lv for n, (lv, _) in updates.items()))
+
+    # --- producer ids -------------------------------------------------------------------------------------
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        answer = await self._send(AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=broker_epoch))
+        assert isinstance(answer, AllocateProducerIdsResponse)
+        _raise_for(answer.error_code, None)
+        return range(answer.producer_id_start, answer.producer_id_start + answer.producer_id_len)
+
+    def allocate_producer_ids_now(self, broker_id: int, broker_epoch: int) -> range:
+        """The block fetched ahead; COORDINATOR_LOAD_IN_PROGRESS (clients retry) while the next is on its way."""
+        self._want_producer_ids.set()
+        if not self._producer_ids:
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ID block is not available yet")
+        return self._producer_ids.pop(0)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep one producer id block fetched ahead of the one in use."""
+        task_status.started()
+        while True:
+            if self._producer_ids:
+                await self._want_producer_ids.wait()
+                self._want_producer_ids = trio.Event()
+                continue
+            try:
+                block = await self.allocate_producer_ids(self.node_id, self._broker_epoch())
+            except KafkaError as exc:
+                log.info("AllocateProducerIds answered %s (retrying)", exc)
+                await trio.sleep(1)
+                continue
+            self._producer_ids.append(block)
+
+    # --- the broker's own requests ------------------------------------------------------------------------
+
+    def register_broker(
+        self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
+    ) -> int:
+        """The lifecycle manager registers with the quorum (kbroker/kraft/lifecycle.py): the epoch known so far."""
+        return self._broker_epoch()
+
+    async def alter_partition(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        topic_id: uuid.UUID,
+        index: int,
+        *,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: Sequence[tuple[int, int]],
+    ) -> PartitionRegistration:
+        partition = AlterPartitionRequest.PartitionData(
+            partition_index=index,
+            leader_epoch=leader_epoch,
+            new_isr_with_epochs=[
+                AlterPartitionRequest.BrokerState(broker_id=member, broker_epoch=epoch) for member, epoch in isr
+            ],
+            partition_epoch=partition_epoch,
+        )
+        request = AlterPartitionRequest(
+            broker_id=broker_id,
+            broker_epoch=broker_epoch,
+            topics=[AlterPartitionRequest.TopicData(topic_id=topic_id, partitions=[partition])],
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, AlterPartitionResponse)
+        _raise_for(answer.error_code, None)
+        [data] = answer.topics[0].partitions
+        _raise_for(data.error_code, None)
+
+        def reached(image: MetadataImage) -> bool:
+            topic = image.topics.by_id.get(topic_id)
+            current = None if topic is None else topic.partitions.get(index)
+            return current is None or current.partition_epoch >= data.partition_epoch
+
+        await self._until(reached)
+        topic = self.image.topics.by_id.get(topic_id)
+        current = None if topic is None else topic.partitions.get(index)
+        if current is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
+        return current
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
+        from kbroker.security.authorizer import AclResult, acl_entry_of
+
+        request = CreateAclsRequest(
+            creations=[
+                CreateAclsRequest.AclCreation(
+                    resource_type=binding.resource_type,
+                    resource_name=binding.name,
+                    resource_pattern_type=binding.pattern_type,
+                    principal=binding.principal,
+                    host=binding.host,
+                    operation=binding.operation,
+                    permission_type=binding.permission,
+                )
+                for binding in bindings
+            ]
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, CreateAclsResponse)
+        results = [AclResult(ErrorCode(r.error_code), r.error_message or None) for r in answer.results]
+        created = {acl_entry_of(b) for b, r in zip(bindings, results, strict=True) if r.code == ErrorCode.NONE}
+        await self._until(lambda image: created <= set(image.acls.values()))
+        return results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
+        from kbroker.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+        from kbroker.security.authorizer import AclResult, acl_entry_of
+
+        request = DeleteAclsRequest(
+            filters=[
+                DeleteAclsRequest.DeleteAclsFilter(
+                    resource_type_filter=f.resource_type,
+                    resource_name_filter=f.name,
+                    pattern_type_filter=f.pattern_type,
+                    principal_filter=f.principal,
+                    host_filter=f.host,
+                    operation=f.operation,
+                    permission_type=f.permission,
+                )
+                for f in filters
+            ]
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, DeleteAclsResponse)
+        results: list[list[AclBinding] | AclResult] = []
+        deleted: set[AclEntry] = set()
+        for result in answer.filter_results:
+            if result.error_code != ErrorCode.NONE:
+                results.append(AclResult(ErrorCode(result.error_code), result.error_message or None))
+                continue
+            matched = [
+                AclBinding(
+                    ResourceType(acl.resource_type),
+                    acl.resource_name,
+                    PatternType(acl.pattern_type),
+                    acl.principal,
+                    acl.host,
+                    AclOperation(acl.operation),
+                    AclPermissionType(acl.permission_type),
+                )
+                for acl in result.matching_acls
+                if acl.error_code == ErrorCode.NONE
+            ]
+            deleted.update(acl_entry_of(binding) for binding in matched)
+            results.append(matched)
+        await self._until(lambda image: not deleted & set(image.acls.values()))
+        return results
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]
+    ) -> list[ScramAlterResult]:
+        from kbroker.security.scram_credentials import AlterResult
+
+        r = AlterUserScramCredentialsRequest
+        request = r(
+            deletions=[r.ScramCredentialDeletion(name=user, mechanism=mechanism) for user, mechanism in deletions],
+            upsertions=[
+                r.ScramCredentialUpsertion(
+                    name=u.user,
+                    mechanism=u.mechanism,
+                    iterations=u.iterations,
+                    salt=u.salt,
+                    salted_password=u.salted_password,
+                )
+                for u in upsertions
+            ],
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, AlterUserScramCredentialsResponse)
+        results = [AlterResult(r.user, ErrorCode(r.error_code), r.error_message or None) for r in answer.results]
+        changed = {result.user for result in results if result.error == ErrorCode.NONE}
+
+        def applied(image: MetadataImage) -> bool:
+            credentials = image.scram_credentials
+            deleted = all((user, mechanism) not in credentials for user, mechanism in deletions if user in changed)
+            upserted = (
+                getattr(credentials.get((u.user, ScramMechanism(u.mechanism))), "iterations", None) == u.iterations
+                for u in upsertions
+                if u.user in changed
+            )
+            return deleted and all(upserted)
+
+        await self._until(applied)
+        return results
+
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaEntry], validate_only: bool, resolvable: Callable[[str], bool]
+    ) -> list[QuotaAlterResult]:
+        """The controller resolves host names itself (``resolvable`` is the single node's way)."""
+        from kbroker.metadata.image import quota_entity
+        from kbroker.quotas import AlterResult, entity_of
+
+        r = AlterClientQuotasRequest
+        request = r(
+            entries=[
+                r.EntryData(
+                    entity=[r.EntityData(entity_type=kind, entity_name=name) for kind, name in parts],
+                    ops=[
+                        r.OpData(key=key, value=0.0 if value is None else value, remove=value is None)
+                        for key, value in ops
+                    ],
+                )
+                for parts, ops in entries
+            ],
+            validate_only=validate_only,
+        )
+        answer = await self._send(request)
+        assert isinstance(answer, AlterClientQuotasResponse)
+        results: list[QuotaAlterResult] = []
+        for entry in answer.entries:
+            parts = [(part.entity_type, part.entity_name) for part in entry.entity]
+            result = AlterResult(parts, ErrorCode(entry.error_code), entry.error_message or None)
+            results.append((entity_of(parts), result))
+        accepted = {entity for entity, result in results if result.error == ErrorCode.NONE}
+        wanted = [(quota_entity(parts), dict(ops)) for parts, ops in entries if entity_of(parts) in accepted]
+
+        def applied(image: MetadataImage) -> bool:
+            return all(
+                image.client_quotas.get(entity, {}).get(key) == value
+                for entity, ops in wanted
+                for key, value in ops.items()
+            )
+
+        if not validate_only:
+            await self._until(applied)
+        return results
+
+
+def _top_level_error(answer: Message) -> int:
+    """The answer's error code for the request as a whole (per-item codes for the answers that have none)."""
+    code = getattr(answer, "error_code", 0)
+    if code:
+        return int(code)
+    for items in ("topics", "results", "responses"):
+        for item in getattr(answer, items, None) or ():
+            item_code = getattr(item, "error_code", 0)
+            if item_code:
+                return int(item_code)
+    return 0
+
+
+def _raise_for(code: int, message: str | None) -> None:
+    if code != ErrorCode.NONE:
+        raise KafkaError(ErrorCode(code), message or None)
