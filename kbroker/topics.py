@@ -107,6 +107,7 @@ class TopicService:
         finally:
             for info, new in pending:  # not built (cancelled): made when first used
                 self.logs.finish_building(info, new, [])
+            self.replicas.open_followers(())  # followers the replica layer found still being built start fetching
 
     async def build_published(self) -> None:
         """Make the files of the partitions images gave this broker that no create here is making: those of topics

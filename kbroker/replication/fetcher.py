@@ -286,7 +286,7 @@ class ReplicaFetcher:
                     continue
                 state, fetch_offset = entry
                 # As Kafka: only for the partition as it was asked for (not moved, truncated or re-added since).
-                if not self._current(state) or state.fetch_offset != fetch_offset or not state.ready(-math.inf):
+                if not self._current(state) or state.fetch_offset != fetch_offset or state.parked:
                     continue
                 try:
                     if await self._take(state, data):

@@ -224,15 +224,19 @@ class ReplicaManager:
             self._to_open = trio.Event()
             if self.build_logs is not None:
                 await self.build_logs()
+            still_building: list[TopicPartition] = []
             while self._followers_to_open:
                 topic, index = self._followers_to_open.pop()
                 if (topic, index) in self._partitions:
                     continue
                 try:
-                    self.partition(topic, index)
+                    if self.partition(topic, index) is None and self.logs.is_building(topic, index):
+                        # A create on this broker is making its files: opened once they are (open_followers).
+                        still_building.append((topic, index))
                 except KafkaError as exc:
                     log.error("%s-%d: the follower's log cannot be opened: %s", topic, index, exc.message)
                 await trio.sleep(0)  # many partitions: other tasks run between them
+            self._followers_to_open.update(still_building)
 
     def stop(self, topic: str, index: int) -> None:
         """Stop being a replica of the partition (deleted, or moved away); its log is left to the log store."""

@@ -290,6 +290,10 @@ class LogManager:
             self._building.update((info.name, index) for index in new)
         return new
 
+    def is_building(self, topic: str, partition: int) -> bool:
+        """Whether the partition's files are being made (``get_partition`` answers None until they are)."""
+        return (topic, partition) in self._building
+
     def finish_building(self, info: TopicInfo, new: range, logs: list[PartitionLog]) -> None:
         """Serve the partitions built for ``register_topic``; built for a topic deleted meanwhile, they go."""
         for index in new:

@@ -9,6 +9,7 @@ cluster. The tests wait for outcomes (offsets, bytes, ISR) with generous bounds,
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -113,9 +114,9 @@ class Cluster:
             change_partition(self[A], topic, 0, isr=isr)
         self.mirror_topic(topic, configs)
 
-    def mirror_topic(self, topic: str, configs: dict[str, str] | None = None) -> None:
-        """Publish broker 0's registration of ``topic`` to the others (the same topic id, epochs and ISR)."""
-        image = self[A].metadata.image.topics.by_name[topic]
+    def mirror_topic(self, topic: str, configs: dict[str, str] | None = None, source: int = A) -> None:
+        """Publish broker ``source``'s registration of ``topic`` to the others (the same topic id, epochs, ISR)."""
+        image = self[source].metadata.image.topics.by_name[topic]
         records: list[Message] = [TopicRecord(name=topic, topic_id=image.topic_id)]
         for name, value in (configs or {}).items():
             records.append(ConfigRecord(resource_type=TOPIC, resource_name=topic, name=name, value=value))
@@ -132,7 +133,7 @@ class Cluster:
                 )
             )
         for node, broker in self.brokers.items():
-            if node != A:  # committed to its metadata log: a restart keeps it
+            if node != source:  # committed to its metadata log: a restart keeps it
                 broker.controller.commit_now([record(message) for message in records], transaction="mirror")
 
     def change(self, topic: str, *, leader: int | None = None, isr: Sequence[int] | None = None) -> None:
@@ -247,6 +248,30 @@ def test_a_follower_copies_the_leaders_log_exactly_and_joins_the_isr(tmp_path: P
             assert follower_log.log_end_offset == 6
             await eventually("the follower's high watermark", lambda: follower_log.high_watermark == 6)
             assert records_of(follower_log) == records_of(leader_log)
+
+    run(main)
+
+
+def test_a_follower_of_a_topic_created_through_it_fetches_once_its_files_are_made(tmp_path: Path) -> None:
+    # The create on broker 1 makes the partition's files in a worker thread while the replica layer learns it
+    # follows broker 0: its log opens (and its fetching starts) once they are made, not at a later registration.
+    # Broker 0 learns of the topic only after broker 1's first fetch was refused: the answers after the back-off
+    # are taken.
+    async def main() -> None:
+        async with cluster_of(tmp_path) as cluster:
+            await create(cluster[B], "t", [A, B])
+
+            def refused_once() -> bool:
+                state = cluster.fetchers(B).state_of("t", 0)
+                return state is not None and state.delayed_until > -math.inf
+
+            await eventually("the follower's first fetch is refused", refused_once)
+            cluster.mirror_topic("t", source=B)
+            await eventually("the leader's files are made", lambda: cluster[A].replicas.partition("t", 0) is not None)
+            assert await produced(cluster[A], "t", [b"a", b"b"]) == (ErrorCode.NONE, 0)
+            await eventually("the follower has the log end", lambda: cluster.log_end(B, "t") == 2)
+            assert records_of(cluster.log(B, "t")) == records_of(cluster.log(A, "t"))
+            assert registration(cluster[B], "t").partition_epoch == 0  # no ISR change was needed
 
     run(main)
 
