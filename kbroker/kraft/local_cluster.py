@@ -357,15 +357,22 @@ def log4j_options(node: Node) -> list[str]:
 # --- the processes ---------------------------------------------------------------------------------------------
 
 
-def _child_setup() -> None:
-    """In the child before exec: no signal blocked (the supervisor blocks its stop signals), and SIGTERM should
-    the supervisor die (Linux), so that no node outlives it unseen."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+def _parent_death_signal() -> Callable[[], None]:
+    """What a child runs before exec: no signal blocked (the supervisor blocks its stop signals), and on Linux
+    SIGTERM should the supervisor die (PR_SET_PDEATHSIG), so that no node outlives it unseen. prctl is looked up
+    here, before any fork: the child only calls it."""
+    prctl = None
     if sys.platform.startswith("linux"):
         import ctypes
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if prctl is not None:
+            prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return setup
 
 
 @dataclass
@@ -386,6 +393,7 @@ class LocalCluster:
     classpath: str
     progress: Progress
     running: list[Running] = field(default_factory=list)
+    child_setup: Callable[[], None] = field(default_factory=_parent_death_signal)
 
     def _spawn(self, node: Node, command: list[str]) -> Running:
         with open(node.log_path, "ab") as log:
@@ -395,7 +403,7 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the supervisor only: it stops the nodes in order
-                preexec_fn=_child_setup,
+                preexec_fn=self.child_setup,
             )
         running = Running(node, process)
         self.running.append(running)
@@ -516,11 +524,15 @@ def run(
 ) -> int:
     """Start the cluster, print where it is, run until SIGINT or SIGTERM, stop it in order. Exit code."""
 
-    def progress(line: str) -> None:
-        out(line)
-
+    try:
+        # Before any signal is blocked: a Ctrl-C while the jars are fetched ends the command at once.
+        java = find_java()
+        classpath = controller_classpath(out)
+    except ClusterError as exc:
+        out_error(f"kbroker cluster: {exc}")
+        return 1
     # Blocked from here on: a stop signal is taken by sigtimedwait, never by a handler that could leave nodes half
-    # started; the children unblock them (_child_setup).
+    # started; the children unblock them (_parent_death_signal).
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
     def stop_asked() -> bool:
@@ -528,11 +540,9 @@ def run(
 
     cluster: LocalCluster | None = None
     try:
-        java = find_java()
-        classpath = controller_classpath(progress)
         layout = load_layout(directory.resolve(), brokers, controllers, base_port)
         format_nodes(layout, java, classpath)
-        cluster = LocalCluster(layout, java, classpath, progress)
+        cluster = LocalCluster(layout, java, classpath, out)
         what = "formatted" if layout.created else "restarting"
         out(
             f"cluster {layout.cluster_id} ({what}) in {layout.directory}: Apache Kafka {KAFKA_VERSION} "

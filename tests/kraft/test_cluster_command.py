@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kbroker.kraft import local_cluster
 from kbroker.kraft.local_cluster import ClusterError, load_layout
 from kbroker.metadata.image import MetadataImage
 from tests.kraft.test_serve_broker_role import controller_image
@@ -184,6 +185,16 @@ def test_kbroker_cluster_runs_stops_and_restarts_a_three_broker_cluster(tmp_path
         for partition, leader in leaders(image, "orders").items():
             expected = [(n, f"p{partition}-{n}".encode()) for n in range(3)]
             assert consume(again.address(leader), "orders", partition, 3) == expected
+
+        # A broker that dies (kill -9 in a failover test) is reported; the others go on.
+        _, pid = again.nodes[("broker", 2)]
+        os.kill(pid, signal.SIGKILL)
+        log = directory / "broker-2" / "broker.log"
+        reported = f"broker 2 (pid {pid}) exited with -9 (log: {log})"
+        deadline = time.monotonic() + WITHIN
+        while reported not in again.lines and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reported in again.lines and again.process.poll() is None
     finally:
         stop_cluster(again)
 
@@ -228,3 +239,42 @@ def test_without_java_17_one_line_says_how_to_get_it(tmp_path: Path, monkeypatch
         "openjdk-17-jre-headless, or https://adoptium.net; or set JAVA_HOME\n"
     )
     assert not (tmp_path / "c").exists()
+
+
+def test_the_controller_jars_are_fetched_once_with_a_progress_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in mvn (no network here for Maven Central's jars): what it is asked for and what is said."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    mvn = bin_dir / "mvn"
+    mvn.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {calls}\n'
+        'for arg in "$@"; do case "$arg" in -DoutputDirectory=*) out="${arg#-DoutputDirectory=}";; esac; done\n'
+        'touch "$out/kafka_2.13-4.4.0.jar" "$out/kafka-clients-4.4.0.jar"\n'
+    )
+    mvn.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("KBROKER_MAVEN_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    classpath = local_cluster.controller_classpath(said.append)
+    target = tmp_path / "cache" / "kafka-4.4.0"
+    assert classpath == f"{target}/kafka-clients-4.4.0.jar:{target}/kafka_2.13-4.4.0.jar"
+    assert said == [
+        f"fetching Apache Kafka 4.4.0 (its KRaft controller) from Maven Central into {target} ...",
+        "fetched 2 jars",
+    ]
+    assert (target / ".complete").read_text() == "kafka-clients-4.4.0.jar\nkafka_2.13-4.4.0.jar\n"
+    assert local_cluster.controller_classpath(said.append) == classpath and len(said) == 2  # once
+    assert len(calls.read_text().splitlines()) == 1 and "dependency:copy-dependencies" in calls.read_text()
+
+    monkeypatch.setenv("KBROKER_MAVEN_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    with pytest.raises(ClusterError) as refused:
+        local_cluster.controller_classpath(said.append)
+    assert str(refused.value) == (
+        f"Apache Kafka 4.4.0's jars are not in {tmp_path / 'empty' / 'kafka-4.4.0'} and fetching them needs Maven: "
+        "apt-get install -y maven (then run this again)"
+    )
