@@ -444,7 +444,7 @@ class LocalCluster:
             node = running.node
             if running.process.poll() is not None:
                 raise ClusterError(
-                    f"{node.role} {node.node_id} exited with {running.process.returncode} while starting: "
+                    f"{node.role} {node.node_id} {ended(running.process.returncode)} while starting: "
                     f"{last_line(node.log_path)} (log: {node.log_path})"
                 )
             if time.monotonic() > deadline:
@@ -461,9 +461,7 @@ class LocalCluster:
             if code is not None and not running.reported:
                 running.reported = True
                 node = running.node
-                self.progress(
-                    f"{node.role} {node.node_id} (pid {running.pid}) exited with {code} (log: {node.log_path})"
-                )
+                self.progress(f"{node.role} {node.node_id} (pid {running.pid}) {ended(code)} (log: {node.log_path})")
 
     def stop(self) -> None:
         """Brokers first, together (each a controlled shutdown the controllers answer), then the controllers."""
@@ -505,6 +503,15 @@ def check_port_free(node: Node) -> None:
                 f"port {node.port} ({node.role} {node.node_id}) is in use: is this cluster already running, or "
                 "another broker? (a new cluster: --port BASE)"
             ) from None
+
+
+def ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was ended by {signal.Signals(-returncode).name}"
+        except ValueError:
+            pass
+    return f"exited with {returncode}"
 
 
 def last_line(path: Path) -> str:
