@@ -224,6 +224,10 @@ def load_layout(directory: Path, brokers: int | None, controllers: int | None, b
             raise ClusterError(
                 f"{state} is damaged ({exc}); restore it, or start a new cluster in another --dir"
             ) from None
+        if not nodes["controller"] or not nodes["broker"]:
+            raise ClusterError(
+                f"{state} is damaged (no brokers or no controllers); start a new cluster in another --dir"
+            )
         layout = Layout(directory, cluster_id, nodes["controller"], nodes["broker"])
         asked = {"--brokers": (brokers, len(layout.brokers)), "--controllers": (controllers, len(layout.controllers))}
         if base_port not in (None, 0, layout.brokers[0].port):
@@ -243,9 +247,13 @@ def load_layout(directory: Path, brokers: int | None, controllers: int | None, b
     if controllers not in (1, 3):
         raise ClusterError(f"--controllers {controllers}: 1 (for development) or 3 (fault tolerant)")
     base = 9092 if base_port is None else base_port
-    ports = [free_port() if base == 0 else base + index for index in range(brokers + controllers)]
-    if max(ports) > 65535:
-        raise ClusterError(f"--port {base}: the cluster's ports would go past 65535")
+    if not 0 <= base <= 65535 - (brokers + controllers - 1):
+        raise ClusterError(f"--port {base}: the cluster's ports would not all be in 1..65535")
+    ports: list[int] = []
+    while len(ports) < brokers + controllers:
+        port = free_port() if base == 0 else base + len(ports)
+        if port not in ports:  # two probes may be given one free port
+            ports.append(port)
     layout = Layout(
         directory,
         random_uuid(),

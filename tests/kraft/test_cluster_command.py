@@ -218,6 +218,10 @@ def test_a_cluster_directory_is_started_as_it_was_made(tmp_path: Path) -> None:
     )
     base = load_layout(tmp_path / "fixed", 2, 3, 19092)
     assert [n.port for n in base.brokers + base.controllers] == [19092, 19093, 19094, 19095, 19096]
+    with pytest.raises(ClusterError) as beyond:
+        load_layout(tmp_path / "high", 3, 1, 65533)
+    assert str(beyond.value) == "--port 65533: the cluster's ports would not all be in 1..65535"
+    assert not (tmp_path / "high").exists()
 
 
 def test_without_java_17_one_line_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
