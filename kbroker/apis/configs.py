@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
@@ -458,12 +458,29 @@ def _alter_refusal(refusal: tuple[ErrorCode, str]) -> tuple[ErrorCode, str | Non
     return (code, None) if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED else (code, message)
 
 
+REPEATED_RESOURCE = "Each resource must appear at most once."
+
+
+def _repeated(resources: list[Any]) -> set[tuple[int, str]]:
+    """The (type, name) of resources named more than once in one alteration: each of those is refused whole
+    (Kafka's ConfigAdminManager.preprocess), before anything else is checked."""
+    seen: set[tuple[int, str]] = set()
+    repeated: set[tuple[int, str]] = set()
+    for resource in resources:
+        key = (resource.resource_type, resource.resource_name)
+        (repeated if key in seen else seen).add(key)
+    return repeated
+
+
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     responses = []
     message: str | None
+    repeated = _repeated(request.resources)
     for resource in request.resources:
         refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-        if refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
+        if (resource.resource_type, resource.resource_name) in repeated:
+            code, message = ErrorCode.INVALID_REQUEST, REPEATED_RESOURCE
+        elif refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
             code, message = _alter_refusal(refusal)
         elif ctx.topics.controller.forwards_requests and resource.resource_type in (TOPIC, BROKER):
             code, message = await _forward_replace(ctx, resource, request.validate_only)
@@ -603,10 +620,13 @@ async def handle_incremental_alter_configs(
 ) -> IncrementalAlterConfigsResponse:
     responses = []
     message: str | None
+    repeated = _repeated(request.resources)
     for resource in request.resources:
         names = [op.name for op in resource.configs]
         refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-        if len(names) != len(set(names)):
+        if (resource.resource_type, resource.resource_name) in repeated:
+            code, message = ErrorCode.INVALID_REQUEST, REPEATED_RESOURCE
+        elif len(names) != len(set(names)):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         elif refusal is not None:
             code, message = _alter_refusal(refusal)
