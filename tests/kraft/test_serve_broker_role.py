@@ -282,7 +282,7 @@ def test_an_unformatted_data_directory_is_refused_in_one_line(controller: KafkaC
     with pytest.raises(RuntimeError) as failed:
         broker.start(timeout=WITHIN)
     assert "meta.properties is missing: a broker under a KRaft controller quorum needs" in str(failed.value)
-    assert "kafka-storage format -t CLUSTER_ID" in str(failed.value)
+    assert "(kbroker format -t CLUSTER_ID -c broker.properties, or Kafka's kafka-storage format)" in str(failed.value)
     assert "Traceback" not in str(failed.value)
 
 
