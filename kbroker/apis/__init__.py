@@ -79,9 +79,14 @@ class ApiHandler:
         """Import the handler's function: None if done, else why it failed."""
         module, _, function = self.target.rpartition(".")
         try:
-            self._handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+            handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+            if self.api_key in FORWARDED:
+                from kbroker.apis.forwarded import forwarded_in_a_cluster
+
+                handle = forwarded_in_a_cluster(handle)
         except (OSError, ImportError) as exc:  # ImportError: a module it imports met the same EMFILE
             return _describe(exc)
+        self._handle = handle
         if self._load_failure is not None:
             log.warning("the %s handler is loaded now", self.name)
             self._load_failure = None
@@ -173,6 +178,12 @@ HANDLERS: dict[int, ApiHandler] = _table(
 )
 
 API_VERSIONS = 18
+
+# What Kafka 4.4's broker forwards whole to the active controller (KafkaApis.forwardToController): under a KRaft
+# quorum these go to the controller in an Envelope with the client's principal (kbroker/apis/forwarded.py).
+# CreateTopics, DeleteTopics, CreateAcls, DeleteAcls, CreatePartitions, ElectLeaders, AlterPartitionReassignments,
+# ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures.
+FORWARDED = frozenset({19, 20, 30, 31, 37, 43, 45, 46, 49, 51, 55, 57})
 
 # Versions advertised that differ from the handled range (see the Produce note above).
 ADVERTISED_MIN_VERSION = {0: 0}
