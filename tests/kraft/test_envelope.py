@@ -212,3 +212,32 @@ def test_a_version_the_controller_cannot_read_closes_the_clients_connection() ->
     )
     with pytest.raises(CloseConnection, match="cannot read api key 19 v7"):
         trio.run(forward_to_controller, ctx)
+
+
+def test_a_request_answered_in_part_is_forwarded_re_encoded_with_the_clients_header() -> None:
+    from kbroker.apis.context import RequestContext
+
+    created = inner_answer(ErrorCode.NONE, None)
+    controller, scripted = quorum_controller([EnvelopeResponse(response_data=created)])
+    ctx = RequestContext(
+        services=Services(controller),  # type: ignore[arg-type]
+        api_key=19,
+        api_version=CREATE_TOPICS_VERSION,
+        correlation_id=CORRELATION_ID,
+        client_id="app-1",
+        client_host="[::1]:50000",
+        connection_id=1,
+        principal="User:bob",
+        request_frame=b"the frame as received, not sent: a body is given",
+    )
+    rest = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name="orders", num_partitions=3, replication_factor=1)],
+        timeout_ms=30000,
+    )
+    answer = trio.run(forward_to_controller, ctx, rest)
+    assert isinstance(answer, CreateTopicsResponse) and answer.topics[0].error_code == ErrorCode.NONE
+    [(_, sent)] = scripted.sent
+    assert sent.request_data == create_topics_frame()  # the client's api version, correlation id and client id
+    assert sent.request_principal is not None
+    assert deserialize_principal(sent.request_principal) == ("User:bob", False)
+    assert sent.client_host_address == bytes(15) + b"\x01"
