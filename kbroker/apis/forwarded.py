@@ -17,14 +17,17 @@ from kbroker.apis.context import CloseConnection, RequestContext
 from protocol.framing import encode_request
 
 
-async def forward_to_controller(ctx: RequestContext, body: Any = None) -> Any:
+async def forward_to_controller(ctx: RequestContext, body: Any = None, *, api_version: int | None = None) -> Any:
     """The controller's answer to this request as the client sent it, or, given ``body``, to ``body`` sent with the
-    client's header (Kafka's serializeWithHeader, for what is left of a request answered in part)."""
+    client's header (Kafka's serializeWithHeader, for what is left of a request answered in part; ``api_version``
+    for a request of another API, as the CreateTopics a Metadata request auto-creates a topic with)."""
     from kbroker.kraft.forwarding import ControllerVersionMismatch
 
+    api_key = ctx.api_key if body is None else body.API_KEY
+    version = ctx.api_version if api_version is None else api_version
     frame: bytes | bytearray
     if body is not None:
-        frame = encode_request(body, ctx.api_version, ctx.correlation_id, ctx.client_id)[4:]
+        frame = encode_request(body, version, ctx.correlation_id, ctx.client_id)[4:]
     elif ctx.request_frame is not None:
         frame = ctx.request_frame
     else:
@@ -32,8 +35,8 @@ async def forward_to_controller(ctx: RequestContext, body: Any = None) -> Any:
     try:
         return await ctx.topics.controller.forward(
             frame,
-            api_key=ctx.api_key,
-            api_version=ctx.api_version,
+            api_key=api_key,
+            api_version=version,
             principal=ctx.principal,
             client_host=ctx.client_address,
         )

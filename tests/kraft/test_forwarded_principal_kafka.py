@@ -121,6 +121,12 @@ def grant_create_on_cluster(client: WireClient, user: str, host: str) -> list[tu
     return [(result.error_code, result.error_message) for result in answer.results]
 
 
+def auto_created(client: WireClient, name: str, *, allow: bool = True) -> list[tuple[str | None, int, int]]:
+    """Metadata for ``name``, auto-creating it if ``allow``: (name, error, partitions)."""
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)], allow_auto_topic_creation=allow)
+    return [(t.name, t.error_code, len(t.partitions)) for t in client.request(request, 12).topics]
+
+
 def test_the_controller_authorizes_forwarded_requests_as_the_client(
     secured_controller: KafkaController, tmp_path: Path
 ) -> None:
@@ -157,6 +163,14 @@ def test_the_controller_authorizes_forwarded_requests_as_the_client(
 
             # bob's ACL names another host: the controller matched it against bob's address, not the broker's.
             assert create_topic(bob, "bob-orders") == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+
+            # Metadata's auto-creation is the client's too (Kafka's AutoTopicCreationManager sends it in an
+            # Envelope): alice's topic is created, bob's is not (kbroker, without an authorizer, would have).
+            assert auto_created(alice, "alice-auto") == [("alice-auto", ErrorCode.NONE, 1)]
+            assert auto_created(bob, "bob-auto") == [("bob-auto", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)]
+            assert auto_created(alice, "bob-auto", allow=False) == [
+                ("bob-auto", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)
+            ]
 
             # Forwarded whole (DeleteTopics) or re-encoded with the client's header (IncrementalAlterConfigs):
             # bob may neither delete nor reconfigure alice's topic.
