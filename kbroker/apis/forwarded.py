@@ -16,29 +16,32 @@ from typing import Any
 from kbroker.apis.context import CloseConnection, RequestContext
 from protocol.framing import encode_request
 
+READS = frozenset({46, 55})  # ListPartitionReassignments, DescribeQuorum: nothing to wait for in the image
 
-async def forward_to_controller(ctx: RequestContext, body: Any = None, *, api_version: int | None = None) -> Any:
-    """The controller's answer to this request as the client sent it, or, given ``body``, to ``body`` sent with the
-    client's header (Kafka's serializeWithHeader, for what is left of a request answered in part; ``api_version``
-    for a request of another API, as the CreateTopics a Metadata request auto-creates a topic with)."""
+
+async def forward_to_controller(
+    ctx: RequestContext, body: Any, *, as_received: bool = False, api_version: int | None = None
+) -> Any:
+    """The controller's answer to ``body`` sent with the client's header: the request's bytes as the client sent
+    them if ``as_received``, else ``body`` encoded (Kafka's serializeWithHeader, for what is left of a request
+    answered in part, or at ``api_version`` for another API: the CreateTopics a Metadata request auto-creates a
+    topic with)."""
     from kbroker.kraft.forwarding import ControllerVersionMismatch
 
-    api_key = ctx.api_key if body is None else body.API_KEY
     version = ctx.api_version if api_version is None else api_version
     frame: bytes | bytearray
-    if body is not None:
-        frame = encode_request(body, version, ctx.correlation_id, ctx.client_id)[4:]
-    elif ctx.request_frame is not None:
+    if as_received and ctx.request_frame is not None:
         frame = ctx.request_frame
     else:
-        raise ValueError("a request without its frame needs its body to be forwarded")
+        frame = encode_request(body, version, ctx.correlation_id, ctx.client_id)[4:]
     try:
         return await ctx.topics.controller.forward(
             frame,
-            api_key=api_key,
+            api_key=body.API_KEY,
             api_version=version,
             principal=ctx.principal,
             client_host=ctx.client_address,
+            changes=body.API_KEY not in READS and not getattr(body, "validate_only", False),
         )
     except ControllerVersionMismatch as exc:
         raise CloseConnection(f"{exc} (it may have changed since the client asked ApiVersions)") from None
@@ -49,7 +52,7 @@ def forwarded_in_a_cluster(local: Any) -> Any:
 
     async def handle(ctx: RequestContext, request: Any) -> Any:
         if ctx.topics.controller.forwards_requests:
-            return await forward_to_controller(ctx, None if ctx.request_frame is not None else request)
+            return await forward_to_controller(ctx, request, as_received=True)
         return await local(ctx, request)
 
     handle.__name__ = handle.__qualname__ = getattr(local, "__name__", "handle")

@@ -138,10 +138,18 @@ class QuorumController(Controller):
         raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
 
     async def forward(
-        self, request_frame: Buffer, *, api_key: int, api_version: int, principal: str, client_host: str
+        self,
+        request_frame: Buffer,
+        *,
+        api_key: int,
+        api_version: int,
+        principal: str,
+        client_host: str,
+        changes: bool = True,
     ) -> Message:
         """The active controller's answer to a client's request (``request_frame``: its header and body) sent in an
-        Envelope as ``principal`` from ``client_host``, as Kafka's ForwardingManager sends it."""
+        Envelope as ``principal`` from ``client_host``, as Kafka's ForwardingManager sends it. ``changes``: the
+        request may change metadata (not a read, not validate-only)."""
         try:
             wrapped = envelope(request_frame, principal, client_host)
         except (PrincipalSerializationError, ValueError) as exc:  # ValueError: no IP address to send
@@ -161,9 +169,11 @@ class QuorumController(Controller):
         except DecodeError as exc:
             log.error("unreadable response to a forwarded api key %d v%d: %s", api_key, api_version, exc)
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR) from None
-        # What the controller committed is in this broker's image before the client hears of it (a client that
-        # created a topic finds it in this broker's Metadata next).
-        await self._synced()
+        if changes and _changed_something(response):
+            # What the controller committed is in this broker's image before the client hears of it (a client that
+            # created a topic finds it in this broker's Metadata next). The answer is the controller's either way.
+            with trio.move_on_after(self.request_timeout):
+                await self._sync()
         return response
 
     async def _send(
@@ -551,6 +561,17 @@ def _top_level_error(answer: Message) -> int:
             if item_code:
                 return int(item_code)
     return 0
+
+
+def _changed_something(answer: Message) -> bool:
+    """Whether an admin answer accepted anything: no error for the request as a whole, and some item without one."""
+    if getattr(answer, "error_code", 0):
+        return False
+    for items in ("topics", "results", "responses", "entries", "filter_results", "replica_election_results"):
+        listed = getattr(answer, items, None)
+        if listed is not None:
+            return any(not getattr(item, "error_code", 0) for item in listed)
+    return True
 
 
 def _raise_for(code: int, message: str | None) -> None:

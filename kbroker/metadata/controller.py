@@ -161,11 +161,18 @@ class Controller(ABC):
         raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ID block is not available yet")
 
     async def forward(
-        self, request_frame: bytes | bytearray, *, api_key: int, api_version: int, principal: str, client_host: str
+        self,
+        request_frame: bytes | bytearray,
+        *,
+        api_key: int,
+        api_version: int,
+        principal: str,
+        client_host: str,
+        changes: bool = True,
     ) -> Message:
         """The controller's answer to a client's whole request (its header and body as received), which the
-        controller handles as ``principal`` from ``client_host`` (Kafka's Envelope). Only for a controller that
-        ``forwards_requests``."""
+        controller handles as ``principal`` from ``client_host`` (Kafka's Envelope); a request that ``changes``
+        metadata answers once the change is in the image. Only for a controller that ``forwards_requests``."""
         raise NotImplementedError
 
     @abstractmethod

@@ -8,6 +8,7 @@ error or an unreadable answer is UNKNOWN_SERVER_ERROR, as is a principal that ca
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 import pytest
@@ -72,6 +73,7 @@ class ScriptedController:
     def __init__(self, answers: list[EnvelopeResponse]) -> None:
         self.answers = answers
         self.sent: list[tuple[tuple[str, int], EnvelopeRequest]] = []
+        self.syncs = 0  # waits for the broker's image to catch up with the controller
 
     def channel(self, address: tuple[str, int]) -> Any:
         controller = self
@@ -100,7 +102,7 @@ def quorum_controller(answers: list[EnvelopeResponse], timeout_ms: int = 30000) 
     scripted = ScriptedController(answers)
 
     async def synced() -> None:
-        return None
+        scripted.syncs += 1
 
     controller = QuorumController(
         ScriptedQuorum(scripted),
@@ -149,6 +151,7 @@ def test_the_envelope_carries_the_request_as_received_the_principal_and_the_addr
     assert sent.request_principal is not None
     assert deserialize_principal(sent.request_principal) == ("User:alice", False)
     assert sent.client_host_address == bytes([10, 1, 2, 3])
+    assert scripted.syncs == 0  # refused: nothing to wait for in the image
 
 
 def test_not_controller_sends_it_again_to_the_next_controller() -> None:
@@ -158,6 +161,7 @@ def test_not_controller_sends_it_again_to_the_next_controller() -> None:
     answer = forward(controller)
     assert isinstance(answer, CreateTopicsResponse) and answer.topics[0].error_code == ErrorCode.NONE
     assert [address for address, _ in scripted.sent] == VOTERS
+    assert scripted.syncs == 1  # created: in this broker's image before the client hears of it
     assert scripted.sent[0][1].request_data == scripted.sent[1][1].request_data == create_topics_frame()
 
 
@@ -210,8 +214,9 @@ def test_a_version_the_controller_cannot_read_closes_the_clients_connection() ->
         principal="User:alice",
         request_frame=create_topics_frame(),
     )
+    body = decode_request(create_topics_frame()).body
     with pytest.raises(CloseConnection, match="cannot read api key 19 v7"):
-        trio.run(forward_to_controller, ctx)
+        trio.run(partial(forward_to_controller, ctx, body, as_received=True))
 
 
 def test_a_request_answered_in_part_is_forwarded_re_encoded_with_the_clients_header() -> None:
