@@ -4,8 +4,8 @@ controller connection) a super user, and kbroker's SASL/PLAIN users get the cont
 without CREATE on the cluster is refused CreateTopics (TOPIC_AUTHORIZATION_FAILED) and CreateAcls
 (CLUSTER_AUTHORIZATION_FAILED); once a super user grants it CREATE from its address, it creates topics; a user
 granted CREATE only from another address stays refused (the envelope carries the client's address too).
-IncrementalAlterConfigs and DeleteTopics (answered in part by the broker, or forwarded whole) are the controller's
-verdicts for the client as well."""
+IncrementalAlterConfigs and DeleteTopics (answered in part by the broker, or forwarded whole) and Metadata's
+auto-creation are the controller's verdicts for the client as well; DescribeQuorum is the controller's answer."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from protocol.messages.create_acls_request import CreateAclsRequest
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.create_topics_response import CreateTopicsResponse
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
+from protocol.messages.describe_quorum_request import DescribeQuorumRequest
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
@@ -232,5 +233,24 @@ def test_the_controller_authorizes_forwarded_requests_as_the_client(
                 ]
                 deleted = admin.request(DeleteTopicsRequest(topic_names=["alice-orders"], timeout_ms=30000), 5)
                 assert [(r.name, r.error_code) for r in deleted.responses] == [("alice-orders", ErrorCode.NONE)]
+
+        # DescribeQuorum is forwarded too: kbroker answers the controller quorum's own description (its voter, its
+        # leader, this broker among the observers), not a single node's.
+        quorum = DescribeQuorumRequest(
+            topics=[
+                DescribeQuorumRequest.TopicData(
+                    topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)]
+                )
+            ]
+        )
+        with signed_in(sasl_port, "admin") as admin:
+            described = admin.request(quorum, 2)
+        [[partition]] = [topic.partitions for topic in described.topics]
+        assert (described.error_code, partition.error_code) == (ErrorCode.NONE, ErrorCode.NONE)
+        assert (partition.leader_id, [v.replica_id for v in partition.current_voters]) == (
+            secured_controller.node_id,
+            [secured_controller.node_id],
+        )
+        assert NODE in [observer.replica_id for observer in partition.observers]
     finally:
         broker.stop(timeout=WITHIN)
