@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -185,6 +185,10 @@ API_VERSIONS = 18
 # ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures.
 FORWARDED = frozenset({19, 20, 30, 31, 37, 43, 45, 46, 49, 51, 55, 57})
 
+# What Kafka's ApiKeys call forwardable: under a KRaft quorum a broker advertises these in the versions both it and
+# the active controller serve (ApiVersionsResponse.intersectForwardableApis), and not at all if they share none.
+FORWARDABLE = FORWARDED | {33, 44}  # AlterConfigs and IncrementalAlterConfigs are forwarded in part
+
 # Versions advertised that differ from the handled range (see the Produce note above).
 ADVERTISED_MIN_VERSION = {0: 0}
 
@@ -199,6 +203,20 @@ def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
         )
         for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)
     ]
+
+
+def advertised_under(controller: Mapping[int, tuple[int, int]]) -> list[ApiVersionsResponse.ApiVersion]:
+    """The advertised versions with each forwardable API's narrowed to those ``controller`` serves too."""
+    advertised = []
+    for api in advertised_versions():
+        if api.api_key in FORWARDABLE:
+            low, high = controller.get(api.api_key, (0, -1))
+            low, high = max(low, api.min_version), min(high, api.max_version)
+            if low > high:
+                continue
+            api = ApiVersionsResponse.ApiVersion(api_key=api.api_key, min_version=low, max_version=high)
+        advertised.append(api)
+    return advertised
 
 
 def unsupported_version_response() -> ApiVersionsResponse:

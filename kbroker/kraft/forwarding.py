@@ -137,6 +137,9 @@ class QuorumController(Controller):
             return
         raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
 
+    def controller_api_versions(self) -> Mapping[int, tuple[int, int]] | None:
+        return self.quorum.leader_api_versions()
+
     async def forward(
         self,
         request_frame: Buffer,

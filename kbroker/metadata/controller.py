@@ -160,6 +160,11 @@ class Controller(ABC):
         Kafka's broker answers while its next block is on its way (clients retry)."""
         raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ID block is not available yet")
 
+    def controller_api_versions(self) -> Mapping[int, tuple[int, int]] | None:
+        """The versions of each API the active controller serves, for a controller elsewhere once known (a broker
+        advertises the forwarded APIs in the versions both serve, as Kafka's does); None here."""
+        return None
+
     async def forward(
         self,
         request_frame: bytes | bytearray,

@@ -246,3 +246,21 @@ def test_a_request_answered_in_part_is_forwarded_re_encoded_with_the_clients_hea
     assert sent.request_principal is not None
     assert deserialize_principal(sent.request_principal) == ("User:bob", False)
     assert sent.client_host_address == bytes(15) + b"\x01"
+
+
+def test_forwardable_apis_are_advertised_in_the_versions_the_controller_serves_too() -> None:
+    from kbroker.apis import FORWARDABLE, advertised_under, advertised_versions
+
+    own = {api.api_key: (api.min_version, api.max_version) for api in advertised_versions()}
+    controller = {key: versions for key, versions in own.items() if key != 55}  # no DescribeQuorum at all
+    controller[19] = (3, 5)  # CreateTopics: kbroker 2-7, the controller 3-5
+    controller[20] = (0, own[20][0] - 1)  # DeleteTopics: no version in common
+    controller[0] = (5, 6)  # Produce is not forwardable: kbroker's own range stays
+    narrowed = {api.api_key: (api.min_version, api.max_version) for api in advertised_under(controller)}
+    assert narrowed[19] == (3, 5)
+    assert 20 not in narrowed and 55 not in narrowed
+    assert narrowed[0] == own[0]
+    assert {key: versions for key, versions in narrowed.items() if key not in (19, 20, 55)} == {
+        key: versions for key, versions in own.items() if key not in (19, 20, 55)
+    }
+    assert {19, 20, 33, 44, 55} <= FORWARDABLE and 0 not in FORWARDABLE

@@ -20,11 +20,13 @@ import pytest
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
 from compat.security import jaas_plain
+from kbroker.apis import FORWARDABLE, HANDLERS
 from kbroker.security.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.alter_configs_request import AlterConfigsRequest
+from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.create_acls_request import CreateAclsRequest
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.create_topics_response import CreateTopicsResponse
@@ -252,5 +254,20 @@ def test_the_controller_authorizes_forwarded_requests_as_the_client(
             [secured_controller.node_id],
         )
         assert NODE in [observer.replica_id for observer in partition.observers]
+
+        # ApiVersions: the forwarded APIs in the versions both kbroker and the controller serve, as Kafka's broker.
+        hello = ApiVersionsRequest(client_software_name="test", client_software_version="1")
+        with WireClient(secured_controller.bootstrap) as direct:
+            theirs = {a.api_key: (a.min_version, a.max_version) for a in direct.request(hello, 3).api_keys}
+        with signed_in(sasl_port, "bob") as bob:
+            ours = {a.api_key: (a.min_version, a.max_version) for a in bob.request(hello, 3).api_keys}
+        expected = {}
+        for key in FORWARDABLE:
+            low, high = theirs.get(key, (0, -1))
+            low, high = max(low, HANDLERS[key].min_version), min(high, HANDLERS[key].max_version)
+            if low <= high:
+                expected[key] = (low, high)
+        assert {key: versions for key, versions in ours.items() if key in FORWARDABLE} == expected
+        assert {19, 20, 30, 31, 33, 37, 44, 49, 51, 55, 57} <= set(expected)
     finally:
         broker.stop(timeout=WITHIN)
