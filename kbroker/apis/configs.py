@@ -470,12 +470,8 @@ REPEATED_RESOURCE = "Each resource must appear at most once."
 def _repeated(resources: list[Any]) -> set[tuple[int, str]]:
     """The (type, name) of resources named more than once in one alteration: each of those is refused whole
     (Kafka's ConfigAdminManager.preprocess), before anything else is checked."""
-    seen: set[tuple[int, str]] = set()
-    repeated: set[tuple[int, str]] = set()
-    for resource in resources:
-        key = (resource.resource_type, resource.resource_name)
-        (repeated if key in seen else seen).add(key)
-    return repeated
+    counts = Counter((resource.resource_type, resource.resource_name) for resource in resources)
+    return {key for key, count in counts.items() if count > 1}
 
 
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
@@ -564,7 +560,7 @@ def _preprocessed(
     ConfigAdminManager.preprocess (None: forward it): a repeated resource or config, a null value, a BROKER name that
     is not this broker's id; and here also a value kbroker does not have (``settings``: the values being set)."""
     if repeated:
-        return ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
+        return ErrorCode.INVALID_REQUEST, REPEATED_RESOURCE
     if len(config_names) != len(set(config_names)):
         return ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
     if nulls:
@@ -604,18 +600,18 @@ async def _incremental_through_the_controller(
     broker logger) answers here, the rest forwarded in one request with the client's header, the answers in the
     request's order."""
     keys = [(resource.resource_type, resource.resource_name) for resource in request.resources]
-    counts = Counter(keys)
+    repeated = _repeated(request.resources)
     answers: list[Answer | None] = []
     for resource, key in zip(request.resources, keys, strict=True):
         ops = resource.configs
-        if resource.resource_type == BROKER_LOGGER and counts[key] == 1:
+        if resource.resource_type == BROKER_LOGGER and key not in repeated:
             refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, BROKER_LOGGER, resource.resource_name)
             answers.append(_alter_refusal(refusal) if refusal else (ErrorCode.INVALID_REQUEST, _BROKER_LOGGERS))
             continue
         nulls = [op.name for op in ops if op.config_operation != DELETE and op.value is None]
         settings = [(op.name, op.value) for op in ops if op.config_operation in (SET, APPEND)]
         names = [op.name for op in ops]
-        answers.append(_preprocessed(ctx, *key, names, nulls, settings, counts[key] > 1))
+        answers.append(_preprocessed(ctx, *key, names, nulls, settings, key in repeated))
     rest = [resource for resource, answer in zip(request.resources, answers, strict=True) if answer is None]
     final = await _forward_rest(
         ctx, keys, answers, IncrementalAlterConfigsRequest(resources=rest, validate_only=request.validate_only)
@@ -641,12 +637,12 @@ async def _replace_through_the_controller(ctx: RequestContext, request: AlterCon
     """AlterConfigs under a KRaft quorum, as ``_incremental_through_the_controller`` (AlterConfigs has no broker
     loggers: Kafka answers that type as unknown)."""
     keys = [(resource.resource_type, resource.resource_name) for resource in request.resources]
-    counts = Counter(keys)
+    repeated = _repeated(request.resources)
     answers: list[Answer | None] = []
     for resource, key in zip(request.resources, keys, strict=True):
         settings = [(config.name, config.value) for config in resource.configs]
         nulls = [name for name, value in settings if value is None]
-        answers.append(_preprocessed(ctx, *key, [name for name, _ in settings], nulls, settings, counts[key] > 1))
+        answers.append(_preprocessed(ctx, *key, [name for name, _ in settings], nulls, settings, key in repeated))
     rest = [resource for resource, answer in zip(request.resources, answers, strict=True) if answer is None]
     final = await _forward_rest(
         ctx, keys, answers, AlterConfigsRequest(resources=rest, validate_only=request.validate_only)
