@@ -1,8 +1,9 @@
 """Two kbroker brokers under a real Apache Kafka 4.4 controller: what clients see of the cluster is the metadata
 image's, the same from either broker. Metadata lists both brokers and each partition's leader; a produce or fetch
 sent to the broker that does not lead the partition is refused NOT_LEADER_OR_FOLLOWER naming the leader and its
-endpoint (KIP-951); FindCoordinator names the leader of the group's __consumer_offsets partition; confluent-kafka
-produces to and consumes from both leaders exactly."""
+endpoint (KIP-951); FindCoordinator answers COORDINATOR_NOT_AVAILABLE at once while __consumer_offsets is created,
+then names the leader of the group's partition from either broker, the other answering NOT_COORDINATOR;
+confluent-kafka produces to and consumes from both leaders exactly."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
+from protocol.messages.offset_commit_request import OffsetCommitRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
 from tests.kraft.test_serve_broker_role import KBROKER_LEVELS, WITHIN, format_data_dir
@@ -156,6 +158,35 @@ def test_two_kbroker_brokers_name_each_other_and_their_leaders(controller: Kafka
         assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (FIRST, 0)
         assert [(n.node_id, n.host, n.port) for n in fetched.node_endpoints] == [(FIRST, "127.0.0.1", first.port)]
 
+        # The first FindCoordinator finds no __consumer_offsets: COORDINATOR_NOT_AVAILABLE at once, as Kafka answers
+        # while the topic is created in the background; then both brokers name the same leader.
+        find = FindCoordinatorRequest(key_type=0, coordinator_keys=["readers"])
+        with WireClient(second.bootstrap) as client:
+            [first_answer] = client.request(find, 4).coordinators
+        assert (first_answer.error_code, first_answer.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+
+        def coordinator(broker: BrokerProcess) -> tuple[int, int] | None:
+            with WireClient(broker.bootstrap) as client:
+                [found] = client.request(find, 4).coordinators
+            return (found.node_id, found.port) if found.error_code == ErrorCode.NONE else None
+
+        named = eventually(lambda: coordinator(second), "a coordinator for group readers")
+        assert named in ((FIRST, first.port), (SECOND, second.port))
+        assert eventually(lambda: coordinator(first), "the first broker naming it") == named
+        # The other broker is not the group's coordinator: NOT_COORDINATOR, and the client looks again.
+        other = first if named[0] == SECOND else second
+        commit = OffsetCommitRequest(
+            group_id="readers",
+            topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(
+                    name=TOPIC, partitions=[OffsetCommitRequest.OffsetCommitRequestPartition(committed_offset=1)]
+                )
+            ],
+        )
+        with WireClient(other.bootstrap) as client:
+            misdirected = client.request(commit, 8)
+        assert misdirected.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+
         # confluent-kafka, bootstrapped from the first broker only, produces to both leaders.
         producer = Producer({"bootstrap.servers": first.bootstrap, "acks": "all", "enable.idempotence": True})
         delivered: list[tuple[int | None, int | None, bytes | None]] = []
@@ -198,16 +229,6 @@ def test_two_kbroker_brokers_name_each_other_and_their_leaders(controller: Kafka
             assert [(c.partition, c.offset) for c in committed] == [(0, 3), (1, 3)]
         finally:
             consumer.close()
-        coordinators = []
-        for broker in (first, second):
-            with WireClient(broker.bootstrap) as client:
-                [found] = client.request(
-                    FindCoordinatorRequest(key_type=0, coordinator_keys=["readers"]), 4
-                ).coordinators
-            coordinators.append((found.error_code, found.node_id, found.port))
-        assert coordinators[0] == coordinators[1]
-        code, node_id, port = coordinators[0]
-        assert code == ErrorCode.NONE and (node_id, port) in ((FIRST, first.port), (SECOND, second.port))
     finally:
         second.stop(timeout=WITHIN)
         first.stop(timeout=WITHIN)
