@@ -157,11 +157,17 @@ class TopicService:
     def _make_files(self, info: TopicInfo, new: range) -> list[PartitionLog]:
         """The logs of partitions ``new`` of ``info``, their files made. The topic is committed: as on Kafka, a log
         that cannot be made shows when it is used (its files are made then, or it answers KAFKA_STORAGE_ERROR)."""
+        here = [index for index in new if self._replica_here(info.name, index)]
         try:
-            return self.logs.build_partitions(info, new.start, new.stop)
+            return self.logs.build_partitions(info, new.start, new.stop, only=here)
         except (OSError, StorageError) as exc:
             log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
             return []
+
+    def _replica_here(self, topic: str, index: int) -> bool:
+        """Whether the image places a replica of the partition on this broker (one it does not know: kept)."""
+        registration = self.image.topics.partition(topic, index)
+        return registration is None or self.node_id in registration.replicas
 
     # --- look-ups --------------------------------------------------------------------------------------
 

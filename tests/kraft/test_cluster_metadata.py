@@ -231,6 +231,10 @@ def test_two_kbroker_brokers_name_each_other_and_their_leaders(controller: Kafka
         finally:
             consumer.close()
 
+        # Each broker made the files of its own replicas only.
+        assert [path.name for path in first.data_dir.glob(f"{TOPIC}-*")] == [f"{TOPIC}-0"]
+        assert [path.name for path in second.data_dir.glob(f"{TOPIC}-*")] == [f"{TOPIC}-1"]
+
         # __consumer_offsets was created with offsets.topic.replication.factor: each partition on both brokers.
         wanted = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="__consumer_offsets")])
         with WireClient(first.bootstrap) as client:
