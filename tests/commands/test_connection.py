@@ -301,4 +301,5 @@ def test_serve_does_not_build_the_client_commands() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split(" [", 1)[0] == "False"
-    assert "['certs', 'health', 'serve'] ['acls', 'certs', 'configs', 'console', 'consume', 'groups'" in done.stdout
+    commands = "['acls', 'certs', 'cluster', 'configs', 'console', 'consume', 'format', 'groups'"
+    assert f"['certs', 'health', 'serve'] {commands}" in done.stdout

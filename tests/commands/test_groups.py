@@ -97,14 +97,14 @@ class LateMetadataAndSyncAnswers:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         handle = Connection.handle
 
-        async def timed(connection: Connection, request: Any) -> Any:
+        async def timed(connection: Connection, request: Any, frame: bytearray | None = None) -> Any:
             body, client = request.body, request.header.client_id
             if request.api_key == METADATA and client == CLIENT_ID and self.looked_up:
                 if any(t.name == self.topic for t in body.topics or []) and not self.first_generation_synced:
                     deadline = trio.current_time() + self.HOLD_LIMIT_S
                     while not self.first_generation_synced and trio.current_time() < deadline:
                         await trio.sleep(0.01)
-            answer = await handle(connection, request)
+            answer = await handle(connection, request, frame)
             if request.api_key == FIND_COORDINATOR and client == CLIENT_ID:
                 self.looked_up = True
             if request.api_key == SYNC_GROUP and body.group_id == self.group:
