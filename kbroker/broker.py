@@ -46,7 +46,7 @@ from kbroker.replication.fetcher import Address, FetcherSettings, ReplicaFetcher
 from kbroker.security.acls import Authorizer
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE
-from kbroker.topics import TopicService
+from kbroker.topics import InternalTopicCreation, TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
 from protocol.errors import ErrorCode, KafkaError
 
@@ -183,6 +183,8 @@ class Broker:
             )
             if self.logs.durable:  # partitions an image gives this broker get their files as it arrives
                 self.replicas.build_logs = self.topics.build_published
+            if self.kraft is not None:  # FindCoordinator asks for internal topics without waiting, as Kafka's broker
+                self.topics.internal_creation = InternalTopicCreation(self.topics)
             # An internal topic a coordinator needs at once is created through the controller, as any other.
             self.offsets.create_topic = self.topics.create_now
             if self.logs.durable:  # the offsets journal of an older kbroker, once

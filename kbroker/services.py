@@ -426,7 +426,7 @@ class WorkerLost(CleanerFailed):
 
 def background_services(broker: Broker) -> list[tuple[str, Service]]:
     """The broker's background services by name, in the order they are started."""
-    return [
+    services: list[tuple[str, Service]] = [
         ("retention", RetentionService(broker)),
         ("flush", FlushService(broker)),
         ("high-watermark-checkpoint", broker.replicas),  # replication-offset-checkpoint (kbroker/replication)
@@ -434,3 +434,6 @@ def background_services(broker: Broker) -> list[tuple[str, Service]]:
         ("offset-expiry", OffsetExpiryService(broker)),
         ("log-cleaner", LogCleanerService(broker, lambda: broker.dynamic_config.current)),
     ]
+    if broker.topics.internal_creation is not None:  # under a KRaft quorum (kbroker/topics.py)
+        services.append(("internal-topic-creation", broker.topics.internal_creation))
+    return services

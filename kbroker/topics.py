@@ -36,6 +36,41 @@ def unknown_topic(name: str) -> KafkaError:
     return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
 
+class InternalTopicCreation:
+    """Under a KRaft controller quorum, the internal topics FindCoordinator needs are created in the background, as
+    Kafka's AutoTopicCreationManager creates them: the request that finds one missing asks for it and answers
+    COORDINATOR_NOT_AVAILABLE at once (the client retries), rather than wait for the controller and for the files
+    of every partition. One creation at a time; a name asked for again while pending is asked once."""
+
+    def __init__(self, topics: TopicService) -> None:
+        self._topics = topics
+        self._wanted: dict[str, tuple[int, dict[str, str]]] = {}
+        self._asked = trio.Event()
+
+    def request(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        if name not in self._wanted:
+            self._wanted[name] = (partitions, dict(configs))
+            self._asked.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self._asked.wait()
+            self._asked = trio.Event()
+            while self._wanted:
+                name, (partitions, configs) = next(iter(self._wanted.items()))
+                try:
+                    if self._topics.image.topics.get(name) is None:
+                        await self._topics.create(name, partitions, configs)
+                        log.info("created %s with %d partitions", name, partitions)
+                except KafkaError as exc:  # created meanwhile elsewhere, or refused: the next request asks again
+                    log.info("%s was not created here: %s %s", name, exc.code.name, exc.message)
+                except (OSError, StorageError) as exc:
+                    log.error("cannot make the files of %s: %s", name, exc)
+                finally:
+                    self._wanted.pop(name, None)
+
+
 class TopicService:
     def __init__(
         self,
@@ -59,6 +94,8 @@ class TopicService:
         # build_published for those an image gave this broker without one (created through another broker).
         self._to_build: dict[str, list[tuple[TopicInfo, range]]] = {}
         self._adding: dict[str, int] = {}  # topics whose new partitions an AddPartitions in progress builds itself
+        # Under a KRaft quorum (a service the broker runs): internal topics created without the request waiting.
+        self.internal_creation: InternalTopicCreation | None = None
         metadata.subscribe(self._publish)
 
     @property
@@ -129,10 +166,16 @@ class TopicService:
     # --- look-ups --------------------------------------------------------------------------------------
 
     def topic(self, name: str) -> TopicInfo | None:
-        return self.logs.topic(name)
+        """The topic, as the log manager knows it or, holding no replica of it here, as the image has it."""
+        info = self.logs.topic(name)
+        return info if info is not None else self.in_image(name)
 
     def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
-        return self.logs.topic_by_id(topic_id)
+        info = self.logs.topic_by_id(topic_id)
+        if info is None and topic_id is not None:
+            topic = self.image.topics.by_id.get(topic_id)
+            return self.in_image(topic.name) if topic is not None else None
+        return info
 
     def all(self) -> list[TopicInfo]:
         """Every topic, by name."""
@@ -173,13 +216,19 @@ class TopicService:
             replication_factor = self.config["default.replication.factor"]
         created = self._in_creation[name] = trio.Event()
         try:
-            await self.controller.create_topic(
-                name,
-                partitions=-1 if assignments else partitions,
-                replication_factor=-1 if assignments else replication_factor,
-                configs=configs,
-                assignments=assignments,
-            )
+            try:
+                await self.controller.create_topic(
+                    name,
+                    partitions=-1 if assignments else partitions,
+                    replication_factor=-1 if assignments else replication_factor,
+                    configs=configs,
+                    assignments=assignments,
+                )
+            except KafkaError:
+                # Refused, perhaps as created meanwhile through another broker: the partitions its image gave this
+                # broker while this create was under way were left to it (build_published skips them).
+                await self._build_new_partitions(name)
+                raise
             await self._build_new_partitions(name)
         finally:
             del self._in_creation[name]

@@ -4,6 +4,12 @@ Authorization as Kafka's: DescribeCluster's ``cluster_authorized_operations`` ar
 principal that may not DESCRIBE the cluster); DescribeTopicPartitions lists only topics the principal may
 DESCRIBE (a named one it may not is TOPIC_AUTHORIZATION_FAILED, after the others, whether it exists or not) and
 gives each listed topic's ``topic_authorized_operations``.
+
+Both answer from the metadata image as the request's listener sees it (kbroker/metadata/listener_view.py):
+DescribeCluster lists every registered, unfenced broker with its endpoint on that listener and its rack (the fenced
+ones too, marked, when v2 asks for them) and any unfenced broker as controller, as a KRaft broker does;
+DescribeTopicPartitions gives each partition's leader (when registered with that listener), epochs, replicas, ISR,
+ELR and offline replicas.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import uuid
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
+from kbroker.metadata.listener_view import broker_node, broker_nodes, offline_replicas, random_alive_broker
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode
@@ -38,20 +45,19 @@ async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterR
         return DescribeClusterResponse(
             error_code=code, error_message=message, endpoint_type=BROKERS_ENDPOINT, cluster_id=""
         )
+    image = ctx.topics.image
+    include_fenced = ctx.api_version >= 2 and request.include_fenced_brokers
     return DescribeClusterResponse(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
         endpoint_type=BROKERS_ENDPOINT,
         cluster_id=ctx.cluster.cluster_id,
-        controller_id=ctx.cluster.node_id,
+        controller_id=random_alive_broker(image),
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=ctx.cluster.node_id,
-                host=ctx.advertised.host,
-                port=ctx.advertised.port,
-                rack=None,
-                is_fenced=False,
+                broker_id=node.node_id, host=node.host, port=node.port, rack=node.rack, is_fenced=node.fenced
             )
+            for node in broker_nodes(image, ctx.listener, include_fenced=include_fenced)
         ],
         cluster_authorized_operations=_cluster_operations(ctx, request.include_cluster_authorized_operations),
     )
@@ -70,7 +76,8 @@ async def handle_describe_topic_partitions(
 ) -> DescribeTopicPartitionsResponse:
     # An empty list means every topic; topics come back sorted by name so a cursor can resume.
     every_topic = not request.topics
-    names = sorted({t.name for t in request.topics}) if request.topics else sorted(i.name for i in ctx.topics.all())
+    image = ctx.topics.image
+    names = sorted({t.name for t in request.topics}) if request.topics else sorted(image.topics.by_name)
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
@@ -82,7 +89,7 @@ async def handle_describe_topic_partitions(
     topics: list[TopicResult] = []
     next_cursor = None
     for name in names:
-        info = ctx.topics.topic(name)
+        info = image.topics.by_name.get(name)
         if info is None:
             topics.append(
                 TopicResult(
@@ -98,23 +105,26 @@ async def handle_describe_topic_partitions(
         if budget == 0:
             next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=first)
             break
-        last = min(info.partitions, first + budget)
+        count = len(info.partitions)
+        last = min(count, first + budget)
         partitions = []
         for index in range(first, last):
-            registration = ctx.topics.registration(name, index)
+            registration = info.partitions.get(index)
+            if registration is None:
+                continue
+            # As Kafka: the leader named if it is registered with this listener, without an error either way.
+            leader = broker_node(image, registration.leader, ctx.listener)
             partitions.append(
                 PartitionResult(
-                    error_code=ErrorCode.NONE if registration is not None else ErrorCode.LEADER_NOT_AVAILABLE,
+                    error_code=ErrorCode.NONE,
                     partition_index=index,
-                    leader_id=registration.leader if registration is not None else -1,
-                    leader_epoch=registration.leader_epoch if registration is not None else -1,
-                    replica_nodes=list(registration.replicas) if registration is not None else [],
-                    isr_nodes=list(registration.isr) if registration is not None else [],
-                    eligible_leader_replicas=list(registration.eligible_leader_replicas)
-                    if registration is not None
-                    else [],
-                    last_known_elr=list(registration.last_known_elr) if registration is not None else [],
-                    offline_replicas=[],
+                    leader_id=registration.leader if leader is not None else -1,
+                    leader_epoch=registration.leader_epoch,
+                    replica_nodes=list(registration.replicas),
+                    isr_nodes=list(registration.isr),
+                    eligible_leader_replicas=list(registration.eligible_leader_replicas),
+                    last_known_elr=list(registration.last_known_elr),
+                    offline_replicas=offline_replicas(image, registration, ctx.listener),
                 )
             )
         budget -= len(partitions)
@@ -128,7 +138,7 @@ async def handle_describe_topic_partitions(
                 topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, name),
             )
         )
-        if last < info.partitions:
+        if last < count:
             next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=last)
             break
     if not every_topic:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import trio
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.leader_hints import current_leader
+from kbroker.apis.leader_hints import current_leader, no_replica_error
 from kbroker.apis.turns import Turns
 from kbroker.fetch_sessions import (
     FINAL_EPOCH,
@@ -390,8 +390,13 @@ async def _read_all(
             has_error = True
             answers.append((part, _partition_error(part.partition, exc.code)))
             continue
-        if partition is None:
-            unknown.append((part, _partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+        if partition is None:  # no replica here: another broker's partition (its leader named), or none at all
+            code = no_replica_error(ctx, part.name, part.partition)
+            if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                has_error = True
+                answers.append((part, _partition_error(part.partition, code)))
+            else:
+                unknown.append((part, _partition_error(part.partition, code)))
             continue
         refusal = partition.fetch_error(replica_id, part.current_leader_epoch)
         if refusal != ErrorCode.NONE:  # checked before the offset, as Kafka's Partition.fetchRecords

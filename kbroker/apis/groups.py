@@ -21,8 +21,9 @@ from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.durable.files import StorageError
 from kbroker.groups.coordinator import GroupState
-from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError
+from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError, offsets_partition
 from kbroker.groups.router import GroupKind
+from kbroker.metadata.listener_view import alive_node
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from protocol.errors import ErrorCode, KafkaError
@@ -68,72 +69,65 @@ def _coordinator_denial(ctx: RequestContext, key_type: int, key: str) -> tuple[E
     return None
 
 
-async def _internal_topic_ready(
-    ctx: RequestContext, topic: str, partitions: int, configs: dict[str, str], load: Callable[[], object]
-) -> bool:
-    """Create an internal topic if it does not exist (its files in a worker thread), as Kafka does on the first
-    FindCoordinator for a group or transactional id, then ``load`` its shards; False while that fails or another
-    request is creating it (the client retries)."""
-    if ctx.topics.topic(topic) is None:
-        try:
-            await ctx.topics.create(topic, partitions, configs)
-        except KafkaError:  # being created by another request
-            return False
-        except (OSError, StorageError) as exc:
-            log.error("cannot create %s: %s", topic, exc)
-            return False
+async def _internal_topic_exists(ctx: RequestContext, topic: str, partitions: int, configs: dict[str, str]) -> bool:
+    """Whether the image has the internal topic; if not, it is created as Kafka does on the first FindCoordinator
+    for a group or transactional id. Under a KRaft quorum that is asked of the background creation and the answer
+    is COORDINATOR_NOT_AVAILABLE at once (the client retries); a single node creates it here (its files in a worker
+    thread). False while it is missing, failing, or being created by another request."""
+    if ctx.topics.image.topics.get(topic) is not None:
+        return True
+    creation = ctx.topics.internal_creation
+    if creation is not None:
+        creation.request(topic, partitions, configs)
+        return False
     try:
-        load()
+        await ctx.topics.create(topic, partitions, configs)
+    except KafkaError:  # being created by another request
+        return False
+    except (OSError, StorageError) as exc:
+        log.error("cannot create %s: %s", topic, exc)
+        return False
+    return ctx.topics.image.topics.get(topic) is not None
+
+
+def _shard_loaded(ctx: RequestContext, key_type: int, key: str) -> bool:
+    """This broker leads the key's partition: its shard is loaded (now, if it was not yet)."""
+    try:
+        if key_type == GROUP_KEY:
+            ctx.groups.offsets.ensure_topic()
+            return ctx.groups.offsets.ensure_shard(key)
+        ctx.transactions.ensure_topic()
+        return ctx.transactions.ensure_shard(key)
     except (OffsetStoreError, OSError, StorageError, KafkaError):
         return False
-    return True
-
-
-async def _offsets_topic_ready(ctx: RequestContext) -> bool:
-    offsets = ctx.groups.offsets
-    return await _internal_topic_ready(
-        ctx, OFFSETS_TOPIC, offsets.configured_partitions, offsets.topic_configs(), offsets.ensure_topic
-    )
-
-
-async def _transaction_topic_ready(ctx: RequestContext) -> bool:
-    coordinator = ctx.transactions
-    return await _internal_topic_ready(
-        ctx, TRANSACTION_TOPIC, coordinator.configured_partitions, coordinator.topic_configs(), coordinator.ensure_topic
-    )
 
 
 NO_COORDINATOR = (-1, "", -1)
 
 
-def _coordinator_of(ctx: RequestContext, key_type: int, key: str, topic_ready: bool) -> tuple[ErrorCode, int, str, int]:
-    """Who coordinates ``key``, as the image says: the leader of its group's __consumer_offsets partition, or of
-    its transactional id's __transaction_state partition (``topic_ready``: that topic exists). This node answers
-    only once its shard is loaded; another leader is named by its endpoint on the request's listener."""
+def _coordinator_of(
+    ctx: RequestContext, key_type: int, key: str, topic_exists: bool
+) -> tuple[ErrorCode, int, str, int]:
+    """Who coordinates ``key``, as the image says (Kafka's getCoordinator): the leader of its group's
+    __consumer_offsets partition, or of its transactional id's __transaction_state partition, named by its
+    endpoint on the request's listener; COORDINATOR_NOT_AVAILABLE while the topic is missing (``topic_exists``),
+    the partition has no leader or that leader no endpoint there. This broker answers for itself only once the
+    shard is loaded."""
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return (ErrorCode.INVALID_REQUEST, *NO_COORDINATOR)
-    if not topic_ready:
+    image = ctx.topics.image
+    topic = image.topics.get(OFFSETS_TOPIC if key_type == GROUP_KEY else TRANSACTION_TOPIC)
+    if not topic_exists or topic is None:
         return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)  # Kafka's answer while the topic is missing
-    if key_type == GROUP_KEY:
-        offsets = ctx.groups.offsets
-        topic, partition = OFFSETS_TOPIC, offsets.partition_for(key)
-        loaded = partition in offsets.runtime.shards
-    else:
-        coordinator = ctx.transactions
-        topic, partition = TRANSACTION_TOPIC, coordinator.partition_for(key)
-        loaded = partition in coordinator.state_log.shards
-    registration = ctx.topics.registration(topic, partition)
+    registration = topic.partitions.get(offsets_partition(key, len(topic.partitions)))
     if registration is None or registration.leader < 0:
         return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)  # and while its partition has no leader
-    if registration.leader == ctx.cluster.node_id:
-        if not loaded:
-            return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)
-        return ErrorCode.NONE, ctx.cluster.node_id, ctx.advertised.host, ctx.advertised.port
-    broker = ctx.topics.image.brokers.get(registration.leader)
-    endpoint = None if broker is None or broker.fenced else broker.endpoints.get(ctx.listener)
-    if endpoint is None:
+    leader = alive_node(image, registration.leader, ctx.listener)
+    if leader is None:
         return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)
-    return ErrorCode.NONE, registration.leader, endpoint.host, endpoint.port
+    if leader.node_id == ctx.cluster.node_id and not _shard_loaded(ctx, key_type, key):
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)
+    return ErrorCode.NONE, leader.node_id, leader.host, leader.port
 
 
 def _coordinator_message(code: ErrorCode, key_type: int) -> str | None:
@@ -149,9 +143,17 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     its __transaction_state partition), as the metadata image registers it."""
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY
     if key_type == GROUP_KEY:
-        topic_ready = await _offsets_topic_ready(ctx)
+        offsets = ctx.groups.offsets
+        topic_ready = await _internal_topic_exists(
+            ctx, OFFSETS_TOPIC, offsets.configured_partitions, offsets.topic_configs()
+        )
+    elif key_type == TRANSACTION_KEY:
+        coordinator = ctx.transactions
+        topic_ready = await _internal_topic_exists(
+            ctx, TRANSACTION_TOPIC, coordinator.configured_partitions, coordinator.topic_configs()
+        )
     else:
-        topic_ready = key_type != TRANSACTION_KEY or await _transaction_topic_ready(ctx)
+        topic_ready = False
     if ctx.api_version >= 4:  # batched (KIP-699)
         coordinators = []
         for key in request.coordinator_keys:

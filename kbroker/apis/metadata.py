@@ -1,5 +1,11 @@
 """Metadata (key 3): brokers, cluster id and topic layout; auto-creates topics when allowed.
 
+Everything is the metadata image's, as clients of the request's listener see it (kbroker/metadata/listener_view.py,
+Kafka's KRaftMetadataCache): every registered, unfenced broker with its endpoint on that listener and its rack; each
+partition's leader, leader epoch, replicas, ISR and offline replicas, LEADER_NOT_AVAILABLE without a leader and
+LISTENER_NOT_FOUND (v6+) for a leader without that listener; a controller id that is any unfenced broker, chosen at
+random as a KRaft broker chooses it.
+
 Authorization as Kafka's: a topic needs DESCRIBE to be listed (an all-topics answer leaves the others out, a
 named one is TOPIC_AUTHORIZATION_FAILED whether it exists or not), auto-creation needs CREATE on the cluster or
 the topic, and ``authorized_operations`` (v8+) are computed from the ACLs.
@@ -11,6 +17,8 @@ import uuid
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
+from kbroker.metadata.image import TopicImage
+from kbroker.metadata.listener_view import broker_nodes, partition_view, random_alive_broker
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import TopicInfo, validate_topic_name
 from kbroker.topics import INTERNAL_TOPICS
@@ -20,6 +28,7 @@ from protocol.messages.metadata_response import MetadataResponse
 
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
 NO_TOPIC_ID = uuid.UUID(int=0)
+LISTENER_NOT_FOUND_VERSION = 6  # before it, a leader without the request's listener is LEADER_NOT_AVAILABLE
 
 
 def topic_operations(ctx: RequestContext, name: str, with_operations: bool) -> int:
@@ -30,35 +39,54 @@ def topic_operations(ctx: RequestContext, name: str, with_operations: bool) -> i
 
 
 def topic_metadata(
-    ctx: RequestContext, info: TopicInfo, with_operations: bool
+    ctx: RequestContext, topic: TopicImage, with_operations: bool
 ) -> MetadataResponse.MetadataResponseTopic:
+    """A topic as the image has it, its leaders and replicas as clients of the request's listener reach them."""
+    image = ctx.topics.image
+    only_reachable = ctx.api_version == 0  # as Kafka: v0 leaves out replicas it cannot reach
+    listener_error = ctx.api_version >= LISTENER_NOT_FOUND_VERSION
     partitions = []
-    for index in range(info.partitions):
-        registration = ctx.topics.registration(info.name, index)
-        if registration is None:  # not in the image (yet): no leader to name
-            partitions.append(
-                MetadataResponse.MetadataResponsePartition(
-                    error_code=ErrorCode.LEADER_NOT_AVAILABLE,
-                    partition_index=index,
-                    leader_id=-1,
-                    leader_epoch=-1,
-                    replica_nodes=[],
-                    isr_nodes=[],
-                    offline_replicas=[],
-                )
-            )
-            continue
+    for index in sorted(topic.partitions):
+        view = partition_view(
+            image, topic.partitions[index], ctx.listener, only_reachable=only_reachable, listener_error=listener_error
+        )
         partitions.append(
             MetadataResponse.MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
+                error_code=view.error,
                 partition_index=index,
-                leader_id=registration.leader,
-                leader_epoch=registration.leader_epoch,
-                replica_nodes=list(registration.replicas),
-                isr_nodes=list(registration.isr),
-                offline_replicas=[],
+                leader_id=view.leader_id,
+                leader_epoch=view.leader_epoch,
+                replica_nodes=view.replicas,
+                isr_nodes=view.isr,
+                offline_replicas=view.offline_replicas,
             )
         )
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.name in INTERNAL_TOPICS,
+        partitions=partitions,
+        topic_authorized_operations=topic_operations(ctx, topic.name, with_operations),
+    )
+
+
+def _created_topic(
+    ctx: RequestContext, info: TopicInfo, with_operations: bool
+) -> MetadataResponse.MetadataResponseTopic:
+    """A topic just created whose registration the image does not have yet: no leader to name."""
+    partitions = [
+        MetadataResponse.MetadataResponsePartition(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+            partition_index=index,
+            leader_id=-1,
+            leader_epoch=-1,
+            replica_nodes=[],
+            isr_nodes=[],
+            offline_replicas=[],
+        )
+        for index in range(info.partitions)
+    ]
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=info.name,
@@ -104,29 +132,32 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         # As Kafka: v10 and v11 carry topic ids and nullable names in the schema, but only v12 may use them.
         topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST) for t in requested]
     elif all_topics:
-        for listed in ctx.topics.all():
-            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, listed.name):
+        by_name = ctx.topics.image.topics.by_name
+        for name in sorted(by_name):
+            listed = by_name[name]
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
                 topics.append(topic_metadata(ctx, listed, with_operations))
-            await turns.step(1 + listed.partitions)
+            await turns.step(1 + len(listed.partitions))
     else:
         may_create_any = None  # CREATE on the cluster, asked once and only if a topic would be auto-created
         for wanted in requested:
             await turns.step()
+            image_topics = ctx.topics.image.topics
             if wanted.name is None:
-                info = ctx.topics.topic_by_id(wanted.topic_id)
-                if info is None:
+                found = image_topics.by_id.get(wanted.topic_id)
+                if found is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
                     continue
-                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name):
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, found.name):
                     # Topic ids are not secret: Kafka answers with the id and without the name.
-                    denied_describe.append(_error_topic(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, info.topic_id))
+                    denied_describe.append(_error_topic(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, found.topic_id))
                     continue
             else:
                 if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, wanted.name):
                     denied_describe.append(_error_topic(wanted.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                     continue
-                info = ctx.topics.topic(wanted.name)
-                if info is None:
+                found = image_topics.by_name.get(wanted.name)
+                if found is None:
                     if allow_create and ctx.config["auto.create.topics.enable"]:
                         if may_create_any is None:
                             may_create_any = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -139,14 +170,17 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                         operations = topic_operations(ctx, wanted.name, with_operations)
                         topics.append(_error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION, None, operations))
                         continue
-                    if allow_create:
-                        info = await ctx.topics.auto_create(wanted.name)
+                    info = await ctx.topics.auto_create(wanted.name) if allow_create else None
                     if info is None:
                         operations = topic_operations(ctx, wanted.name, with_operations)
                         topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, operations))
                         continue
-            topics.append(topic_metadata(ctx, info, with_operations))
-            await turns.step(info.partitions)
+                    found = ctx.topics.image.topics.by_name.get(wanted.name)
+                    if found is None:  # created, its registration not in this broker's image yet
+                        topics.append(_created_topic(ctx, info, with_operations))
+                        continue
+            topics.append(topic_metadata(ctx, found, with_operations))
+            await turns.step(len(found.partitions))
     cluster_operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         # As Kafka: 0 for a principal that may not describe the cluster.
@@ -155,15 +189,17 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
             if ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
             else 0
         )
+    image = ctx.topics.image
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
             MetadataResponse.MetadataResponseBroker(
-                node_id=ctx.cluster.node_id, host=ctx.advertised.host, port=ctx.advertised.port, rack=None
+                node_id=node.node_id, host=node.host, port=node.port, rack=node.rack
             )
+            for node in broker_nodes(image, ctx.listener)
         ],
         cluster_id=ctx.cluster.cluster_id,
-        controller_id=ctx.cluster.node_id,
+        controller_id=random_alive_broker(image),
         topics=topics + denied_create + denied_describe,
         cluster_authorized_operations=cluster_operations,
         error_code=ErrorCode.NONE,

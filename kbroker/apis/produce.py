@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import trio
 
 from kbroker.apis.context import RequestContext
-from kbroker.apis.leader_hints import current_leader
+from kbroker.apis.leader_hints import current_leader, no_replica_error
 from kbroker.apis.turns import Turns
 from kbroker.replication.manager import PendingAck
 from kbroker.security.acls import AclOperation, ResourceType
@@ -154,8 +154,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 results.append(_error(part.index, exc.code, exc.message))
                 continue
-            if partition is None:
-                results.append(_error(part.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            if partition is None:  # no replica here: another broker's partition, or none at all
+                code = no_replica_error(ctx, info.name, part.index)
+                results.append(_error(part.index, code))
+                not_leader = not_leader or code == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 continue
             plog = partition.log
             records = part.records

@@ -184,6 +184,21 @@ class CoordinatorRuntime(Generic[S]):
         except KafkaError as exc:  # its coordinator's next use loads it (FindCoordinator, a commit)
             log.warning("%s-%d is not loaded (tried again on use): %s", self.topic, index, exc)
 
+    def load_if_led(self, partition: int) -> bool:
+        """Load ``partition``'s shard now if this broker leads it and it is not loaded (its log was not open when
+        leadership came, its files were still being made, or a reload failed); whether it is loaded. Only what
+        this broker leads is loaded: another broker's partitions are that broker's coordinator's."""
+        if partition in self.shards:
+            return True
+        if not self.leads(partition):
+            return False
+        try:
+            self.load(partition)
+        except KafkaError as exc:
+            log.debug("%s-%d is not loaded yet: %s", self.topic, partition, exc)
+            return False
+        return True
+
     def shard(self, partition: int) -> S:
         shard = self.shards.get(partition)
         if shard is None:
@@ -284,10 +299,21 @@ class CoordinatorRuntime(Generic[S]):
     # --- helpers ---------------------------------------------------------------------------------------
 
     def led_elsewhere(self, partition: int) -> bool:
-        """The replica layer holds ``partition`` and this broker is not its leader: its keys are another
-        coordinator's (NOT_COORDINATOR), as the metadata image says."""
-        replica = self._replica(partition)
-        return replica is not None and not replica.is_leader
+        """The metadata image registers ``partition`` with another leader (or none): its keys are not this
+        broker's to coordinate (NOT_COORDINATOR), whether or not this broker holds a replica of it. A partition the
+        image does not have yet (its topic is still to create) is not another's."""
+        if self._replicas is None:
+            return False  # no replica layer: a single node's own logs
+        registration = self._replicas.leadership.partition(self.topic, partition)
+        return registration is not None and registration.leader != self._replicas.local_broker_id
+
+    def leads(self, partition: int) -> bool:
+        """This broker may hold ``partition``'s shard: the image makes it the leader (always, without a replica
+        layer)."""
+        if self._replicas is None:
+            return True
+        registration = self._replicas.leadership.partition(self.topic, partition)
+        return registration is not None and registration.leader == self._replicas.local_broker_id
 
     def _replica(self, partition: int) -> Partition | None:
         return self._replicas.partition(self.topic, partition) if self._replicas is not None else None

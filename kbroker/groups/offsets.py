@@ -316,17 +316,22 @@ class OffsetStore:
             except (OSError, StorageError, KafkaError) as exc:
                 raise OffsetStoreError(f"cannot create {OFFSETS_TOPIC}: {exc}") from None
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.configured_partitions)
-        # A shard may have gone since every one was loaded: unloaded when another broker led its partition, whose
-        # reload on leading it again failed (kbroker/coordinators/runtime.py) and is tried again here.
-        if not self._loaded or len(self.runtime.shards) < self.partition_count:
+        # A shard missing since (a reload on leading its partition again failed, or its log was not open when
+        # leadership came) is loaded by its partition's next use (``ensure_shard``).
+        if not self._loaded:
             self._load_all()
 
+    def ensure_shard(self, group: str) -> bool:
+        """The group's shard is loaded here (loaded now if this broker leads its partition and it was not)."""
+        return self.runtime.load_if_led(self.partition_for(group))
+
     def _load_all(self) -> None:
-        """Load the shards not loaded yet. A partition whose files are still being made (the topic was just
-        created) or cannot be read is tried again by the next ``ensure_topic`` (its groups' FindCoordinator)."""
+        """Load the shards not loaded yet of the partitions this broker leads (another broker's are its own
+        coordinator's). A partition whose files are still being made (the topic was just created) or cannot be read
+        is tried again by the next ``ensure_topic`` or use of one of its groups."""
         missing = False
         for partition in range(self.partition_count):
-            if partition in self.runtime.shards:
+            if partition in self.runtime.shards or not self.runtime.leads(partition):
                 continue
             try:
                 shard = self.runtime.load(partition)
@@ -350,8 +355,9 @@ class OffsetStore:
             on_unload(partition)
 
     def coordinated_elsewhere(self, group: str) -> bool:
-        """Another broker leads the group's __consumer_offsets partition, as the metadata image says."""
-        return self.logs.topic(OFFSETS_TOPIC) is not None and self.runtime.led_elsewhere(self.partition_for(group))
+        """Another broker leads the group's __consumer_offsets partition (or none does), as the metadata image
+        says, whether or not this broker holds a replica of it."""
+        return self.runtime.led_elsewhere(self.partition_for(group))
 
     def serve_groups(
         self, restore: Callable[[int | None], None], unload: Callable[[Callable[[str], bool]], None]
@@ -381,6 +387,7 @@ class OffsetStore:
             return -1
         self.ensure_topic()
         partition = self.partition_for(group)
+        self.runtime.load_if_led(partition)
         try:
             written = self.runtime.write(partition, lambda shard: (records, None), transaction=transaction)
         except KafkaError as exc:

@@ -127,13 +127,16 @@ class ReplicaManager:
     # --- partitions ----------------------------------------------------------------------------------
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        """The replica of a partition (its log opened on first use); None if there is no such partition.
+        """The replica of a partition (its log opened on first use); None if there is no such partition, or the
+        image places it on other brokers only.
 
         Raises KafkaError KAFKA_STORAGE_ERROR if its files cannot be opened.
         """
         partition = self._partitions.get((topic, index))
         if partition is not None:
             return partition
+        if not self._assigned_here(topic, index):
+            return None  # another broker's partition: no replica here, its log not opened (nor made)
         plog = self.logs.get_partition(topic, index)
         if plog is None:
             return None
@@ -156,9 +159,15 @@ class ReplicaManager:
         )
         self._partitions[key] = partition
         registration = self.leadership.partition(plog.topic, plog.partition)
-        if registration is not None:
+        if registration is not None and self.local_broker_id in registration.replicas:
             self._apply(partition, registration)
         return partition
+
+    def _assigned_here(self, topic: str, index: int) -> bool:
+        """Whether this broker is one of the partition's registered replicas (a partition the leadership source
+        does not know yet is taken as this broker's: its registration comes when the log is opened)."""
+        registration = self.leadership.partition(topic, index)
+        return registration is None or self.local_broker_id in registration.replicas
 
     def apply(self, topic: str, index: int, registration: Registration) -> None:
         """A new registration for a partition: become its leader or a follower (Kafka's applyDelta)."""

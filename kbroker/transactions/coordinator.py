@@ -336,10 +336,19 @@ class TransactionCoordinator:
         if self.logs.topic(TRANSACTION_TOPIC) is None:
             self.create_topic(TRANSACTION_TOPIC, self.configured_partitions, self.topic_configs())
             log.info("created %s with %d partitions", TRANSACTION_TOPIC, self.configured_partitions)
-        # A shard unloaded since every one was loaded, whose reload on leading its partition again failed, is
-        # tried again here (as in kbroker/groups/offsets.py).
-        if not self._loaded or len(self.state_log.shards) < self.partition_count:
+        # A shard missing since (a reload on leading its partition again failed, or its log was not open when
+        # leadership came) is loaded by its partition's next use (``ensure_shard``, as in kbroker/groups/offsets.py).
+        if not self._loaded:
             self._load()
+
+    def ensure_shard(self, transactional_id: str) -> bool:
+        """The id's shard is loaded here (loaded now if this broker leads its partition and it was not)."""
+        return self.state_log.load_if_led(self.partition_for(transactional_id))
+
+    def coordinated_elsewhere(self, transactional_id: str) -> bool:
+        """Another broker leads the id's __transaction_state partition (or none does), as the metadata image says:
+        its requests here answer NOT_COORDINATOR, and the client finds the coordinator again."""
+        return self.state_log.led_elsewhere(self.partition_for(transactional_id))
 
     def _apply(self, transactional_id: str, record: dict[str, Any] | None) -> None:
         """A record of __transaction_state replayed (at load, or once written): the id's state, or its end."""
@@ -378,8 +387,8 @@ class TransactionCoordinator:
         meanwhile."""
         missing = False
         for partition in range(self.partition_count):
-            if partition in self.state_log.shards:
-                continue
+            if partition in self.state_log.shards or not self.state_log.leads(partition):
+                continue  # loaded, or another broker's to coordinate
             try:
                 self.state_log.load(partition)
             except KafkaError as exc:
@@ -508,7 +517,9 @@ class TransactionCoordinator:
             records = [transaction_tombstone(transactional_id)]
         try:
             self.ensure_topic()
-            self.state_log.write(self.partition_for(transactional_id), lambda shard: (records, None))
+            partition = self.partition_for(transactional_id)
+            self.state_log.load_if_led(partition)
+            self.state_log.write(partition, lambda shard: (records, None))
         except (OSError, StorageError, KafkaError) as exc:
             log.error("%s: writing the state of %r failed: %s", TRANSACTION_TOPIC, transactional_id, exc)
             raise TransactionLogError(f"writing {TRANSACTION_TOPIC} failed: {exc}") from None
@@ -538,6 +549,8 @@ class TransactionCoordinator:
         """InitProducerId with a transactional id; ``expected`` is the (producer id, epoch) of KIP-360."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.INVALID_REQUEST)
+        if self.coordinated_elsewhere(transactional_id):
+            return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
         if not self.valid_timeout(timeout_ms):
             return ProducerIdAndEpoch(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         now = self._now_ms()
@@ -628,6 +641,8 @@ class TransactionCoordinator:
         """The id's metadata if this producer is its current one and no transaction is completing."""
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
+        if self.coordinated_elsewhere(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -748,6 +763,8 @@ class TransactionCoordinator:
         bumped and the answer names the producer id and epoch the next transaction uses."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.INVALID_REQUEST)
+        if self.coordinated_elsewhere(transactional_id):
+            return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
         metadata = self.transactions.get(transactional_id)
         if metadata is None:
             return ProducerIdAndEpoch(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
