@@ -27,6 +27,7 @@ from protocol.exceptions import DecodeError
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch, decode_records, iter_batches
 from tests.cluster.harness import wait_for
@@ -51,6 +52,7 @@ PRODUCER = {
     "topic.metadata.refresh.interval.ms": 1000,
 }
 Acked = tuple[int, bytes]  # (offset, value)
+IN_FLIGHT = 500  # records the producer may have unacknowledged
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)
@@ -141,6 +143,20 @@ def raw_produce(bootstrap: str, topic: str, values: list[bytes], acks: int) -> t
     return partition_answer.error_code, partition_answer.base_offset
 
 
+def produce_at_leader(broker: QuorumBroker, topic: str, values: list[bytes], acks: int) -> tuple[int, int]:
+    """raw_produce to a broker the controller made leader: sent again while it answers NOT_LEADER_OR_FOLLOWER
+    (nothing written), as a client would, since a broker may answer Metadata from the new image a moment before
+    its replica layer has applied it (Kafka's does)."""
+    answers: list[tuple[int, int]] = []
+
+    def answered() -> bool:
+        answers.append(raw_produce(broker.bootstrap, topic, values, acks))
+        return answers[-1][0] != ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    wait_for(answered, f"{broker} taking produce requests for {topic}", BOUND)
+    return answers[-1]
+
+
 def read_all(broker: QuorumBroker, topic: str) -> list[Acked]:
     """Every record of partition 0 up to the high watermark, fetched from ``broker`` (its leader) as a consumer."""
     records: list[Acked] = []
@@ -183,6 +199,58 @@ def segment_batches(broker: QuorumBroker, topic: str) -> list[tuple[int, int, li
     return batches
 
 
+def produce_answer(broker: QuorumBroker, topic: str) -> tuple[int, int, tuple[int, int], list[tuple[int, str]]]:
+    """An acks=1 Produce v11 sent to ``broker``: (error code, base offset, (current leader id, epoch), the
+    endpoints named (node id, host:port))."""
+    batch = build_batch([Record(value=b"misdirected")])
+    partition = ProduceRequest.PartitionProduceData(index=0, records=batch)
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])
+    with WireClient(broker.bootstrap, timeout=BOUND) as client:
+        answer = client.request(ProduceRequest(acks=1, timeout_ms=30000, topic_data=[data]), PRODUCE_VERSION)
+    [[part]] = [topic_answer.partition_responses for topic_answer in answer.responses]
+    hint = (part.current_leader.leader_id, part.current_leader.leader_epoch)
+    named = sorted((node.node_id, f"{node.host}:{node.port}") for node in answer.node_endpoints)
+    return part.error_code, part.base_offset, hint, named
+
+
+def fetch_answer(broker: QuorumBroker, topic: str, offset: int, epoch: int) -> tuple[int, int, list[int]]:
+    """A consumer's Fetch v12 of partition 0 at ``broker`` naming leader ``epoch``: (error code, high watermark,
+    the offsets of the records returned)."""
+    fetched = FetchRequest.FetchPartition(
+        partition=0, current_leader_epoch=epoch, fetch_offset=offset, partition_max_bytes=1 << 20
+    )
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[fetched])],
+    )
+    with WireClient(broker.bootstrap, timeout=BOUND) as client:
+        [topic_answer] = client.request(request, FETCH_VERSION).responses
+    [answer] = topic_answer.partitions
+    offsets = [
+        header.base_offset + record.offset_delta
+        for header, batch in iter_batches(answer.records or b"")
+        for record in decode_records(batch)
+    ]
+    return answer.error_code, answer.high_watermark, offsets
+
+
+def epoch_end_answer(broker: QuorumBroker, topic: str, current: int, asked: int) -> tuple[int, int, int]:
+    """OffsetForLeaderEpoch v4 as a consumer asks it: (error code, epoch, end offset)."""
+    partition = OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=current, leader_epoch=asked
+    )
+    request = OffsetForLeaderEpochRequest(
+        replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[partition])]
+    )
+    with WireClient(broker.bootstrap, timeout=BOUND) as client:
+        [topic_answer] = client.request(request, 4).topics
+    [answer] = topic_answer.partitions
+    return answer.error_code, answer.leader_epoch, answer.end_offset
+
+
 class Producing:
     """An idempotent acks=all producer (confluent-kafka) sending values 000000, 000001, ... to partition 0 on a
     thread until stopped, with every acknowledgement and error as its delivery reports give them."""
@@ -204,6 +272,9 @@ class Producing:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self.sent - len(self.acknowledged) - len(self.errors) >= IN_FLIGHT:
+                self.producer.poll(0.05)
+                continue
             try:
                 self.producer.produce(self.topic, value=f"{self.sent:06d}".encode(), partition=0)
                 self.sent += 1
@@ -260,7 +331,7 @@ def test_losing_followers_shrinks_the_isr_then_acks_all_is_refused(cluster: KRaf
     first, second = (cluster.broker(r) for r in created.replicas if r != created.leader)
     assert (created.leader_epoch, sorted(created.isr)) == (0, [1, 2, 3])
 
-    assert raw_produce(leader.bootstrap, topic, [b"a0", b"a1"], acks=-1) == (ErrorCode.NONE, 0)
+    assert produce_at_leader(leader, topic, [b"a0", b"a1"], acks=-1) == (ErrorCode.NONE, 0)
 
     # One follower gone: the ISR shrinks to the leader and the other follower, and acks=all goes on.
     first.kill()
@@ -270,7 +341,7 @@ def test_losing_followers_shrinks_the_isr_then_acks_all_is_refused(cluster: KRaf
         created.leader_epoch,
         sorted([leader.node_id, second.node_id]),
     )
-    assert raw_produce(leader.bootstrap, topic, [b"b0", b"b1"], acks=-1) == (ErrorCode.NONE, 2)
+    assert produce_at_leader(leader, topic, [b"b0", b"b1"], acks=-1) == (ErrorCode.NONE, 2)
 
     # Both followers gone: the ISR is the leader alone, below min.insync.replicas; acks=all is refused before
     # anything is written, acks=1 is still taken.
@@ -278,15 +349,15 @@ def test_losing_followers_shrinks_the_isr_then_acks_all_is_refused(cluster: KRaf
     alone = wait_registration(cluster, topic, lambda r: second.node_id not in r.isr, "both followers out")
     assert (alone.leader, alone.leader_epoch, alone.isr) == (leader.node_id, created.leader_epoch, (leader.node_id,))
     wait_for(lambda: partition_metadata(leader, topic)[2] == [leader.node_id], "the leader's own ISR", BOUND)
-    assert raw_produce(leader.bootstrap, topic, [b"refused"], acks=-1) == (ErrorCode.NOT_ENOUGH_REPLICAS, -1)
-    assert raw_produce(leader.bootstrap, topic, [b"c0"], acks=1) == (ErrorCode.NONE, 4)
+    assert produce_at_leader(leader, topic, [b"refused"], acks=-1) == (ErrorCode.NOT_ENOUGH_REPLICAS, -1)
+    assert produce_at_leader(leader, topic, [b"c0"], acks=1) == (ErrorCode.NONE, 4)
 
     # Back: both catch up and rejoin the ISR under the same leader and epoch; acks=all is taken again.
     first.start()
     second.start()
     back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "both followers back in the ISR")
     assert (back.leader, back.leader_epoch) == (leader.node_id, created.leader_epoch)
-    assert raw_produce(leader.bootstrap, topic, [b"d0"], acks=-1) == (ErrorCode.NONE, 5)
+    assert produce_at_leader(leader, topic, [b"d0"], acks=-1) == (ErrorCode.NONE, 5)
     expected = [(0, b"a0"), (1, b"a1"), (2, b"b0"), (3, b"b1"), (4, b"c0"), (5, b"d0")]
     assert read_all(leader, topic) == expected
     for broker in cluster.brokers:  # every replica holds the same batches, in the same epoch
@@ -321,7 +392,7 @@ def test_a_restarted_former_leader_truncates_its_unreplicated_tail(cluster: KRaf
     topic = "tail"
     created = create_topic(cluster, topic)
     old = cluster.broker(created.leader)
-    assert raw_produce(old.bootstrap, topic, [b"a0", b"a1", b"a2"], acks=-1) == (ErrorCode.NONE, 0)
+    assert produce_at_leader(old, topic, [b"a0", b"a1", b"a2"], acks=-1) == (ErrorCode.NONE, 0)
 
     # The followers stop hearing from the leader (its proxy holds their fetches), the leader takes an acks=1
     # batch they never get, and dies; what the proxy held for them is dropped.
@@ -333,7 +404,7 @@ def test_a_restarted_former_leader_truncates_its_unreplicated_tail(cluster: KRaf
     assert elected.leader_epoch == created.leader_epoch + 1
     new = cluster.broker(elected.leader)
     wait_for(lambda: partition_metadata(new, topic)[:2] == (new.node_id, elected.leader_epoch), "new leads", BOUND)
-    assert raw_produce(new.bootstrap, topic, [b"b0", b"b1", b"b2"], acks=-1) == (ErrorCode.NONE, 3)
+    assert produce_at_leader(new, topic, [b"b0", b"b1", b"b2"], acks=-1) == (ErrorCode.NONE, 3)
 
     # The former leader comes back as a follower: its tail diverges from the new epoch and goes.
     old.proxy.heal()
@@ -344,6 +415,42 @@ def test_a_restarted_former_leader_truncates_its_unreplicated_tail(cluster: KRaf
     for broker in cluster.brokers:
         assert segment_batches(broker, topic) == expected, broker
     assert read_all(new, topic) == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"b2")]
+
+    # What the leader and the former leader answer clients about the two epochs. A consumer's Fetch v12 may read
+    # a follower (KIP-392), up to the high watermark the follower has heard of: waited for first.
+    old_epoch, new_epoch = created.leader_epoch, elected.leader_epoch
+
+    def follower_told_the_high_watermark() -> bool:
+        error_code, high_watermark, _ = fetch_answer(old, topic, 4, new_epoch)
+        return error_code != ErrorCode.NONE or high_watermark == 6
+
+    wait_for(follower_told_the_high_watermark, "the follower's high watermark at the leader's", BOUND)
+    assert {
+        "produce to the former leader": produce_answer(old, topic),
+        "fetch at the leader, old epoch": fetch_answer(new, topic, 0, old_epoch),
+        "fetch at the leader, next epoch": fetch_answer(new, topic, 0, new_epoch + 1),
+        "fetch at the leader": fetch_answer(new, topic, 4, new_epoch),
+        "fetch at a follower": fetch_answer(old, topic, 4, new_epoch),
+        "fetch at a follower, old epoch": fetch_answer(old, topic, 4, old_epoch),
+        "end of the old epoch": epoch_end_answer(new, topic, new_epoch, old_epoch),
+        "end of the new epoch": epoch_end_answer(new, topic, new_epoch, new_epoch),
+        "end of the old epoch at a follower": epoch_end_answer(old, topic, new_epoch, old_epoch),
+    } == {
+        "produce to the former leader": (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            -1,
+            (new.node_id, new_epoch),
+            [(new.node_id, new.bootstrap)],
+        ),
+        "fetch at the leader, old epoch": (ErrorCode.FENCED_LEADER_EPOCH, -1, []),
+        "fetch at the leader, next epoch": (ErrorCode.UNKNOWN_LEADER_EPOCH, -1, []),
+        "fetch at the leader": (ErrorCode.NONE, 6, [3, 4, 5]),  # the whole batch holding offset 4
+        "fetch at a follower": (ErrorCode.NONE, 6, [3, 4, 5]),
+        "fetch at a follower, old epoch": (ErrorCode.FENCED_LEADER_EPOCH, -1, []),
+        "end of the old epoch": (ErrorCode.NONE, old_epoch, 3),
+        "end of the new epoch": (ErrorCode.NONE, new_epoch, 6),
+        "end of the old epoch at a follower": (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1),
+    }
 
 
 def test_a_controlled_shutdown_of_the_leader_moves_leadership_without_client_errors(cluster: KRaftCluster) -> None:
