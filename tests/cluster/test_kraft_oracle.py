@@ -25,6 +25,7 @@ from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
+from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
@@ -251,6 +252,45 @@ def epoch_end_answer(broker: QuorumBroker, topic: str, current: int, asked: int)
     return answer.error_code, answer.leader_epoch, answer.end_offset
 
 
+PartitionView = tuple[int, int, int, list[int], list[int], list[int], list[int], list[int]]
+
+
+def described_partition(broker: QuorumBroker, topic: str) -> PartitionView:
+    """Partition 0 as ``broker`` describes it (DescribeTopicPartitions v0): error code, leader, leader epoch,
+    replicas, ISR, eligible leader replicas, last known ELR, offline replicas."""
+    request = DescribeTopicPartitionsRequest(topics=[DescribeTopicPartitionsRequest.TopicRequest(name=topic)])
+    with WireClient(broker.bootstrap, timeout=BOUND) as client:
+        [described] = client.request(request, 0).topics
+    [p] = described.partitions
+    elr, last_known = p.eligible_leader_replicas or [], p.last_known_elr or []
+    return p.error_code, p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes, elr, last_known, p.offline_replicas
+
+
+def controller_decided(image: MetadataImage, topic: str) -> PartitionView:
+    """The same from the controller's registration: offline replicas are those on fenced brokers, as Kafka's
+    KRaftMetadataCache answers them."""
+    r = registration(image, topic)
+    assert r is not None
+    offline = [b for b in r.replicas if b not in image.brokers or image.brokers[b].fenced]
+    elr, last_known = list(r.eligible_leader_replicas), list(r.last_known_elr)
+    return ErrorCode.NONE, r.leader, r.leader_epoch, list(r.replicas), list(r.isr), elr, last_known, offline
+
+
+def assert_described_as_decided(broker: QuorumBroker, cluster: KRaftCluster, topic: str) -> None:
+    """``broker`` comes to describe the partition as the controller decided it (its image may lag a moment)."""
+    answers: list[tuple[PartitionView, PartitionView]] = []
+
+    def agree() -> bool:
+        answers.append((described_partition(broker, topic), controller_decided(cluster.observe().image, topic)))
+        return answers[-1][0] == answers[-1][1]
+
+    try:
+        wait_for(agree, f"{broker} describing {topic}-0 as the controller decided", BOUND / 2)
+    except AssertionError:
+        described, decided = answers[-1]
+        assert described == decided, broker
+
+
 class Producing:
     """An idempotent acks=all producer (confluent-kafka) sending values 000000, 000001, ... to partition 0 on a
     thread until stopped, with every acknowledgement and error as its delivery reports give them."""
@@ -349,6 +389,16 @@ def test_losing_followers_shrinks_the_isr_then_acks_all_is_refused(cluster: KRaf
     alone = wait_registration(cluster, topic, lambda r: second.node_id not in r.isr, "both followers out")
     assert (alone.leader, alone.leader_epoch, alone.isr) == (leader.node_id, created.leader_epoch, (leader.node_id,))
     wait_for(lambda: partition_metadata(leader, topic)[2] == [leader.node_id], "the leader's own ISR", BOUND)
+    fenced = cluster.observe().wait(
+        lambda i: i.brokers[first.node_id].fenced and i.brokers[second.node_id].fenced, "both followers fenced", BOUND
+    )
+    assert controller_decided(fenced, topic)[1:5] == (
+        leader.node_id,
+        created.leader_epoch,
+        list(created.replicas),
+        [leader.node_id],
+    )
+    assert_described_as_decided(leader, cluster, topic)
     assert produce_at_leader(leader, topic, [b"refused"], acks=-1) == (ErrorCode.NOT_ENOUGH_REPLICAS, -1)
     assert produce_at_leader(leader, topic, [b"c0"], acks=1) == (ErrorCode.NONE, 4)
 
@@ -357,6 +407,8 @@ def test_losing_followers_shrinks_the_isr_then_acks_all_is_refused(cluster: KRaf
     second.start()
     back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "both followers back in the ISR")
     assert (back.leader, back.leader_epoch) == (leader.node_id, created.leader_epoch)
+    for broker in cluster.brokers:
+        assert_described_as_decided(broker, cluster, topic)
     assert produce_at_leader(leader, topic, [b"d0"], acks=-1) == (ErrorCode.NONE, 5)
     expected = [(0, b"a0"), (1, b"a1"), (2, b"b0"), (3, b"b1"), (4, b"c0"), (5, b"d0")]
     assert read_all(leader, topic) == expected
