@@ -178,6 +178,10 @@ class ApacheKafka:
         if run.returncode != 0:
             raise RuntimeError(f"Kafka's {arguments[0]} failed (exit {run.returncode}): {run.stdout}{run.stderr}")
 
+    def _jvm_options(self) -> list[str]:
+        """JVM options of the node's process beyond Kafka's own (none here)."""
+        return []
+
     def _log_options(self) -> list[str]:
         return [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}"]
 
@@ -197,7 +201,8 @@ class ApacheKafka:
             format_command = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(properties)]
             self._run_tool(classpath, *format_command, *self._format_options())
             self._formatted = True
-        command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._log_options()]
+        command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._jvm_options()]
+        command += self._log_options()
         command += ["-cp", classpath, "kafka.Kafka", str(properties)]
         began = time.monotonic()
         # A child inherits the signals its parent blocks (main() blocks SIGINT and SIGTERM): Kafka gets none blocked.
@@ -376,6 +381,11 @@ class ApacheKafkaBroker(ApacheKafka):
             **self.settings,
         }
         return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _jvm_options(self) -> list[str]:
+        # IPv4 sockets: tests/cluster's FaultProxy tells which process a connection comes from by /proc/net/tcp,
+        # where the JVM's default dual-stack (IPv6) sockets do not appear.
+        return ["-Djava.net.preferIPv4Stack=true"]
 
     def start(self, timeout: float = 120.0) -> Self:
         """Format (the first time, with the controller's cluster id), start, and wait until the controller has

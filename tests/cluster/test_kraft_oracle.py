@@ -128,13 +128,13 @@ def partition_metadata(broker: QuorumBroker, topic: str) -> tuple[int, int, list
     return partition.leader_id, partition.leader_epoch, sorted(partition.isr_nodes)
 
 
-def raw_produce(bootstrap: str, topic: str, values: list[bytes], acks: int) -> tuple[int, int]:
+def raw_produce(bootstrap: str, topic: str, values: list[bytes], acks: int, timeout_ms: int = 30000) -> tuple[int, int]:
     """One batch of ``values`` to partition 0 as one ProduceRequest: (error code, base offset) as answered."""
     batch = build_batch([Record(offset_delta=i, value=value) for i, value in enumerate(values)])
     partition = ProduceRequest.PartitionProduceData(index=0, records=batch)
     request = ProduceRequest(
         acks=acks,
-        timeout_ms=30000,
+        timeout_ms=timeout_ms,
         topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
     )
     with WireClient(bootstrap, timeout=BOUND) as client:
@@ -519,3 +519,39 @@ def test_a_controlled_shutdown_of_the_leader_moves_leadership_without_client_err
         producing.wait_acknowledged(len(producing.acknowledged) + 200)
     assert producing.errors == []
     assert_exactly_once_in_order(read_all(cluster.broker(moved.leader), topic), producing.acknowledged)
+
+
+def test_a_follower_cut_off_from_the_leader_holds_acks_all_until_the_leader_drops_it(cluster: KRaftCluster) -> None:
+    """The leader's own ISR change (AlterPartition), not the controller's fencing: the follower still heartbeats."""
+    topic = "stalled"
+    created = create_topic(cluster, topic)
+    leader = cluster.broker(created.leader)
+    cut, other = (cluster.broker(r) for r in created.replicas if r != created.leader)
+    assert produce_at_leader(leader, topic, [b"a0"], acks=-1) == (ErrorCode.NONE, 0)
+
+    # Its fetches cannot reach the leader: an acks=all batch is written but not acknowledged within its timeout
+    # (a fraction of replica.lag.time.max.ms, which the follower is still within).
+    leader.proxy.block(cut.name)
+    timed_out = raw_produce(leader.bootstrap, topic, [b"late"], acks=-1, timeout_ms=500)
+    assert timed_out == (ErrorCode.REQUEST_TIMED_OUT, 1)
+    dropped = wait_registration(cluster, topic, lambda r: cut.node_id not in r.isr, "the cut-off follower out")
+    assert (dropped.leader, dropped.leader_epoch, dropped.partition_epoch, sorted(dropped.isr)) == (
+        leader.node_id,
+        created.leader_epoch,
+        created.partition_epoch + 1,
+        sorted([leader.node_id, other.node_id]),
+    )
+    assert not cluster.observe().image.brokers[cut.node_id].fenced
+    assert produce_at_leader(leader, topic, [b"b0"], acks=-1) == (ErrorCode.NONE, 2)
+
+    # Reconnected, it catches up and the leader adds it back.
+    leader.proxy.unblock(cut.name)
+    back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "the follower back in the ISR")
+    assert (back.leader, back.leader_epoch, back.partition_epoch) == (
+        leader.node_id,
+        created.leader_epoch,
+        created.partition_epoch + 2,
+    )
+    assert read_all(leader, topic) == [(0, b"a0"), (1, b"late"), (2, b"b0")]
+    for broker in cluster.brokers:
+        assert segment_batches(broker, topic) == [(0, 0, [b"a0"]), (1, 0, [b"late"]), (2, 0, [b"b0"])], broker
