@@ -4,23 +4,21 @@ test can take the same steps on both and compare what they answer.
 
 As in tests/cluster/harness.py, every broker sits behind a FaultProxy and advertises it: clients and the other
 brokers (replica fetchers) reach it through the proxy, while the controller is reached directly. Each broker
-can be killed (SIGKILL), stopped (SIGTERM: a controlled shutdown), paused (SIGSTOP) and started again on the
-same port and data; its proxy can hold or drop what goes to and from it.
+can be killed (SIGKILL), stopped (SIGTERM: a controlled shutdown) and started again on the same port and data;
+its proxy can hold, drop or block (one broker's connections) what goes to and from it.
 
 ``ControllerView`` follows the controller's metadata log as an observer (as kbroker's broker role does) on a
 thread of its own, so a test reads the quorum's committed image (leaders, epochs, ISR, fenced brokers) at any
 time.
 
     with KRaftCluster(tmp_path, "kafka", size=3) as cluster:
-        cluster.view.wait(lambda image: ..., "what is waited for")
+        cluster.observe().wait(lambda image: ..., "what is waited for")
 """
 
 from __future__ import annotations
 
 import base64
 import concurrent.futures
-import os
-import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -33,11 +31,11 @@ from compat.apache_kafka import ApacheKafkaBroker, KafkaController
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
-from kbroker.metadata.image import MetadataImage, PartitionRegistration
+from kbroker.metadata.image import MetadataImage
 from kbroker.pytest_plugin import DEFAULT_OVERRIDES
 from kbroker.testing import BrokerProcess
 from tests.cluster.fault_proxy import FaultProxy, ProxyHost
-from tests.cluster.harness import HOST, free_port, process_state, wait_for
+from tests.cluster.harness import HOST, free_port, wait_for
 
 Implementation = Literal["kbroker", "kafka"]
 IMPLEMENTATIONS: tuple[Implementation, ...] = ("kbroker", "kafka")
@@ -112,10 +110,6 @@ class ControllerView:
 
         wait_for(holds, what, timeout)
         return self.cache.image
-
-    def partition(self, topic: str, index: int = 0) -> PartitionRegistration | None:
-        topic_image = self.image.topics.by_name.get(topic)
-        return None if topic_image is None else topic_image.partitions.get(index)
 
     def close(self) -> None:
         token, cancel = self._token, self._cancel
@@ -232,14 +226,6 @@ class QuorumBroker:
         elif self.kafka is not None:
             self.kafka.kill()
         self.running = False
-
-    def pause(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
-        wait_for(lambda: process_state(self.pid) == "T", f"{self} stopped by SIGSTOP")
-
-    def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
-        wait_for(lambda: process_state(self.pid) != "T", f"{self} resumed by SIGCONT")
 
     def log_tail(self, size: int = 4000) -> str:
         try:
