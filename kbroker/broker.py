@@ -482,7 +482,8 @@ class Broker:
         if not path.exists():
             raise SystemExit(
                 f"{path} is missing: a broker under a KRaft controller quorum needs its data directory formatted "
-                "with the cluster's id (kafka-storage format -t CLUSTER_ID -c broker.properties)"
+                "with the cluster's id (kbroker format -t CLUSTER_ID -c broker.properties, "
+                "or Kafka's kafka-storage format)"
             )
         cluster_id = self._load_meta()
         values = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#")

@@ -184,14 +184,22 @@ WARNED, REFUSED = Status.WARNED, Status.REFUSED
 _SINGLE_NODE = "no meaning on a single node"
 _NO_POOLS = "no meaning for kbroker: one trio event loop serves every connection, there are no thread pools to size"
 _NO_REPLICATION = f"{_SINGLE_NODE}: every partition has one replica"
+_INTERNAL_REPLICATION = f"{_NO_REPLICATION} (applied with process.roles=broker, under Kafka's controllers)"
 _KRAFT = f"{_SINGLE_NODE}: kbroker has no KRaft controller quorum"
 _QUORUM_ONLY = f"{_SINGLE_NODE}, its own controller: applied with process.roles=broker, under Kafka's controllers"
 _COMBINED_ROLES = (
     "a single kbroker node is its own controller; to join a KRaft controller quorum, run Apache Kafka's "
     "controllers and set process.roles=broker"
 )
-# Where the KRaft settings apply: under Kafka's controllers (process.roles=broker), not on a single node.
-QUORUM_KEYS = ("controller.quorum.voters", "controller.quorum.bootstrap.servers")
+# Where the KRaft settings and the internal topics' replication apply: under Kafka's controllers
+# (process.roles=broker), not on a single node.
+QUORUM_KEYS = (
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+)
 CONTROLLER_ROLE_REFUSED = (
     "process.roles=controller is not supported: kbroker implements the KRaft broker role only; run Apache Kafka's "
     "controller (process.roles=controller) and start kbroker with process.roles=broker and "
@@ -914,7 +922,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "Replica fetcher threads.",
         B,
         WARNED,
-        _NO_REPLICATION,
+        _INTERNAL_REPLICATION,
         dynamic=True,
         described=False,
     ),
@@ -948,7 +956,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "Replicas of __consumer_offsets.",
         B,
         WARNED,
-        _NO_REPLICATION,
+        _INTERNAL_REPLICATION,
         described=False,
     ),
     ConfigDef(
@@ -959,7 +967,7 @@ CONFIG_DEFS: list[ConfigDef] = [
         "Replicas of __transaction_state.",
         B,
         WARNED,
-        _NO_REPLICATION,
+        _INTERNAL_REPLICATION,
         described=False,
     ),
     ConfigDef(

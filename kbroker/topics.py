@@ -157,11 +157,17 @@ class TopicService:
     def _make_files(self, info: TopicInfo, new: range) -> list[PartitionLog]:
         """The logs of partitions ``new`` of ``info``, their files made. The topic is committed: as on Kafka, a log
         that cannot be made shows when it is used (its files are made then, or it answers KAFKA_STORAGE_ERROR)."""
+        here = [index for index in new if self._replica_here(info.name, index)]
         try:
-            return self.logs.build_partitions(info, new.start, new.stop)
+            return self.logs.build_partitions(info, new.start, new.stop, only=here)
         except (OSError, StorageError) as exc:
             log.error("cannot make the files of %s partitions %s: %s", info.name, list(new), exc)
             return []
+
+    def _replica_here(self, topic: str, index: int) -> bool:
+        """Whether the image places a replica of the partition on this broker (one it does not know: kept)."""
+        registration = self.image.topics.partition(topic, index)
+        return registration is None or self.node_id in registration.replicas
 
     # --- look-ups --------------------------------------------------------------------------------------
 
@@ -213,7 +219,7 @@ class TopicService:
         if name in self._in_creation:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if not assignments and replication_factor == -1:
-            replication_factor = self.config["default.replication.factor"]
+            replication_factor, configs = self._replication_of(name, configs)
         created = self._in_creation[name] = trio.Event()
         try:
             try:
@@ -234,6 +240,18 @@ class TopicService:
             del self._in_creation[name]
             created.set()
         return self._published(name)
+
+    def _replication_of(self, name: str, configs: dict[str, str]) -> tuple[int, dict[str, str]]:
+        """A new topic's replication factor (and configs): default.replication.factor, or under a KRaft quorum
+        for an internal topic its own settings, as Kafka's AutoTopicCreationManager creates them
+        (offsets.topic.replication.factor; transaction.state.log.replication.factor with
+        transaction.state.log.min.isr as its min.insync.replicas). A single node has one replica to give."""
+        if name not in INTERNAL_TOPICS or not self.controller.forwards_requests:
+            return self.config["default.replication.factor"], configs
+        if name == OFFSETS_TOPIC:
+            return self.config["offsets.topic.replication.factor"], configs
+        min_isr = str(self.config["transaction.state.log.min.isr"])
+        return self.config["transaction.state.log.replication.factor"], {"min.insync.replicas": min_isr, **configs}
 
     def create_now(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Create an internal topic a coordinator needs at once, committed and its files made before this returns

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -79,9 +79,14 @@ class ApiHandler:
         """Import the handler's function: None if done, else why it failed."""
         module, _, function = self.target.rpartition(".")
         try:
-            self._handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+            handle = getattr(importlib.import_module(f"kbroker.apis.{module}"), function)
+            if self.api_key in FORWARDED:
+                from kbroker.apis.forwarded import forwarded_in_a_cluster
+
+                handle = forwarded_in_a_cluster(handle)
         except (OSError, ImportError) as exc:  # ImportError: a module it imports met the same EMFILE
             return _describe(exc)
+        self._handle = handle
         if self._load_failure is not None:
             log.warning("the %s handler is loaded now", self.name)
             self._load_failure = None
@@ -174,6 +179,16 @@ HANDLERS: dict[int, ApiHandler] = _table(
 
 API_VERSIONS = 18
 
+# What Kafka 4.4's broker forwards whole to the active controller (KafkaApis.forwardToController): under a KRaft
+# quorum these go to the controller in an Envelope with the client's principal (kbroker/apis/forwarded.py).
+# CreateTopics, DeleteTopics, CreateAcls, DeleteAcls, CreatePartitions, ElectLeaders, AlterPartitionReassignments,
+# ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures.
+FORWARDED = frozenset({19, 20, 30, 31, 37, 43, 45, 46, 49, 51, 55, 57})
+
+# What Kafka's ApiKeys call forwardable: under a KRaft quorum a broker advertises these in the versions both it and
+# the active controller serve (ApiVersionsResponse.intersectForwardableApis), and not at all if they share none.
+FORWARDABLE = FORWARDED | {33, 44}  # AlterConfigs and IncrementalAlterConfigs are forwarded in part
+
 # Versions advertised that differ from the handled range (see the Produce note above).
 ADVERTISED_MIN_VERSION = {0: 0}
 
@@ -188,6 +203,20 @@ def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
         )
         for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)
     ]
+
+
+def advertised_under(controller: Mapping[int, tuple[int, int]]) -> list[ApiVersionsResponse.ApiVersion]:
+    """The advertised versions with each forwardable API's narrowed to those ``controller`` serves too."""
+    advertised = []
+    for api in advertised_versions():
+        if api.api_key in FORWARDABLE:
+            low, high = controller.get(api.api_key, (0, -1))
+            low, high = max(low, api.min_version), min(high, api.max_version)
+            if low > high:
+                continue
+            api = ApiVersionsResponse.ApiVersion(api_key=api.api_key, min_version=low, max_version=high)
+        advertised.append(api)
+    return advertised
 
 
 def unsupported_version_response() -> ApiVersionsResponse:

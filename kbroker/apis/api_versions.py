@@ -12,6 +12,9 @@ lists (group.version, ...) (UNSUPPORTED.md).
 From v5 (KIP-1242) a client may name the cluster and node it means to reach, both or neither (one alone is an
 invalid request); as Kafka 4.4 checks it, a cluster that is not this one, or this cluster with another node id, is
 answered REBOOTSTRAP_REQUIRED (the client then bootstraps again) with no API list.
+
+Under a KRaft quorum the APIs a broker forwards to the controller are advertised, as Kafka's broker advertises them,
+in the versions both the broker and the active controller serve (kbroker/apis/__init__.py ``advertised_under``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def _valid_software_field(value: str) -> bool:
 
 
 async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
-    from kbroker.apis import advertised_versions  # the table imports this module
+    from kbroker.apis import advertised_under, advertised_versions  # the table imports this module
 
     version = ctx.api_version
     names_target = version >= 5 and request.cluster_id is not None
@@ -51,9 +54,10 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) 
     if names_target and (request.cluster_id != ctx.cluster.cluster_id or request.node_id != ctx.cluster.node_id):
         return ApiVersionsResponse(error_code=ErrorCode.REBOOTSTRAP_REQUIRED)
     image = ctx.topics.image
+    controller = ctx.topics.controller.controller_api_versions()
     return ApiVersionsResponse(
         error_code=ErrorCode.NONE,
-        api_keys=advertised_versions(),
+        api_keys=advertised_versions() if controller is None else advertised_under(controller),
         throttle_time_ms=0,
         # As Kafka (KAFKA-17011): v3 leaves out supported features whose range starts at 0, which older clients
         # could not parse.

@@ -8,13 +8,19 @@ Authorization as Kafka's: describing needs DESCRIBE_CONFIGS, altering ALTER_CONF
 TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not), on the cluster for the broker and its loggers (else
 CLUSTER_AUTHORIZATION_FAILED) or on the group (GROUP_AUTHORIZATION_FAILED), with Kafka's messages; DescribeConfigs
 answers the refused resources after the others.
+
+Under a KRaft quorum, AlterConfigs and IncrementalAlterConfigs are Kafka's broker's: what its ConfigAdminManager
+answers itself (a repeated resource or key, a null value, another broker's id, broker loggers) and what kbroker
+cannot apply are answered here, and the rest goes to the controller in one request with the client's header, in
+an Envelope with the client's principal (kbroker/apis/forwarded.py): the controller authorizes and checks it.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
@@ -458,15 +464,28 @@ def _alter_refusal(refusal: tuple[ErrorCode, str]) -> tuple[ErrorCode, str | Non
     return (code, None) if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED else (code, message)
 
 
+REPEATED_RESOURCE = "Each resource must appear at most once."
+
+
+def _repeated(resources: list[Any]) -> set[tuple[int, str]]:
+    """The (type, name) of resources named more than once in one alteration: each of those is refused whole
+    (Kafka's ConfigAdminManager.preprocess), before anything else is checked."""
+    counts = Counter((resource.resource_type, resource.resource_name) for resource in resources)
+    return {key for key, count in counts.items() if count > 1}
+
+
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    if ctx.topics.controller.forwards_requests:
+        return await _replace_through_the_controller(ctx, request)
     responses = []
     message: str | None
+    repeated = _repeated(request.resources)
     for resource in request.resources:
         refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-        if refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
+        if (resource.resource_type, resource.resource_name) in repeated:
+            code, message = ErrorCode.INVALID_REQUEST, REPEATED_RESOURCE
+        elif refusal is not None and resource.resource_type != BROKER_LOGGER:  # AlterConfigs has no loggers
             code, message = _alter_refusal(refusal)
-        elif ctx.topics.controller.forwards_requests and resource.resource_type in (TOPIC, BROKER):
-            code, message = await _forward_replace(ctx, resource, request.validate_only)
         elif resource.resource_type == TOPIC:
             # AlterConfigs replaces the whole set of overrides with the given one.
             if any(c.value is None for c in resource.configs):  # a repeated name's earlier null too
@@ -524,44 +543,123 @@ def _incremental(
     return result, None
 
 
-async def _forward_incremental(
-    ctx: RequestContext, resource: IncrementalAlterConfigsRequest.AlterConfigsResource, validate_only: bool
-) -> tuple[ErrorCode, str | None]:
-    """One resource sent to a controller that checks it itself (Kafka's KRaft quorum), as the client sent it; only
-    values kbroker refuses (features it does not have) are answered here first."""
-    setting = [(op.name, op.value) for op in resource.configs if op.config_operation in (SET, APPEND)]
-    refused = _kbroker_refusal(resource.resource_type, setting)
-    if refused is not None:
-        return refused
-    ops = [(op.name, op.config_operation, op.value) for op in resource.configs]
-    try:
-        await ctx.topics.controller.incremental_alter_configs(
-            resource.resource_type, resource.resource_name, ops, validate_only=validate_only
-        )
-    except KafkaError as exc:
-        return exc.code, exc.message
-    if resource.resource_type == TOPIC and not validate_only:
-        warn_unapplied(resource.resource_name, {op.name: op.value for op in resource.configs if op.value is not None})
-    return ErrorCode.NONE, None
+Answer = tuple[ErrorCode, str | None]
+CLIENT_METRICS = 16  # a resource type kbroker's controller does not keep, but Kafka's does: forwarded as is
 
 
-async def _forward_replace(
-    ctx: RequestContext, resource: AlterConfigsRequest.AlterConfigsResource, validate_only: bool
-) -> tuple[ErrorCode, str | None]:
-    """One AlterConfigs resource sent to a controller that checks it itself, as ``_forward_incremental``."""
-    configs = [(config.name, config.value) for config in resource.configs]
-    refused = _kbroker_refusal(resource.resource_type, configs)
-    if refused is not None:
-        return refused
-    try:
-        await ctx.topics.controller.replace_configs(
-            resource.resource_type, resource.resource_name, configs, validate_only=validate_only
+def _preprocessed(
+    ctx: RequestContext,
+    resource_type: int,
+    name: str,
+    config_names: list[str],
+    nulls: list[str],
+    settings: list[tuple[str, str | None]],
+    repeated: bool,
+) -> Answer | None:
+    """What the broker answers itself about one resource before the rest goes to the controller, as Kafka's
+    ConfigAdminManager.preprocess (None: forward it): a repeated resource or config, a null value, a BROKER name that
+    is not this broker's id; and here also a value kbroker does not have (``settings``: the values being set)."""
+    if repeated:
+        return ErrorCode.INVALID_REQUEST, REPEATED_RESOURCE
+    if len(config_names) != len(set(config_names)):
+        return ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
+    if nulls:
+        return ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
+    if resource_type == BROKER:
+        refused = _broker_name_problem(ctx, name)
+        if refused is not None:
+            return refused
+    elif resource_type not in (TOPIC, GROUP, CLIENT_METRICS):
+        return ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource_type}"
+    return _kbroker_refusal(resource_type, settings)
+
+
+async def _forward_rest(
+    ctx: RequestContext, keys: list[tuple[int, str]], answers: list[Answer | None], rest: Any
+) -> list[Answer]:
+    """Every resource's answer: the broker's own (``answers``), else the controller's to ``rest``, the request
+    made of the others, forwarded with the client's header (Kafka's reassembly matches them by type and name)."""
+    from kbroker.apis.forwarded import forward_to_controller
+
+    forwarded: dict[tuple[int, str], Answer] = {}
+    if rest.resources:
+        answer = await forward_to_controller(ctx, rest)
+        forwarded = {
+            (r.resource_type, r.resource_name): (ErrorCode(r.error_code), r.error_message) for r in answer.responses
+        }
+    missing: Answer = (ErrorCode.UNKNOWN_SERVER_ERROR, None)  # a controller that left one out
+    return [
+        local if local is not None else forwarded.get(key, missing) for key, local in zip(keys, answers, strict=True)
+    ]
+
+
+async def _incremental_through_the_controller(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    """IncrementalAlterConfigs under a KRaft quorum, as Kafka's broker handles it: what ``_preprocessed`` (and a
+    broker logger) answers here, the rest forwarded in one request with the client's header, the answers in the
+    request's order."""
+    keys = [(resource.resource_type, resource.resource_name) for resource in request.resources]
+    repeated = _repeated(request.resources)
+    answers: list[Answer | None] = []
+    for resource, key in zip(request.resources, keys, strict=True):
+        ops = resource.configs
+        if resource.resource_type == BROKER_LOGGER and key not in repeated:
+            refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, BROKER_LOGGER, resource.resource_name)
+            answers.append(_alter_refusal(refusal) if refusal else (ErrorCode.INVALID_REQUEST, _BROKER_LOGGERS))
+            continue
+        nulls = [op.name for op in ops if op.config_operation != DELETE and op.value is None]
+        settings = [(op.name, op.value) for op in ops if op.config_operation in (SET, APPEND)]
+        names = [op.name for op in ops]
+        answers.append(_preprocessed(ctx, *key, names, nulls, settings, key in repeated))
+    rest = [resource for resource, answer in zip(request.resources, answers, strict=True) if answer is None]
+    final = await _forward_rest(
+        ctx, keys, answers, IncrementalAlterConfigsRequest(resources=rest, validate_only=request.validate_only)
+    )
+    responses = []
+    for resource, local, (code, message) in zip(request.resources, answers, final, strict=True):
+        if local is None and code == ErrorCode.NONE and resource.resource_type == TOPIC and not request.validate_only:
+            warn_unapplied(
+                resource.resource_name, {op.name: op.value for op in resource.configs if op.value is not None}
+            )
+        responses.append(
+            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
         )
-    except KafkaError as exc:
-        return exc.code, exc.message
-    if resource.resource_type == TOPIC and not validate_only:
-        warn_unapplied(resource.resource_name, {name: value for name, value in configs if value is not None})
-    return ErrorCode.NONE, None
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+
+async def _replace_through_the_controller(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    """AlterConfigs under a KRaft quorum, as ``_incremental_through_the_controller`` (AlterConfigs has no broker
+    loggers: Kafka answers that type as unknown)."""
+    keys = [(resource.resource_type, resource.resource_name) for resource in request.resources]
+    repeated = _repeated(request.resources)
+    answers: list[Answer | None] = []
+    for resource, key in zip(request.resources, keys, strict=True):
+        settings = [(config.name, config.value) for config in resource.configs]
+        nulls = [name for name, value in settings if value is None]
+        answers.append(_preprocessed(ctx, *key, [name for name, _ in settings], nulls, settings, key in repeated))
+    rest = [resource for resource, answer in zip(request.resources, answers, strict=True) if answer is None]
+    final = await _forward_rest(
+        ctx, keys, answers, AlterConfigsRequest(resources=rest, validate_only=request.validate_only)
+    )
+    responses = []
+    for resource, local, (code, message) in zip(request.resources, answers, final, strict=True):
+        if local is None and code == ErrorCode.NONE and resource.resource_type == TOPIC and not request.validate_only:
+            warn_unapplied(resource.resource_name, {c.name: c.value for c in resource.configs if c.value is not None})
+        responses.append(
+            AlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return AlterConfigsResponse(throttle_time_ms=0, responses=responses)
 
 
 def _kbroker_refusal(resource_type: int, settings: list[tuple[str, str | None]]) -> tuple[ErrorCode, str] | None:
@@ -601,17 +699,20 @@ async def _incremental_dynamic_resource(
 async def handle_incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
+    if ctx.topics.controller.forwards_requests:
+        return await _incremental_through_the_controller(ctx, request)
     responses = []
     message: str | None
+    repeated = _repeated(request.resources)
     for resource in request.resources:
         names = [op.name for op in resource.configs]
         refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-        if len(names) != len(set(names)):
+        if (resource.resource_type, resource.resource_name) in repeated:
+            code, message = ErrorCode.INVALID_REQUEST, REPEATED_RESOURCE
+        elif len(names) != len(set(names)):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         elif refusal is not None:
             code, message = _alter_refusal(refusal)
-        elif ctx.topics.controller.forwards_requests and resource.resource_type in (TOPIC, BROKER, GROUP):
-            code, message = await _forward_incremental(ctx, resource, request.validate_only)
         elif resource.resource_type == TOPIC:
             info = ctx.topics.topic(resource.resource_name)
             if info is None:

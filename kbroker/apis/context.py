@@ -107,6 +107,10 @@ class HandlerServices(NamedTuple):
         return self.scram_credentials_of()
 
 
+class CloseConnection(Exception):
+    """A handler's verdict that the client's connection ends here, unanswered (the message says why)."""
+
+
 @dataclass(slots=True)
 class RequestContext:
     services: HandlerServices
@@ -118,6 +122,8 @@ class RequestContext:
     connection_id: int
     listener: str = "PLAINTEXT"  # the name of the listener the request came in on
     principal: str = "User:ANONYMOUS"
+    # The request's header and body as received (no size prefix): what a broker under a KRaft quorum forwards.
+    request_frame: bytes | bytearray | None = None
 
     @property
     def config(self) -> BrokerConfig:

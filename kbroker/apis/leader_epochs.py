@@ -18,6 +18,7 @@ consumer); the partitions of a topic allowed neither are TOPIC_AUTHORIZATION_FAI
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.leader_hints import no_replica_error
 from kbroker.apis.turns import Turns
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -61,8 +62,8 @@ async def handle_offset_for_leader_epoch(
             except KafkaError as exc:  # a partition whose files cannot be opened (KAFKA_STORAGE_ERROR)
                 answers.append(_failed(part.partition, exc.code))
                 continue
-            if partition is None:
-                answers.append(_failed(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            if partition is None:  # NOT_LEADER_OR_FOLLOWER if another broker holds it, as Kafka
+                answers.append(_failed(part.partition, no_replica_error(ctx, topic.topic, part.partition)))
                 continue
             # As Kafka's (fetchOnlyFromLeader): the epoch the image registered, then leadership.
             refusal = partition.fetch_error(CONSUMER, part.current_leader_epoch)

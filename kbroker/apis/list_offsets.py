@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.leader_hints import no_replica_error
 from kbroker.apis.turns import Turns
 from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -79,8 +80,8 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                 response.error_code = exc.code
                 partitions.append(response)
                 continue
-            if partition is None:
-                response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if partition is None:  # NOT_LEADER_OR_FOLLOWER if another broker holds it, as Kafka
+                response.error_code = no_replica_error(ctx, topic.name, part.partition_index)
                 partitions.append(response)
                 continue
             refusal = partition.fetch_error(CONSUMER, part.current_leader_epoch)  # the epoch, then leadership

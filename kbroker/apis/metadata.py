@@ -13,22 +13,55 @@ the topic, and ``authorized_operations`` (v8+) are computed from the ACLs.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
-from kbroker.apis.context import RequestContext
+from kbroker.apis.context import CloseConnection, RequestContext
 from kbroker.apis.turns import Turns
 from kbroker.metadata.image import TopicImage
 from kbroker.metadata.listener_view import broker_nodes, partition_view, random_alive_broker
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.storage import TopicInfo, validate_topic_name
 from kbroker.topics import INTERNAL_TOPICS
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
+AUTO_CREATE_VERSION = 7  # the CreateTopics version a Kafka 4.4 controller reads newest
+AUTO_CREATE_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms default, which its auto-creation sends
+log = logging.getLogger("kbroker.topics")
 NO_TOPIC_ID = uuid.UUID(int=0)
 LISTENER_NOT_FOUND_VERSION = 6  # before it, a leader without the request's listener is LEADER_NOT_AVAILABLE
+
+
+async def _auto_create(ctx: RequestContext, name: str) -> TopicInfo | None:
+    """Auto-create ``name``. Under a KRaft quorum, as Kafka's AutoTopicCreationManager: a CreateTopics with the
+    Metadata request's client id and correlation id, in an Envelope with the client's principal (the controller
+    authorizes the client too); a refusal leaves the topic unknown, as in Kafka."""
+    if not ctx.topics.controller.forwards_requests or name in INTERNAL_TOPICS:
+        return await ctx.topics.auto_create(name)
+    if not ctx.config["auto.create.topics.enable"]:
+        return None
+    from kbroker.apis.forwarded import forward_to_controller
+    from protocol.messages.create_topics_request import CreateTopicsRequest
+
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=name,
+        num_partitions=ctx.config["num.partitions"],
+        replication_factor=ctx.config["default.replication.factor"],
+    )
+    request = CreateTopicsRequest(topics=[topic], timeout_ms=AUTO_CREATE_TIMEOUT_MS)
+    try:
+        answer = await forward_to_controller(ctx, request, api_version=AUTO_CREATE_VERSION)
+    except (KafkaError, CloseConnection) as exc:
+        log.info("auto-creating topic %s through the controller quorum failed: %s", name, exc)
+        return None
+    [result] = answer.topics
+    if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+        log.info("the controller quorum refused to auto-create topic %s: %s", name, ErrorCode(result.error_code).name)
+        return None
+    return ctx.topics.topic(name) or ctx.topics.in_image(name)
 
 
 def topic_operations(ctx: RequestContext, name: str, with_operations: bool) -> int:
@@ -170,7 +203,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                         operations = topic_operations(ctx, wanted.name, with_operations)
                         topics.append(_error_topic(wanted.name, ErrorCode.INVALID_TOPIC_EXCEPTION, None, operations))
                         continue
-                    info = await ctx.topics.auto_create(wanted.name) if allow_create else None
+                    info = await _auto_create(ctx, wanted.name) if allow_create else None
                     if info is None:
                         operations = topic_operations(ctx, wanted.name, with_operations)
                         topics.append(_error_topic(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, operations))

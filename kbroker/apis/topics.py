@@ -7,6 +7,9 @@ DeleteTopics needs DELETE on the cluster or the topic, and a topic the principal
 before its existence is looked at (named by id, it is answered without its name), while one it may DESCRIBE but
 not DELETE is told absent if it is; CreatePartitions needs ALTER
 on each topic (the refused ones first, without a message).
+
+Under a KRaft quorum all three go to Kafka's controller whole, in an Envelope with the client's principal, and
+the controller checks and authorizes them (kbroker/apis/forwarded.py).
 """
 
 from __future__ import annotations
@@ -95,30 +98,25 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
         if counts[topic.name] > 1:
             fail(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {topic.name}")
             continue
-        # A controller that checks requests itself (Kafka's KRaft quorum) answers the name, the partitions, the
-        # replicas and Kafka's config checks in its own words; only what kbroker refuses is answered here.
-        forwarded = ctx.topics.controller.forwards_requests
-        name_problem = None if forwarded else validate_topic_name(topic.name)
+        name_problem = validate_topic_name(topic.name)
         if name_problem is not None:
             fail(ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem)
             continue
-        if not forwarded and ctx.topics.exists_or_pending(topic.name):
+        if ctx.topics.exists_or_pending(topic.name):
             fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
             continue
         assignments = [a.broker_ids for a in sorted(topic.assignments, key=lambda a: a.partition_index)] or None
         if topic.assignments:
-            problem = None if forwarded else _check_assignments(topic)
+            problem = _check_assignments(topic)
             if problem is not None:
                 fail(*problem)
                 continue
             partitions = len(topic.assignments)
         else:
             partitions = ctx.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
-        # The controller's checks of partitions and replicas, before the configs are looked at (a controller that
-        # checks requests itself looks at both).
-        checked = {c.name: c.value for c in topic.configs if c.value is not None} if forwarded else None
+        # The controller's checks of partitions and replicas, before the configs are looked at.
         try:
-            await ctx.topics.check_create(topic.name, partitions, topic.replication_factor, assignments, checked)
+            await ctx.topics.check_create(topic.name, partitions, topic.replication_factor, assignments)
         except KafkaError as exc:
             fail(exc.code, exc.message)
             continue
@@ -184,11 +182,6 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
             result.error_message = "Topic name and topic id must not both be set."
             continue
         info = ctx.topics.topic(name) if name is not None else ctx.topics.topic_by_id(topic_id)
-        forwarded = ctx.topics.controller.forwards_requests
-        if info is None and forwarded:  # in a cluster: a topic with no replica on this broker
-            image = ctx.topics.image.topics
-            image_topic = image.get(name) if name is not None else image.by_id.get(topic_id)
-            info = None if image_topic is None else ctx.topics.in_image(image_topic.name)
         resolved = name if name is not None else (info.name if info is not None else None)
         if resolved is not None and not may_delete_all:
             describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, resolved)
@@ -201,12 +194,6 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 result.error_message = TOPIC_DENIED
                 continue
-        if info is None and forwarded and name is None:  # the controller answers an id it does not know
-            try:
-                await ctx.topics.controller.delete_topic(topic_id)
-            except KafkaError as exc:
-                result.error_code, result.error_message = exc.code, exc.message
-            continue
         if info is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             # Kafka 4.3's message for an absent name (v5+ carry messages); the absent id's is not checked yet.

@@ -13,6 +13,8 @@ of the parsed arguments returning the exit code) on each:
 - ``transactions``: kbroker transactions list|describe|find-hanging|abort
 - ``mirror``: kbroker mirror (kbroker/mirror/ does the work)
 - ``console``: kbroker console (kbroker/console/ does the work)
+- ``format``: kbroker format (a broker's log directories for a KRaft cluster, as kafka-storage format)
+- ``cluster``: kbroker cluster (kbroker/kraft/local_cluster.py does the work)
 
 Module-level imports here stay light (argparse and the standard library): ``kbroker serve`` parses the same
 command line and its start-up time counts. kafka-python, rich and the web stack are imported when a command runs.
@@ -27,7 +29,18 @@ import importlib
 import sys
 from collections.abc import Callable
 
-COMMAND_MODULES = ("topics", "records", "groups", "configs", "acls", "transactions", "mirror", "console")
+COMMAND_MODULES = (
+    "topics",
+    "records",
+    "groups",
+    "configs",
+    "acls",
+    "transactions",
+    "mirror",
+    "console",
+    "format",
+    "cluster",
+)
 
 Runner = Callable[[argparse.Namespace], int]
 

@@ -2,14 +2,22 @@
 
 Kafka's broker forwards an admin request to the active controller and hands its answer back; this does the same
 one operation at a time, through the seam every admin handler already uses (kbroker/metadata/controller.py).
-The request goes to the controller directly (not wrapped in an Envelope with the client's principal: the
-broker's handlers authorize the client first), the controller's error code and message become the KafkaError the
-handler answers with, and a change the controller accepted is waited for in the broker's own image (the
-metadata follower applies it) before the operation returns, as the ``Controller`` contract says.
 
-Forwarded: CreateTopics, CreatePartitions, DeleteTopics, IncrementalAlterConfigs and AlterConfigs (one resource
-each, as the client sent it, or the configs a handler worked out), UpdateFeatures, CreateAcls, DeleteAcls,
-AlterUserScramCredentials, AlterClientQuotas, and the broker's own AllocateProducerIds and AlterPartition.
+A client's admin request goes as Kafka's ForwardingManager sends it (``forward``): its header and body in an
+Envelope (kbroker/kraft/envelope.py) with the client's principal and address, so the controller authorizes and
+audits the client, not the broker; the inner response is handed back to the client. Envelope-level errors are
+Kafka's broker's: NOT_CONTROLLER (the controller that got it is no longer active) sends it again to the active
+one, UNSUPPORTED_VERSION (the controller cannot read that version) ends the client's connection so that it asks
+ApiVersions again, any other envelope error and an unreadable answer are UNKNOWN_SERVER_ERROR, and a principal
+that cannot be serialized is UNKNOWN_SERVER_ERROR before anything is sent. Which requests are forwarded is the
+handler table's (kbroker/apis/__init__.py, as Kafka 4.4's KafkaApis).
+
+The operations of the ``Controller`` seam go to the controller directly, as the broker's own principal: the
+broker's own AllocateProducerIds and AlterPartition (as Kafka's broker sends them), and the changes kbroker itself
+makes (an internal topic a coordinator creates). The controller's error code and message become the KafkaError
+the caller answers with, and a change the controller accepted is waited for in the broker's own image (the
+metadata follower applies it) before the operation returns, as the ``Controller`` contract says; a forwarded
+request that changed something is waited for the same way.
 
 Requests that find no active controller (NOT_CONTROLLER, a lost connection) go to the next voter until
 ``request_timeout`` has passed; then the handler answers REQUEST_TIMED_OUT. Producer ids come in blocks from
@@ -27,6 +35,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kbroker.kraft.channel import ChannelError
+from kbroker.kraft.envelope import PrincipalSerializationError, envelope, inner_response
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import Controller, Listener, MetadataCache
 from kbroker.metadata.image import (
@@ -38,14 +47,13 @@ from kbroker.metadata.image import (
     ScramMechanism,
     TopicImage,
 )
-from protocol._codec import Message
+from protocol._codec import Buffer, Message
 from protocol.errors import ErrorCode, KafkaError
+from protocol.exceptions import DecodeError
 from protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
 from protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
 from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
 from protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
-from protocol.messages.alter_configs_request import AlterConfigsRequest
-from protocol.messages.alter_configs_response import AlterConfigsResponse
 from protocol.messages.alter_partition_request import AlterPartitionRequest
 from protocol.messages.alter_partition_response import AlterPartitionResponse
 from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
@@ -60,6 +68,7 @@ from protocol.messages.delete_acls_request import DeleteAclsRequest
 from protocol.messages.delete_acls_response import DeleteAclsResponse
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.delete_topics_response import DeleteTopicsResponse
+from protocol.messages.envelope_response import EnvelopeResponse
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from protocol.messages.update_features_request import UpdateFeaturesRequest
@@ -77,6 +86,11 @@ log = logging.getLogger("kbroker.kraft")
 RETRY_SECONDS = 0.2
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' config operations
 _NO_CONTROLLER = {ErrorCode.NOT_CONTROLLER}
+
+
+class ControllerVersionMismatch(Exception):
+    """The controller answered an Envelope UNSUPPORTED_VERSION: it cannot read the client's request at its version
+    (Kafka's broker then closes the client's connection, so that the client asks ApiVersions again)."""
 
 
 class QuorumController(Controller):
@@ -123,13 +137,61 @@ class QuorumController(Controller):
             return
         raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
 
-    async def _send(self, request: Message) -> Message:
+    def controller_api_versions(self) -> Mapping[int, tuple[int, int]] | None:
+        return self.quorum.leader_api_versions()
+
+    async def forward(
+        self,
+        request_frame: Buffer,
+        *,
+        api_key: int,
+        api_version: int,
+        principal: str,
+        client_host: str,
+        changes: bool = True,
+    ) -> Message:
+        """The active controller's answer to a client's request (``request_frame``: its header and body) sent in an
+        Envelope as ``principal`` from ``client_host``, as Kafka's ForwardingManager sends it. ``changes``: the
+        request may change metadata (not a read, not validate-only)."""
+        try:
+            wrapped = envelope(request_frame, principal, client_host)
+        except (PrincipalSerializationError, ValueError) as exc:  # ValueError: no IP address to send
+            log.warning("cannot forward api key %d for %s from %s: %s", api_key, principal[:200], client_host, exc)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR) from None
+        answer = await self._send(wrapped, channel="envelope", timed_out=None)
+        assert isinstance(answer, EnvelopeResponse)
+        if answer.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            raise ControllerVersionMismatch(f"the active controller cannot read api key {api_key} v{api_version}")
+        if answer.error_code != ErrorCode.NONE or answer.response_data is None:
+            # The controller refused the envelope itself (Kafka's broker answers the client UNKNOWN_SERVER_ERROR
+            # rather than an error the request does not expect): say why here.
+            log.warning("the controller refused the envelope of api key %d: error %d", api_key, answer.error_code)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
+        try:
+            _correlation_id, response = inner_response(answer.response_data, api_key, api_version)
+        except DecodeError as exc:
+            log.error("unreadable response to a forwarded api key %d v%d: %s", api_key, api_version, exc)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR) from None
+        if changes and _changed_something(response):
+            # What the controller committed is in this broker's image before the client hears of it (a client that
+            # created a topic finds it in this broker's Metadata next). The answer is the controller's either way.
+            with trio.move_on_after(self.request_timeout):
+                await self._sync()
+        return response
+
+    async def _send(
+        self,
+        request: Message,
+        *,
+        channel: str = "forwarding",
+        timed_out: str | None = "no active KRaft controller answered in time",
+    ) -> Message:
         """``request`` to the active controller, trying the voters in turn while none answers as active."""
         with trio.move_on_after(self.request_timeout):
             while True:
                 address = self.quorum.address()
                 try:
-                    answer = await self.quorum.channel(address, "forwarding").request(request)
+                    answer = await self.quorum.channel(address, channel).request(request)
                 except ChannelError as exc:
                     log.info("%s to the controller quorum failed (retrying): %s", type(request).__name__, exc)
                     self.quorum.forget_leader()
@@ -140,7 +202,7 @@ class QuorumController(Controller):
                     await trio.sleep(RETRY_SECONDS)
                     continue
                 return answer
-        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no active KRaft controller answered in time")
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, timed_out)
 
     # --- topics -------------------------------------------------------------------------------------------
 
@@ -237,39 +299,6 @@ class QuorumController(Controller):
             return all(current.get(key) == value for key, value in changes.items())
 
         await self._until(shows_changes)
-
-    async def incremental_alter_configs(
-        self, resource_type: int, name: str, ops: Sequence[tuple[str, int, str | None]], *, validate_only: bool
-    ) -> None:
-        resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
-            resource_type=resource_type,
-            resource_name=name,
-            configs=[
-                IncrementalAlterConfigsRequest.AlterableConfig(name=key, config_operation=operation, value=value)
-                for key, operation, value in ops
-            ],
-        )
-        answer = await self._send(IncrementalAlterConfigsRequest(resources=[resource], validate_only=validate_only))
-        assert isinstance(answer, IncrementalAlterConfigsResponse)
-        [result] = answer.responses
-        _raise_for(result.error_code, result.error_message)
-        if not validate_only:
-            await self._synced()
-
-    async def replace_configs(
-        self, resource_type: int, name: str, configs: Sequence[tuple[str, str | None]], *, validate_only: bool
-    ) -> None:
-        resource = AlterConfigsRequest.AlterConfigsResource(
-            resource_type=resource_type,
-            resource_name=name,
-            configs=[AlterConfigsRequest.AlterableConfig(name=key, value=value) for key, value in configs],
-        )
-        answer = await self._send(AlterConfigsRequest(resources=[resource], validate_only=validate_only))
-        assert isinstance(answer, AlterConfigsResponse)
-        [result] = answer.responses
-        _raise_for(result.error_code, result.error_message)
-        if not validate_only:
-            await self._synced()
 
     async def _synced(self) -> None:
         """Wait until the broker's image has what the quorum committed so far (a change just answered as made)."""
@@ -535,6 +564,17 @@ def _top_level_error(answer: Message) -> int:
             if item_code:
                 return int(item_code)
     return 0
+
+
+def _changed_something(answer: Message) -> bool:
+    """Whether an admin answer accepted anything: no error for the request as a whole, and some item without one."""
+    if getattr(answer, "error_code", 0):
+        return False
+    for items in ("topics", "results", "responses", "entries", "filter_results", "replica_election_results"):
+        listed = getattr(answer, items, None)
+        if listed is not None:
+            return any(not getattr(item, "error_code", 0) for item in listed)
+    return True
 
 
 def _raise_for(code: int, message: str | None) -> None:

@@ -82,6 +82,16 @@ class QuorumView:
             channel = self._channels[key] = NodeChannel(*address, client_id=self.client_id)
         return channel
 
+    def leader_api_versions(self) -> dict[int, tuple[int, int]] | None:
+        """What the active controller answered ApiVersions with on a channel to it (None: none connected yet)."""
+        if self.leader_address is None:
+            return None
+        host, port = self.leader_address
+        for (key, channel_port), channel in self._channels.items():
+            if channel_port == port and key.partition("#")[0] == host and channel.versions:
+                return channel.versions
+        return None
+
     async def aclose(self) -> None:
         for channel in self._channels.values():
             await channel.aclose()

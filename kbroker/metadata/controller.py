@@ -160,18 +160,24 @@ class Controller(ABC):
         Kafka's broker answers while its next block is on its way (clients retry)."""
         raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ID block is not available yet")
 
-    async def incremental_alter_configs(
-        self, resource_type: int, name: str, ops: Sequence[tuple[str, int, str | None]], *, validate_only: bool
-    ) -> None:
-        """One IncrementalAlterConfigs resource as the client sent it: (name, operation, value) each. Only for a
-        controller that ``forwards_requests``; others are given the resulting configs (``alter_configs``)."""
-        raise NotImplementedError
+    def controller_api_versions(self) -> Mapping[int, tuple[int, int]] | None:
+        """The versions of each API the active controller serves, for a controller elsewhere once known (a broker
+        advertises the forwarded APIs in the versions both serve, as Kafka's does); None here."""
+        return None
 
-    async def replace_configs(
-        self, resource_type: int, name: str, configs: Sequence[tuple[str, str | None]], *, validate_only: bool
-    ) -> None:
-        """One AlterConfigs resource as the client sent it (every config it is to have). Only for a controller that
-        ``forwards_requests``."""
+    async def forward(
+        self,
+        request_frame: bytes | bytearray,
+        *,
+        api_key: int,
+        api_version: int,
+        principal: str,
+        client_host: str,
+        changes: bool = True,
+    ) -> Message:
+        """The controller's answer to a client's whole request (its header and body as received), which the
+        controller handles as ``principal`` from ``client_host`` (Kafka's Envelope); a request that ``changes``
+        metadata answers once the change is in the image. Only for a controller that ``forwards_requests``."""
         raise NotImplementedError
 
     @abstractmethod

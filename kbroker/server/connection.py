@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import trio
 
 from kbroker.apis import HANDLERS, ApiHandler, unsupported_version_response
-from kbroker.apis.context import HandlerServices, RequestContext
+from kbroker.apis.context import CloseConnection, HandlerServices, RequestContext
 from kbroker.server import offload
 from kbroker.server.idle import IDLE_SETTING, RECEIVE_SETTING, IdleReaper
 from kbroker.server.limits import accept_failure_message
@@ -295,7 +295,7 @@ class Connection:
             return False
         started = perf_counter()  # kafka_network_requestmetrics_totaltimems: from here to the answer written
         try:
-            response = await self.handle(request)
+            response = await self.handle(request, frame)
         except _Close:
             return False
         self.idle_since = trio.current_time()
@@ -322,8 +322,9 @@ class Connection:
 
     # --- the request pipeline -----------------------------------------------------------------------------
 
-    async def handle(self, request: Request) -> bytes | bytearray | None:
-        """The encoded answer to ``request``, None when none is due (acks=0); raises _Close to end here."""
+    async def handle(self, request: Request, frame: bytearray | None = None) -> bytes | bytearray | None:
+        """The encoded answer to ``request`` (``frame``: its bytes as received), None when none is due (acks=0);
+        raises _Close to end here."""
         key, version = request.api_key, request.api_version
         if request.trailing_bytes:
             log.debug("ignoring %d trailing bytes after api key %d v%d", request.trailing_bytes, key, version)
@@ -362,6 +363,7 @@ class Connection:
             connection_id=self.id,
             listener=self.listener.name,
             principal=self.principal,
+            request_frame=frame,
         )
         try:
             # 3. handler
@@ -379,6 +381,9 @@ class Connection:
                 return None
             return await offload.encode(response, key, version, request.correlation_id)
         # 4. error mapping
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            raise _Close from None
         except KafkaError as exc:
             log.debug("%s v%d from %s failed: %r", handler.name, version, self.peer, exc)
             return await self._error_answer(request, body, exc.code, exc.message)

@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -387,12 +387,17 @@ class LogManager:
         self._pending.add(name)
         return TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
 
-    def build_partitions(self, info: TopicInfo, first: int, total: int | None = None) -> list[PartitionLog]:
-        """Directories and first segments of partitions ``first`` up to ``total`` (default: all of the topic).
-        Safe in a worker thread: it touches only the new directories."""
+    def build_partitions(
+        self, info: TopicInfo, first: int, total: int | None = None, *, only: Container[int] | None = None
+    ) -> list[PartitionLog]:
+        """Directories and first segments of partitions ``first`` up to ``total`` (default: all of the topic),
+        those in ``only`` if given (the replicas this broker holds). Safe in a worker thread: it touches only the
+        new directories."""
         config = self.log_config(info)
         logs = []
         for index in range(first, info.partitions if total is None else total):
+            if only is not None and index not in only:
+                continue
             if self.durable:
                 directory, backend = self._prepare_directory(info, index), None
             else:

@@ -403,3 +403,40 @@ def test_librdkafka_admin_alters_a_broker_resource(running: RunningBroker) -> No
         ErrorCode.INVALID_REQUEST,
         "Cannot update these configs dynamically: [num.partitions]",
     )
+
+
+def test_a_resource_named_twice_in_one_alteration_is_refused_and_nothing_changes(running: RunningBroker) -> None:
+    # As Kafka's ConfigAdminManager.preprocess: every entry of a repeated resource is INVALID_REQUEST, before its
+    # keys are checked, and the others are applied. (Kafka 4.4 answers this for IncrementalAlterConfigs,
+    # compared in tests/kafka/test_dynamic_configs_kafka.py; its legacy AlterConfigs never answers such a request.)
+    with WireClient(running.bootstrap) as client:
+        create_topic(client, "twice")
+        twice = "Each resource must appear at most once."
+        resources = [
+            Incremental.AlterConfigsResource(
+                resource_type=TOPIC,
+                resource_name="twice",
+                configs=[Incremental.AlterableConfig(name="retention.ms", config_operation=0, value=value)],
+            )
+            for value in ("1000", "2000")
+        ] + [
+            Incremental.AlterConfigsResource(
+                resource_type=BROKER,
+                resource_name="",
+                configs=[Incremental.AlterableConfig(name="log.retention.ms", config_operation=0, value="7200000")],
+            )
+        ]
+        answer = client.request(Incremental(resources=resources), 1)
+        assert [(r.error_code, r.error_message, r.resource_type, r.resource_name) for r in answer.responses] == [
+            (ErrorCode.INVALID_REQUEST, twice, TOPIC, "twice"),
+            (ErrorCode.INVALID_REQUEST, twice, TOPIC, "twice"),
+            (ErrorCode.NONE, None, BROKER, ""),
+        ]
+        legacy = Alter.AlterConfigsResource(
+            resource_type=TOPIC, resource_name="twice", configs=[Alter.AlterableConfig(name="retention.ms", value="5")]
+        )
+        answer = client.request(Alter(resources=[legacy, legacy]), 2)
+        assert [(r.error_code, r.error_message) for r in answer.responses] == [(ErrorCode.INVALID_REQUEST, twice)] * 2
+        # The topic kept no override; the broker default named once was applied (and the topic inherits it).
+        value, source, _, _ = describe(client, TOPIC, "twice", ["retention.ms"])["retention.ms"]
+        assert (value, source) == ("7200000", DYNAMIC_DEFAULT)

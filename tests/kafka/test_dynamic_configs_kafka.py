@@ -50,6 +50,20 @@ def incremental(client: WireClient, resource_type: int, name: str, ops: list[tup
     return [(r.error_code, r.error_message) for r in client.request(Incremental(resources=[resource]), 1).responses]
 
 
+def incremental_twice(client: WireClient, resource_type: int, name: str, key: str, values: tuple[str, str]) -> Any:
+    """One IncrementalAlterConfigs naming the same resource twice (Kafka refuses both, whatever else holds)."""
+    resources = [
+        Incremental.AlterConfigsResource(
+            resource_type=resource_type,
+            resource_name=name,
+            configs=[Incremental.AlterableConfig(name=key, config_operation=SET, value=value)],
+        )
+        for value in values
+    ]
+    answer = client.request(Incremental(resources=resources), 1)
+    return [(r.error_code, r.error_message, r.resource_type, r.resource_name) for r in answer.responses]
+
+
 def alter(client: WireClient, resource_type: int, name: str, configs: dict[str, str | None]) -> Any:
     resource = Alter.AlterConfigsResource(
         resource_type=resource_type,
@@ -80,6 +94,8 @@ def describe(client: WireClient, resource_type: int, name: str, keys: list[str] 
 
 def alterations(client: WireClient) -> dict[str, Any]:
     return {
+        "a resource twice": incremental_twice(client, BROKER, "", "message.max.bytes", ("5000", "6000")),
+        "a group twice": incremental_twice(client, GROUP, GROUP_ID, "consumer.session.timeout.ms", ("50000", "x")),
         "read-only": incremental(client, BROKER, NODE, [("log.dirs", SET, "/tmp/x")]),
         "read-only at the default": incremental(client, BROKER, "", [("log.dirs", SET, "/x"), ("broker.id", SET, "3")]),
         "read-only, legacy": alter(client, BROKER, NODE, {"log.dirs": "/tmp/x"}),

@@ -57,6 +57,7 @@ def start_broker(controller: KafkaController, data_dir: Path, node_id: int) -> B
         "controller.listener.names": "CONTROLLER",
         "broker.heartbeat.interval.ms": "500",
         "offsets.topic.num.partitions": "4",
+        "offsets.topic.replication.factor": "2",  # both brokers: Kafka's default of 3 needs a third
     }
     return BrokerProcess(data_dir, settings, log_level="INFO").start(timeout=WITHIN)
 
@@ -229,6 +230,17 @@ def test_two_kbroker_brokers_name_each_other_and_their_leaders(controller: Kafka
             assert [(c.partition, c.offset) for c in committed] == [(0, 3), (1, 3)]
         finally:
             consumer.close()
+
+        # Each broker made the files of its own replicas only.
+        assert [path.name for path in first.data_dir.glob(f"{TOPIC}-*")] == [f"{TOPIC}-0"]
+        assert [path.name for path in second.data_dir.glob(f"{TOPIC}-*")] == [f"{TOPIC}-1"]
+
+        # __consumer_offsets was created with offsets.topic.replication.factor: each partition on both brokers.
+        wanted = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="__consumer_offsets")])
+        with WireClient(first.bootstrap) as client:
+            [offsets_topic] = client.request(wanted, 12).topics
+        assert offsets_topic.error_code == ErrorCode.NONE and len(offsets_topic.partitions) == 4
+        assert {tuple(sorted(p.replica_nodes)) for p in offsets_topic.partitions} == {(FIRST, SECOND)}
     finally:
         second.stop(timeout=WITHIN)
         first.stop(timeout=WITHIN)

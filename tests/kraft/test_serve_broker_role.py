@@ -96,6 +96,10 @@ def broker_settings(controller: KafkaController) -> dict[str, str]:
         "controller.quorum.bootstrap.servers": controller.bootstrap,
         "controller.listener.names": "CONTROLLER",
         "broker.heartbeat.interval.ms": "500",
+        # One broker: the internal topics get the one replica it can give (Kafka's single-broker settings).
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
     }
 
 
@@ -282,7 +286,7 @@ def test_an_unformatted_data_directory_is_refused_in_one_line(controller: KafkaC
     with pytest.raises(RuntimeError) as failed:
         broker.start(timeout=WITHIN)
     assert "meta.properties is missing: a broker under a KRaft controller quorum needs" in str(failed.value)
-    assert "kafka-storage format -t CLUSTER_ID" in str(failed.value)
+    assert "(kbroker format -t CLUSTER_ID -c broker.properties, or Kafka's kafka-storage format)" in str(failed.value)
     assert "Traceback" not in str(failed.value)
 
 
@@ -633,6 +637,10 @@ def test_kafkas_broker_properties_runs_kbroker_as_that_broker(controller: KafkaC
         _, stderr = process.communicate(timeout=WITHIN)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and " ERROR " not in stderr
+    # Under the quorum the internal topics' replication settings apply: not warned about as on a single node.
+    assert "offsets.topic.replication.factor=1 is accepted but not applied" not in stderr
+    assert "transaction.state.log.replication.factor=1 is accepted but not applied" not in stderr
+    assert "transaction.state.log.min.isr=1 is accepted but not applied" not in stderr
 
 
 def test_a_kbroker_broker_administers_topics_it_holds_no_replica_of(

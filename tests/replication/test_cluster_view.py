@@ -17,6 +17,7 @@ import pytest
 from kbroker.apis.cluster import handle_describe_cluster, handle_describe_topic_partitions
 from kbroker.apis.fetch import handle_fetch
 from kbroker.apis.groups import handle_find_coordinator, handle_join_group
+from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.apis.metadata import handle_metadata
 from kbroker.apis.produce import handle_produce
 from kbroker.apis.producer_ids import handle_init_producer_id
@@ -36,6 +37,7 @@ from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.join_group_request import JoinGroupRequest
+from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
 from protocol.messages.produce_request import ProduceRequest
@@ -253,6 +255,16 @@ def test_produce_and_fetch_of_a_partition_with_no_replica_here_name_its_leader(s
     assert data_answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert (data_answer.current_leader.leader_id, data_answer.current_leader.leader_epoch) == (RACKED, 2)
     assert [(n.node_id, n.host, n.port) for n in fetched.node_endpoints] == [(RACKED, "racked.example", 19001)]
+    # ListOffsets of it: NOT_LEADER_OR_FOLLOWER too (of a partition that does not exist, UNKNOWN_TOPIC_OR_PARTITION).
+    wanted = [ListOffsetsRequest.ListOffsetsPartition(partition_index=i, timestamp=-1) for i in (1, 7)]
+    offsets = ListOffsetsRequest(
+        replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=TOPIC, partitions=wanted)]
+    )
+    listed = run(lambda: handle_list_offsets(context(spread, 2, 7), offsets)).topics[0].partitions
+    assert [(p.partition_index, p.error_code) for p in listed] == [
+        (1, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
 
 
 def test_find_coordinator_names_the_internal_partitions_leader_and_others_answer_not_coordinator(
