@@ -32,6 +32,9 @@ kafka_server_replicamanager_offlinereplicacount                        gauge
 kafka_server_replicamanager_underreplicatedpartitions                  gauge
 kafka_server_replicamanager_underminisrpartitioncount                  gauge
 kafka_server_replicamanager_atminisrpartitioncount                     gauge
+kafka_server_replicamanager_isrshrinks_total                           counter
+kafka_server_replicamanager_isrexpands_total                           counter
+kafka_server_replicamanager_failedisrupdates_total                     counter
 kafka_cluster_partition_underreplicated                                gauge      topic, partition
 kafka_cluster_partition_underminisr                                    gauge      topic, partition
 kafka_cluster_partition_atminisr                                       gauge      topic, partition
@@ -317,6 +320,15 @@ def _log_families(broker: Broker, hosted: int) -> Iterator[Family]:
     ):
         family = Family(prefix + name, "gauge", help_text)
         family.add(value)
+        yield family
+    replicas = broker.replicas
+    for name, count, help_text in (
+        ("isrshrinks", replicas.isr_shrinks, "ISR shrinks of partitions led here, as the controller accepted them."),
+        ("isrexpands", replicas.isr_expands, "ISR expansions of partitions led here, as the controller accepted them."),
+        ("failedisrupdates", replicas.failed_isr_updates, "ISR changes the controller refused."),
+    ):
+        family = Family(prefix + name, "counter", help_text)
+        family.add(count)
         yield family
 
 

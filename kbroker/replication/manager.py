@@ -113,6 +113,11 @@ class ReplicaManager:
         self._alter_partition = alter_partition
         self._eligible = eligible
         self._proposals: dict[TopicPartition, Partition] = {}  # ISR changes proposed, not yet sent
+        # ISR changes the controller accepted and refused (Kafka's IsrShrinksPerSec, IsrExpandsPerSec and
+        # FailedIsrUpdatesPerSec meters, counted as its Partition marks them: once the controller answered).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.failed_isr_updates = 0
         self._proposed = trio.Event()  # set when one is added
         self.fetchers = fetchers
         self._followers_to_open: set[TopicPartition] = set()  # followed partitions whose logs are not open yet
@@ -294,9 +299,15 @@ class ReplicaManager:
             proposal = partition.pending_isr
             if proposal is None or self._partitions.get(key) is not partition or self._alter_partition is None:
                 continue
+            before = len(partition.isr)
             try:
                 await self._alter_partition(partition, proposal)
+                if len(proposal.isr) < before:
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
             except KafkaError as exc:
+                self.failed_isr_updates += 1
                 log.warning(
                     "%s-%d: the controller refused the ISR %s: %s %s",
                     partition.topic,

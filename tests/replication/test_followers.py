@@ -282,6 +282,9 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(broker: Br
             "partition_atminisr": 0,
             "partition_insyncreplicascount": 1,
             "partition_replicascount": 2,
+            "isrshrinks": 1,
+            "isrexpands": 0,
+            "failedisrupdates": 0,
         }
 
         # Back at the high watermark in this leader epoch: proposed for the ISR, with the broker epoch it fetched in.
@@ -296,6 +299,7 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up(broker: Br
         values = gauges(broker)
         assert (values["underreplicatedpartitions"], values["underminisrpartitioncount"]) == (0, 0)
         assert (values["atminisrpartitioncount"], values["partition_insyncreplicascount"]) == (1, 2)
+        assert (values["isrshrinks"], values["isrexpands"], values["failedisrupdates"]) == (1, 1, 0)
 
     run(main)
 
