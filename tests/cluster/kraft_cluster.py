@@ -289,6 +289,15 @@ class KRaftCluster:
             raise
         return self
 
+    def cut(self, source: QuorumBroker, target: QuorumBroker) -> None:
+        """Cut ``source``'s connections to ``target`` (its replica fetches) until ``target.proxy.heal()`` or
+        ``unblock``. A connection is told apart by its process when accepted: one a broker made before its start
+        named it (a fetcher connecting at once) is no one's, so those are reset too, and come back named."""
+        target.proxy.block(source.name)
+        for connection in target.proxy.connections():
+            if connection.source is None:
+                connection.drop()
+
     def restore(self) -> None:
         """Every broker running, reachable and unfenced: what a test leaves behind for the next one."""
         for broker in self.brokers:

@@ -531,7 +531,7 @@ def test_a_follower_cut_off_from_the_leader_holds_acks_all_until_the_leader_drop
 
     # Its fetches cannot reach the leader: an acks=all batch is written but not acknowledged within its timeout
     # (a fraction of replica.lag.time.max.ms, which the follower is still within).
-    leader.proxy.block(cut.name)
+    cluster.cut(cut, leader)
     timed_out = raw_produce(leader.bootstrap, topic, [b"late"], acks=-1, timeout_ms=500)
     assert timed_out == (ErrorCode.REQUEST_TIMED_OUT, 1)
     dropped = wait_registration(cluster, topic, lambda r: cut.node_id not in r.isr, "the cut-off follower out")
