@@ -178,6 +178,10 @@ class ApacheKafka:
         if run.returncode != 0:
             raise RuntimeError(f"Kafka's {arguments[0]} failed (exit {run.returncode}): {run.stdout}{run.stderr}")
 
+    def _jvm_options(self) -> list[str]:
+        """JVM options of the node's process beyond Kafka's own (none here)."""
+        return []
+
     def _log_options(self) -> list[str]:
         return [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}"]
 
@@ -197,7 +201,8 @@ class ApacheKafka:
             format_command = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(properties)]
             self._run_tool(classpath, *format_command, *self._format_options())
             self._formatted = True
-        command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._log_options()]
+        command = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *self._jvm_options()]
+        command += self._log_options()
         command += ["-cp", classpath, "kafka.Kafka", str(properties)]
         began = time.monotonic()
         # A child inherits the signals its parent blocks (main() blocks SIGINT and SIGTERM): Kafka gets none blocked.
@@ -251,6 +256,15 @@ class ApacheKafka:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no controlled shutdown, nothing flushed beyond what the JVM wrote."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
     def restart(self, timeout: float = 120.0) -> Self:
         """The same node again: same ports, same data."""
@@ -326,6 +340,58 @@ class KafkaController(ApacheKafka):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"no Kafka controller answering at {self.bootstrap}")
             time.sleep(0.1)
+
+
+class ApacheKafkaBroker(ApacheKafka):
+    """One Apache Kafka node in ``process.roles=broker`` mode, a broker of a KafkaController's quorum (started
+    first: its cluster id formats this broker's log directory). ``stop()`` (SIGTERM) is a controlled shutdown,
+    ``kill()`` a crash; ``start()`` again comes back on the same port with the same data. ``advertised``
+    (HOST:PORT) is what it registers for clients and the other brokers in place of where it listens (a proxy).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        controller: KafkaController,
+        node_id: int,
+        overrides: dict[str, str] | None = None,
+        *,
+        heap: str = "320m",
+        advertised: str | None = None,
+    ) -> None:
+        super().__init__(directory, overrides, heap=heap)
+        self.controller = controller
+        self.node_id = node_id
+        self.advertised = advertised
+
+    def _properties(self) -> str:
+        advertised = self.advertised or f"{self.host}:{self.port}"
+        settings = {
+            "process.roles": "broker",
+            "node.id": str(self.node_id),
+            # The voters, not controller.quorum.bootstrap.servers: a Kafka broker finds the active controller of a
+            # static quorum (kraft.version 0, as KafkaController formats it) only from them.
+            "controller.quorum.voters": self.controller.voters,
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{advertised}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            **self.settings,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _jvm_options(self) -> list[str]:
+        # IPv4 sockets: tests/cluster's FaultProxy tells which process a connection comes from by /proc/net/tcp,
+        # where the JVM's default dual-stack (IPv6) sockets do not appear.
+        return ["-Djava.net.preferIPv4Stack=true"]
+
+    def start(self, timeout: float = 120.0) -> Self:
+        """Format (the first time, with the controller's cluster id), start, and wait until the controller has
+        unfenced it (a Kafka broker answers requests only then)."""
+        self.cluster_id = self.controller.cluster_id
+        return super().start(timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,8 @@ FENCED_LEADER_EPOCH, one above it UNKNOWN_LEADER_EPOCH, -1 is not checked (parti
 without the request naming them are not checked either).
 
 Partitions are read through the replica layer (kbroker/replication, ``ctx.replicas``): a consumer reads up to
-the high watermark (or last stable offset) of a partition this broker leads, else NOT_LEADER_OR_FOLLOWER; a
+the high watermark (or last stable offset) of a partition this broker leads, or from v11 (KIP-392, as Kafka)
+of one it follows (its own high watermark), else NOT_LEADER_OR_FOLLOWER; a
 follower (replica_id >= 0, from v15 ReplicaState) reads up to the log end, waits for the log end to move, and
 its fetch offset is recorded as its log end (which moves the high watermark, and may propose it for the ISR).
 A replica the partition does not have is refused as Kafka refuses it (UNKNOWN_LEADER_EPOCH if it sent an
@@ -66,6 +67,8 @@ from protocol.messages.fetch_response import FetchResponse
 READ_COMMITTED = 1
 TOPIC_IDS_VERSION = 13
 LEADER_HINTS_VERSION = 16  # KIP-951: refusals name the current leader
+FOLLOWER_READS_VERSION = 11  # KIP-392: a consumer's fetch carries client metadata (rack) and may read a follower
+CONSUMER_REPLICA_ID = -1
 NO_TOPIC_ID = uuid.UUID(int=0)
 PartitionData = FetchResponse.PartitionData
 INLINE_RECORD_BYTES = 64 * 1024  # per answer: record data up to this much is read, not sent with sendfile
@@ -365,6 +368,9 @@ async def _read_all(
     denied: set[str] | None = None,
 ) -> tuple[list[tuple[Wanted, PartitionData]], int, bool]:
     read_committed = request.isolation_level == READ_COMMITTED
+    # As Kafka's FetchParams.fetchOnlyLeader: a follower's fetch, and a consumer's before v11 (no client
+    # metadata), read the leader only; a consumer's from v11 reads a follower too, up to its high watermark.
+    leader_only = replica_id >= 0 or (replica_id == CONSUMER_REPLICA_ID and ctx.api_version < FOLLOWER_READS_VERSION)
     replicas = ctx.replicas
     fetch_ms = replicas.clock() if replica_id >= 0 else 0  # when followers' positions were recorded
     remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -398,7 +404,7 @@ async def _read_all(
             else:
                 unknown.append((part, _partition_error(part.partition, code)))
             continue
-        refusal = partition.fetch_error(replica_id, part.current_leader_epoch)
+        refusal = partition.fetch_error(replica_id, part.current_leader_epoch, leader_only)
         if refusal != ErrorCode.NONE:  # checked before the offset, as Kafka's Partition.fetchRecords
             has_error = True
             answers.append((part, _partition_error(part.partition, refusal)))

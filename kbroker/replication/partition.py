@@ -410,14 +410,16 @@ class Partition:
 
     # --- fetches -------------------------------------------------------------------------------------
 
-    def fetch_error(self, replica_id: int, current_leader_epoch: int) -> ErrorCode:
+    def fetch_error(self, replica_id: int, current_leader_epoch: int, leader_only: bool = True) -> ErrorCode:
         """Why a fetch may not read this replica (NONE if it may), in Kafka's order: the fetcher's epoch, then
-        leadership, then, for a replica's fetch, whether it is one of the partition's replicas."""
+        leadership (unless not ``leader_only``: a consumer's Fetch v11+ may read a follower, up to its high
+        watermark, as Kafka's fetchOnlyLeader), then, for a replica's fetch, whether it is one of the partition's
+        replicas."""
         if current_leader_epoch >= 0:
             epoch_error = leader_epoch_error(current_leader_epoch, self.leader_epoch)
             if epoch_error != ErrorCode.NONE:
                 return epoch_error
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER and leader_only:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if replica_id >= 0 and replica_id not in self.remote:
             # As Kafka's followerReplicaOrThrow: a fetcher that knows the epoch is told to retry with it.

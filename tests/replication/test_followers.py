@@ -108,7 +108,8 @@ async def fetch(
     last_fetched_epoch: int = -1,
     version: int = 15,
 ) -> FetchResponse:
-    """A Fetch (v13+: by topic id) of partition 0 from ``offset``, by a consumer or (``replica_id``) a follower."""
+    """A Fetch (v13+: by topic id, else by name) of partition 0 from ``offset``, by a consumer or (``replica_id``) a
+    follower."""
     topic_id = broker.metadata.image.topics.by_name[topic].topic_id
     partition = FetchRequest.FetchPartition(
         partition=0,
@@ -123,7 +124,7 @@ async def fetch(
         max_wait_ms=0,
         min_bytes=1,
         max_bytes=1 << 20,
-        topics=[FetchRequest.FetchTopic(topic_id=topic_id, partitions=[partition])],
+        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[partition])],
     )
     return await handle_fetch(context(broker, 1, version), request)
 
@@ -480,6 +481,37 @@ def test_a_follower_truncates_to_where_the_leaders_log_diverges(broker: Broker) 
     run(main)
 
 
+def test_a_consumer_reads_a_follower_up_to_its_high_watermark_from_fetch_v11(broker: Broker) -> None:
+    """As Kafka's fetchOnlyLeader (KIP-392): a consumer's Fetch v11+ carries client metadata and may read a
+    follower; before v11 it reads the leader only. The leader epoch it names is checked against the follower's."""
+
+    async def main() -> None:
+        register_broker(broker)
+        await create_replicated(broker, "t", [[OTHER, NODE]])  # this broker follows
+        epoch = registration(broker, "t").leader_epoch
+        partition = replica(broker, "t")
+        leader = LogManager.in_memory_store(broker.config.topic_defaults())
+        leader.register_topic(TopicInfo("l", uuid.uuid4(), 1, {}))
+        leader_log = leader.get_partition("l", 0)
+        assert leader_log is not None
+        leader_log.append(bytearray(batch([b"a", b"b"])))
+        leader_log.append(bytearray(batch([b"c"])))
+        assert partition.append_as_follower(leader_log.read(0, 1 << 20).read_bytes()).error_code == ErrorCode.NONE
+        partition.update_follower_high_watermark(2)  # the leader's high watermark: c is not committed yet
+
+        assert await read(broker, "t", 0, version=11) == (ErrorCode.NONE, 2, [(0, b"a"), (1, b"b")])
+        assert await read(broker, "t", 0, current_epoch=epoch, version=13) == (
+            ErrorCode.NONE,
+            2,
+            [(0, b"a"), (1, b"b")],
+        )
+        assert await read(broker, "t", 2, version=13) == (ErrorCode.NONE, 2, [])
+        assert (await read(broker, "t", 0, version=10))[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert (await read(broker, "t", 0, current_epoch=epoch + 1, version=13))[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+    run(main)
+
+
 # --- KIP-951: where the leader is -----------------------------------------------------------------------------
 
 
@@ -501,12 +533,13 @@ def test_not_leader_answers_name_the_current_leader_and_its_endpoint(broker: Bro
         assert older is not None
         assert older.responses[0].partition_responses[0].current_leader.leader_id == -1 and not older.node_endpoints
 
-        fetched = await fetch(broker, "t", 0, version=16)
+        # A replica's fetch reads the leader only (a consumer's may read this follower, see below).
+        fetched = await fetch(broker, "t", 0, replica_id=OTHER, version=16)
         data = fetched.responses[0].partitions[0]
         assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (OTHER, leader_epoch)
         assert [(n.node_id, n.host, n.port) for n in fetched.node_endpoints] == [(OTHER, OTHER_HOST, OTHER_PORT)]
-        older_fetch = await fetch(broker, "t", 0, version=15)
+        older_fetch = await fetch(broker, "t", 0, replica_id=OTHER, version=15)
         assert older_fetch.responses[0].partitions[0].current_leader.leader_id == -1
         assert not older_fetch.node_endpoints
 

@@ -177,9 +177,11 @@ def test_a_waiting_acks_all_is_answered_not_leader_when_the_replica_becomes_a_fo
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert answers[0].responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    # A follower serves neither producers nor consumers, nor other followers.
+    # A follower serves neither producers nor other followers; a consumer's Fetch v11+ reads it up to its high
+    # watermark (KIP-392, as Kafka's): "a" was never committed.
     assert produce(broker, "t", [b"b"], 1) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
-    assert fetch(broker, "t", 0)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch(broker, "t", 0, replica_id=FOLLOWER)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch(broker, "t", 0) == (ErrorCode.NONE, 0, [])
     assert list_offset(broker, "t", LATEST)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert delete_records(broker, "t", 0)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
