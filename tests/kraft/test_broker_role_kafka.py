@@ -22,11 +22,11 @@ from kbroker.metadata.image import MetadataDelta, MetadataImage
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.create_topics_request import CreateTopicsRequest
+from tests.kraft.conftest import KBROKER_LEVELS
 
 NODE = 1
 BROKER_PORT = 29092  # advertised only: nothing connects to it here
 WITHIN = 90  # seconds: a bound against hanging, never a measure (2 busy cores)
-KBROKER_LEVELS = {"share.version": 0, "streams.version": 0}
 
 
 def start_controller(directory: Path, features: dict[str, int]) -> KafkaController:

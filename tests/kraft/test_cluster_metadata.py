@@ -8,15 +8,14 @@ confluent-kafka produces to and consumes from both leaders exactly."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat.apache_kafka import KafkaController, KafkaUnavailable
+from compat.apache_kafka import KafkaController
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -28,24 +27,11 @@ from protocol.messages.metadata_response import MetadataResponse
 from protocol.messages.offset_commit_request import OffsetCommitRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
-from tests.kraft.test_serve_broker_role import KBROKER_LEVELS, WITHIN, format_data_dir
+from tests.kraft.test_serve_broker_role import WITHIN, format_data_dir
 
 FIRST, SECOND = 21, 22
 TOPIC = "split"
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaController]:
-    running = KafkaController(tmp_path_factory.mktemp("kafka-controller"), features=KBROKER_LEVELS)
-    try:
-        running.start()
-    except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka cannot run here: {exc}")
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def start_broker(controller: KafkaController, data_dir: Path, node_id: int) -> BrokerProcess:

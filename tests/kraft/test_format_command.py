@@ -9,7 +9,6 @@ import base64
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from kbroker.testing import BrokerProcess
 from tests.kraft.test_serve_broker_role import controller_image
 
 WITHIN = 120  # seconds: a bound against hanging (2 busy cores)
-KBROKER_LEVELS = {"share.version": 0, "streams.version": 0}
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
 
 
@@ -186,19 +184,6 @@ def test_kafkas_storage_tool_and_kbroker_format_write_the_same_and_take_each_oth
         "All of the log directories are already formatted.\n",
     )
     assert (meta(by_kafka), meta(by_kbroker)) == (kafka_meta, kbroker_meta)
-
-
-@pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaController]:
-    running = KafkaController(tmp_path_factory.mktemp("kafka-controller"), features=KBROKER_LEVELS)
-    try:
-        running.start()
-    except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka cannot run here: {exc}")
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def test_a_broker_on_a_directory_kbroker_formatted_joins_a_kafka_controller(

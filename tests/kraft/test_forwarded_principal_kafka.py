@@ -36,10 +36,10 @@ from protocol.messages.incremental_alter_configs_request import IncrementalAlter
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from tests.kraft.conftest import KBROKER_LEVELS
 
 NODE = 11
 WITHIN = 120  # seconds: a bound against hanging, never a measure (2 busy cores)
-KBROKER_LEVELS = {"share.version": 0, "streams.version": 0}
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 TIERED_STORAGE_OFF = (  # Kafka 4.4's controller's words
     "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,23 +60,10 @@ from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
+from tests.kraft.conftest import KBROKER_LEVELS
 
 NODE = 7
 WITHIN = 120  # seconds: a bound against hanging, never a measure (2 busy cores)
-KBROKER_LEVELS = {"share.version": 0, "streams.version": 0}
-
-
-@pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaController]:
-    running = KafkaController(tmp_path_factory.mktemp("kafka-controller"), features=KBROKER_LEVELS)
-    try:
-        running.start()
-    except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka cannot run here: {exc}")
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def format_data_dir(data_dir: Path, cluster_id: str, node_id: int) -> None:
