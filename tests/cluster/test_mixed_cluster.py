@@ -97,7 +97,7 @@ def create_assigned_topic(cluster: KRaftCluster, topic: str, replicas: list[int]
     """One partition on ``replicas`` (the first the preferred leader), min.insync.replicas=2; its registration
     once all three are in the ISR and every broker knows the leader."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    new = NewTopic(topic, num_partitions=-1, replica_assignment=[replicas], config={"min.insync.replicas": "2"})
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[replicas], config={"min.insync.replicas": "2"})
     admin.create_topics([new])[topic].result(BOUND)
     created = wait_registration(cluster, topic, lambda r: len(r.isr) == 3 and r.leader >= 0, "3 in-sync replicas")
     for broker in cluster.brokers:
