@@ -5,6 +5,10 @@ must hold the same batches byte for byte (both keep Kafka's segment format, and 
 batches as they are). Then the leader is killed, a replica of the other implementation takes over with every
 acknowledged record, and the old leader, restarted, catches up byte for byte.
 
+A second test crosses truncation (KIP-101, KIP-320): a leader takes an acks=1 batch its followers never get and
+dies; restarted as a follower of the other implementation, it finds where its log diverges from the new epoch
+(diverging_epoch in the Fetch answer) and drops its tail.
+
 Node 1 is Kafka's broker, nodes 2 and 3 are kbroker's. Topics get explicit replica assignments, so the first
 replica (the preferred leader) decides which implementation leads, and the next one which takes over.
 """
@@ -34,7 +38,9 @@ from tests.cluster.test_kraft_oracle import (
     fetch_answer,
     partition_metadata,
     produce_at_leader,
+    raw_produce,
     read_all,
+    segment_batches,
     wait_registration,
 )
 
@@ -185,3 +191,39 @@ def test_a_partition_replicates_byte_for_byte_and_fails_over_to_the_other_implem
     back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "the former leader back in the ISR")
     assert (back.leader, back.leader_epoch) == (new.node_id, elected.leader_epoch)
     assert assert_replicas_hold_the_same_bytes(cluster, topic, new, elected.leader_epoch) == watermark + 2
+
+
+@pytest.mark.parametrize(
+    "replicas",
+    [[KAFKA, KBROKER_1, KBROKER_2], [KBROKER_1, KAFKA, KBROKER_2]],
+    ids=["kafka-leads", "kbroker-leads"],
+)
+def test_a_former_leader_truncates_its_unreplicated_tail_following_the_other_implementation(
+    cluster: MixedCluster, replicas: list[int]
+) -> None:
+    topic = f"tail-{IMPLEMENTATION_OF[replicas[0]]}-leads"
+    created = create_assigned_topic(cluster, topic, replicas)
+    old = cluster.broker(created.leader)
+    assert produce_at_leader(old, topic, [b"a0", b"a1", b"a2"], acks=-1) == (ErrorCode.NONE, 0)
+
+    # The followers stop hearing from the leader (its proxy holds their fetches); the leader takes an acks=1
+    # batch they never get and dies.
+    old.proxy.hold()
+    assert raw_produce(old.direct_bootstrap, topic, [b"t0", b"t1"], acks=1) == (ErrorCode.NONE, 3)
+    old.kill()
+    old.proxy.drop()
+    elected = wait_registration(cluster, topic, lambda r: r.leader not in (old.node_id, -1), "a new leader")
+    assert (elected.leader, elected.leader_epoch) == (replicas[1], created.leader_epoch + 1)
+    new = cluster.broker(elected.leader)
+    assert produce_at_leader(new, topic, [b"b0", b"b1", b"b2"], acks=-1) == (ErrorCode.NONE, 3)
+
+    # Back as a follower of the other implementation: its tail goes, the new epoch's batch comes, byte for byte.
+    old.proxy.heal()
+    old.start()
+    back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "the former leader back in the ISR")
+    assert (back.leader, back.leader_epoch) == (new.node_id, elected.leader_epoch)
+    assert assert_replicas_hold_the_same_bytes(cluster, topic, new, elected.leader_epoch) == 6
+    expected = [(0, created.leader_epoch, [b"a0", b"a1", b"a2"]), (3, elected.leader_epoch, [b"b0", b"b1", b"b2"])]
+    for broker in cluster.brokers:
+        assert segment_batches(broker, topic) == expected, broker
+    assert read_all(new, topic) == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"b2")]
