@@ -1,0 +1,229 @@
+"""A mixed cluster: one Apache Kafka broker and two kbroker brokers under one Apache Kafka KRaft controller
+(issue #29, "Mixed clusters"). Kafka's broker is the oracle for the inter-broker protocol: a partition led by
+Kafka is replicated by kbroker followers, one led by kbroker is replicated by Kafka's follower, and every replica
+must hold the same batches byte for byte (both keep Kafka's segment format, and a follower appends the leader's
+batches as they are). Then the leader is killed, a replica of the other implementation takes over with every
+acknowledged record, and the old leader, restarted, catches up byte for byte.
+
+A second test crosses truncation (KIP-101, KIP-320): a leader takes an acks=1 batch its followers never get and
+dies; restarted as a follower of the other implementation, it finds where its log diverges from the new epoch
+(diverging_epoch in the Fetch answer) and drops its tail.
+
+Node 1 is Kafka's broker, nodes 2 and 3 are kbroker's. Topics get explicit replica assignments, so the first
+replica (the preferred leader) decides which implementation leads, and the next one which takes over.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat.apache_kafka import KafkaUnavailable
+from kbroker.metadata.image import PartitionRegistration
+from protocol.errors import ErrorCode
+from protocol.exceptions import DecodeError
+from protocol.records import iter_batches
+from tests.cluster.harness import wait_for
+from tests.cluster.kraft_cluster import ControllerView, Implementation, KRaftCluster, QuorumBroker
+from tests.cluster.test_kraft_oracle import (
+    BOUND,
+    BROKER_SETTINGS,
+    CONTROLLER_SETTINGS,
+    Producing,
+    assert_exactly_once_in_order,
+    fetch_answer,
+    partition_metadata,
+    produce_at_leader,
+    raw_produce,
+    read_all,
+    segment_batches,
+    wait_registration,
+)
+
+KAFKA, KBROKER_1, KBROKER_2 = 1, 2, 3
+IMPLEMENTATION_OF: dict[int, Implementation] = {KAFKA: "kafka", KBROKER_1: "kbroker", KBROKER_2: "kbroker"}
+
+
+class MixedCluster(KRaftCluster):
+    """KRaftCluster with brokers of both implementations: node id -> implementation."""
+
+    def __init__(self, root: Path, implementations: dict[int, Implementation]) -> None:
+        super().__init__(
+            root,
+            "kbroker",
+            size=len(implementations),
+            broker_settings=BROKER_SETTINGS,
+            controller_settings=CONTROLLER_SETTINGS,
+        )
+        self.implementations = dict(implementations)
+
+    def start(self) -> MixedCluster:
+        self.proxies.start()
+        try:
+            self.controller.start()
+            self.view = ControllerView(self.controller).start()
+            for node_id, implementation in sorted(self.implementations.items()):
+                root = self.root / f"broker-{node_id}"
+                proxy = self.proxies.add_proxy()
+                broker = QuorumBroker(implementation, root, node_id, self.controller, self.broker_settings, proxy)
+                self.brokers.append(broker)
+            with concurrent.futures.ThreadPoolExecutor(len(self.brokers)) as pool:
+                for started in [pool.submit(broker.start) for broker in self.brokers]:
+                    started.result()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MixedCluster]:
+    cluster = MixedCluster(tmp_path_factory.mktemp("mixed"), IMPLEMENTATION_OF)
+    try:
+        cluster.start()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka cannot run here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def cluster(mixed: MixedCluster) -> MixedCluster:
+    mixed.restore()
+    return mixed
+
+
+def create_assigned_topic(cluster: KRaftCluster, topic: str, replicas: list[int]) -> PartitionRegistration:
+    """One partition on ``replicas`` (the first the preferred leader), min.insync.replicas=2; its registration
+    once all three are in the ISR and every broker knows the leader."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[replicas], config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(BOUND)
+    created = wait_registration(cluster, topic, lambda r: len(r.isr) == 3 and r.leader >= 0, "3 in-sync replicas")
+    for broker in cluster.brokers:
+        wait_for(lambda b=broker: partition_metadata(b, topic)[0] == created.leader, f"{broker} knows", BOUND)
+    return created
+
+
+def segment_bytes(broker: QuorumBroker, topic: str, end: int) -> list[bytes]:
+    """Each batch below offset ``end`` in the broker's segment files of partition 0, as the bytes stored."""
+    batches: list[bytes] = []
+    for segment in sorted(broker.partition_dir(topic, 0).glob("*.log")):
+        try:
+            for header, batch in iter_batches(segment.read_bytes()):
+                if header.base_offset < end:
+                    batches.append(bytes(batch))
+        except DecodeError:  # a batch being written as the file is read
+            pass
+    return batches
+
+
+def high_watermark(leader: QuorumBroker, topic: str, epoch: int) -> int:
+    error_code, watermark, _ = fetch_answer(leader, topic, 0, epoch)
+    assert error_code == ErrorCode.NONE, f"fetch from {leader}: {ErrorCode(error_code).name}"
+    return watermark
+
+
+def assert_replicas_hold_the_same_bytes(cluster: KRaftCluster, topic: str, leader: QuorumBroker, epoch: int) -> int:
+    """Every replica holds the leader's batches up to its high watermark, byte for byte; the watermark."""
+    watermark = high_watermark(leader, topic, epoch)
+    expected = segment_bytes(leader, topic, watermark)
+    assert expected, f"{leader} holds no batch of {topic}"
+    held: dict[str, list[bytes]] = {}
+
+    def same() -> bool:
+        for broker in cluster.brokers:
+            held[broker.name] = segment_bytes(broker, topic, watermark)
+        return all(batches == expected for batches in held.values())
+
+    try:
+        wait_for(same, f"every replica of {topic}-0 holding the leader's bytes", BOUND)
+    except AssertionError:
+        for name, batches in held.items():
+            assert len(batches) == len(expected), f"{name}: {len(batches)} batches, the leader {len(expected)}"
+            for index, (got, want) in enumerate(zip(batches, expected, strict=True)):
+                assert got == want, f"{name}: batch {index} differs from the leader's"
+        raise
+    return watermark
+
+
+@pytest.mark.parametrize(
+    "replicas",
+    [[KAFKA, KBROKER_1, KBROKER_2], [KBROKER_1, KAFKA, KBROKER_2]],
+    ids=["kafka-leads", "kbroker-leads"],
+)
+def test_a_partition_replicates_byte_for_byte_and_fails_over_to_the_other_implementation(
+    cluster: MixedCluster, replicas: list[int]
+) -> None:
+    topic = f"mixed-{IMPLEMENTATION_OF[replicas[0]]}-leads"
+    created = create_assigned_topic(cluster, topic, replicas)
+    assert (created.leader, created.replicas, sorted(created.isr)) == (replicas[0], tuple(replicas), [1, 2, 3])
+    old = cluster.broker(created.leader)
+
+    with Producing(cluster, topic) as producing:
+        producing.wait_acknowledged(300)
+    assert producing.errors == []
+    assert_exactly_once_in_order(read_all(old, topic), producing.acknowledged)
+    in_sync = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "all three in sync")
+    assert (in_sync.leader, in_sync.leader_epoch) == (created.leader, created.leader_epoch)
+    watermark = assert_replicas_hold_the_same_bytes(cluster, topic, old, created.leader_epoch)
+    assert watermark == len(producing.acknowledged)
+
+    # The leader dies: the controller elects the next replica in the ISR, of the other implementation, at the
+    # next epoch, and it serves every acknowledged record and takes more.
+    old.kill()
+    elected = wait_registration(cluster, topic, lambda r: r.leader not in (old.node_id, -1), "a new leader")
+    assert (elected.leader, elected.leader_epoch) == (replicas[1], created.leader_epoch + 1)
+    assert IMPLEMENTATION_OF[elected.leader] != IMPLEMENTATION_OF[old.node_id]
+    new = cluster.broker(elected.leader)
+    assert produce_at_leader(new, topic, [b"after-0", b"after-1"], acks=-1) == (ErrorCode.NONE, watermark)
+    acknowledged = [*producing.acknowledged, (watermark, b"after-0"), (watermark + 1, b"after-1")]
+    assert_exactly_once_in_order(read_all(new, topic), acknowledged)
+
+    # The old leader comes back as a follower of the other implementation and catches up byte for byte.
+    old.start()
+    back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "the former leader back in the ISR")
+    assert (back.leader, back.leader_epoch) == (new.node_id, elected.leader_epoch)
+    assert assert_replicas_hold_the_same_bytes(cluster, topic, new, elected.leader_epoch) == watermark + 2
+
+
+@pytest.mark.parametrize(
+    "replicas",
+    [[KAFKA, KBROKER_1, KBROKER_2], [KBROKER_1, KAFKA, KBROKER_2]],
+    ids=["kafka-leads", "kbroker-leads"],
+)
+def test_a_former_leader_truncates_its_unreplicated_tail_following_the_other_implementation(
+    cluster: MixedCluster, replicas: list[int]
+) -> None:
+    topic = f"tail-{IMPLEMENTATION_OF[replicas[0]]}-leads"
+    created = create_assigned_topic(cluster, topic, replicas)
+    old = cluster.broker(created.leader)
+    assert produce_at_leader(old, topic, [b"a0", b"a1", b"a2"], acks=-1) == (ErrorCode.NONE, 0)
+
+    # The followers stop hearing from the leader (its proxy holds their fetches); the leader takes an acks=1
+    # batch they never get and dies.
+    old.proxy.hold()
+    assert raw_produce(old.direct_bootstrap, topic, [b"t0", b"t1"], acks=1) == (ErrorCode.NONE, 3)
+    old.kill()
+    old.proxy.drop()
+    elected = wait_registration(cluster, topic, lambda r: r.leader not in (old.node_id, -1), "a new leader")
+    assert (elected.leader, elected.leader_epoch) == (replicas[1], created.leader_epoch + 1)
+    new = cluster.broker(elected.leader)
+    assert produce_at_leader(new, topic, [b"b0", b"b1", b"b2"], acks=-1) == (ErrorCode.NONE, 3)
+
+    # Back as a follower of the other implementation: its tail goes, the new epoch's batch comes, byte for byte.
+    old.proxy.heal()
+    old.start()
+    back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "the former leader back in the ISR")
+    assert (back.leader, back.leader_epoch) == (new.node_id, elected.leader_epoch)
+    assert assert_replicas_hold_the_same_bytes(cluster, topic, new, elected.leader_epoch) == 6
+    expected = [(0, created.leader_epoch, [b"a0", b"a1", b"a2"]), (3, elected.leader_epoch, [b"b0", b"b1", b"b2"])]
+    for broker in cluster.brokers:
+        assert segment_batches(broker, topic) == expected, broker
+    assert read_all(new, topic) == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"b2")]
