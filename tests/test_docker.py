@@ -203,7 +203,7 @@ def test_entrypoint_runs_any_other_command() -> None:
     commands = re.search(r"\{([a-z,-]+)\}", run.stdout)
     assert commands is not None and commands.group(1).split(",") == [
         *("serve", "health", "certs", "topics", "produce", "consume", "groups", "configs", "acls", "transactions"),
-        *("mirror", "console"),
+        *("mirror", "console", "format", "cluster"),
     ]
 
 
