@@ -10,13 +10,15 @@ Fixtures
                           broker with these server.properties overrides; all are stopped after the test.
     kbroker_cluster       a cluster: Apache Kafka's KRaft controller (one voter, a JVM) and 3 kbroker brokers
                           under it (``process.roles=broker``), each in a process of its own with its own port
-                          and data. ``.bootstrap`` lists every broker, ``.controller_bootstrap`` the controller;
+                          and data. ``.bootstrap`` lists every broker, ``.controller_bootstrap`` and
+                          ``.controller_pid`` are the controller's, ``.directory`` holds every node's files;
                           ``.brokers`` (or ``.broker(node_id)``, ids from 1) each have ``node_id``,
-                          ``bootstrap``, ``pid`` and ``kill()`` (SIGKILL), ``stop()`` (SIGTERM: a controlled
-                          shutdown), ``start()`` / ``restart()`` (same port, same data; return once the broker
-                          is serving), ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT). One cluster serves the
-                          tests of a module (see kbroker_cluster_scope); after each test the brokers it took
-                          down are started again. At the end the brokers stop first, then the controller.
+                          ``bootstrap``, ``pid``, ``log_path`` and ``kill()`` (SIGKILL), ``stop()`` (SIGTERM:
+                          a controlled shutdown), ``start()`` / ``restart()`` (same port, same data; return once
+                          the broker is serving), ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT). One cluster
+                          serves the tests of a module (see kbroker_cluster_scope); after each test the brokers
+                          it took down are started again and the paused ones resumed. At the end the brokers
+                          stop first (a controlled shutdown), then the controller.
                           It needs Java 17+ and Apache Kafka's jars (fetched into the Maven cache with ``mvn``
                           on first use); where they cannot be had, the tests that ask for it skip saying why.
     kbroker_cluster_factory  ``kbroker_cluster_factory(brokers=5, config={"num.partitions": 6})`` starts another
@@ -33,7 +35,7 @@ Settings (pytest.ini / pyproject ``[tool.pytest.ini_options]``, or ``-o name=val
     kafka_broker_config   ``key=value`` lines: server.properties overrides for every broker the plugin starts
                           (the cluster's brokers too).
     kbroker_cluster_scope ``module`` (default: one cluster per test module), ``session`` (one for the run) or
-                          ``function`` (a fresh cluster per test, several seconds each).
+                          ``function`` (a fresh cluster per test, about 5 s each).
 
 Marker
     ``@pytest.mark.kafka_broker_config({"auto.create.topics.enable": "false"})`` (or keyword arguments)

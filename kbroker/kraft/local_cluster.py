@@ -613,6 +613,12 @@ class StartedCluster:
     def controller_bootstrap(self) -> str:
         return ",".join(node.address for node in self._cluster.layout.controllers)
 
+    @property
+    def controller_pid(self) -> int | None:
+        """The controller's process id while it runs."""
+        running = self._cluster.process_of(self._cluster.layout.controllers[0])
+        return None if running is None else running.pid
+
     def broker(self, node_id: int) -> ClusterBroker:
         for broker in self.brokers:
             if broker.node_id == node_id:

@@ -7,6 +7,7 @@ Leaders and in-sync replicas are read from Metadata (confluent-kafka's list_topi
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,6 +144,56 @@ def test_restart_is_a_controlled_shutdown_on_the_same_port(kbroker_cluster: Kbro
     producer.produce("after-restart", value=b"v", on_delivery=lambda err, msg: delivered.append((msg.offset(), err)))
     assert producer.flush(WITHIN) == 0
     assert delivered == [(0, None)]
+
+
+def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A marked test and the factory get clusters of the size and settings asked; after each test its brokers
+    stop first, with a controlled shutdown (which needs the controller up), and the controller after them."""
+    report = pytester.path / "report.jsonl"
+    monkeypatch.setenv("CLUSTER_REPORT", str(report))
+    pytester.makepyfile(
+        """
+        import json, os
+        import pytest
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        def facts(cluster, name):
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            brokers = sorted(admin.list_topics(timeout=10).brokers)
+            resource = ConfigResource("broker", str(brokers[-1]))
+            configs = admin.describe_configs([resource])[resource].result(30)
+            with open(os.environ["CLUSTER_REPORT"], "a") as out:
+                out.write(json.dumps({
+                    "test": name, "brokers": brokers,
+                    "num.partitions": configs["num.partitions"].value,
+                    "delay": configs["group.initial.rebalance.delay.ms"].value,
+                    "directory": str(cluster.directory),
+                    "pids": [b.pid for b in cluster.brokers] + [cluster.controller_pid],
+                }) + "\\n")
+
+        @pytest.mark.kbroker_cluster(brokers=1, config={"num.partitions": 4})
+        def test_marker(kbroker_cluster):
+            facts(kbroker_cluster, "marker")
+
+        def test_factory(kbroker_cluster_factory):
+            facts(kbroker_cluster_factory(brokers=2, config={"num.partitions": 2}), "factory")
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=2)
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    seen = {entry["test"]: entry for entry in lines}
+    assert {name: (e["brokers"], e["num.partitions"], e["delay"]) for name, e in seen.items()} == {
+        "marker": ([1], "4", "0"),
+        "factory": ([1, 2], "2", "0"),
+    }
+    for entry in seen.values():
+        for pid in entry["pids"]:
+            assert not Path(f"/proc/{pid}").exists()  # every process stopped and reaped
+        for broker in entry["brokers"]:
+            log = (Path(entry["directory"]) / f"broker-{broker}" / "broker.log").read_text()
+            assert "controlled shutdown allowed by the controller quorum" in log
 
 
 def test_without_java_a_test_asking_for_a_cluster_skips_saying_why(
