@@ -149,8 +149,9 @@ def test_restart_is_a_controlled_shutdown_on_the_same_port(kbroker_cluster: Kbro
 def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A marked test and the factory get clusters of the size and settings asked; after each test its brokers
-    stop first, with a controlled shutdown (which needs the controller up), and the controller after them."""
+    """A marked test and the factory get clusters of the size and settings asked; the module's cluster is whole
+    again after a test that took its brokers down. At the end the brokers stop first, with a controlled shutdown
+    (which needs the controller up), and the controller after them."""
     report = pytester.path / "report.jsonl"
     monkeypatch.setenv("CLUSTER_REPORT", str(report))
     pytester.makepyfile(
@@ -179,16 +180,26 @@ def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
 
         def test_factory(kbroker_cluster_factory):
             facts(kbroker_cluster_factory(brokers=2, config={"num.partitions": 2}), "factory")
+
+        def test_takes_brokers_down(kbroker_cluster):
+            kbroker_cluster.broker(1).kill()
+            kbroker_cluster.broker(2).pause()
+            kbroker_cluster.broker(3).stop()
+
+        def test_finds_them_back(kbroker_cluster):
+            facts(kbroker_cluster, "shared")
         """
     )
-    pytester.runpytest().assert_outcomes(passed=2)
+    pytester.runpytest().assert_outcomes(passed=4)
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     seen = {entry["test"]: entry for entry in lines}
     assert {name: (e["brokers"], e["num.partitions"], e["delay"]) for name, e in seen.items()} == {
         "marker": ([1], "4", "0"),
         "factory": ([1, 2], "2", "0"),
+        "shared": ([1, 2, 3], "1", "0"),  # the module's cluster, every broker back for the next test
     }
     for entry in seen.values():
+        assert None not in entry["pids"]  # each node was running when the test looked
         for pid in entry["pids"]:
             assert not Path(f"/proc/{pid}").exists()  # every process stopped and reaped
         for broker in entry["brokers"]:
