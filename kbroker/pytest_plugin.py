@@ -8,6 +8,21 @@ Fixtures
     kafka_bootstrap       the same broker's bootstrap address as a string.
     kafka_broker_factory  ``kafka_broker_factory({"num.partitions": "3"}, mode="subprocess")`` starts one more
                           broker with these server.properties overrides; all are stopped after the test.
+    kbroker_cluster       a cluster: Apache Kafka's KRaft controller (one voter, a JVM) and 3 kbroker brokers
+                          under it (``process.roles=broker``), each in a process of its own with its own port
+                          and data. ``.bootstrap`` lists every broker, ``.controller_bootstrap`` and
+                          ``.controller_pid`` are the controller's, ``.directory`` holds every node's files;
+                          ``.brokers`` (or ``.broker(node_id)``, ids from 1) each have ``node_id``,
+                          ``bootstrap``, ``pid``, ``log_path`` and ``kill()`` (SIGKILL), ``stop()`` (SIGTERM:
+                          a controlled shutdown), ``start()`` / ``restart()`` (same port, same data; return once
+                          the broker is serving), ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT). One cluster
+                          serves the tests of a module (see kbroker_cluster_scope); after each test the brokers
+                          it took down are started again and the paused ones resumed. At the end the brokers
+                          stop first (a controlled shutdown), then the controller.
+                          It needs Java 17+ and Apache Kafka's jars (fetched into the Maven cache with ``mvn``
+                          on first use); where they cannot be had, the tests that ask for it skip saying why.
+    kbroker_cluster_factory  ``kbroker_cluster_factory(brokers=5, config={"num.partitions": 6})`` starts another
+                          cluster of that size with these broker settings; stopped after the test.
 
 Every broker the plugin starts has ``group.initial.rebalance.delay.ms=0`` (as testcontainers' KafkaContainer),
 so a consumer group forms at its first join instead of 3 s later; any setting below can change that.
@@ -17,11 +32,15 @@ Settings (pytest.ini / pyproject ``[tool.pytest.ini_options]``, or ``-o name=val
     kafka_broker_mode     ``thread`` (default: a trio broker on a thread of the test process, about 5 ms to
                           start) or ``subprocess`` (a ``kbroker serve`` child, about 0.5 s; isolated from the
                           test process, and ``kill()`` crashes it). Measured by tools/bench_fixture_startup.py.
-    kafka_broker_config   ``key=value`` lines: server.properties overrides for every broker the plugin starts.
+    kafka_broker_config   ``key=value`` lines: server.properties overrides for every broker the plugin starts
+                          (the cluster's brokers too).
+    kbroker_cluster_scope ``module`` (default: one cluster per test module), ``session`` (one for the run) or
+                          ``function`` (a fresh cluster per test, about 5 s each).
 
 Marker
     ``@pytest.mark.kafka_broker_config({"auto.create.topics.enable": "false"})`` (or keyword arguments)
     sets overrides for that test's ``kafka_broker``; it needs function scope (use the factory otherwise).
+    ``@pytest.mark.kbroker_cluster(brokers=5, config={...})`` gives that test a cluster of its own, so made.
 """
 
 from __future__ import annotations
@@ -33,12 +52,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 if TYPE_CHECKING:  # the broker is imported when a test first asks for one, not in every pytest run
+    from kbroker.kraft.local_cluster import StartedCluster
     from kbroker.testing import BrokerProcess, RunningBroker
 
     KafkaBroker = RunningBroker | BrokerProcess
+    KbrokerCluster = StartedCluster
 else:
     KafkaBroker = Any
+    KbrokerCluster = Any
 KafkaBrokerFactory = Callable[..., KafkaBroker]
+KbrokerClusterFactory = Callable[..., KbrokerCluster]
 
 SCOPES = ("function", "session")
 # What every broker the plugin starts gets unless the ini, a marker or the factory says otherwise. As in
@@ -46,19 +69,30 @@ SCOPES = ("function", "session")
 DEFAULT_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 MODES = ("thread", "subprocess")
 MARKER = "kafka_broker_config"
+CLUSTER_MARKER = "kbroker_cluster"
+CLUSTER_SCOPES = ("module", "session", "function")
+DEFAULT_CLUSTER_BROKERS = 3
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("kafka_broker_scope", "kbroker plugin: function or session", default="function")
     parser.addini("kafka_broker_mode", "kbroker plugin: thread or subprocess", default="thread")
     parser.addini("kafka_broker_config", "kbroker plugin: key=value broker config lines", type="linelist", default=[])
+    parser.addini("kbroker_cluster_scope", "kbroker plugin: module, session or function", default="module")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}(overrides=None, **keys): server.properties overrides for this test's kafka_broker"
     )
-    for name, allowed in (("kafka_broker_scope", SCOPES), ("kafka_broker_mode", MODES)):
+    config.addinivalue_line(
+        "markers", f"{CLUSTER_MARKER}(brokers=3, config=None): this test's kbroker_cluster, a cluster of its own"
+    )
+    for name, allowed in (
+        ("kafka_broker_scope", SCOPES),
+        ("kafka_broker_mode", MODES),
+        ("kbroker_cluster_scope", CLUSTER_SCOPES),
+    ):
         value = config.getini(name)
         if value not in allowed:
             raise pytest.UsageError(f"{name} = {value!r}: expected one of {', '.join(allowed)}")
@@ -151,3 +185,92 @@ def kafka_broker_factory(
     yield start
     for broker in started:
         broker.stop()
+
+
+# --- kbroker_cluster: Apache Kafka's KRaft controller and kbroker brokers (kbroker/kraft/local_cluster.py) -------
+
+
+def start_cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    brokers: int = DEFAULT_CLUSTER_BROKERS,
+    config: Mapping[str, Any] | None = None,
+) -> KbrokerCluster:
+    """A started cluster; the test skips (one line saying why) where Java 17+ or Kafka's jars cannot be had."""
+    import sys
+
+    from kbroker.kraft.local_cluster import ClusterError, check_can_run, start_cluster
+
+    def progress(line: str) -> None:  # the jars' first fetch takes a while: say so
+        print(f"kbroker_cluster: {line}", file=sys.stderr, flush=True)
+
+    try:
+        java_and_classpath = check_can_run(progress)
+    except ClusterError as exc:
+        pytest.skip(f"kbroker_cluster cannot run here: {exc}")
+    overrides = {**DEFAULT_OVERRIDES, **ini_overrides(request.config)}
+    overrides.update({str(k): as_config_value(v) for k, v in (config or {}).items()})
+    directory = tmp_path_factory.mktemp("kbroker-cluster")
+    return start_cluster(directory, brokers, overrides, progress, java_and_classpath)
+
+
+def cluster_marker_arguments(*args: Any, **kwargs: Any) -> tuple[int, Mapping[str, Any] | None]:
+    def arguments(brokers: int = DEFAULT_CLUSTER_BROKERS, config: Mapping[str, Any] | None = None) -> Any:
+        return brokers, config
+
+    try:
+        brokers, config = arguments(*args, **kwargs)
+    except TypeError as exc:
+        raise pytest.UsageError(f"@pytest.mark.{CLUSTER_MARKER}(brokers=3, config=None): {exc}") from None
+    if not isinstance(brokers, int) or not isinstance(config, Mapping | None):
+        raise pytest.UsageError(f"@pytest.mark.{CLUSTER_MARKER}: brokers is a number, config a dict of settings")
+    return brokers, config
+
+
+def _cluster_scope(fixture_name: str, config: pytest.Config) -> Literal["module", "session", "function"]:
+    scope = config.getini("kbroker_cluster_scope")  # pytest_configure has already rejected any other value
+    return "session" if scope == "session" else "function" if scope == "function" else "module"
+
+
+@pytest.fixture(scope=_cluster_scope)
+def _kbroker_shared_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KbrokerCluster]:
+    """The cluster the tests of a module (or the session) share; tests ask for ``kbroker_cluster``."""
+    cluster = start_cluster(request, tmp_path_factory)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def kbroker_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KbrokerCluster]:
+    """Kafka's KRaft controller and kbroker brokers; ``.bootstrap``, ``.brokers``, ``.controller_bootstrap``."""
+    mark = request.node.get_closest_marker(CLUSTER_MARKER)
+    if mark is not None:  # a cluster of its own, as the marker asks
+        own = start_cluster(request, tmp_path_factory, *cluster_marker_arguments(*mark.args, **mark.kwargs))
+        yield own
+        own.stop()
+        return
+    shared: KbrokerCluster = request.getfixturevalue("_kbroker_shared_cluster")
+    yield shared
+    if request.config.getini("kbroker_cluster_scope") != "function":
+        shared.heal()  # what this test killed, stopped or paused is back for the next test
+
+
+@pytest.fixture
+def kbroker_cluster_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KbrokerClusterFactory]:
+    """``kbroker_cluster_factory(brokers=3, config=None)``: start another cluster; stopped after the test."""
+    started: list[KbrokerCluster] = []
+
+    def start(brokers: int = DEFAULT_CLUSTER_BROKERS, config: Mapping[str, Any] | None = None) -> KbrokerCluster:
+        cluster = start_cluster(request, tmp_path_factory, brokers, config)
+        started.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in reversed(started):
+        cluster.stop()

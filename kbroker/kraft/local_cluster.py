@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -299,9 +299,9 @@ def controller_settings(layout: Layout, node: Node) -> dict[str, str]:
     }
 
 
-def broker_settings(layout: Layout, node: Node) -> dict[str, str]:
+def broker_settings(layout: Layout, node: Node, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """Kafka's broker settings for this broker; the internal topics replicated as widely as the cluster allows
-    (Kafka's defaults, 3 replicas and min ISR 2, need 3 brokers)."""
+    (Kafka's defaults, 3 replicas and min ISR 2, need 3 brokers); ``overrides`` (the pytest fixture's) last."""
     replicas = min(3, len(layout.brokers))
     return {
         "process.roles": "broker",
@@ -315,6 +315,7 @@ def broker_settings(layout: Layout, node: Node) -> dict[str, str]:
         "offsets.topic.replication.factor": str(replicas),
         "transaction.state.log.replication.factor": str(replicas),
         "transaction.state.log.min.isr": str(min(2, replicas)),
+        **(overrides or {}),
     }
 
 
@@ -331,7 +332,7 @@ def controller_features() -> list[str]:
     ]
 
 
-def format_nodes(layout: Layout, java: str, classpath: str) -> None:
+def format_nodes(layout: Layout, java: str, classpath: str, broker_overrides: Mapping[str, str] | None = None) -> None:
     """Format every node not formatted yet: controllers with Kafka's storage tool, brokers as kbroker format."""
     from kbroker.commands.format import FormatError, format_directories
 
@@ -351,7 +352,7 @@ def format_nodes(layout: Layout, java: str, classpath: str) -> None:
             detail = (lines or [f"exit {run.returncode}"])[0][:300]
             raise ClusterError(f"Kafka's storage tool could not format controller {node.node_id}: {detail}")
     for node in layout.brokers:
-        write_properties(node.properties_path, broker_settings(layout, node))
+        write_properties(node.properties_path, broker_settings(layout, node, broker_overrides))
         try:
             format_directories([node.data_dir], layout.cluster_id, node.node_id, ignore_formatted=True)
         except FormatError as exc:
@@ -423,15 +424,25 @@ class LocalCluster:
         controllers = [self._spawn(node, self._controller_command(node)) for node in self.layout.controllers]
         for running in controllers:
             self._wait(running, functools.partial(controller_answers, running.node), should_stop)
-        brokers = []
-        for node in self.layout.brokers:
-            ready = node.directory / "ready"
-            ready.unlink(missing_ok=True)
-            brokers.append(self._spawn(node, self._broker_command(node, ready)))
+        brokers = [self.spawn_broker(node) for node in self.layout.brokers]  # all at once: they start in parallel
         for running in brokers:
-            ready = running.node.directory / "ready"
-            # Written once the broker is unfenced by the controllers: registered, caught up, serving.
-            self._wait(running, ready.exists, should_stop)
+            self.wait_broker(running, should_stop)
+
+    def spawn_broker(self, node: Node) -> Running:
+        ready = node.directory / "ready"
+        ready.unlink(missing_ok=True)
+        # A broker started again replaces its ended process: stop() signals the running ones only.
+        self.running = [r for r in self.running if r.node != node]
+        return self._spawn(node, self._broker_command(node, ready))
+
+    def wait_broker(self, running: Running, should_stop: Callable[[], bool]) -> None:
+        # The ready file is written once the broker is unfenced by the controllers: registered, caught up, serving.
+        self._wait(running, (running.node.directory / "ready").exists, should_stop)
+
+    def process_of(self, node: Node) -> Running | None:
+        """The node's latest process, if it is still running (perhaps paused)."""
+        found = [r for r in self.running if r.node == node and r.process.poll() is None]
+        return found[-1] if found else None
 
     def _controller_command(self, node: Node) -> list[str]:
         # kafka-server-start.sh's JVM settings (G1, 20 ms pauses), a smaller heap: a controller holds metadata only.
@@ -477,6 +488,7 @@ class LocalCluster:
             group = [r for r in self.running if r.node.role == role]
             for running in group:
                 if running.process.poll() is None:
+                    running.process.send_signal(signal.SIGCONT)  # a paused node (a test's pause()) must see it
                     running.process.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + STOP_WITHIN
             for running in group:
@@ -487,6 +499,168 @@ class LocalCluster:
                     running.process.kill()
                     running.process.wait()
         self.running.clear()
+
+
+# --- for tests: a started cluster and its brokers (the pytest plugin's kbroker_cluster) --------------------------
+
+
+class ClusterBroker:
+    """One broker of a :class:`StartedCluster`, to take down and bring back in a test. Each call returns once
+    it is done: stopped processes have exited, started ones are unfenced (registered with the controller)."""
+
+    def __init__(self, cluster: LocalCluster, node: Node) -> None:
+        self._cluster = cluster
+        self.node = node
+
+    def __repr__(self) -> str:
+        return f"<broker {self.node_id} at {self.bootstrap} pid {self.pid}>"
+
+    @property
+    def node_id(self) -> int:
+        return self.node.node_id
+
+    @property
+    def bootstrap(self) -> str:
+        return self.node.address
+
+    @property
+    def log_path(self) -> Path:
+        return self.node.log_path
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs (paused included), else None."""
+        running = self._cluster.process_of(self.node)
+        return None if running is None else running.pid
+
+    @property
+    def is_running(self) -> bool:
+        return self._cluster.process_of(self.node) is not None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no controlled shutdown, whatever is not yet on disk is lost."""
+        running = self._cluster.process_of(self.node)
+        if running is not None:
+            running.process.kill()
+            running.process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM: a controlled shutdown (the controller moves its leaderships away first)."""
+        running = self._cluster.process_of(self.node)
+        if running is None:
+            return
+        running.process.send_signal(signal.SIGCONT)  # a paused broker could not act on the SIGTERM
+        running.process.send_signal(signal.SIGTERM)
+        try:
+            running.process.wait(STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            running.process.kill()
+            running.process.wait()
+            raise ClusterError(
+                f"broker {self.node_id} did not stop within {STOP_WITHIN:g} s of SIGTERM; killed it "
+                f"(log: {self.log_path})"
+            ) from None
+
+    def start(self) -> None:
+        """Start it again on its port and data directory; returns once it is serving."""
+        if self.is_running:
+            raise ClusterError(f"broker {self.node_id} is running (pid {self.pid}): stop() or kill() it first")
+        self._cluster.wait_broker(self._cluster.spawn_broker(self.node), lambda: False)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, answers nothing, misses its heartbeats (the controller fences it)."""
+        running = self._cluster.process_of(self.node)
+        if running is None:
+            raise ClusterError(f"broker {self.node_id} is not running")
+        running.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        running = self._cluster.process_of(self.node)
+        if running is None:
+            raise ClusterError(f"broker {self.node_id} is not running")
+        running.process.send_signal(signal.SIGCONT)
+
+
+class StartedCluster:
+    """A running cluster for tests: ``bootstrap`` (every broker), ``brokers`` (by node id, from 1),
+    ``controller_bootstrap``; ``stop()`` ends the brokers (controlled shutdown), then the controller."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self._cluster = cluster
+        self.brokers = [ClusterBroker(cluster, node) for node in cluster.layout.brokers]
+
+    def __repr__(self) -> str:
+        return f"<kbroker cluster {self.cluster_id}: brokers {self.bootstrap}, controller {self.controller_bootstrap}>"
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster.layout.cluster_id
+
+    @property
+    def directory(self) -> Path:
+        return self._cluster.layout.directory
+
+    @property
+    def bootstrap(self) -> str:
+        return self._cluster.layout.bootstrap
+
+    @property
+    def controller_bootstrap(self) -> str:
+        return ",".join(node.address for node in self._cluster.layout.controllers)
+
+    @property
+    def controller_pid(self) -> int | None:
+        """The controller's process id while it runs."""
+        running = self._cluster.process_of(self._cluster.layout.controllers[0])
+        return None if running is None else running.pid
+
+    def broker(self, node_id: int) -> ClusterBroker:
+        for broker in self.brokers:
+            if broker.node_id == node_id:
+                return broker
+        raise KeyError(f"no broker {node_id} in this cluster (brokers {[b.node_id for b in self.brokers]})")
+
+    def heal(self) -> None:
+        """Every broker running and resumed again, as it was started (between the tests that share it)."""
+        for broker in self.brokers:
+            if broker.is_running:
+                broker.resume()
+            else:
+                broker.start()
+
+    def stop(self) -> None:
+        self._cluster.stop()
+
+
+def check_can_run(progress: Progress) -> tuple[str, str]:
+    """Java 17+ and the controller's classpath (the jars fetched on first use), or ClusterError saying why not."""
+    return find_java(), controller_classpath(progress)
+
+
+def start_cluster(
+    directory: Path,
+    brokers: int,
+    broker_overrides: Mapping[str, str] | None = None,
+    progress: Progress = lambda line: None,
+    java_and_classpath: tuple[str, str] | None = None,
+) -> StartedCluster:
+    """A new cluster in ``directory`` (one controller, ``brokers`` brokers, free ports), started and serving.
+    ClusterError in one line if it cannot be run or started; nothing is left running then."""
+    java, classpath = java_and_classpath or check_can_run(progress)
+    layout = load_layout(directory.resolve(), brokers, 1, 0)
+    format_nodes(layout, java, classpath, broker_overrides)
+    cluster = LocalCluster(layout, java, classpath, progress)
+    try:
+        cluster.start(lambda: False)
+    except BaseException:
+        cluster.stop()
+        raise
+    return StartedCluster(cluster)
 
 
 def controller_answers(node: Node) -> bool:
