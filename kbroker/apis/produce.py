@@ -110,8 +110,9 @@ def _verification_error(code: ErrorCode, produce_version: int) -> ErrorCode:
 
 async def _verify_remotely(ctx: RequestContext, request: ProduceRequest) -> dict[tuple[str, int], ErrorCode] | None:
     """In a cluster, a transactional produce whose transaction coordinator is another broker: that coordinator's
-    answer for each transactional partition, asked in one AddPartitionsToTxn (verify_only), as Kafka's broker does;
-    None when the coordinator is this broker (or there is none to ask)."""
+    answer for each transactional partition, asked in one AddPartitionsToTxn as Kafka 4.4's broker does (Produce
+    v12+, transaction version 2, adds the partitions; older versions only verify them); None when the coordinator
+    is this broker (or there is none to ask)."""
     transactions = getattr(ctx, "transactions", None)
     transactional_id = request.transactional_id
     if transactional_id is None or transactions is None or transactions.remote is None:
@@ -137,7 +138,9 @@ async def _verify_remotely(ctx: RequestContext, request: ProduceRequest) -> dict
     if producer is None:
         return None
     coordinator = transactions.coordinator_node(transactional_id)
-    codes = await transactions.remote.verify(coordinator, transactional_id, producer[0], producer[1], partitions)
+    codes = await transactions.remote.verify(
+        coordinator, transactional_id, producer[0], producer[1], partitions, add=ctx.api_version >= 12
+    )
     return {key: _verification_error(code, ctx.api_version) for key, code in codes.items()}
 
 

@@ -133,7 +133,9 @@ def _verify(
     if topic == OFFSETS_TOPIC:
         # A group coordinator verifying a TxnOffsetCommit names the group's partition: in the transaction if a group
         # added with AddOffsetsToTxn lives there (Kafka adds that partition itself).
-        in_transaction = any(transactions.offsets_partition_of(g) == index for g in metadata.groups)
+        in_transaction = (topic, index) in metadata.partitions or any(
+            transactions.offsets_partition_of(g) == index for g in metadata.groups
+        )
         return ErrorCode.NONE if in_transaction else ErrorCode.TRANSACTION_ABORTABLE
     return ErrorCode.NONE if (topic, index) in metadata.partitions else ErrorCode.TRANSACTION_ABORTABLE
 
@@ -245,7 +247,8 @@ def _member_check(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Error
 
 async def _verify_offsets_remotely(ctx: RequestContext, request: TxnOffsetCommitRequest, version: int) -> ErrorCode:
     """The transaction coordinator is another broker: ask it whether the group's __consumer_offsets partition is in
-    the producer's transaction (AddPartitionsToTxn verify_only), and answer as Kafka's group coordinator does."""
+    the producer's transaction (AddPartitionsToTxn; v5, transaction version 2, adds it), and answer as Kafka's group
+    coordinator does."""
     transactions = ctx.transactions
     assert transactions.remote is not None
     key = (OFFSETS_TOPIC, ctx.groups.offsets.partition_for(request.group_id))
@@ -255,6 +258,7 @@ async def _verify_offsets_remotely(ctx: RequestContext, request: TxnOffsetCommit
         request.producer_id,
         request.producer_epoch,
         [key],
+        add=version >= 5,  # transaction version 2: the partition joins the transaction, as Kafka 4.4 does
     )
     code = codes[key]
     if code == ErrorCode.PRODUCER_FENCED:

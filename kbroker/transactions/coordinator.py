@@ -143,6 +143,8 @@ class TransactionalOffsets(Protocol):
 
     def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
 
+    def complete_partition_transaction(self, partition: int, producer_id: int, commit: bool) -> None: ...
+
 
 class CompletedTransaction(NamedTuple):
     """The last transaction of an id that completed: the markers it wrote. Kept so that a restart after a crash
@@ -956,6 +958,15 @@ class TransactionCoordinator:
                 self._remote_marker(transactional_id, producer_id, epoch, commit, topic, index, transaction_version)
             )
             return False
+        if topic == OFFSETS_TOPIC and leader is not None:
+            # Added by a TxnOffsetCommit verified from another broker (transaction version 2): the marker goes
+            # through the group coordinator's shard, which applies or drops the pending offsets there.
+            try:
+                self._offsets.complete_partition_transaction(index, producer_id, commit)
+            except StorageError as exc:
+                log.warning("transactional id %r: %s-%d not completed yet: %s", transactional_id, topic, index, exc)
+                return False
+            return True
         try:
             target = self._partition(topic, index)
             if target is None:

@@ -12,8 +12,9 @@ Two of Kafka's broker components in miniature:
   longer has is dropped too.
 - **Verification** (Kafka's AddPartitionsToTxnManager): a transactional Produce (or TxnOffsetCommit) reaching a
   broker whose transaction coordinator for that id is another asks that coordinator with AddPartitionsToTxn v4+ (the
-  batched broker form, ``verify_only``, as Kafka 4.4's broker sends it) whether the partitions are part of the
-  producer's ongoing transaction.
+  batched broker form, as Kafka 4.4's broker sends it): ``verify_only`` whether the partitions are part of the
+  producer's ongoing transaction (transaction version 1 clients, which add them themselves), or adding them
+  (transaction version 2: Produce v12+, TxnOffsetCommit v5+, whose clients leave that to the broker).
 """
 
 from __future__ import annotations
@@ -206,8 +207,11 @@ class RemoteTransactions:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[tuple[str, int]],
+        *,
+        add: bool = False,
     ) -> dict[tuple[str, int], ErrorCode]:
-        """The coordinator's answer for each partition (verify_only), before Kafka's mapping for the producer:
+        """The coordinator's answer for each partition, before Kafka's mapping for the producer (``add``: the
+        partitions join the transaction, Kafka's ADD_PARTITION for transaction version 2; else verify_only):
         NONE if it is in the ongoing transaction; COORDINATOR_NOT_AVAILABLE if the coordinator has no leader or
         endpoint, NETWORK_EXCEPTION if it cannot be reached, as Kafka's AddPartitionsToTxnManager answers."""
         wanted = list(dict.fromkeys(partitions))
@@ -223,7 +227,7 @@ class RemoteTransactions:
                     transactional_id=transactional_id,
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
-                    verify_only=True,
+                    verify_only=not add,
                     topics=[
                         AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=indexes)
                         for name, indexes in by_topic.items()

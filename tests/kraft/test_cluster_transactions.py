@@ -10,8 +10,10 @@ broker than the transaction coordinator, become visible with the transaction's c
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -25,6 +27,8 @@ from kbroker.wire_client import WireClient
 from protocol.messages.metadata_request import MetadataRequest
 from tests.kraft.test_serve_broker_role import KBROKER_LEVELS, WITHIN, format_data_dir
 
+JavaProgram = Callable[..., list[str]]  # the java_program fixture (tests/conftest.py)
+JAVA_SCENARIO = Path(__file__).parents[1] / "transactions" / "java" / "TransactionalScenario.java"
 NODES = (31, 32, 33)
 INTERNAL_PARTITIONS = 3
 TOPIC = "spread"
@@ -259,3 +263,40 @@ def test_consume_transform_produce_with_group_coordinator_elsewhere(cluster: lis
             checker.close()
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("version", ["3.9.0", "4.4.0"])
+def test_java_transactions_with_three_coordinators_apart(
+    cluster: list[BrokerProcess], java_program: JavaProgram, version: str
+) -> None:
+    """tests/transactions' Java scenario (commit with sendOffsetsToTransaction, abort, commit, a fenced zombie)
+    with the partition's leader, the transaction coordinator and the group coordinator on three brokers:
+    kafka-clients 3.9 (transaction version 1) and 4.4 (version 2, EndTxn bumping the epoch)."""
+    name = f"java-apart-{version.replace('.', '')}"
+    admin = AdminClient({"bootstrap.servers": bootstrap(cluster)})
+    admin.create_topics([NewTopic(name, num_partitions=1, replica_assignment=[[NODES[2]]])])[name].result(
+        timeout=WITHIN
+    )
+    assert eventually(lambda: leaders(cluster[0], name), f"{name}'s leader") == {0: NODES[2]}
+    probe = Producer({"bootstrap.servers": bootstrap(cluster), "transactional.id": "probe"})
+    state_leaders = internal_leaders(cluster, "__transaction_state", lambda: probe.init_transactions(WITHIN))
+    lookup = committed_reader(cluster, "probe-group")
+    offsets_leaders = internal_leaders(
+        cluster, "__consumer_offsets", lambda: lookup.committed([TopicPartition(name, 0)], WITHIN)
+    )
+    lookup.close()
+    transactional_id = find_id(f"{name}-id", lambda p: state_leaders[p] == NODES[0])
+    group = find_id(f"{name}-group", lambda p: offsets_leaders[p] == NODES[1])
+
+    command = java_program(JAVA_SCENARIO, version)
+    done = subprocess.run(
+        [*command, bootstrap(cluster), name, group, transactional_id], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    expected = [f"commit-a-{i}" for i in range(10)] + [f"commit-b-{i}" for i in range(5)]
+    assert lines["read_committed"].split(",") == expected
+    assert lines["read_uncommitted"] == "25"
+    assert lines["group_offset"] == "7"
+    assert lines["zombie"] in ("ProducerFencedException", "InvalidProducerEpochException"), lines["zombie"]
+    assert lines["last"] == "successor-0 count=16"
