@@ -134,9 +134,15 @@ async def _verify_remotely(ctx: RequestContext, request: ProduceRequest) -> dict
             if header.producer_id < 0:
                 continue
             producer = producer or (header.producer_id, header.producer_epoch)
+            try:
+                plog = ctx.topics.partition(info.name, part.index)
+            except KafkaError:
+                plog = None  # the append answers the storage error
+            if plog is not None and plog.has_ongoing_transaction(header.producer_id, header.producer_epoch):
+                continue  # as Kafka: the transaction is open here already, verified by its first batch
             partitions.append((info.name, part.index))
-    if producer is None:
-        return None
+    if producer is None or not partitions:
+        return {}  # nothing to ask: every transactional batch continues a transaction open here
     coordinator = transactions.coordinator_node(transactional_id)
     codes = await transactions.remote.verify(
         coordinator, transactional_id, producer[0], producer[1], partitions, add=ctx.api_version >= 12
