@@ -6,7 +6,9 @@ those leaders, and completes the transaction once all are written; a transaction
 coordinator is another broker is verified there with AddPartitionsToTxn (verify_only). confluent-kafka commits and
 aborts across the three leaders, and a read_committed consumer reads exactly the committed records at their exact
 offsets (each marker one offset); a consume-transform-produce's offsets, committed to a group coordinator on another
-broker than the transaction coordinator, become visible with the transaction's commit and never with its abort."""
+broker than the transaction coordinator, become visible with the transaction's commit and never with its abort.
+The data topic has one replica or three; Java clients 3.9 (transaction version 1) and 4.4 (version 2, partitions
+added by the brokers) run tests/transactions' scenario with the three roles on three brokers."""
 
 from __future__ import annotations
 
@@ -115,9 +117,10 @@ def find_id(prefix: str, wanted: Callable[[int], bool]) -> str:
     return next(f"{prefix}-{n}" for n in range(1000) if wanted(offsets_partition(f"{prefix}-{n}", INTERNAL_PARTITIONS)))
 
 
-def make_topic(cluster: list[BrokerProcess], name: str) -> None:
+def make_topic(cluster: list[BrokerProcess], name: str, replication_factor: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap(cluster)})
-    assignment = [[node] for node in NODES]  # partition i led by NODES[i]
+    # Partition i led by NODES[i] (the first replica listed), followed by the next ones.
+    assignment = [[NODES[(i + r) % len(NODES)] for r in range(replication_factor)] for i in range(len(NODES))]
     admin.create_topics([NewTopic(name, num_partitions=len(NODES), replica_assignment=assignment)])[name].result(
         timeout=WITHIN
     )
@@ -153,13 +156,15 @@ def read_all(consumer: Consumer, topic: str, ends: dict[int, int]) -> dict[int, 
     raise AssertionError(f"positions did not reach {ends}: read {seen}")
 
 
-def test_commit_and_abort_across_three_leaders(cluster: list[BrokerProcess]) -> None:
-    make_topic(cluster, TOPIC)
+@pytest.mark.parametrize("replication_factor", [1, 3])
+def test_commit_and_abort_across_three_leaders(cluster: list[BrokerProcess], replication_factor: int) -> None:
+    topic = f"{TOPIC}-rf{replication_factor}"
+    make_topic(cluster, topic, replication_factor)
     # The transaction coordinator: the leader of the id's __transaction_state partition, not a data leader alone.
     probe = Producer({"bootstrap.servers": bootstrap(cluster), "transactional.id": "probe"})
     state_leaders = internal_leaders(cluster, "__transaction_state", lambda: probe.init_transactions(WITHIN))
     assert sorted(set(state_leaders.values())) == sorted(NODES)  # spread: one partition on each broker
-    transactional_id = find_id("spread-txn", lambda p: state_leaders[p] == NODES[0])
+    transactional_id = find_id(f"{topic}-txn", lambda p: state_leaders[p] == NODES[0])
 
     producer = Producer({"bootstrap.servers": bootstrap(cluster), "transactional.id": transactional_id, "linger.ms": 0})
     producer.init_transactions(WITHIN)
@@ -168,7 +173,7 @@ def test_commit_and_abort_across_three_leaders(cluster: list[BrokerProcess]) -> 
         producer.begin_transaction()
         for partition in range(len(NODES)):
             for value in values:
-                producer.produce(TOPIC, value=value + str(partition).encode(), partition=partition)
+                producer.produce(topic, value=value + str(partition).encode(), partition=partition)
         producer.flush(WITHIN)
         if outcome == "commit":
             producer.commit_transaction(WITHIN)
@@ -179,14 +184,14 @@ def test_commit_and_abort_across_three_leaders(cluster: list[BrokerProcess]) -> 
     for partition in range(len(NODES)):
         low, high = eventually(
             lambda p=partition: (lambda w: w if w[1] == 7 else None)(
-                committed_reader(cluster, "watermarks").get_watermark_offsets(TopicPartition(TOPIC, p), WITHIN)
+                committed_reader(cluster, "watermarks").get_watermark_offsets(TopicPartition(topic, p), WITHIN)
             ),
             f"partition {partition}'s markers written",
         )
         assert (low, high) == (0, 7)
     reader = committed_reader(cluster, "reader")
     try:
-        seen = read_all(reader, TOPIC, dict.fromkeys(range(len(NODES)), 7))
+        seen = read_all(reader, topic, dict.fromkeys(range(len(NODES)), 7))
     finally:
         reader.close()
     assert seen == {p: [(0, b"a%d" % p), (1, b"b%d" % p), (5, b"c%d" % p)] for p in range(len(NODES))}
