@@ -26,11 +26,14 @@ its partition or group to the transaction, instead of AddPartitionsToTxn / AddOf
 
 Markers, and when EndTxn is answered: Kafka answers EndTxn once PrepareCommit/PrepareAbort is written to its
 ``__transaction_state`` log and sends the WriteTxnMarkers to the partition leaders afterwards; requests of the
-same transactional id meanwhile answer CONCURRENT_TRANSACTIONS. Here every partition is local, so the coordinator
-writes PrepareX to its journal, then appends the control batch to every partition of the transaction (the
-partitions' ``append_marker``), applies or drops the group offsets committed in the transaction, writes
+same transactional id meanwhile answer CONCURRENT_TRANSACTIONS. For the partitions this broker leads, the
+coordinator writes PrepareX to its journal, then appends the control batch to every partition of the transaction
+(the partitions' ``append_marker``), applies or drops the group offsets committed in the transaction, writes
 CompleteX, and only then answers: a read_committed consumer sees a committed transaction as soon as
-commitTransaction returns. If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
+commitTransaction returns. In a cluster, the markers of partitions (and groups' ``__consumer_offsets`` partitions)
+that other brokers lead go to those leaders in WriteTxnMarkers (kbroker/transactions/remote.py), as Kafka's do:
+EndTxn is answered once PrepareX is written, and CompleteX follows when the last leader wrote its marker.
+If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
 is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
 written the id answers CONCURRENT_TRANSACTIONS.
 
