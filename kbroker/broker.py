@@ -48,6 +48,7 @@ from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.storage.manager import CLEAN_SHUTDOWN_FILE
 from kbroker.topics import InternalTopicCreation, TopicService
 from kbroker.transactions.coordinator import TransactionCoordinator
+from kbroker.transactions.remote import RemoteTransactions
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -230,6 +231,13 @@ class Broker:
                 replicas=self.replicas,
             )
             self.transactions.create_topic = self.topics.create_now
+            if self.kraft is not None:  # markers and verification with the other brokers of the cluster
+                self.transactions.remote = RemoteTransactions(
+                    self.node_id,
+                    leader_of=self._partition_leader,
+                    address_of=self._inter_broker_address,
+                    written=self.transactions.remote_marker_written,
+                )
             if self.logs.durable:  # the transactions journal of an older kbroker, once
                 migrate_transactions_journal(data_dir, self.transactions)
             # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
@@ -273,6 +281,11 @@ class Broker:
         name = self.config["inter.broker.listener.name"] or self.config["security.inter.broker.protocol"]
         endpoint = broker.endpoints.get(name)
         return None if endpoint is None else Address(endpoint.host, endpoint.port, endpoint.security_protocol)
+
+    def _partition_leader(self, topic: str, index: int) -> int | None:
+        """A partition's leader in the image (-1: none now); None if the image has no such partition."""
+        registration = self.replicas.leadership.partition(topic, index)
+        return None if registration is None else registration.leader
 
     def _broker_epoch(self) -> int:
         broker = self.metadata.image.brokers.get(self.node_id)

@@ -434,6 +434,8 @@ def background_services(broker: Broker) -> list[tuple[str, Service]]:
         ("offset-expiry", OffsetExpiryService(broker)),
         ("log-cleaner", LogCleanerService(broker, lambda: broker.dynamic_config.current)),
     ]
+    if broker.transactions.remote is not None:  # in a cluster: markers for partitions other brokers lead
+        services.append(("transaction-markers", broker.transactions.remote))
     if broker.topics.internal_creation is not None:  # under a KRaft quorum (kbroker/topics.py)
         services.append(("internal-topic-creation", broker.topics.internal_creation))
     return services

@@ -83,15 +83,90 @@ async def _has_transactional_batch(request: ProduceRequest, turns: Turns) -> boo
     return False
 
 
+# What a transaction coordinator on another broker answers that the producer should retry: Kafka's ReplicaManager
+# turns them into NOT_ENOUGH_REPLICAS, which every client retries without a metadata refresh.
+_RETRY_VERIFICATION = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    }
+)
+
+
+def _verification_error(code: ErrorCode, produce_version: int) -> ErrorCode:
+    """A remote coordinator's verification answer as the producer gets it (Kafka's AddPartitionsToTxnManager and
+    ReplicaManager)."""
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE and produce_version <= 10:
+        return ErrorCode.INVALID_TXN_STATE  # what older clients understand
+    if code in _RETRY_VERIFICATION:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    return code
+
+
+async def _verify_remotely(ctx: RequestContext, request: ProduceRequest) -> dict[tuple[str, int], ErrorCode] | None:
+    """In a cluster, a transactional produce whose transaction coordinator is another broker: that coordinator's
+    answer for each transactional partition, asked in one AddPartitionsToTxn as Kafka 4.4's broker does (Produce
+    v12+, transaction version 2, adds the partitions; older versions only verify them); None when the coordinator
+    is this broker (or there is none to ask)."""
+    transactions = getattr(ctx, "transactions", None)
+    transactional_id = request.transactional_id
+    if transactional_id is None or transactions is None or transactions.remote is None:
+        return None
+    if not transactions.coordinated_elsewhere(transactional_id):
+        return None
+    by_id = ctx.api_version >= 13
+    producer: tuple[int, int] | None = None
+    partitions: list[tuple[str, int]] = []
+    for topic_data in request.topic_data:
+        info = ctx.topics.topic_by_id(topic_data.topic_id) if by_id else ctx.topics.topic(topic_data.name)
+        if info is None:
+            continue
+        for part in topic_data.partition_data:
+            records = part.records
+            if records is None or len(records) < HEADER_SIZE or not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+                continue
+            header = BatchHeader.parse(records)
+            if header.producer_id < 0:
+                continue
+            producer = producer or (header.producer_id, header.producer_epoch)
+            try:
+                plog = ctx.topics.partition(info.name, part.index)
+            except KafkaError:
+                plog = None  # the append answers the storage error
+            if plog is not None and plog.has_ongoing_transaction(header.producer_id, header.producer_epoch):
+                continue  # as Kafka: the transaction is open here already, verified by its first batch
+            partitions.append((info.name, part.index))
+    if producer is None or not partitions:
+        return {}  # nothing to ask: every transactional batch continues a transaction open here
+    coordinator = transactions.coordinator_node(transactional_id)
+    codes = await transactions.remote.verify(
+        coordinator, transactional_id, producer[0], producer[1], partitions, add=ctx.api_version >= 12
+    )
+    return {key: _verification_error(code, ctx.api_version) for key, code in codes.items()}
+
+
 def _transaction_error(
-    ctx: RequestContext, transactional_id: str | None, topic: str, partition: int, records: bytearray | memoryview
+    ctx: RequestContext,
+    transactional_id: str | None,
+    topic: str,
+    partition: int,
+    records: bytearray | memoryview,
+    remote: dict[tuple[str, int], ErrorCode] | None = None,
 ) -> ErrorCode:
-    """The coordinator's answer for a transactional batch (NONE for any other batch, left to validation)."""
+    """The coordinator's answer for a transactional batch (NONE for any other batch, left to validation);
+    ``remote``: the answers of a coordinator on another broker."""
     if transactional_id is None or len(records) < HEADER_SIZE or not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
         return ErrorCode.NONE
     header = BatchHeader.parse(records)
     if header.producer_id < 0:
         return ErrorCode.NONE  # validation refuses it
+    if remote is not None:
+        return remote.get((topic, partition), ErrorCode.NONE)
     transactions = getattr(ctx, "transactions", None)  # the coordinator (kbroker/transactions), when present
     if transactions is None:
         return ErrorCode.NONE
@@ -115,6 +190,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
+    # Transactional: verified by a coordinator on another broker before anything is appended.
+    remote = await _verify_remotely(ctx, request) if request.transactional_id is not None else None
     acks = request.acks
     now_ms = int(time.time() * 1000)
     by_id = ctx.api_version >= 13
@@ -163,7 +240,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             records = part.records
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
-            txn_error = _transaction_error(ctx, request.transactional_id, info.name, part.index, records)
+            txn_error = _transaction_error(ctx, request.transactional_id, info.name, part.index, records, remote)
             if txn_error != ErrorCode.NONE:
                 results.append(_error(part.index, txn_error, _VERIFICATION_MESSAGES.get(txn_error)))
                 continue

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 
 from kbroker.apis.context import RequestContext
-from kbroker.groups.offsets import CommittedOffset, OffsetStoreError
+from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStoreError
 from kbroker.groups.router import GroupKind
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -121,6 +121,8 @@ def _verify(
     transactions = ctx.transactions
     if not transactional_id:
         return ErrorCode.INVALID_REQUEST
+    if transactions.coordinated_elsewhere(transactional_id):
+        return ErrorCode.NOT_COORDINATOR  # the asking broker looks the coordinator up again
     metadata = transactions.get(transactional_id)
     if metadata is None or metadata.producer_id != producer_id:
         return ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -128,6 +130,13 @@ def _verify(
         return ErrorCode.PRODUCER_FENCED
     if metadata.state.is_prepare:
         return ErrorCode.CONCURRENT_TRANSACTIONS
+    if topic == OFFSETS_TOPIC:
+        # A group coordinator verifying a TxnOffsetCommit names the group's partition: in the transaction if a group
+        # added with AddOffsetsToTxn lives there (Kafka adds that partition itself).
+        in_transaction = (topic, index) in metadata.partitions or any(
+            transactions.offsets_partition_of(g) == index for g in metadata.groups
+        )
+        return ErrorCode.NONE if in_transaction else ErrorCode.TRANSACTION_ABORTABLE
     return ErrorCode.NONE if (topic, index) in metadata.partitions else ErrorCode.TRANSACTION_ABORTABLE
 
 
@@ -236,6 +245,31 @@ def _member_check(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Error
     return code
 
 
+async def _verify_offsets_remotely(ctx: RequestContext, request: TxnOffsetCommitRequest, version: int) -> ErrorCode:
+    """The transaction coordinator is another broker: ask it whether the group's __consumer_offsets partition is in
+    the producer's transaction (AddPartitionsToTxn; v5, transaction version 2, adds it), and answer as Kafka's group
+    coordinator does."""
+    transactions = ctx.transactions
+    assert transactions.remote is not None
+    key = (OFFSETS_TOPIC, ctx.groups.offsets.partition_for(request.group_id))
+    codes = await transactions.remote.verify(
+        transactions.coordinator_node(request.transactional_id),
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        [key],
+        add=version >= 5,  # transaction version 2: the partition joins the transaction, as Kafka 4.4 does
+    )
+    code = codes[key]
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < 4:
+        return ErrorCode.INVALID_TXN_STATE
+    if code == ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE  # retried by the client
+    return code
+
+
 async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     version = ctx.api_version
     if not _may_write_transaction(ctx, request.transactional_id):
@@ -243,9 +277,13 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     ctx.groups.require_coordinator(request.group_id)
-    check = ctx.transactions.verify_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, add=version >= 5
-    )
+    transactions = ctx.transactions
+    if transactions.remote is not None and transactions.coordinated_elsewhere(request.transactional_id):
+        check = await _verify_offsets_remotely(ctx, request, version)
+    else:
+        check = transactions.verify_offset_commit(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, add=version >= 5
+        )
     if check == ErrorCode.NONE:
         check = _member_check(ctx, request)
     check = fenced_for_version(check, version)

@@ -1,7 +1,8 @@
 """WriteTxnMarkers (key 27) v1-2: append commit or abort markers to partitions.
 
-In Kafka the transaction coordinator sends it to the partition leaders; here the coordinator writes its markers
-itself (every partition is local), so the request comes from an operator: Admin ``abortTransaction`` and
+The transaction coordinator sends it to the leaders of the partitions another broker leads (kbroker's, in a
+cluster, through kbroker/transactions/remote.py; the markers of its own partitions it writes itself); it also comes
+from an operator: Admin ``abortTransaction`` and
 ``kafka-transactions.sh abort`` (KIP-664) end a hanging transaction with it, naming the producer id, epoch and
 coordinator epoch DescribeProducers reports. As Kafka, each partition's marker is appended as the coordinator's
 would be: a marker from an older producer epoch is INVALID_PRODUCER_EPOCH (with transaction version 2, v2's field,

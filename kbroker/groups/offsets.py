@@ -452,6 +452,19 @@ class OffsetStore:
             log.error("%s-%d: writing a transaction marker failed: %s", OFFSETS_TOPIC, shard.partition, exc)
             raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{shard.partition} failed: {exc}") from None
 
+    def complete_partition_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """As ``complete_transaction``, for a transaction that named the partition rather than a group (a
+        TxnOffsetCommit added it through a coordinator on another broker)."""
+        shard = self.runtime.shards.get(partition)
+        if shard is None or not any(pending_producer == producer_id for _, pending_producer in shard.pending):
+            return
+        transaction = Transaction(producer_id, shard.producer_epochs.get(producer_id, 0))
+        try:
+            self.runtime.end_transaction(partition, transaction, commit, MARKER_COORDINATOR_EPOCH)
+        except KafkaError as exc:
+            log.error("%s-%d: writing a transaction marker failed: %s", OFFSETS_TOPIC, partition, exc)
+            raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{partition} failed: {exc}") from None
+
     def has_pending(self, group: str, topic: str, partition: int) -> bool:
         """Whether a transaction not yet ended holds an offset for the partition (OffsetFetch's require_stable
         answers UNSTABLE_OFFSET_COMMIT then, KIP-447)."""

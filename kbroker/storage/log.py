@@ -557,6 +557,14 @@ class PartitionLog:
         """Producer id -> first offset of its open transaction in this partition."""
         return dict(self.producers.ongoing)
 
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """The producer has a transaction open here at this epoch (Kafka's hasOngoingTransaction: such a batch
+        needs no verification by the transaction coordinator)."""
+        entry = self.producers.producers.get(producer_id)
+        return (
+            entry is not None and entry.epoch == producer_epoch and self.producers.ongoing.get(producer_id) is not None
+        )
+
     def producers_view(self) -> list[ProducerView]:
         """Every producer this partition knows, as DescribeProducers reports them."""
         return self.producers.views()

@@ -26,11 +26,14 @@ its partition or group to the transaction, instead of AddPartitionsToTxn / AddOf
 
 Markers, and when EndTxn is answered: Kafka answers EndTxn once PrepareCommit/PrepareAbort is written to its
 ``__transaction_state`` log and sends the WriteTxnMarkers to the partition leaders afterwards; requests of the
-same transactional id meanwhile answer CONCURRENT_TRANSACTIONS. Here every partition is local, so the coordinator
-writes PrepareX to its journal, then appends the control batch to every partition of the transaction (the
-partitions' ``append_marker``), applies or drops the group offsets committed in the transaction, writes
+same transactional id meanwhile answer CONCURRENT_TRANSACTIONS. For the partitions this broker leads, the
+coordinator writes PrepareX to its journal, then appends the control batch to every partition of the transaction
+(the partitions' ``append_marker``), applies or drops the group offsets committed in the transaction, writes
 CompleteX, and only then answers: a read_committed consumer sees a committed transaction as soon as
-commitTransaction returns. If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
+commitTransaction returns. In a cluster, the markers of partitions (and groups' ``__consumer_offsets`` partitions)
+that other brokers lead go to those leaders in WriteTxnMarkers (kbroker/transactions/remote.py), as Kafka's do:
+EndTxn is answered once PrepareX is written, and CompleteX follows when the last leader wrote its marker.
+If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
 is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
 written the id answers CONCURRENT_TRANSACTIONS.
 
@@ -65,7 +68,7 @@ import trio
 
 from kbroker.coordinators.runtime import CoordinatorRuntime
 from kbroker.durable.files import StorageError
-from kbroker.groups.offsets import offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from kbroker.groups.timers import CoordinatorTimers
 from kbroker.storage import LogManager
 from kbroker.transactions.state_log import (
@@ -81,6 +84,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kbroker.replication import ReplicaManager
+    from kbroker.transactions.remote import RemoteMarker, RemoteTransactions
 
 log = logging.getLogger("kbroker.transactions")
 
@@ -141,6 +145,8 @@ class TransactionalOffsets(Protocol):
     """What the coordinator needs of the offset store: applying or dropping a transaction's pending offsets."""
 
     def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
+
+    def complete_partition_transaction(self, partition: int, producer_id: int, commit: bool) -> None: ...
 
 
 class CompletedTransaction(NamedTuple):
@@ -285,6 +291,10 @@ class TransactionCoordinator:
         self._offsets = offsets
         self._now_ms = wall_clock_ms
         self._runtime = runtime
+        self._replicas = replicas
+        # Markers for partitions other brokers lead go through this (set by the broker in a cluster; None: every
+        # partition is local).
+        self.remote: RemoteTransactions | None = None
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
         self._pending_repairs: dict[tuple[str, int], _Repair] = {}  # markers a crash lost that failed again
@@ -349,6 +359,15 @@ class TransactionCoordinator:
         """Another broker leads the id's __transaction_state partition (or none does), as the metadata image says:
         its requests here answer NOT_COORDINATOR, and the client finds the coordinator again."""
         return self.state_log.led_elsewhere(self.partition_for(transactional_id))
+
+    def offsets_partition_of(self, group: str) -> int:
+        """The group's __consumer_offsets partition, where its transactional offsets get their marker."""
+        return offsets_partition(group, self.offsets_partitions)
+
+    def coordinator_node(self, transactional_id: str) -> int:
+        """The broker the image makes the id's coordinator: its __transaction_state partition's leader (-1: none)."""
+        leader = self._leader_of(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        return -1 if leader is None else leader
 
     def _apply(self, transactional_id: str, record: dict[str, Any] | None) -> None:
         """A record of __transaction_state replayed (at load, or once written): the id's state, or its end."""
@@ -865,6 +884,8 @@ class TransactionCoordinator:
             if self._write_marker(metadata, topic, index, commit, now):
                 partitions.discard((topic, index))
         for group in sorted(groups):
+            if self._send_group_marker(metadata, group, commit):
+                continue  # its __consumer_offsets partition is led elsewhere: done when that broker wrote it
             try:
                 self._offsets.complete_transaction(group, metadata.producer_id, commit)
             except StorageError as exc:
@@ -910,12 +931,45 @@ class TransactionCoordinator:
     def _write_marker(self, metadata: TransactionMetadata, topic: str, index: int, commit: bool, now: int) -> bool:
         """Append one marker; False if it must be retried."""
         return self._write_marker_for(
-            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch, topic, index, commit, now
+            metadata.transactional_id,
+            metadata.producer_id,
+            metadata.producer_epoch,
+            topic,
+            index,
+            commit,
+            now,
+            transaction_version=metadata.transaction_version,
         )
 
     def _write_marker_for(
-        self, transactional_id: str, producer_id: int, epoch: int, topic: str, index: int, commit: bool, now: int
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        index: int,
+        commit: bool,
+        now: int,
+        *,
+        transaction_version: int = 1,
     ) -> bool:
+        leader = self._leader_of(topic, index)
+        if self.remote is not None and leader is not None and leader != self._local_node:
+            # Another broker leads it (or none does now): WriteTxnMarkers to its leader until written, after
+            # which ``remote_marker_written`` takes it off what this transaction owes.
+            self.remote.send(
+                self._remote_marker(transactional_id, producer_id, epoch, commit, topic, index, transaction_version)
+            )
+            return False
+        if topic == OFFSETS_TOPIC and leader is not None:
+            # Added by a TxnOffsetCommit verified from another broker (transaction version 2): the marker goes
+            # through the group coordinator's shard, which applies or drops the pending offsets there.
+            try:
+                self._offsets.complete_partition_transaction(index, producer_id, commit)
+            except StorageError as exc:
+                log.warning("transactional id %r: %s-%d not completed yet: %s", transactional_id, topic, index, exc)
+                return False
+            return True
         try:
             target = self._partition(topic, index)
             if target is None:
@@ -952,6 +1006,82 @@ class TransactionCoordinator:
             message,
         )
         return False
+
+    @property
+    def _local_node(self) -> int:
+        return self._replicas.local_broker_id if self._replicas is not None else -1
+
+    def _leader_of(self, topic: str, index: int) -> int | None:
+        """The partition's leader in the metadata image (-1: none now); None without a replica layer or for a
+        partition the image does not have."""
+        if self._replicas is None:
+            return None
+        registration = self._replicas.leadership.partition(topic, index)
+        return None if registration is None else registration.leader
+
+    def _remote_marker(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        topic: str,
+        index: int,
+        transaction_version: int,
+    ) -> RemoteMarker:
+        from kbroker.transactions.remote import RemoteMarker
+
+        coordinator_epoch = self.state_log.coordinator_epoch(self.partition_for(transactional_id))
+        return RemoteMarker(
+            transactional_id, producer_id, epoch, commit, coordinator_epoch, transaction_version, topic, index
+        )
+
+    def _send_group_marker(self, metadata: TransactionMetadata, group: str, commit: bool) -> bool:
+        """A group's offsets partition led by another broker gets its marker there (Kafka writes the marker to
+        the group's __consumer_offsets partition like any other); False if it is this broker's to complete."""
+        index = offsets_partition(group, self.offsets_partitions)
+        leader = self._leader_of(OFFSETS_TOPIC, index)
+        if self.remote is None or leader is None or leader == self._local_node:
+            return False
+        marker = self._remote_marker(
+            metadata.transactional_id,
+            metadata.producer_id,
+            metadata.producer_epoch,
+            commit,
+            OFFSETS_TOPIC,
+            index,
+            metadata.transaction_version,
+        )
+        self.remote.send(marker)
+        return True
+
+    def remote_marker_written(self, marker: RemoteMarker) -> None:
+        """Another broker wrote (or, as Kafka, dropped) a marker sent to it: the transaction that owed it completes
+        once nothing else is owed."""
+        key = (marker.topic, marker.partition)
+        repair = self._pending_repairs.get(key)
+        if repair is not None and (repair.transactional_id, repair.producer_id) == (
+            marker.transactional_id,
+            marker.producer_id,
+        ):
+            del self._pending_repairs[key]
+        transactional_id = marker.transactional_id
+        pending = self._pending_markers.get(transactional_id)
+        metadata = self.transactions.get(transactional_id)
+        if (
+            pending is None
+            or metadata is None
+            or not metadata.state.is_prepare
+            or (metadata.producer_id, metadata.producer_epoch) != (marker.producer_id, marker.producer_epoch)
+        ):
+            return  # a marker of a transaction already completed (a resend), or of another coordinator's now
+        pending.partitions.discard(key)
+        if marker.topic == OFFSETS_TOPIC:
+            pending.groups = {
+                g for g in pending.groups if offsets_partition(g, self.offsets_partitions) != marker.partition
+            }
+        if not pending.partitions and not pending.groups:
+            self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
 
     def _schedule_marker_retry(self, now: int) -> None:
         self._marker_retry_ms = now + int(MARKER_RETRY_SECONDS * 1000)

@@ -63,6 +63,10 @@ def transaction_record(record: dict[str, Any], offsets_partitions: int) -> Coord
     for group in record["groups"]:
         by_topic.setdefault(OFFSETS_TOPIC, []).append(offsets_partition(group, offsets_partitions))
     extra = {"last_epoch": record["last_epoch"], "groups": record["groups"]}
+    # __consumer_offsets partitions added by name (a TxnOffsetCommit verified from another broker), not by group.
+    named_offsets = sorted({partition for topic, partition in record["partitions"] if topic == OFFSETS_TOPIC})
+    if named_offsets:
+        extra["offsets"] = named_offsets
     if "done" in record:
         extra["done"] = record["done"]
     value = coordinator_records.TransactionLogValue(
@@ -96,12 +100,15 @@ def record_of(
     tagged = tags.get(KBROKER_TAG)
     extra: dict[str, Any] = json.loads(tagged) if tagged is not None else {}
 
+    # The groups' __consumer_offsets partitions come back as the groups; those added by name as partitions (all
+    # of them from a record Kafka wrote, which names no groups).
     partitions = [
         [p.topic, index]
         for p in value.transaction_partitions or []
-        if p.topic != OFFSETS_TOPIC
+        if p.topic != OFFSETS_TOPIC or tagged is None
         for index in p.partition_ids
     ]
+    partitions.extend([OFFSETS_TOPIC, index] for index in extra.get("offsets", []))
     record = {
         "id": key.transactional_id,
         "pid": value.producer_id,

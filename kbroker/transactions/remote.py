@@ -1,0 +1,258 @@
+"""The transaction coordinator's traffic with other brokers of a cluster.
+
+Two of Kafka's broker components in miniature:
+
+- **Markers** (Kafka's TransactionMarkerChannelManager): a commit or abort marker owed to a partition that another
+  broker leads is sent to that leader in a WriteTxnMarkers request (key 27), the markers queued for one broker going
+  in one request. The leader is looked up in the metadata image at each attempt, so a NOT_LEADER_OR_FOLLOWER (or an
+  unreachable broker, or a partition without a leader) is retried after a pause at whichever broker leads it then,
+  until the marker is written; the coordinator is then told (``written``) and completes the transaction once every
+  marker is. As Kafka, a marker answered INVALID_PRODUCER_EPOCH, PRODUCER_FENCED or UNKNOWN_TOPIC_OR_PARTITION is
+  dropped (a newer epoch of the producer is there, or the partition is gone), and a partition that the image no
+  longer has is dropped too.
+- **Verification** (Kafka's AddPartitionsToTxnManager): a transactional Produce (or TxnOffsetCommit) reaching a
+  broker whose transaction coordinator for that id is another asks that coordinator with AddPartitionsToTxn v4+ (the
+  batched broker form, as Kafka 4.4's broker sends it): ``verify_only`` whether the partitions are part of the
+  producer's ongoing transaction (transaction version 1 clients, which add them themselves), or adding them
+  (transaction version 2: Produce v12+, TxnOffsetCommit v5+, whose clients leave that to the broker).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import trio
+
+from kbroker.kraft.channel import ChannelError, NodeChannel
+from kbroker.replication.fetcher import Address
+from protocol.errors import ErrorCode
+from protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from protocol.messages.add_partitions_to_txn_response import AddPartitionsToTxnResponse
+from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+from protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
+
+log = logging.getLogger("kbroker.transactions")
+
+# A marker that could not be written is sent again after this pause (seconds); a request waits at most REQUEST_SECONDS.
+RETRY_SECONDS = 0.2
+REQUEST_SECONDS = 30.0
+# Answers after which a marker is not sent again (Kafka's TransactionMarkerRequestCompletionHandler drops them).
+DROPPED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+NO_LEADER = -1
+
+
+class RemoteMarker(NamedTuple):
+    """One marker owed to a partition another broker leads."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    transaction_version: int
+    topic: str
+    partition: int
+
+
+class RemoteTransactions:
+    """WriteTxnMarkers to partition leaders and AddPartitionsToTxn to transaction coordinators on other brokers."""
+
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        leader_of: Callable[[str, int], int | None],
+        address_of: Callable[[int], Address | None],
+        written: Callable[[RemoteMarker], None],
+    ) -> None:
+        """``leader_of``: a partition's leader in the image (None: the image has no such partition; -1: no leader
+        now). ``address_of``: a broker's inter-broker endpoint. ``written``: told of each marker written (or
+        dropped), in the broker's trio task."""
+        self.node_id = node_id
+        self._leader_of = leader_of
+        self._address_of = address_of
+        self._written = written
+        self._queued: set[RemoteMarker] = set()  # markers to send (again): a set, so a marker is owed once
+        self._wake = trio.Event()
+        self._channels: dict[tuple[str, int, str], NodeChannel] = {}  # (host, port, purpose) -> channel
+
+    # --- markers ---------------------------------------------------------------------------------------
+
+    def send(self, marker: RemoteMarker) -> None:
+        """Owe ``marker`` to its partition's leader: sent by ``run`` until it is written."""
+        if marker not in self._queued:
+            self._queued.add(marker)
+            self._wake.set()
+
+    def pending(self) -> int:
+        return len(self._queued)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                await self._send_round()
+                if self._queued:  # some failed: a pause, unless a new marker comes first
+                    with trio.move_on_after(RETRY_SECONDS):
+                        await self._wake.wait()
+                    self._wake.set()
+        finally:
+            for channel in self._channels.values():
+                await channel.aclose()
+            self._channels.clear()
+
+    async def _send_round(self) -> None:
+        by_leader: dict[int, list[RemoteMarker]] = {}
+        for marker in list(self._queued):
+            leader = self._leader_of(marker.topic, marker.partition)
+            if leader is None:  # the topic is gone: as Kafka, its markers are dropped
+                self._done(marker)
+            elif leader != NO_LEADER:
+                by_leader.setdefault(leader, []).append(marker)
+        async with trio.open_nursery() as nursery:
+            for leader, markers in by_leader.items():
+                nursery.start_soon(self._send_to, leader, markers)
+
+    def _done(self, marker: RemoteMarker) -> None:
+        self._queued.discard(marker)
+        self._written(marker)
+
+    async def _send_to(self, leader: int, markers: list[RemoteMarker]) -> None:
+        address = self._address_of(leader)
+        if address is None:
+            return  # not registered now: tried again after the pause
+        # One marker entry per (producer, epoch, outcome, coordinator epoch), its partitions grouped by topic.
+        grouped: dict[tuple[int, int, bool, int, int], dict[str, list[int]]] = {}
+        for m in markers:
+            key = (m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, m.transaction_version)
+            grouped.setdefault(key, {}).setdefault(m.topic, []).append(m.partition)
+        request = WriteTxnMarkersRequest(
+            markers=[
+                WriteTxnMarkersRequest.WritableTxnMarker(
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transaction_result=commit,
+                    coordinator_epoch=coordinator_epoch,
+                    transaction_version=transaction_version,
+                    topics=[
+                        WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
+                        for name, indexes in topics.items()
+                    ],
+                )
+                for (
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                    transaction_version,
+                ), topics in grouped.items()
+            ]
+        )
+        try:
+            with trio.fail_after(REQUEST_SECONDS):
+                answer = await self._channel(address, "markers").request(request)
+        except (ChannelError, trio.TooSlowError) as exc:
+            log.warning("WriteTxnMarkers to broker %d failed (%s); retrying", leader, exc)
+            return
+        assert isinstance(answer, WriteTxnMarkersResponse)
+        codes: dict[tuple[int, str, int], ErrorCode] = {}
+        for result in answer.markers:
+            for topic in result.topics:
+                for part in topic.partitions:
+                    codes[(result.producer_id, topic.name, part.partition_index)] = ErrorCode(part.error_code)
+        for m in markers:
+            code = codes.get((m.producer_id, m.topic, m.partition), ErrorCode.UNKNOWN_SERVER_ERROR)
+            if code == ErrorCode.NONE:
+                self._done(m)
+            elif code in DROPPED:
+                log.warning(
+                    "transactional id %r: %s marker for %s-%d not written by broker %d: %s",
+                    m.transactional_id,
+                    "commit" if m.commit else "abort",
+                    m.topic,
+                    m.partition,
+                    leader,
+                    code.name,
+                )
+                self._done(m)
+            else:  # NOT_LEADER_OR_FOLLOWER, a storage error...: again, at the leader the image names then
+                log.info(
+                    "transactional id %r: marker for %s-%d at broker %d: %s; retrying",
+                    m.transactional_id,
+                    m.topic,
+                    m.partition,
+                    leader,
+                    code.name,
+                )
+
+    def _channel(self, address: Address, purpose: str) -> NodeChannel:
+        key = (address.host, address.port, purpose)
+        channel = self._channels.get(key)
+        if channel is None:
+            channel = self._channels[key] = NodeChannel(
+                address.host, address.port, client_id=f"kbroker-txn-{purpose}-{self.node_id}"
+            )
+        return channel
+
+    # --- verification ----------------------------------------------------------------------------------
+
+    async def verify(
+        self,
+        coordinator: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[tuple[str, int]],
+        *,
+        add: bool = False,
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """The coordinator's answer for each partition, before Kafka's mapping for the producer (``add``: the
+        partitions join the transaction, Kafka's ADD_PARTITION for transaction version 2; else verify_only):
+        NONE if it is in the ongoing transaction; COORDINATOR_NOT_AVAILABLE if the coordinator has no leader or
+        endpoint, NETWORK_EXCEPTION if it cannot be reached, as Kafka's AddPartitionsToTxnManager answers."""
+        wanted = list(dict.fromkeys(partitions))
+        address = None if coordinator == NO_LEADER else self._address_of(coordinator)
+        if address is None:
+            return dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in wanted:
+            by_topic.setdefault(topic, []).append(index)
+        request = AddPartitionsToTxnRequest(
+            transactions=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    verify_only=not add,
+                    topics=[
+                        AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=indexes)
+                        for name, indexes in by_topic.items()
+                    ],
+                )
+            ]
+        )
+        try:
+            with trio.fail_after(REQUEST_SECONDS):
+                answer = await self._channel(address, "verify").request(request)  # v5 from kbroker and Kafka 4.x
+        except (ChannelError, trio.TooSlowError) as exc:
+            log.info("AddPartitionsToTxn to broker %d failed: %s", coordinator, exc)
+            return dict.fromkeys(wanted, ErrorCode.NETWORK_EXCEPTION)
+        assert isinstance(answer, AddPartitionsToTxnResponse)
+        if answer.error_code != ErrorCode.NONE:
+            # As Kafka: a coordinator refusing this broker's request fails the transaction, not the producer.
+            code = ErrorCode(answer.error_code)
+            if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                code = ErrorCode.INVALID_TXN_STATE
+            return dict.fromkeys(wanted, code)
+        codes = dict.fromkeys(wanted, ErrorCode.NONE)
+        for result in answer.results_by_transaction:
+            for topic_result in result.topic_results:
+                for part in topic_result.results_by_partition:
+                    key = (topic_result.name, part.partition_index)
+                    if key in codes:
+                        codes[key] = ErrorCode(part.partition_error_code)
+        return codes
