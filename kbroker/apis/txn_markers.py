@@ -19,6 +19,7 @@ CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
+from kbroker.apis.leader_hints import no_replica_error
 from kbroker.coordinators.runtime import Transaction
 from kbroker.groups.offsets import OFFSETS_TOPIC
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -41,9 +42,25 @@ def _may_write_markers(ctx: RequestContext) -> bool:
     return ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
+def _not_leading(ctx: RequestContext, topic: str, index: int) -> ErrorCode:
+    """Why this broker may not append a marker to the partition (NONE if it leads it): markers go to leaders only,
+    as any append (Kafka's getPartitionOrException, then appendRecordsToLeader), so a stale coordinator's marker
+    never lands on a follower's log."""
+    try:
+        replica = ctx.topics.replicas.partition(topic, index)
+    except KafkaError as exc:  # its files cannot be opened
+        return exc.code
+    if replica is None:
+        return no_replica_error(ctx, topic, index)
+    return ErrorCode.NONE if replica.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
 def _write_marker(
     ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int
 ) -> ErrorCode:
+    refusal = _not_leading(ctx, topic, index)
+    if refusal != ErrorCode.NONE:
+        return refusal
     if topic == OFFSETS_TOPIC and ctx.topics.topic(topic) is not None:
         # Through the group coordinator's shard, as Kafka's onTransactionCompleted: its pending offsets apply.
         try:

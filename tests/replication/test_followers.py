@@ -19,6 +19,7 @@ import trio.testing
 
 from kbroker.apis.fetch import handle_fetch
 from kbroker.apis.produce import handle_produce
+from kbroker.apis.txn_markers import handle_write_txn_markers
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.metadata.image import PartitionRegistration
@@ -30,6 +31,7 @@ from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
+from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from tests.broker.test_handlers_in_memory import batch, context, values_of
 from tests.replication.two_brokers import (
     OTHER,
@@ -550,6 +552,38 @@ def test_not_leader_answers_name_the_current_leader_and_its_endpoint(broker: Bro
         assert data.error_code == ErrorCode.FENCED_LEADER_EPOCH
         assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (NODE, new_epoch)
         assert [(n.node_id, n.host, n.port) for n in fenced.node_endpoints] == [(NODE, "localhost", 9092)]
+
+    run(main)
+
+
+def test_a_transaction_marker_sent_to_a_follower_is_refused_and_nothing_is_written(broker: Broker) -> None:
+    # Markers are appended by leaders only: a coordinator that sends one to a follower (a stale leader) is told
+    # NOT_LEADER_OR_FOLLOWER and looks for the leader; the follower's log stays as its leader made it.
+    async def main() -> None:
+        register_broker(broker)
+        await create_replicated(broker, "t", [[OTHER, NODE]])
+        follower_log = replica(broker, "t").log
+        end = follower_log.log_end_offset
+        marker = WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=1000,
+            producer_epoch=0,
+            transaction_result=True,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name="t", partition_indexes=[0])],
+            coordinator_epoch=0,
+        )
+        answer = await handle_write_txn_markers(context(broker, 27, 1), WriteTxnMarkersRequest(markers=[marker]))
+        assert [(p.partition_index, p.error_code) for p in answer.markers[0].topics[0].partitions] == [
+            (0, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        ]
+        assert follower_log.log_end_offset == end
+
+        # The leader now: the marker is written (a control batch for a producer with nothing open).
+        change_partition(broker, "t", 0, leader=NODE)
+        answer = await handle_write_txn_markers(context(broker, 27, 1), WriteTxnMarkersRequest(markers=[marker]))
+        assert [(p.partition_index, p.error_code) for p in answer.markers[0].topics[0].partitions] == [
+            (0, ErrorCode.NONE)
+        ]
+        assert follower_log.log_end_offset == end + 1
 
     run(main)
 
