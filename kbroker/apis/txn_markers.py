@@ -22,6 +22,7 @@ from kbroker.apis.context import RequestContext
 from kbroker.apis.leader_hints import no_replica_error
 from kbroker.coordinators.runtime import Transaction
 from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.replication.manager import PendingAck
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
@@ -30,6 +31,7 @@ from protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
 TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
 PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+MARKER_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms default, the timeout its WriteTxnMarkers appends wait with
 
 
 def _may_write_markers(ctx: RequestContext) -> bool:
@@ -92,28 +94,30 @@ def _write_marker(
 
 async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     authorized = _may_write_markers(ctx)
-    # producer id -> topic -> partition -> error, in the order first named (Kafka keys its answer by producer id)
-    by_producer: dict[int, dict[str, dict[int, ErrorCode]]] = {}
+    replicas = ctx.topics.replicas
+    # producer id -> topic -> partition -> answer, in the order first named (Kafka keys its answer by producer id)
+    by_producer: dict[int, dict[str, dict[int, PartitionResult]]] = {}
+    awaiting: list[PendingAck] = []  # markers written, answered once the ISR has them (Kafka appends with acks=-1)
     for marker in request.markers:
         topics = by_producer.setdefault(marker.producer_id, {})
         for topic in marker.topics:
             partitions = topics.setdefault(topic.name, {})
             for index in topic.partition_indexes:
                 if not authorized:
-                    partitions[index] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 else:
-                    partitions[index] = _write_marker(ctx, marker, topic.name, index)
+                    code = _write_marker(ctx, marker, topic.name, index)
+                answer = partitions[index] = PartitionResult(partition_index=index, error_code=code)
+                replica = replicas.held(topic.name, index) if code == ErrorCode.NONE else None
+                if replica is not None and replica.log.high_watermark < replica.log.log_end_offset:
+                    awaiting.append((replica, replica.log.log_end_offset, answer))
+    if awaiting:  # followers must have the markers first (never on one node)
+        await replicas.await_acks(awaiting, MARKER_TIMEOUT_MS)  # REQUEST_TIMED_OUT: the coordinator sends again
     return WriteTxnMarkersResponse(
         markers=[
             MarkerResult(
                 producer_id=producer_id,
-                topics=[
-                    TopicResult(
-                        name=name,
-                        partitions=[PartitionResult(partition_index=i, error_code=c) for i, c in partitions.items()],
-                    )
-                    for name, partitions in topics.items()
-                ],
+                topics=[TopicResult(name=name, partitions=list(answers.values())) for name, answers in topics.items()],
             )
             for producer_id, topics in by_producer.items()
         ]

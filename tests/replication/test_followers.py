@@ -32,6 +32,7 @@ from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
 from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+from protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 from tests.broker.test_handlers_in_memory import batch, context, values_of
 from tests.replication.two_brokers import (
     OTHER,
@@ -577,13 +578,24 @@ def test_a_transaction_marker_sent_to_a_follower_is_refused_and_nothing_is_writt
         ]
         assert follower_log.log_end_offset == end
 
-        # The leader now: the marker is written (a control batch for a producer with nothing open).
+        # The leader now: the marker is written (a control batch for a producer with nothing open) and answered
+        # once the follower in the ISR has it, as Kafka appends markers with acks=-1.
         change_partition(broker, "t", 0, leader=NODE)
-        answer = await handle_write_txn_markers(context(broker, 27, 1), WriteTxnMarkersRequest(markers=[marker]))
+        answers: list[WriteTxnMarkersResponse] = []
+
+        async def send() -> None:
+            request = WriteTxnMarkersRequest(markers=[marker])
+            answers.append(await handle_write_txn_markers(context(broker, 27, 1), request))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await trio.sleep(5)
+            assert not answers and follower_log.log_end_offset == end + 1  # written, waiting for the follower
+            await read(broker, "t", end + 1, replica_id=OTHER)  # its fetch past the marker
+        [answer] = answers
         assert [(p.partition_index, p.error_code) for p in answer.markers[0].topics[0].partitions] == [
             (0, ErrorCode.NONE)
         ]
-        assert follower_log.log_end_offset == end + 1
 
     run(main)
 
