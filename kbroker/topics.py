@@ -18,7 +18,7 @@ import trio
 from kbroker.config import BrokerConfig
 from kbroker.durable.files import StorageError
 from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStore
-from kbroker.metadata.controller import Controller, MetadataCache
+from kbroker.metadata.controller import AdminController, Controller, MetadataCache
 from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage, PartitionRegistration
 from kbroker.replication import ReplicaManager
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
@@ -101,6 +101,15 @@ class TopicService:
     @property
     def image(self) -> MetadataImage:
         return self.metadata.image
+
+    @property
+    def admin(self) -> AdminController:
+        """The controller's admin operations, a single node's own. Under Kafka's KRaft quorum the requests that
+        use them are forwarded whole before reaching a handler; one that still arrives here is answered as
+        Kafka's broker answers a controller-only request: NOT_CONTROLLER."""
+        if not isinstance(self.controller, AdminController):
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "This broker is not the controller.")
+        return self.controller
 
     def registration(self, topic: str, partition: int) -> PartitionRegistration | None:
         """The partition as the controller registered it: replicas, leader, leader epoch, ISR."""
@@ -312,7 +321,7 @@ class TopicService:
         """
         self._adding[name] = self._adding.get(name, 0) + 1  # its new partitions are built here, not in build_published
         try:
-            await self.controller.create_partitions(name, total, assignments=assignments, validate_only=validate_only)
+            await self.admin.create_partitions(name, total, assignments=assignments, validate_only=validate_only)
             await self._build_new_partitions(name)
         finally:
             self._adding[name] -= 1
@@ -352,7 +361,7 @@ class TopicService:
         current = self.image.config(ConfigResourceType.TOPIC, name)
         changes: dict[str, str | None] = {key: None for key in current if key not in configs}
         changes.update(configs)
-        await self.controller.alter_configs(ConfigResourceType.TOPIC, name, changes)
+        await self.admin.alter_configs(ConfigResourceType.TOPIC, name, changes)
         return self._published(name)
 
     async def delete(self, name: str) -> None:
@@ -360,4 +369,4 @@ class TopicService:
         info = self.logs.topic(name) or self.in_image(name)
         if info is None:
             raise unknown_topic(name)
-        await self.controller.delete_topic(info.topic_id)
+        await self.admin.delete_topic(info.topic_id)

@@ -139,7 +139,7 @@ async def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) ->
     if authorizer is None:
         raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     bindings = [_binding(creation) for creation in request.creations]
-    results = await ctx.topics.controller.create_acls(bindings)
+    results = await ctx.topics.admin.create_acls(bindings)
     return CreateAclsResponse(
         results=[
             CreateAclsResponse.AclCreationResult(
@@ -180,7 +180,7 @@ async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) ->
         )
         for f in request.filters
     ]
-    answers = await ctx.topics.controller.delete_acls(filters)
+    answers = await ctx.topics.admin.delete_acls(filters)
     Result = DeleteAclsResponse.DeleteAclsFilterResult
     return DeleteAclsResponse(
         filter_results=[

@@ -92,7 +92,7 @@ async def handle_alter_client_quotas(
         for entry in request.entries
     ]
     results = dict(
-        await ctx.topics.controller.alter_client_quotas(
+        await ctx.topics.admin.alter_client_quotas(
             entries, request.validate_only, lambda name: is_ip_literal(name) or name in hosts
         )
     )

@@ -405,7 +405,7 @@ async def _replace_dynamic_configs(
     changes: dict[str, str | None] = {key: None for key in current if key not in configs}
     changes.update(configs)
     try:
-        await ctx.topics.controller.alter_configs(kind, name, changes)
+        await ctx.topics.admin.alter_configs(kind, name, changes)
     except KafkaError as exc:
         return exc.code, exc.message
     if resource_type == BROKER:

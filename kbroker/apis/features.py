@@ -30,7 +30,7 @@ async def handle_update_features(ctx: RequestContext, request: UpdateFeaturesReq
     # Like a map: the last update of a feature counts.
     updates = {update.feature: (update.max_version_level, update.upgrade_type) for update in request.feature_updates}
     try:
-        await ctx.topics.controller.update_features(updates, validate_only=request.validate_only)
+        await ctx.topics.admin.update_features(updates, validate_only=request.validate_only)
     except KafkaError as exc:
         if exc.code != ErrorCode.INVALID_UPDATE_VERSION:
             raise

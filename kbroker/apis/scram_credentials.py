@@ -54,7 +54,7 @@ async def handle_alter_user_scram_credentials(
         assert refused is not None
         return refused
     # A commit that fails raises KafkaError (KAFKA_STORAGE_ERROR): every user of the request gets it, nothing changed.
-    results = await ctx.topics.controller.alter_user_scram_credentials(
+    results = await ctx.topics.admin.alter_user_scram_credentials(
         [(d.name, d.mechanism) for d in request.deletions],
         [Upsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions],
     )

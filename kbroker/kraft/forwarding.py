@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -39,12 +38,9 @@ from kbroker.kraft.envelope import PrincipalSerializationError, envelope, inner_
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import Controller, Listener, MetadataCache
 from kbroker.metadata.image import (
-    AclEntry,
-    ConfigResourceType,
     MetadataDelta,
     MetadataImage,
     PartitionRegistration,
-    ScramMechanism,
     TopicImage,
 )
 from protocol._codec import Buffer, Message
@@ -52,34 +48,11 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.exceptions import DecodeError
 from protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
 from protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
-from protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
-from protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
 from protocol.messages.alter_partition_request import AlterPartitionRequest
 from protocol.messages.alter_partition_response import AlterPartitionResponse
-from protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
-from protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
-from protocol.messages.create_acls_request import CreateAclsRequest
-from protocol.messages.create_acls_response import CreateAclsResponse
-from protocol.messages.create_partitions_request import CreatePartitionsRequest
-from protocol.messages.create_partitions_response import CreatePartitionsResponse
 from protocol.messages.create_topics_request import CreateTopicsRequest
 from protocol.messages.create_topics_response import CreateTopicsResponse
-from protocol.messages.delete_acls_request import DeleteAclsRequest
-from protocol.messages.delete_acls_response import DeleteAclsResponse
-from protocol.messages.delete_topics_request import DeleteTopicsRequest
-from protocol.messages.delete_topics_response import DeleteTopicsResponse
 from protocol.messages.envelope_response import EnvelopeResponse
-from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
-from protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
-from protocol.messages.update_features_request import UpdateFeaturesRequest
-from protocol.messages.update_features_response import UpdateFeaturesResponse
-
-if TYPE_CHECKING:
-    from kbroker.quotas import QuotaAlterResult, QuotaEntry
-    from kbroker.security.acls import AclBinding, AclBindingFilter
-    from kbroker.security.authorizer import AclResult
-    from kbroker.security.scram_credentials import AlterResult as ScramAlterResult
-    from kbroker.security.scram_credentials import Upsertion
 
 log = logging.getLogger("kbroker.kraft")
 
@@ -238,92 +211,6 @@ class QuorumController(Controller):
         await self._until(lambda image: result.topic_id in image.topics.by_id)
         return self.image.topics.by_id[result.topic_id]
 
-    async def create_partitions(
-        self,
-        name: str,
-        total: int,
-        *,
-        assignments: Sequence[Sequence[int]] | None = None,
-        validate_only: bool = False,
-    ) -> TopicImage:
-        topic = CreatePartitionsRequest.CreatePartitionsTopic(
-            name=name,
-            count=total,
-            assignments=None
-            if assignments is None
-            else [CreatePartitionsRequest.CreatePartitionsAssignment(broker_ids=list(b)) for b in assignments],
-        )
-        request = CreatePartitionsRequest(
-            topics=[topic], timeout_ms=int(self.request_timeout * 1000), validate_only=validate_only
-        )
-        answer = await self._send(request)
-        assert isinstance(answer, CreatePartitionsResponse)
-        [result] = answer.results
-        _raise_for(result.error_code, result.error_message)
-        if not validate_only:
-            await self._until(lambda image: len(getattr(image.topics.get(name), "partitions", ())) >= total)
-        current = self.image.topics.get(name)
-        return current if current is not None else TopicImage(name, uuid.UUID(int=0))
-
-    async def delete_topic(self, topic_id: uuid.UUID) -> TopicImage:
-        before = self.image.topics.by_id.get(topic_id)
-        topic = DeleteTopicsRequest.DeleteTopicState(topic_id=topic_id)
-        request = DeleteTopicsRequest(topics=[topic], timeout_ms=int(self.request_timeout * 1000))
-        answer = await self._send(request)
-        assert isinstance(answer, DeleteTopicsResponse)
-        [result] = answer.responses
-        _raise_for(result.error_code, result.error_message)
-        await self._until(lambda image: topic_id not in image.topics.by_id)
-        return before if before is not None else TopicImage(result.name or "", topic_id)
-
-    async def alter_configs(
-        self, resource_type: ConfigResourceType, name: str, changes: Mapping[str, str | None]
-    ) -> None:
-        resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
-            resource_type=int(resource_type),
-            resource_name=name,
-            configs=[
-                IncrementalAlterConfigsRequest.AlterableConfig(
-                    name=key, config_operation=DELETE if value is None else SET, value=value
-                )
-                for key, value in changes.items()
-            ],
-        )
-        answer = await self._send(IncrementalAlterConfigsRequest(resources=[resource]))
-        assert isinstance(answer, IncrementalAlterConfigsResponse)
-        [result] = answer.responses
-        _raise_for(result.error_code, result.error_message)
-
-        def shows_changes(image: MetadataImage) -> bool:
-            current = image.config(resource_type, name)
-            return all(current.get(key) == value for key, value in changes.items())
-
-        await self._until(shows_changes)
-
-    async def _synced(self) -> None:
-        """Wait until the broker's image has what the quorum committed so far (a change just answered as made)."""
-        with trio.move_on_after(self.request_timeout):
-            await self._sync()
-            return
-        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the change was made but has not reached this broker's metadata")
-
-    async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
-        request = UpdateFeaturesRequest(
-            timeout_ms=int(self.request_timeout * 1000),
-            feature_updates=[
-                UpdateFeaturesRequest.FeatureUpdateKey(feature=name, max_version_level=level, upgrade_type=upgrade)
-                for name, (level, upgrade) in updates.items()
-            ],
-            validate_only=validate_only,
-        )
-        answer = await self._send(request)
-        assert isinstance(answer, UpdateFeaturesResponse)
-        _raise_for(answer.error_code, answer.error_message)
-        for result in answer.results:
-            _raise_for(result.error_code, result.error_message)
-        if not validate_only:
-            await self._until(lambda image: all(image.features.get(n, 0) == lv for n, (lv, _) in updates.items()))
-
     # --- producer ids -------------------------------------------------------------------------------------
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
@@ -404,153 +291,6 @@ class QuorumController(Controller):
         if current is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
         return current
-
-    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
-        from kbroker.security.authorizer import AclResult, acl_entry_of
-
-        request = CreateAclsRequest(
-            creations=[
-                CreateAclsRequest.AclCreation(
-                    resource_type=binding.resource_type,
-                    resource_name=binding.name,
-                    resource_pattern_type=binding.pattern_type,
-                    principal=binding.principal,
-                    host=binding.host,
-                    operation=binding.operation,
-                    permission_type=binding.permission,
-                )
-                for binding in bindings
-            ]
-        )
-        answer = await self._send(request)
-        assert isinstance(answer, CreateAclsResponse)
-        results = [AclResult(ErrorCode(r.error_code), r.error_message or None) for r in answer.results]
-        created = {acl_entry_of(b) for b, r in zip(bindings, results, strict=True) if r.code == ErrorCode.NONE}
-        await self._until(lambda image: created <= set(image.acls.values()))
-        return results
-
-    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | AclResult]:
-        from kbroker.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-        from kbroker.security.authorizer import AclResult, acl_entry_of
-
-        request = DeleteAclsRequest(
-            filters=[
-                DeleteAclsRequest.DeleteAclsFilter(
-                    resource_type_filter=f.resource_type,
-                    resource_name_filter=f.name,
-                    pattern_type_filter=f.pattern_type,
-                    principal_filter=f.principal,
-                    host_filter=f.host,
-                    operation=f.operation,
-                    permission_type=f.permission,
-                )
-                for f in filters
-            ]
-        )
-        answer = await self._send(request)
-        assert isinstance(answer, DeleteAclsResponse)
-        results: list[list[AclBinding] | AclResult] = []
-        deleted: set[AclEntry] = set()
-        for result in answer.filter_results:
-            if result.error_code != ErrorCode.NONE:
-                results.append(AclResult(ErrorCode(result.error_code), result.error_message or None))
-                continue
-            matched = [
-                AclBinding(
-                    ResourceType(acl.resource_type),
-                    acl.resource_name,
-                    PatternType(acl.pattern_type),
-                    acl.principal,
-                    acl.host,
-                    AclOperation(acl.operation),
-                    AclPermissionType(acl.permission_type),
-                )
-                for acl in result.matching_acls
-                if acl.error_code == ErrorCode.NONE
-            ]
-            deleted.update(acl_entry_of(binding) for binding in matched)
-            results.append(matched)
-        await self._until(lambda image: not deleted & set(image.acls.values()))
-        return results
-
-    async def alter_user_scram_credentials(
-        self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]
-    ) -> list[ScramAlterResult]:
-        from kbroker.security.scram_credentials import AlterResult
-
-        r = AlterUserScramCredentialsRequest
-        request = r(
-            deletions=[r.ScramCredentialDeletion(name=user, mechanism=mechanism) for user, mechanism in deletions],
-            upsertions=[
-                r.ScramCredentialUpsertion(
-                    name=u.user,
-                    mechanism=u.mechanism,
-                    iterations=u.iterations,
-                    salt=u.salt,
-                    salted_password=u.salted_password,
-                )
-                for u in upsertions
-            ],
-        )
-        answer = await self._send(request)
-        assert isinstance(answer, AlterUserScramCredentialsResponse)
-        results = [AlterResult(r.user, ErrorCode(r.error_code), r.error_message or None) for r in answer.results]
-        changed = {result.user for result in results if result.error == ErrorCode.NONE}
-
-        def applied(image: MetadataImage) -> bool:
-            credentials = image.scram_credentials
-            deleted = all((user, mechanism) not in credentials for user, mechanism in deletions if user in changed)
-            upserted = (
-                getattr(credentials.get((u.user, ScramMechanism(u.mechanism))), "iterations", None) == u.iterations
-                for u in upsertions
-                if u.user in changed
-            )
-            return deleted and all(upserted)
-
-        await self._until(applied)
-        return results
-
-    async def alter_client_quotas(
-        self, entries: Sequence[QuotaEntry], validate_only: bool, resolvable: Callable[[str], bool]
-    ) -> list[QuotaAlterResult]:
-        """The controller resolves host names itself (``resolvable`` is the single node's way)."""
-        from kbroker.metadata.image import quota_entity
-        from kbroker.quotas import AlterResult, entity_of
-
-        r = AlterClientQuotasRequest
-        request = r(
-            entries=[
-                r.EntryData(
-                    entity=[r.EntityData(entity_type=kind, entity_name=name) for kind, name in parts],
-                    ops=[
-                        r.OpData(key=key, value=0.0 if value is None else value, remove=value is None)
-                        for key, value in ops
-                    ],
-                )
-                for parts, ops in entries
-            ],
-            validate_only=validate_only,
-        )
-        answer = await self._send(request)
-        assert isinstance(answer, AlterClientQuotasResponse)
-        results: list[QuotaAlterResult] = []
-        for entry in answer.entries:
-            parts = [(part.entity_type, part.entity_name) for part in entry.entity]
-            result = AlterResult(parts, ErrorCode(entry.error_code), entry.error_message or None)
-            results.append((entity_of(parts), result))
-        accepted = {entity for entity, result in results if result.error == ErrorCode.NONE}
-        wanted = [(quota_entity(parts), dict(ops)) for parts, ops in entries if entity_of(parts) in accepted]
-
-        def applied(image: MetadataImage) -> bool:
-            return all(
-                image.client_quotas.get(entity, {}).get(key) == value
-                for entity, ops in wanted
-                for key, value in ops.items()
-            )
-
-        if not validate_only:
-            await self._until(applied)
-        return results
 
 
 def _top_level_error(answer: Message) -> int:

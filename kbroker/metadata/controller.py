@@ -7,7 +7,9 @@ ConfigurationControlManager, AclControlManager, ScramControlManager, ClientQuota
 FeatureControlManager, ProducerIdControlManager: the same error codes and messages), describes it as Kafka's
 metadata records, commits them to the metadata log and applies them to the image. Nothing outside this module
 knows which node the controller runs on: a single node is its own controller (``LocalController``), and a cluster
-swaps in Kafka's KRaft quorum behind the same interface.
+swaps in Kafka's KRaft quorum behind the same interface. What every broker asks of its controller is ``Controller``;
+the admin operations a client's request makes (ACLs, SCRAM, quotas, configs, features, partitions, deletions) are
+``AdminController``'s, a single node's own: under Kafka's quorum those requests are forwarded whole.
 
 The broker side holds the newest image in a ``MetadataCache`` and tells its components (the log manager, ...) of
 every new image and the delta that made it, as Kafka's MetadataPublishers are told.
@@ -98,8 +100,9 @@ class MetadataCache:
 
 
 class Controller(ABC):
-    """The operations that change cluster metadata; each answers once its records are committed and applied
-    to the image, or raises KafkaError with Kafka's error code and message and changes nothing."""
+    """The operations every broker asks of the controller (its own topics, producer id blocks, registration, ISR
+    changes); each answers once its records are committed and applied to the image, or raises KafkaError with
+    Kafka's error code and message and changes nothing."""
 
     # True for a controller elsewhere (Kafka's KRaft quorum) that checks requests itself, in its own words: the
     # handlers then leave Kafka's checks to it, as Kafka's broker forwards the request whole.
@@ -127,28 +130,6 @@ class Controller(ABC):
         FindCoordinator). Only a controller in this process can; others raise KafkaError, which callers answer as
         a coordinator not yet available (clients retry, and FindCoordinator creates the topic asynchronously)."""
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} is created through FindCoordinator")
-
-    @abstractmethod
-    async def create_partitions(
-        self,
-        name: str,
-        total: int,
-        *,
-        assignments: Sequence[Sequence[int]] | None = None,
-        validate_only: bool = False,
-    ) -> TopicImage:
-        """Grow a topic to ``total`` partitions."""
-
-    @abstractmethod
-    async def delete_topic(self, topic_id: uuid.UUID) -> TopicImage:
-        """Delete a topic (the topic as it was is returned)."""
-
-    @abstractmethod
-    async def alter_configs(
-        self, resource_type: ConfigResourceType, name: str, changes: Mapping[str, str | None]
-    ) -> None:
-        """Set (a value) or remove (None) configs of one resource; a broker is named by its id, the cluster
-        default by ""."""
 
     @abstractmethod
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
@@ -181,6 +162,57 @@ class Controller(ABC):
         raise NotImplementedError
 
     @abstractmethod
+    def register_broker(
+        self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
+    ) -> int:
+        """Register (or re-register) a broker with its listeners and supported features; returns its epoch."""
+
+    @abstractmethod
+    async def alter_partition(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        topic_id: uuid.UUID,
+        index: int,
+        *,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: Sequence[tuple[int, int]],
+    ) -> PartitionRegistration:
+        """A partition leader's ISR change (one partition of Kafka's AlterPartition v3): ``isr`` as (broker id,
+        broker epoch or -1) pairs, in the leader and partition epochs the leader knows. Returns the partition's
+        registration after it (the same one if the ISR is already that); KafkaError with Kafka's code if refused
+        (STALE_BROKER_EPOCH, UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA...)."""
+
+
+class AdminController(Controller):
+    """A controller that also serves the admin requests a client sends it (a single node's own): under Kafka's
+    KRaft quorum those requests go to Kafka's controller whole (kbroker/apis/forwarded.py), so a broker there has
+    only the operations of ``Controller``."""
+
+    @abstractmethod
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicImage:
+        """Grow a topic to ``total`` partitions."""
+
+    @abstractmethod
+    async def delete_topic(self, topic_id: uuid.UUID) -> TopicImage:
+        """Delete a topic (the topic as it was is returned)."""
+
+    @abstractmethod
+    async def alter_configs(
+        self, resource_type: ConfigResourceType, name: str, changes: Mapping[str, str | None]
+    ) -> None:
+        """Set (a value) or remove (None) configs of one resource; a broker is named by its id, the cluster
+        default by ""."""
+
+    @abstractmethod
     async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
         """Finalize each feature (name -> (level, upgrade type)) at its level, all or none: KafkaError
         INVALID_UPDATE_VERSION with Kafka's message names the first refused."""
@@ -208,31 +240,8 @@ class Controller(ABC):
         """Set and remove client quotas of entities (Kafka's ClientQuotaControlManager): one result per distinct
         entity; ``resolvable`` says whether an IP entity's name is an address or a host name that resolves."""
 
-    @abstractmethod
-    def register_broker(
-        self, broker_id: int, listeners: Sequence[Listener], features: Mapping[str, tuple[int, int]]
-    ) -> int:
-        """Register (or re-register) a broker with its listeners and supported features; returns its epoch."""
 
-    @abstractmethod
-    async def alter_partition(
-        self,
-        broker_id: int,
-        broker_epoch: int,
-        topic_id: uuid.UUID,
-        index: int,
-        *,
-        leader_epoch: int,
-        partition_epoch: int,
-        isr: Sequence[tuple[int, int]],
-    ) -> PartitionRegistration:
-        """A partition leader's ISR change (one partition of Kafka's AlterPartition v3): ``isr`` as (broker id,
-        broker epoch or -1) pairs, in the leader and partition epochs the leader knows. Returns the partition's
-        registration after it (the same one if the ISR is already that); KafkaError with Kafka's code if refused
-        (STALE_BROKER_EPOCH, UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA...)."""
-
-
-class LocalController(Controller):
+class LocalController(AdminController):
     """The controller of a single node: its own quorum of one, committing to the local metadata log.
 
     Operations are serialized (one lock): each validates against the image the previous one left, so two

@@ -264,3 +264,18 @@ def test_forwardable_apis_are_advertised_in_the_versions_the_controller_serves_t
         key: versions for key, versions in own.items() if key not in (19, 20, 55)
     }
     assert {19, 20, 33, 44, 55} <= FORWARDABLE and 0 not in FORWARDABLE
+
+
+def test_a_broker_under_the_quorum_has_no_admin_operations_of_its_own() -> None:
+    """The admin handlers' requests are forwarded whole under a quorum; one that still reached ``topics.admin``
+    gets Kafka's answer to a controller-only request instead of being applied to a local image."""
+    from types import SimpleNamespace
+
+    from kbroker.topics import TopicService
+
+    controller, scripted = quorum_controller([])
+    admin = TopicService.admin.fget  # type: ignore[attr-defined]
+    with pytest.raises(KafkaError) as refused:
+        admin(SimpleNamespace(controller=controller))
+    assert refused.value.code == ErrorCode.NOT_CONTROLLER
+    assert scripted.sent == []
