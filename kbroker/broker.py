@@ -398,13 +398,9 @@ class Broker:
     def _open_controller(self, *, durable: bool) -> LocalController:
         metadata_log = MetadataLog(self.data_dir) if durable else None
         try:
-            snapshots = SnapshotPolicy(
-                max_bytes_between=self.config["metadata.log.max.record.bytes.between.snapshots"],
-                max_interval_ms=self.config["metadata.log.max.snapshot.interval.ms"],
-                retention_bytes=self.config["metadata.max.retention.bytes"],
-                retention_ms=self.config["metadata.max.retention.ms"],
+            controller = LocalController(
+                self.node_id, self.metadata, metadata_log, SnapshotPolicy.from_config(self.config)
             )
-            controller = LocalController(self.node_id, self.metadata, metadata_log, snapshots)
             # No start has got as far as registering: the data directory may be an older kbroker's.
             fresh = not controller.image.brokers
             older_log = written_before_features(controller)

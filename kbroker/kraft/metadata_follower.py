@@ -15,7 +15,10 @@ act on it, exactly as the single node's own controller publishes.
 Given the broker's local ``__cluster_metadata-0`` (kbroker/metadata/log.py), each applied batch is appended to
 it as the leader wrote it, and a loaded snapshot is kept beside it, as Kafka's broker keeps its copy of the
 metadata log: ``restore`` rebuilds the image from it at start-up, and fetching resumes after its end. Only
-committed batches are written, so the local copy never needs truncating.
+committed batches are written, so the local copy never needs truncating. As Kafka's broker (its SnapshotGenerator
+and the metadata log's retention), the image is snapshotted into it when ``SnapshotPolicy`` says one is due, and
+the log segments and older snapshots the newer ones cover are deleted beyond metadata.max.retention.*: a
+restart replays the newest snapshot and what follows it, not the cluster's whole history.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from collections.abc import Callable
 
 import trio
 
-from kbroker.durable.files import write_atomically
+from kbroker.durable.files import StorageError, write_atomically
 from kbroker.kraft import BrokerRoleError
 from kbroker.kraft.channel import ChannelError, NodeChannel
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
 from kbroker.metadata.image import ImageError, MetadataImage, MetadataImageBuilder
-from kbroker.metadata.log import MetadataLog, MetadataLogError, Replay, SnapshotId
+from kbroker.metadata.log import MetadataLog, MetadataLogError, Replay, SnapshotId, wall_clock_ms
+from kbroker.metadata.snapshots import SnapshotPolicy, image_records
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.fetch_request import FetchRequest
@@ -74,9 +78,10 @@ class MetadataFollower:
         max_wait_ms: int = 500,
         on_applied: Callable[[int], None] | None = None,
         metadata_log: MetadataLog | None = None,
+        snapshots: SnapshotPolicy | None = None,
     ) -> None:
         """``metadata_log``: the local copy of the quorum's log, written as batches are applied (None: kept in
-        memory only)."""
+        memory only); ``snapshots``: when it gets a snapshot of the image and how much of it is kept."""
         self.quorum = quorum
         self.cache = cache
         self.node_id = node_id
@@ -84,6 +89,8 @@ class MetadataFollower:
         self.max_wait_ms = max_wait_ms
         self._on_applied = on_applied
         self.metadata_log = metadata_log
+        self.snapshots = snapshots if snapshots is not None else SnapshotPolicy()
+        self._last_snapshot_ms = wall_clock_ms()  # as Kafka's generator: the time bound counts from start-up
         self._builder = MetadataImageBuilder(cache.image)
         self.fetch_offset = 0  # the next offset to fetch
         self.last_fetched_epoch = 0
@@ -173,6 +180,8 @@ class MetadataFollower:
                 self.last_fetched_epoch = batch.leader_epoch
         self.high_watermark = data.high_watermark
         self._apply_committed()
+        if self._snapshot_due():
+            await trio.to_thread.run_sync(self.write_snapshot, abandon_on_cancel=False)
         if self.applied_offset + 1 >= self.high_watermark:
             self._synced_fetch = fetch_number
             self._synced.set()
@@ -230,9 +239,36 @@ class MetadataFollower:
         """Append one committed batch to the local metadata log, with the leader's offsets and epoch."""
         if self.metadata_log is None:
             return
-        result = self.metadata_log.log.append_as_follower(raw)
-        if result.error_code:
-            raise MetadataFollowerError(f"{self.metadata_log.directory}: append failed: {result.error_message}")
+        try:
+            self.metadata_log.append_committed(raw)
+        except MetadataLogError as exc:
+            raise MetadataFollowerError(str(exc)) from None
+
+    def _snapshot_due(self) -> bool:
+        if self.metadata_log is None or self._builder.in_transaction:
+            return False
+        return self.snapshots.due(self.metadata_log.bytes_since_snapshot, wall_clock_ms() - self._last_snapshot_ms)
+
+    def write_snapshot(self) -> None:
+        """Snapshot the published image into the local log, then delete what older snapshots alone covered beyond
+        the retention bounds. Runs while nothing is appended (the fetch loop waits for it; the image is
+        immutable). A failure is logged: the image stands, and the next applied batch asks again."""
+        metadata_log = self.metadata_log
+        image = self.cache.image
+        if metadata_log is None or image.is_empty():
+            return
+        self._last_snapshot_ms = wall_clock_ms()
+        try:
+            snapshot_id = metadata_log.write_snapshot(
+                image_records(image),
+                image.provenance.offset + 1,
+                last_contained_timestamp=metadata_log.last_append_timestamp,
+            )
+            log.info("%s: wrote snapshot %s", metadata_log.directory, snapshot_id.file_name)
+            metadata_log.clean(self.snapshots.retention_bytes, self.snapshots.retention_ms)
+        except (StorageError, OSError, MetadataLogError) as exc:
+            metadata_log.bytes_since_snapshot = 0  # not again at every batch: at the next bound
+            log.warning("%s: no snapshot of the metadata image: %s", metadata_log.directory, exc)
 
     def restore(self) -> None:
         """Rebuild the image from the local metadata log (its newest snapshot and the batches after it), publish

@@ -32,6 +32,7 @@ from kbroker.kraft.quorum import QuorumView, parse_bootstrap, parse_voters
 from kbroker.metadata.controller import Listener, MetadataCache
 from kbroker.metadata.features import KRAFT_BROKER_FEATURES
 from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.snapshots import SnapshotPolicy
 
 log = logging.getLogger("kbroker.kraft")
 
@@ -82,6 +83,7 @@ class BrokerRole:
             cluster_id=cluster_id,
             max_wait_ms=FETCH_WAIT_MS,
             metadata_log=metadata_log,
+            snapshots=SnapshotPolicy.from_config(config),
         )
         self.follower.restore()
         self.lifecycle: BrokerLifecycleManager | None = None

@@ -280,6 +280,18 @@ class MetadataLog:
         self.last_append_timestamp = header.max_timestamp
         return result.base_offset
 
+    def append_committed(self, batch: bytes) -> None:
+        """Append a batch the quorum's leader wrote and committed, as it is (a broker's copy of the log): its
+        offsets and epoch are the leader's. Not fsynced here: the caller syncs once per fetch answer."""
+        segments = len(self.log.segments)
+        result = self.log.append_as_follower(batch)
+        if result.error_code:
+            raise MetadataLogError(f"{self.directory}: append failed: {result.error_message}")
+        if len(self.log.segments) != segments:
+            self._make_private()
+        self.bytes_since_snapshot += len(batch)
+        self.last_append_timestamp = BatchHeader.parse(batch).max_timestamp
+
     def read_batches(self, start_offset: int = 0) -> Iterator[MetadataBatch]:
         """The log's batches from the one holding ``start_offset`` to the end, decoded."""
         offset = start_offset

@@ -18,12 +18,15 @@ snapshots' last records are older than metadata.max.retention.ms.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kbroker.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
 from protocol import metadata_records
 from protocol._codec import Message
 from protocol.metadata_frame import MetadataRecord
+
+if TYPE_CHECKING:
+    from kbroker.config import BrokerConfig
 
 
 class SnapshotPolicy(NamedTuple):
@@ -33,6 +36,16 @@ class SnapshotPolicy(NamedTuple):
     max_interval_ms: int = 60 * 60 * 1000  # metadata.log.max.snapshot.interval.ms (0: no time bound)
     retention_bytes: int = 100 * 1024 * 1024  # metadata.max.retention.bytes (below 1: no size bound)
     retention_ms: int = 7 * 24 * 60 * 60 * 1000  # metadata.max.retention.ms (below 1: no time bound)
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> SnapshotPolicy:
+        """The policy Kafka's keys in ``config`` set (a controller's and a broker's alike)."""
+        return cls(
+            max_bytes_between=config["metadata.log.max.record.bytes.between.snapshots"],
+            max_interval_ms=config["metadata.log.max.snapshot.interval.ms"],
+            retention_bytes=config["metadata.max.retention.bytes"],
+            retention_ms=config["metadata.max.retention.ms"],
+        )
 
     def due(self, bytes_since: int, ms_since: int) -> bool:
         if bytes_since <= 0:

@@ -18,6 +18,7 @@ from kbroker.kraft.metadata_follower import MetadataFollower, MetadataFollowerEr
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
 from kbroker.metadata.log import MetadataLog
+from kbroker.metadata.snapshots import SnapshotPolicy
 from protocol._codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
@@ -268,3 +269,66 @@ def test_a_snapshot_from_the_leader_is_kept_and_a_restart_starts_from_it(tmp_pat
         follower.restore()
         assert cache.image.topics.by_name["orders"].topic_id == orders
         assert (follower.fetch_offset, follower.last_fetched_epoch, follower.applied_offset) == (3, 1, 2)
+
+
+def test_the_local_log_is_snapshotted_and_trimmed_and_a_restart_replays_the_snapshot(tmp_path: Path) -> None:
+    """As Kafka's broker: a snapshot of the image once enough was appended since the last one, the log segments
+    and older snapshots it covers deleted beyond metadata.max.retention.bytes, and a restart rebuilt from it."""
+    ids = {name: uuid.uuid4() for name in ("orders", "payments", "refunds")}
+    answers = [
+        answer(batch(topic_records(name, topic_id), 2 * n, epoch=2), high_watermark=2 * n + 2, leader=(3000, 2))
+        for n, (name, topic_id) in enumerate(ids.items())
+    ]
+    every_batch = SnapshotPolicy(max_bytes_between=1, retention_bytes=1)
+    with MetadataLog(tmp_path) as kept:
+        channel = ScriptedChannel(list(answers))
+        follower = MetadataFollower(
+            ScriptedQuorum(channel),
+            MetadataCache(),
+            node_id=NODE,
+            cluster_id="cluster-a",
+            metadata_log=kept,
+            snapshots=every_batch,
+        )
+
+        async def fetch_all() -> None:
+            for _ in answers:
+                assert await follower.fetch_once()
+
+        trio.run(fetch_all)
+        # One snapshot left, at the end of what was applied, in the epoch of its last record; the log before it
+        # is gone.
+        assert [(i.end_offset, i.epoch) for i in kept.snapshot_ids()] == [(6, 2)]
+        assert kept.log.log_start_offset == 6
+        written = kept.read_snapshot(kept.snapshot_ids()[0])
+        assert {r.message.name for r in written.records if isinstance(r.message, TopicRecord)} == set(ids)
+    with MetadataLog(tmp_path) as reopened:
+        cache = MetadataCache()
+        follower = MetadataFollower(
+            ScriptedQuorum(ScriptedChannel([])), cache, node_id=NODE, cluster_id="cluster-a", metadata_log=reopened
+        )
+        follower.restore()
+        assert {name: topic.topic_id for name, topic in cache.image.topics.by_name.items()} == ids
+        assert (follower.fetch_offset, follower.last_fetched_epoch, follower.applied_offset) == (6, 2, 5)
+
+
+def test_no_snapshot_is_written_inside_a_metadata_transaction(tmp_path: Path) -> None:
+    """A snapshot is of a published image: while a metadata transaction is open, none is due."""
+    topic_id = uuid.uuid4()
+    begin = MetadataRecord(BeginTransactionRecord(name="t"), 0)
+    opened = batch([begin, *topic_records("orders", topic_id)], 0, epoch=1)
+    ended = batch([MetadataRecord(EndTransactionRecord(), 0)], 3, epoch=1)
+    with MetadataLog(tmp_path) as kept:
+        channel = ScriptedChannel([answer(opened, high_watermark=3), answer(ended, high_watermark=4)])
+        follower = MetadataFollower(
+            ScriptedQuorum(channel),
+            MetadataCache(),
+            node_id=NODE,
+            cluster_id="cluster-a",
+            metadata_log=kept,
+            snapshots=SnapshotPolicy(max_bytes_between=1),
+        )
+        assert trio.run(follower.fetch_once)
+        assert kept.snapshot_ids() == []
+        assert trio.run(follower.fetch_once)
+        assert [(i.end_offset, i.epoch) for i in kept.snapshot_ids()] == [(4, 1)]

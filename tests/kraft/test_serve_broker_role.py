@@ -112,7 +112,9 @@ def controller_image(controller: KafkaController, until: Callable[[MetadataImage
 def test_kbroker_serve_as_a_broker_of_a_kafka_controller_quorum(controller: KafkaController, tmp_path: Path) -> None:
     data_dir = tmp_path / "broker"
     format_data_dir(data_dir, controller.cluster_id, NODE)
-    broker = BrokerProcess(data_dir, broker_settings(controller), log_level="INFO").start(timeout=WITHIN)
+    # Its copy of the metadata log snapshotted at every batch and trimmed to the newest snapshot (Kafka's keys).
+    snapshotting = {"metadata.log.max.record.bytes.between.snapshots": "1", "metadata.max.retention.bytes": "1"}
+    broker = BrokerProcess(data_dir, broker_settings(controller) | snapshotting, log_level="INFO").start(timeout=WITHIN)
     try:
         # Registered with its listener and unfenced, in the controller's own metadata.
         image = controller_image(controller, lambda i: NODE in i.brokers and not i.brokers[NODE].fenced)
@@ -186,11 +188,13 @@ def test_kbroker_serve_as_a_broker_of_a_kafka_controller_quorum(controller: Kafk
         assert registration.leader_epoch == 1
     assert "controlled shutdown allowed by the controller quorum" in broker.log_path.read_text()
 
-    # A restart reads back the metadata it kept in its own __cluster_metadata-0 and fetches on from its end; its
-    # partitions' logs are the image's (nothing set aside), the controller elects it again from the ELR, and the
-    # records are all there.
-    kept = (data_dir / "__cluster_metadata-0").glob("*.log")
-    assert sum(path.stat().st_size for path in kept) > 0
+    # A restart reads back the metadata it kept in its own __cluster_metadata-0 (its newest snapshot, the older
+    # ones and the log before it deleted) and fetches on from its end; its partitions' logs are the image's
+    # (nothing set aside), the controller elects it again from the ELR, and the records are all there.
+    snapshots = sorted((data_dir / "__cluster_metadata-0").glob("*.checkpoint"))
+    assert len(snapshots) == 1, snapshots
+    assert int(snapshots[0].name.split("-")[0]) > 0
+    assert "wrote snapshot" in broker.log_path.read_text()
     broker.start(timeout=WITHIN)
     try:
         image = controller_image(
