@@ -84,11 +84,25 @@ class CommittedOffset:
 @lru_cache(maxsize=1 << 14)  # every commit asks; the hash is a Python loop over the id
 def offsets_partition(group_id: str, partitions: int) -> int:
     """The __consumer_offsets partition of a group, as Kafka computes it: Java's String.hashCode, made
-    non-negative by masking the sign bit (Utils.abs), modulo the partition count."""
+    non-negative by Utils.abs (the absolute value, 0 for Integer.MIN_VALUE; not the partitioner's sign-bit mask,
+    which differs for every negative hash), modulo the partition count. Brokers of both implementations in one
+    cluster must agree on it, or a group would have two coordinators."""
     code = 0
     for (unit,) in struct.iter_unpack(">H", group_id.encode("utf-16-be")):  # Java hashes UTF-16 code units
         code = (31 * code + unit) & 0xFFFFFFFF
-    return (code & 0x7FFFFFFF) % partitions
+    if code >= 0x80000000:
+        code = 0 if code == 0x80000000 else 0x100000000 - code  # |the signed value|
+    return code % partitions
+
+
+def _consumer_group_of(key: bytes, value: bytes) -> str | None:
+    """The group id of a ConsumerGroup* record (None if it does not decode: it stays where it is)."""
+    try:
+        record = decode_coordinator_record("group", key, value)
+    except DecodeError:
+        return None
+    group = getattr(record.key, "group_id", None)
+    return group if isinstance(group, str) else None
 
 
 def offset_commit_record(group: str, topic: str, partition: int, c: CommittedOffset | None) -> CoordinatorRecord:
@@ -345,6 +359,69 @@ class OffsetStore:
             if shard.skipped:
                 log.warning("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, shard.skipped)
         self._loaded = not missing
+        if self._loaded:
+            self._rehome_misplaced()
+
+    def _append(self, partition: int, records: list[CoordinatorRecord]) -> None:
+        self.runtime.write(partition, lambda _: (records, None))
+
+    def _rehome_misplaced(self) -> None:
+        """Move each group an older kbroker kept in another partition to the one Kafka's hash gives it. Those
+        kbrokers made a negative hash non-negative with the partitioner's sign-bit mask rather than Kafka's
+        Utils.abs, so about half the groups of a data directory they wrote are elsewhere. The group's committed
+        offsets, classic generation and consumer group records are written to its partition first, then
+        tombstoned where they were: a stop in between leaves both, and the next load moves them again (what the
+        group's own partition already holds is newer, written since: only the old copy is removed then). Only
+        between partitions this broker leads (a single node's data directory: brokers of a cluster always
+        agreed with Kafka)."""
+        moved: set[str] = set()
+        for shard in list(self._shards()):
+            to_home: dict[int, list[CoordinatorRecord]] = {}
+            tombstones: list[CoordinatorRecord] = []
+
+            def misplaced(group: str, source: OffsetsShard = shard) -> int | None:
+                home = self.partition_for(group)
+                return home if home != source.partition and home in self.runtime.shards else None
+
+            for group, offsets in shard.offsets.items():
+                if (home := misplaced(group)) is not None:
+                    newer = self.runtime.shards[home].offsets.get(group, {})
+                    for (topic, index), committed in offsets.items():
+                        if (topic, index) not in newer:
+                            to_home.setdefault(home, []).append(offset_commit_record(group, topic, index, committed))
+                        tombstones.append(offset_commit_record(group, topic, index, None))
+                    moved.add(group)
+            for group, value in shard.groups.items():
+                if (home := misplaced(group)) is not None:
+                    key = coordinator_records.GroupMetadataKey(group=group)
+                    if group not in self.runtime.shards[home].groups:
+                        record = encode_coordinator_record(key, value, GROUP_METADATA_VERSION)
+                        to_home.setdefault(home, []).append(record)
+                    tombstones.append(encode_coordinator_record(key, None))
+                    moved.add(group)
+            for raw_key, raw_value in shard.consumer_group_records.items():
+                owner = _consumer_group_of(raw_key, raw_value)
+                if owner is not None and (home := misplaced(owner)) is not None:
+                    if raw_key not in self.runtime.shards[home].consumer_group_records:
+                        to_home.setdefault(home, []).append((raw_key, raw_value))
+                    tombstones.append((raw_key, None))
+                    moved.add(owner)
+            if not tombstones:
+                continue
+            try:
+                for home, records in to_home.items():
+                    self._append(home, records)
+                self._append(shard.partition, tombstones)
+            except KafkaError as exc:
+                log.error("%s-%d: moving groups to their partitions failed: %s", OFFSETS_TOPIC, shard.partition, exc)
+                return
+        if moved:
+            log.info(
+                "%s: moved %d group(s) an older kbroker kept in another partition to Kafka's: %s",
+                OFFSETS_TOPIC,
+                len(moved),
+                ", ".join(sorted(moved)[:10]) + (" ..." if len(moved) > 10 else ""),
+            )
 
     def _shard_loaded(self, partition: int) -> None:
         for on_load, _ in self.shard_listeners:

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import trio
 
-from kbroker.coordinators.runtime import CoordinatorRuntime
+from kbroker.coordinators.runtime import CoordinatorRecord, CoordinatorRuntime
 from kbroker.durable.files import StorageError
 from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from kbroker.groups.timers import CoordinatorTimers
@@ -321,6 +321,8 @@ class TransactionCoordinator:
         self.create_topic: Callable[[str, int, dict[str, str]], object] = self.logs.create_topic
         self._loaded = False  # every shard loaded
         self._not_loaded: set[int] = set()  # partitions that could not be loaded yet (each logged once)
+        # The partition each id's state was replayed from (its own, or where an older kbroker kept it).
+        self._state_partition: dict[str, int] = {}
         if self.logs.topic(TRANSACTION_TOPIC) is not None:
             self._load()
         if runtime is not None:
@@ -369,12 +371,21 @@ class TransactionCoordinator:
         leader = self._leader_of(TRANSACTION_TOPIC, self.partition_for(transactional_id))
         return -1 if leader is None else leader
 
-    def _apply(self, transactional_id: str, record: dict[str, Any] | None) -> None:
-        """A record of __transaction_state replayed (at load, or once written): the id's state, or its end."""
+    def _apply(self, transactional_id: str, record: dict[str, Any] | None, partition: int) -> None:
+        """A record of ``partition`` of __transaction_state replayed (at load, or once written): the id's state, or
+        its end. An older kbroker may have kept the id in another partition than Kafka's hash gives it (see
+        ``_rehome_misplaced``): a record there counts only while the id's own partition has given none."""
+        home = self.partition_for(transactional_id)
+        source = self._state_partition.get(transactional_id)
+        if partition != home and source == home:
+            return  # the old copy, replayed after the id's own: the own one is newer
         if record is None:
-            self.transactions.pop(transactional_id, None)
+            if source in (None, partition):
+                self.transactions.pop(transactional_id, None)
+                self._state_partition.pop(transactional_id, None)
         else:
             self.transactions[transactional_id] = TransactionMetadata.from_record(record)
+            self._state_partition[transactional_id] = partition
 
     def _partition_loaded(self, partition: int) -> None:
         """Its shard was loaded (at start-up, or on becoming the partition's leader): as Kafka's coordinator after
@@ -397,6 +408,7 @@ class TransactionCoordinator:
         with it, as on Kafka (the new leader's coordinator takes them over from the log)."""
         for transactional_id in [t for t in self.transactions if self.partition_for(t) == partition]:
             del self.transactions[transactional_id]
+            self._state_partition.pop(transactional_id, None)
             self._timer_at.pop(transactional_id, None)
             self._pending_markers.pop(transactional_id, None)
 
@@ -418,8 +430,46 @@ class TransactionCoordinator:
                 continue
             self._not_loaded.discard(partition)
         self._loaded = not missing
+        if self._loaded:
+            self._rehome_misplaced()
         if self.transactions:
             log.info("%s: %d transactional id(s) loaded", TRANSACTION_TOPIC, len(self.transactions))
+
+    def _append(self, partition: int, records: list[CoordinatorRecord]) -> None:
+        self.state_log.write(partition, lambda _: (records, None))
+
+    def _rehome_misplaced(self) -> None:
+        """Move each id an older kbroker kept in another partition to the one Kafka's hash gives it: those kbrokers
+        made a negative hash non-negative with the partitioner's sign-bit mask rather than Kafka's Utils.abs. Its
+        state is written to its own partition, then tombstoned in the old one (``_apply`` then keeps the own
+        partition's state, in whatever order the two are replayed). Only between partitions this broker leads (a
+        single node's data directory: brokers of a cluster always agreed with Kafka)."""
+        moved: list[str] = []
+        homes: set[int] = set()
+        for partition, shard in list(self.state_log.shards.items()):
+            for transactional_id in sorted(shard.ids):
+                home = self.partition_for(transactional_id)
+                if home == partition or home not in self.state_log.shards:
+                    continue
+                metadata = self.transactions.get(transactional_id)
+                try:
+                    if metadata is not None and self._state_partition.get(transactional_id) == partition:
+                        self._append(home, [transaction_record(metadata.to_record(), self.offsets_partitions)])
+                    self._append(partition, [transaction_tombstone(transactional_id)])
+                except KafkaError as exc:
+                    log.error("%s: moving %r to its partition failed: %s", TRANSACTION_TOPIC, transactional_id, exc)
+                    return
+                moved.append(transactional_id)
+                homes.add(home)
+        for home in sorted(homes):
+            self._partition_loaded(home)  # the timers and owed markers of the ids now kept there
+        if moved:
+            log.info(
+                "%s: moved %d transactional id(s) an older kbroker kept in another partition to Kafka's: %s",
+                TRANSACTION_TOPIC,
+                len(moved),
+                ", ".join(moved[:10]) + (" ..." if len(moved) > 10 else ""),
+            )
 
     def recover(self, *, reconcile_markers: bool = False) -> None:
         """Complete the transactions a crash left in PrepareCommit/PrepareAbort (their markers written again); with

@@ -132,10 +132,10 @@ def record_of(
 @dataclass
 class TransactionStateShard:
     """The transactional ids of one __transaction_state partition: the replay of its records, applied to the
-    coordinator's table of ids (``apply``: the id's record dict, or None when it is gone)."""
+    coordinator's table of ids (``apply``: the id's record dict, or None when it is gone, and this partition)."""
 
     partition: int
-    apply: Callable[[str, dict[str, Any] | None], None]
+    apply: Callable[[str, dict[str, Any] | None, int], None]
     ids: set[str] = field(default_factory=set)
     skipped: int = 0
 
@@ -148,7 +148,7 @@ class TransactionStateShard:
             transactional_id = record.key.transactional_id
             if record.value is None:
                 self.ids.discard(transactional_id)
-                self.apply(transactional_id, None)
+                self.apply(transactional_id, None, self.partition)
                 return
             assert isinstance(record.value, coordinator_records.TransactionLogValue)
             state = record_of(record.key, record.value)
@@ -160,10 +160,10 @@ class TransactionStateShard:
             return
         if state["state"] == "Dead":
             self.ids.discard(transactional_id)
-            self.apply(transactional_id, None)
+            self.apply(transactional_id, None, self.partition)
             return
         self.ids.add(transactional_id)
-        self.apply(transactional_id, state)
+        self.apply(transactional_id, state, self.partition)
 
     def replay_end_transaction(self, producer_id: int, commit: bool, offset: int = -1) -> None:
         """The transaction coordinator's own log holds no transactions."""

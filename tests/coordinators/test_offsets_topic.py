@@ -3,6 +3,8 @@ records are Kafka's, byte for byte as Kafka's own dump tool reads them, and the 
 
 from __future__ import annotations
 
+import logging
+import struct
 import subprocess
 import uuid
 from pathlib import Path
@@ -13,11 +15,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KAFKA_VERSION
 from kbroker.coordinators.runtime import NO_PRODUCER
+from kbroker.groups import offsets as offsets_module
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore, offsets_partition
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
-from protocol.coordinator_frame import decode_coordinator_record
+from protocol.coordinator_frame import decode_coordinator_record, encode_coordinator_record
+from protocol.coordinator_records import (
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+)
 from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
 from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
@@ -265,3 +274,74 @@ def test_shards_whose_files_were_still_being_made_are_loaded_on_the_next_use(tmp
     assert store.get(group)[("orders", 0)].offset == 5
     store.close()
     logs.close()
+
+
+def masked_partition(group: str, partitions: int) -> int:
+    """Where kbroker before Kafka's hash was followed put a group: the partitioner's sign-bit mask of Java's
+    String.hashCode rather than Utils.abs (they differ for every negative hash)."""
+    code = 0
+    for (unit,) in struct.iter_unpack(">H", group.encode("utf-16-be")):
+        code = (31 * code + unit) & 0xFFFFFFFF
+    return (code & 0x7FFFFFFF) % partitions
+
+
+def test_groups_an_older_kbroker_kept_in_another_partition_move_to_kafkas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    group = "group-100"  # Java hash -1484205661
+    old, own = masked_partition(group, PARTITIONS), offsets_partition(group, PARTITIONS)
+    assert (old, own) == (2, 1)
+    member = ConsumerGroupMemberMetadataKey(group_id=group, member_id="m1")
+    with monkeypatch.context() as older_kbroker:
+        older_kbroker.setattr(offsets_module, "offsets_partition", masked_partition)
+        store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+        store.commit(group, {("a", 0): CommittedOffset(7, 1, "m", T0), ("a", 1): CommittedOffset(9, -1, None, T0)})
+        store.commit("g", {("a", 0): CommittedOffset(3, -1, None, T0)})  # a positive hash: placed alike
+        store.write_consumer_group(
+            group,
+            [
+                encode_coordinator_record(
+                    ConsumerGroupMetadataKey(group_id=group), ConsumerGroupMetadataValue(epoch=4), 0
+                ),
+                encode_coordinator_record(member, ConsumerGroupMemberMetadataValue(client_id="c"), 0),
+            ],
+        )
+        store.close()
+    assert group_log_at(tmp_path, old)  # the older kbroker's records are in the other partition
+
+    with caplog.at_level(logging.INFO, logger="kbroker.groups"):
+        moved = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+        moved.ensure_topic()
+    assert f"moved 1 group(s) an older kbroker kept in another partition to Kafka's: {group}" in caplog.text
+    expected = {("a", 0): CommittedOffset(7, 1, "m", T0), ("a", 1): CommittedOffset(9, -1, "", T0)}
+    assert moved.get(group) == expected and moved.committed_offsets(group) == expected
+    assert moved.get("g") == {("a", 0): CommittedOffset(3, -1, "", T0)}
+    stored = moved.stored_consumer_group(group)
+    assert stored is not None and (stored.epoch, sorted(stored.members)) == (4, ["m1"])
+    # The old partition's last batch tombstones every moved key; its own partition holds them.
+    old_log = moved.logs.get_partition(OFFSETS_TOPIC, old)
+    assert old_log is not None
+    [*_, (_, _, _, tombstones)] = batches(old_log)
+    assert len(tombstones) == 4 and all(value is None for _, value in tombstones)
+    moved.close()
+
+    # A restart replays both partitions and moves nothing again.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kbroker.groups"):
+        again = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
+        again.ensure_topic()
+    assert "moved" not in caplog.text
+    assert again.get(group) == expected and sorted(again.groups()) == ["g", group]
+    again.close()
+
+
+def group_log_at(
+    data_dir: Path, partition: int
+) -> list[tuple[int, bool, bool, list[tuple[bytes | None, bytes | None]]]]:
+    logs = LogManager(data_dir, {})
+    try:
+        plog = logs.get_partition(OFFSETS_TOPIC, partition)
+        assert plog is not None
+        return batches(plog)
+    finally:
+        logs.close()

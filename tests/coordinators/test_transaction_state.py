@@ -3,10 +3,13 @@ which Kafka's own dump tool decodes, replayed at start-up."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
+from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -14,12 +17,14 @@ from compat.apache_kafka import KAFKA_VERSION
 from kbroker.groups.offsets import OffsetStore, offsets_partition
 from kbroker.storage import LogManager
 from kbroker.testing import RunningBroker
+from kbroker.transactions import coordinator as coordinator_module
 from kbroker.transactions.coordinator import TransactionCoordinator
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.records import decode_records, iter_batches
 
 TID = "dumped-txn"
 
@@ -90,3 +95,62 @@ def test_a_transactional_id_survives_a_restart_and_its_producer_goes_on(tmp_path
         producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "kept-txn"})
         producer.init_transactions(30)  # the next instance fences the last: the same id, the epoch bumped
         assert describe(broker.bootstrap)[:2] == (producer_id, epoch + 1)
+
+
+def masked_partition(transactional_id: str, partitions: int) -> int:
+    """Where kbroker before Kafka's hash was followed put an id: the partitioner's sign-bit mask of Java's
+    String.hashCode rather than Utils.abs (they differ for every negative hash)."""
+    code = 0
+    for (unit,) in struct.iter_unpack(">H", transactional_id.encode("utf-16-be")):
+        code = (31 * code + unit) & 0xFFFFFFFF
+    return (code & 0x7FFFFFFF) % partitions
+
+
+def coordinator_in(data_dir: Path, logs: LogManager, next_ids: Iterator[int]) -> TransactionCoordinator:
+    return TransactionCoordinator(
+        data_dir,
+        allocate_producer_id=lambda: next(next_ids),
+        partition=lambda topic, partition: None,
+        offsets=OffsetStore(logs, partitions=5),
+        logs=logs,
+        state_partitions=5,
+        offsets_partitions=5,
+        wall_clock_ms=lambda: 1_700_000_000_000,
+    )
+
+
+def test_ids_an_older_kbroker_kept_in_another_partition_move_to_kafkas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The id's state moves to its own partition and is tombstoned in the old one; its own partition is replayed
+    first here (1, then 2), so the old partition's tombstone, replayed after, must leave the state as it is."""
+    tid = "group-100"  # Java hash -1484205661
+    old, own = masked_partition(tid, 5), offsets_partition(tid, 5)
+    assert (old, own) == (2, 1)
+    ids = count(1000)
+    with monkeypatch.context() as older_kbroker:
+        older_kbroker.setattr(coordinator_module, "offsets_partition", masked_partition)
+        logs = LogManager(tmp_path, {})
+        first = coordinator_in(tmp_path, logs, ids).init_producer_id(tid, 60_000)
+        assert (first.error, first.producer_id, first.producer_epoch) == (ErrorCode.NONE, 1000, 0)
+        logs.close()
+
+    logs = LogManager(tmp_path, {})
+    coordinator = coordinator_in(tmp_path, logs, ids)
+    coordinator.ensure_topic()
+    # The same producer id, its epoch bumped: the id kept its state (a lost one would get a new producer id).
+    again = coordinator.init_producer_id(tid, 60_000)
+    assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, 1000, 1)
+    old_log = logs.get_partition(TRANSACTION_TOPIC, old)
+    assert old_log is not None
+    chunk = old_log.read(old_log.log_start_offset, 1 << 20, max_offset=old_log.log_end_offset)
+    [*_, (_, last)] = [(h, list(decode_records(b))) for h, b in iter_batches(chunk.read_bytes())]
+    assert [record.value for record in last] == [None]  # the old copy's tombstone
+    logs.close()
+
+    logs = LogManager(tmp_path, {})
+    restarted = coordinator_in(tmp_path, logs, ids)
+    restarted.ensure_topic()
+    metadata = restarted.transactions[tid]
+    assert (metadata.producer_id, metadata.producer_epoch) == (1000, 1)
+    logs.close()
