@@ -29,14 +29,14 @@ from collections.abc import Callable
 
 import trio
 
-from kbroker.durable.files import StorageError, write_atomically
+from kbroker.durable.files import write_atomically
 from kbroker.kraft import BrokerRoleError
 from kbroker.kraft.channel import ChannelError, NodeChannel
 from kbroker.kraft.quorum import QuorumView
 from kbroker.metadata.controller import MetadataCache
 from kbroker.metadata.image import ImageError, MetadataImage, MetadataImageBuilder
 from kbroker.metadata.log import MetadataLog, MetadataLogError, Replay, SnapshotId, wall_clock_ms
-from kbroker.metadata.snapshots import SnapshotPolicy, image_records
+from kbroker.metadata.snapshots import SnapshotPolicy, write_snapshot
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.fetch_request import FetchRequest
@@ -253,22 +253,10 @@ class MetadataFollower:
         """Snapshot the published image into the local log, then delete what older snapshots alone covered beyond
         the retention bounds. Runs while nothing is appended (the fetch loop waits for it; the image is
         immutable). A failure is logged: the image stands, and the next applied batch asks again."""
-        metadata_log = self.metadata_log
-        image = self.cache.image
-        if metadata_log is None or image.is_empty():
+        if self.metadata_log is None:
             return
         self._last_snapshot_ms = wall_clock_ms()
-        try:
-            snapshot_id = metadata_log.write_snapshot(
-                image_records(image),
-                image.provenance.offset + 1,
-                last_contained_timestamp=metadata_log.last_append_timestamp,
-            )
-            log.info("%s: wrote snapshot %s", metadata_log.directory, snapshot_id.file_name)
-            metadata_log.clean(self.snapshots.retention_bytes, self.snapshots.retention_ms)
-        except (StorageError, OSError, MetadataLogError) as exc:
-            metadata_log.bytes_since_snapshot = 0  # not again at every batch: at the next bound
-            log.warning("%s: no snapshot of the metadata image: %s", metadata_log.directory, exc)
+        write_snapshot(self.metadata_log, self.cache.image, self.snapshots)
 
     def restore(self) -> None:
         """Rebuild the image from the local metadata log (its newest snapshot and the batches after it), publish

@@ -37,7 +37,7 @@ from kbroker.metadata.image import (
     TopicImage,
 )
 from kbroker.metadata.log import MetadataLog, wall_clock_ms
-from kbroker.metadata.snapshots import SnapshotPolicy, image_records
+from kbroker.metadata.snapshots import SnapshotPolicy, write_snapshot
 from kbroker.security.acls import AclBinding, AclBindingFilter
 from kbroker.storage.manager import validate_topic_name
 from protocol import metadata_records
@@ -931,19 +931,7 @@ class LocalController(AdminController):
         """Snapshot the current image (no change may be committed meanwhile: the caller holds the lock, or runs
         before requests are served), then let the log's retention delete what older snapshots alone covered. A
         failure is logged: the commit that asked for it stands, and the next commit asks again."""
-        metadata_log = self.metadata_log
-        image = self.image
-        if metadata_log is None or image.is_empty():
+        if self.metadata_log is None:
             return
         self._last_snapshot_ms = wall_clock_ms()
-        try:
-            snapshot_id = metadata_log.write_snapshot(
-                image_records(image),
-                image.provenance.offset + 1,
-                last_contained_timestamp=metadata_log.last_append_timestamp,
-            )
-            log.info("%s: wrote snapshot %s", metadata_log.directory, snapshot_id.file_name)
-            metadata_log.clean(self.snapshots.retention_bytes, self.snapshots.retention_ms)
-        except (StorageError, OSError) as exc:
-            metadata_log.bytes_since_snapshot = 0  # not again at every commit: at the next bound
-            log.warning("%s: no snapshot of the metadata image: %s", metadata_log.directory, exc)
+        write_snapshot(self.metadata_log, self.image, self.snapshots)

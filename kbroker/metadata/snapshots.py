@@ -17,9 +17,11 @@ snapshots' last records are older than metadata.max.retention.ms.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from kbroker.durable.files import StorageError
 from kbroker.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
 from protocol import metadata_records
 from protocol._codec import Message
@@ -27,6 +29,9 @@ from protocol.metadata_frame import MetadataRecord
 
 if TYPE_CHECKING:
     from kbroker.config import BrokerConfig
+    from kbroker.metadata.log import MetadataLog
+
+log = logging.getLogger("kbroker.metadata")
 
 
 class SnapshotPolicy(NamedTuple):
@@ -51,6 +56,25 @@ class SnapshotPolicy(NamedTuple):
         if bytes_since <= 0:
             return False
         return bytes_since >= self.max_bytes_between or 0 < self.max_interval_ms <= ms_since
+
+
+def write_snapshot(metadata_log: MetadataLog, image: MetadataImage, policy: SnapshotPolicy) -> None:
+    """Snapshot ``image`` (published at the log's end, nothing appended meanwhile) into ``metadata_log``, then let
+    the log's retention delete what older snapshots alone covered. A failure is logged: what asked for it stands,
+    and the next bound asks again."""
+    if image.is_empty():
+        return
+    try:
+        snapshot_id = metadata_log.write_snapshot(
+            image_records(image),
+            image.provenance.offset + 1,
+            last_contained_timestamp=metadata_log.last_append_timestamp,
+        )
+        log.info("%s: wrote snapshot %s", metadata_log.directory, snapshot_id.file_name)
+        metadata_log.clean(policy.retention_bytes, policy.retention_ms)
+    except (StorageError, OSError) as exc:
+        metadata_log.bytes_since_snapshot = 0  # not again at every append: at the next bound
+        log.warning("%s: no snapshot of the metadata image: %s", metadata_log.directory, exc)
 
 
 def _newest(message: Message) -> MetadataRecord:

@@ -4,7 +4,6 @@ records are Kafka's, byte for byte as Kafka's own dump tool reads them, and the 
 from __future__ import annotations
 
 import logging
-import struct
 import subprocess
 import uuid
 from pathlib import Path
@@ -34,6 +33,7 @@ from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.list_config_resources_request import ListConfigResourcesRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.records import decode_records, iter_batches
+from tests.coordinators.older_kbroker import masked_partition
 
 T0 = 1_700_000_000_000
 PARTITIONS = 5
@@ -274,15 +274,6 @@ def test_shards_whose_files_were_still_being_made_are_loaded_on_the_next_use(tmp
     assert store.get(group)[("orders", 0)].offset == 5
     store.close()
     logs.close()
-
-
-def masked_partition(group: str, partitions: int) -> int:
-    """Where kbroker before Kafka's hash was followed put a group: the partitioner's sign-bit mask of Java's
-    String.hashCode rather than Utils.abs (they differ for every negative hash)."""
-    code = 0
-    for (unit,) in struct.iter_unpack(">H", group.encode("utf-16-be")):
-        code = (31 * code + unit) & 0xFFFFFFFF
-    return (code & 0x7FFFFFFF) % partitions
 
 
 def test_groups_an_older_kbroker_kept_in_another_partition_move_to_kafkas(

@@ -3,7 +3,6 @@ which Kafka's own dump tool decodes, replayed at start-up."""
 
 from __future__ import annotations
 
-import struct
 import subprocess
 from collections.abc import Iterator
 from itertools import count
@@ -25,6 +24,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.records import decode_records, iter_batches
+from tests.coordinators.older_kbroker import masked_partition
 
 TID = "dumped-txn"
 
@@ -34,17 +34,7 @@ def test_kafkas_dump_tool_decodes_the_transaction_log(tmp_path: Path) -> None:
 
     classpath = maven_artifacts.classpath(f"kafka-tools-{KAFKA_VERSION}")
     logs = LogManager(tmp_path, {})
-    ids = count(1000)
-    coordinator = TransactionCoordinator(
-        tmp_path,
-        allocate_producer_id=lambda: next(ids),
-        partition=lambda topic, partition: None,
-        offsets=OffsetStore(logs, partitions=3),
-        logs=logs,
-        state_partitions=3,
-        offsets_partitions=3,
-        wall_clock_ms=lambda: 1_700_000_000_000,
-    )
+    coordinator = coordinator_in(tmp_path, logs, count(1000), partitions=3)
     assert coordinator.init_producer_id(TID, 60_000).error == ErrorCode.NONE
     assert coordinator.add_partitions(TID, 1000, 0, [("orders", 1), ("orders", 0)]) == ErrorCode.NONE
     assert coordinator.add_offsets(TID, 1000, 0, "readers") == ErrorCode.NONE
@@ -97,24 +87,18 @@ def test_a_transactional_id_survives_a_restart_and_its_producer_goes_on(tmp_path
         assert describe(broker.bootstrap)[:2] == (producer_id, epoch + 1)
 
 
-def masked_partition(transactional_id: str, partitions: int) -> int:
-    """Where kbroker before Kafka's hash was followed put an id: the partitioner's sign-bit mask of Java's
-    String.hashCode rather than Utils.abs (they differ for every negative hash)."""
-    code = 0
-    for (unit,) in struct.iter_unpack(">H", transactional_id.encode("utf-16-be")):
-        code = (31 * code + unit) & 0xFFFFFFFF
-    return (code & 0x7FFFFFFF) % partitions
-
-
-def coordinator_in(data_dir: Path, logs: LogManager, next_ids: Iterator[int]) -> TransactionCoordinator:
+def coordinator_in(
+    data_dir: Path, logs: LogManager, next_ids: Iterator[int], partitions: int = 5
+) -> TransactionCoordinator:
+    """A single node's transaction coordinator over ``logs``, both internal topics of ``partitions``."""
     return TransactionCoordinator(
         data_dir,
         allocate_producer_id=lambda: next(next_ids),
         partition=lambda topic, partition: None,
-        offsets=OffsetStore(logs, partitions=5),
+        offsets=OffsetStore(logs, partitions=partitions),
         logs=logs,
-        state_partitions=5,
-        offsets_partitions=5,
+        state_partitions=partitions,
+        offsets_partitions=partitions,
         wall_clock_ms=lambda: 1_700_000_000_000,
     )
 
