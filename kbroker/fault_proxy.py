@@ -1,5 +1,7 @@
-"""A TCP proxy that can break the network between clients and one broker: the cluster harness puts one in front
-of every broker (tests/cluster/harness.py) and advertises the proxy, so every client connection goes through it.
+"""A TCP proxy that can break the network to one node: put in front of a listener and advertised in its place,
+every connection to that listener goes through it. The ``kbroker_cluster`` fixture's ``network_faults`` puts one
+in front of each broker's inter-broker listener and each controller (``ClusterBroker.isolate``), and the cluster
+harness of the suite one in front of every broker (tests/cluster/harness.py).
 
 Each proxied connection carries two directions (Direction.TO_BROKER, Direction.FROM_BROKER). Per connection or
 for the whole proxy (existing and new connections alike):

@@ -15,14 +15,18 @@ Fixtures
                           ``.brokers`` (or ``.broker(node_id)``, ids from 1) each have ``node_id``,
                           ``bootstrap``, ``pid``, ``log_path`` and ``kill()`` (SIGKILL), ``stop()`` (SIGTERM:
                           a controlled shutdown), ``start()`` / ``restart()`` (same port, same data; return once
-                          the broker is serving), ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT). One cluster
-                          serves the tests of a module (see kbroker_cluster_scope); after each test the brokers
-                          it took down are started again and the paused ones resumed. At the end the brokers
-                          stop first (a controlled shutdown), then the controller.
+                          the broker is serving), ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT), and in a
+                          cluster made with ``network_faults=True`` ``isolate()``: a network partition around
+                          it (its connections to the controller and the other brokers reset until the
+                          cluster's ``heal()``; clients still reach it). One cluster serves the tests of a
+                          module (see kbroker_cluster_scope); after each test the brokers it took down are
+                          started again, the paused ones resumed and the isolated ones connected. At the end
+                          the brokers stop first (a controlled shutdown), then the controller.
                           It needs Java 17+ and Apache Kafka's jars (fetched into the Maven cache with ``mvn``
                           on first use); where they cannot be had, the tests that ask for it skip saying why.
-    kbroker_cluster_factory  ``kbroker_cluster_factory(brokers=5, config={"num.partitions": 6})`` starts another
-                          cluster of that size with these broker settings; stopped after the test.
+    kbroker_cluster_factory  ``kbroker_cluster_factory(brokers=5, config={"num.partitions": 6},
+                          network_faults=False)`` starts another cluster of that size with these broker
+                          settings; stopped after the test.
 
 Every broker the plugin starts has ``group.initial.rebalance.delay.ms=0`` (as testcontainers' KafkaContainer),
 so a consumer group forms at its first join instead of 3 s later; any setting below can change that.
@@ -40,7 +44,8 @@ Settings (pytest.ini / pyproject ``[tool.pytest.ini_options]``, or ``-o name=val
 Marker
     ``@pytest.mark.kafka_broker_config({"auto.create.topics.enable": "false"})`` (or keyword arguments)
     sets overrides for that test's ``kafka_broker``; it needs function scope (use the factory otherwise).
-    ``@pytest.mark.kbroker_cluster(brokers=5, config={...})`` gives that test a cluster of its own, so made.
+    ``@pytest.mark.kbroker_cluster(brokers=5, config={...}, network_faults=True)`` gives that test a cluster of
+    its own, so made (``network_faults``: the nodes reach one another through proxies, so ``isolate()`` works).
 """
 
 from __future__ import annotations
@@ -86,7 +91,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{MARKER}(overrides=None, **keys): server.properties overrides for this test's kafka_broker"
     )
     config.addinivalue_line(
-        "markers", f"{CLUSTER_MARKER}(brokers=3, config=None): this test's kbroker_cluster, a cluster of its own"
+        "markers",
+        f"{CLUSTER_MARKER}(brokers=3, config=None, network_faults=False): this test's kbroker_cluster, a cluster "
+        "of its own",
     )
     for name, allowed in (
         ("kafka_broker_scope", SCOPES),
@@ -195,6 +202,7 @@ def start_cluster(
     tmp_path_factory: pytest.TempPathFactory,
     brokers: int = DEFAULT_CLUSTER_BROKERS,
     config: Mapping[str, Any] | None = None,
+    network_faults: bool = False,
 ) -> KbrokerCluster:
     """A started cluster; the test skips (one line saying why) where Java 17+ or Kafka's jars cannot be had."""
     import sys
@@ -211,20 +219,26 @@ def start_cluster(
     overrides = {**DEFAULT_OVERRIDES, **ini_overrides(request.config)}
     overrides.update({str(k): as_config_value(v) for k, v in (config or {}).items()})
     directory = tmp_path_factory.mktemp("kbroker-cluster")
-    return start_cluster(directory, brokers, overrides, progress, java_and_classpath)
+    return start_cluster(directory, brokers, overrides, progress, java_and_classpath, network_faults)
 
 
-def cluster_marker_arguments(*args: Any, **kwargs: Any) -> tuple[int, Mapping[str, Any] | None]:
-    def arguments(brokers: int = DEFAULT_CLUSTER_BROKERS, config: Mapping[str, Any] | None = None) -> Any:
-        return brokers, config
+def cluster_marker_arguments(*args: Any, **kwargs: Any) -> tuple[int, Mapping[str, Any] | None, bool]:
+    def arguments(
+        brokers: int = DEFAULT_CLUSTER_BROKERS, config: Mapping[str, Any] | None = None, network_faults: bool = False
+    ) -> Any:
+        return brokers, config, network_faults
 
     try:
-        brokers, config = arguments(*args, **kwargs)
+        brokers, config, network_faults = arguments(*args, **kwargs)
     except TypeError as exc:
-        raise pytest.UsageError(f"@pytest.mark.{CLUSTER_MARKER}(brokers=3, config=None): {exc}") from None
-    if not isinstance(brokers, int) or not isinstance(config, Mapping | None):
-        raise pytest.UsageError(f"@pytest.mark.{CLUSTER_MARKER}: brokers is a number, config a dict of settings")
-    return brokers, config
+        raise pytest.UsageError(
+            f"@pytest.mark.{CLUSTER_MARKER}(brokers=3, config=None, network_faults=False): {exc}"
+        ) from None
+    if not isinstance(brokers, int) or not isinstance(config, Mapping | None) or not isinstance(network_faults, bool):
+        raise pytest.UsageError(
+            f"@pytest.mark.{CLUSTER_MARKER}: brokers is a number, config a dict of settings, network_faults a bool"
+        )
+    return brokers, config, network_faults
 
 
 def _cluster_scope(fixture_name: str, config: pytest.Config) -> Literal["module", "session", "function"]:
@@ -266,8 +280,10 @@ def kbroker_cluster_factory(
     """``kbroker_cluster_factory(brokers=3, config=None)``: start another cluster; stopped after the test."""
     started: list[KbrokerCluster] = []
 
-    def start(brokers: int = DEFAULT_CLUSTER_BROKERS, config: Mapping[str, Any] | None = None) -> KbrokerCluster:
-        cluster = start_cluster(request, tmp_path_factory, brokers, config)
+    def start(
+        brokers: int = DEFAULT_CLUSTER_BROKERS, config: Mapping[str, Any] | None = None, network_faults: bool = False
+    ) -> KbrokerCluster:
+        cluster = start_cluster(request, tmp_path_factory, brokers, config, network_faults)
         started.append(cluster)
         return cluster
 

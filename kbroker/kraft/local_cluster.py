@@ -68,6 +68,7 @@ rootLogger.level = INFO
 rootLogger.appenderRef.out.ref = out
 """
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+REPLICATION_LISTENER = "REPLICATION"  # the inter-broker listener a test's ClusterNetwork puts a proxy in front of
 
 
 class ClusterError(Exception):
@@ -332,12 +333,22 @@ def controller_features() -> list[str]:
     ]
 
 
-def format_nodes(layout: Layout, java: str, classpath: str, broker_overrides: Mapping[str, str] | None = None) -> None:
-    """Format every node not formatted yet: controllers with Kafka's storage tool, brokers as kbroker format."""
+def format_nodes(
+    layout: Layout,
+    java: str,
+    classpath: str,
+    broker_overrides: Mapping[str, str] | None = None,
+    network: ClusterNetwork | None = None,
+) -> None:
+    """Format every node not formatted yet: controllers with Kafka's storage tool, brokers as kbroker format.
+    ``network``: the nodes reach one another through its proxies."""
     from kbroker.commands.format import FormatError, format_directories
 
     for node in layout.controllers:
-        write_properties(node.properties_path, controller_settings(layout, node))
+        settings = controller_settings(layout, node)
+        if network is not None:
+            settings |= network.controller_settings(node)
+        write_properties(node.properties_path, settings)
         (node.directory / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         if (node.data_dir / "meta.properties").exists():
             continue
@@ -352,7 +363,10 @@ def format_nodes(layout: Layout, java: str, classpath: str, broker_overrides: Ma
             detail = (lines or [f"exit {run.returncode}"])[0][:300]
             raise ClusterError(f"Kafka's storage tool could not format controller {node.node_id}: {detail}")
     for node in layout.brokers:
-        write_properties(node.properties_path, broker_settings(layout, node, broker_overrides))
+        settings = broker_settings(layout, node, broker_overrides)
+        if network is not None:
+            settings |= network.broker_settings(node)
+        write_properties(node.properties_path, settings)
         try:
             format_directories([node.data_dir], layout.cluster_id, node.node_id, ignore_formatted=True)
         except FormatError as exc:
@@ -403,6 +417,7 @@ class LocalCluster:
     progress: Progress
     running: list[Running] = field(default_factory=list)
     child_setup: Callable[[], None] = field(default_factory=_parent_death_signal)
+    on_spawn: Callable[[Running], None] | None = None  # told of each process started (a test's network faults)
 
     def _spawn(self, node: Node, command: list[str]) -> Running:
         with open(node.log_path, "ab") as log:
@@ -416,6 +431,8 @@ class LocalCluster:
             )
         running = Running(node, process)
         self.running.append(running)
+        if self.on_spawn is not None:
+            self.on_spawn(running)
         return running
 
     def start(self, should_stop: Callable[[], bool]) -> None:
@@ -508,9 +525,10 @@ class ClusterBroker:
     """One broker of a :class:`StartedCluster`, to take down and bring back in a test. Each call returns once
     it is done: stopped processes have exited, started ones are unfenced (registered with the controller)."""
 
-    def __init__(self, cluster: LocalCluster, node: Node) -> None:
+    def __init__(self, cluster: LocalCluster, node: Node, network: ClusterNetwork | None = None) -> None:
         self._cluster = cluster
         self.node = node
+        self._network = network
 
     def __repr__(self) -> str:
         return f"<broker {self.node_id} at {self.bootstrap} pid {self.pid}>"
@@ -585,14 +603,23 @@ class ClusterBroker:
             raise ClusterError(f"broker {self.node_id} is not running")
         running.process.send_signal(signal.SIGCONT)
 
+    def isolate(self) -> None:
+        """Cut it off from the controllers and the other brokers, as a network partition would: its connections
+        to them and theirs to it are reset, and new ones too, until the cluster's ``heal()``. Clients still reach
+        it (a leader on the wrong side of a partition keeps answering them). Needs ``network_faults``."""
+        if self._network is None:
+            raise ClusterError("isolate() needs a cluster started with network_faults=True")
+        self._network.isolate(self.node_id)
+
 
 class StartedCluster:
     """A running cluster for tests: ``bootstrap`` (every broker), ``brokers`` (by node id, from 1),
     ``controller_bootstrap``; ``stop()`` ends the brokers (controlled shutdown), then the controller."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, network: ClusterNetwork | None = None) -> None:
         self._cluster = cluster
-        self.brokers = [ClusterBroker(cluster, node) for node in cluster.layout.brokers]
+        self.network = network
+        self.brokers = [ClusterBroker(cluster, node, network) for node in cluster.layout.brokers]
 
     def __repr__(self) -> str:
         return f"<kbroker cluster {self.cluster_id}: brokers {self.bootstrap}, controller {self.controller_bootstrap}>"
@@ -626,7 +653,10 @@ class StartedCluster:
         raise KeyError(f"no broker {node_id} in this cluster (brokers {[b.node_id for b in self.brokers]})")
 
     def heal(self) -> None:
-        """Every broker running and resumed again, as it was started (between the tests that share it)."""
+        """Every broker running, resumed and connected again, as it was started (between the tests that share
+        it)."""
+        if self.network is not None:
+            self.network.heal()
         for broker in self.brokers:
             if broker.is_running:
                 broker.resume()
@@ -634,7 +664,82 @@ class StartedCluster:
                 broker.start()
 
     def stop(self) -> None:
-        self._cluster.stop()
+        try:
+            self._cluster.stop()
+        finally:
+            if self.network is not None:
+                self.network.close()
+
+
+class ClusterNetwork:
+    """Network faults for tests: a FaultProxy (kbroker/fault_proxy.py) in front of each controller and of each
+    broker's inter-broker listener, advertised in their place, so that the nodes reach one another only through
+    them; clients reach the brokers' client listener directly. Each node's process is named to the proxies as it
+    starts, so that ``isolate`` can cut one node's connections (a partition around it) and leave the rest."""
+
+    def __init__(self, layout: Layout) -> None:
+        from kbroker.fault_proxy import ProxyHost
+
+        self.host = ProxyHost().start()
+        # Each broker's own inter-broker listener (a port of its own: clients keep the cluster's ports).
+        self.replication_ports = {node.node_id: free_port() for node in layout.brokers}
+        try:
+            self.proxies = {
+                node.node_id: self.host.add_proxy(("127.0.0.1", self.replication_ports[node.node_id]))
+                for node in layout.brokers
+            }
+            self.proxies |= {node.node_id: self.host.add_proxy(("127.0.0.1", node.port)) for node in layout.controllers}
+        except BaseException:
+            self.host.close()
+            raise
+        self.voters = ",".join(f"{node.node_id}@{self.proxies[node.node_id].bootstrap}" for node in layout.controllers)
+        self._isolated: set[int] = set()
+
+    def controller_settings(self, node: Node) -> dict[str, str]:
+        return {
+            "controller.quorum.voters": self.voters,
+            "advertised.listeners": f"CONTROLLER://{self.proxies[node.node_id].bootstrap}",
+        }
+
+    def broker_settings(self, node: Node) -> dict[str, str]:
+        proxy = self.proxies[node.node_id]
+        return {
+            "controller.quorum.bootstrap.servers": ",".join(
+                address.split("@", 1)[1] for address in self.voters.split(",")
+            ),
+            "listeners": f"PLAINTEXT://{node.address},{REPLICATION_LISTENER}://127.0.0.1:"
+            f"{self.replication_ports[node.node_id]}",
+            "advertised.listeners": f"PLAINTEXT://{node.address},{REPLICATION_LISTENER}://{proxy.bootstrap}",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{REPLICATION_LISTENER}:PLAINTEXT,"
+            "CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": REPLICATION_LISTENER,
+        }
+
+    def spawned(self, running: Running) -> None:
+        """A node's new process: its connections are the node's from now on."""
+        self.host.name_source(running.pid, _source_name(running.node.node_id))
+
+    def isolate(self, node_id: int) -> None:
+        self._isolated.add(node_id)
+        for other, proxy in self.proxies.items():
+            if other == node_id:
+                proxy.drop()  # connections to it
+            else:
+                proxy.block(_source_name(node_id))  # its connections to the others
+
+    def heal(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.heal()
+            for node_id in self._isolated:
+                proxy.unblock(_source_name(node_id))
+        self._isolated.clear()
+
+    def close(self) -> None:
+        self.host.close()
+
+
+def _source_name(node_id: int) -> str:
+    return f"node-{node_id}"
 
 
 def check_can_run(progress: Progress) -> tuple[str, str]:
@@ -648,19 +753,27 @@ def start_cluster(
     broker_overrides: Mapping[str, str] | None = None,
     progress: Progress = lambda line: None,
     java_and_classpath: tuple[str, str] | None = None,
+    network_faults: bool = False,
 ) -> StartedCluster:
-    """A new cluster in ``directory`` (one controller, ``brokers`` brokers, free ports), started and serving.
+    """A new cluster in ``directory`` (one controller, ``brokers`` brokers, free ports), started and serving;
+    ``network_faults``: the nodes connected through proxies (``ClusterNetwork``), so that a broker can be isolated.
     ClusterError in one line if it cannot be run or started; nothing is left running then."""
     java, classpath = java_and_classpath or check_can_run(progress)
     layout = load_layout(directory.resolve(), brokers, 1, 0)
-    format_nodes(layout, java, classpath, broker_overrides)
-    cluster = LocalCluster(layout, java, classpath, progress)
+    network = ClusterNetwork(layout) if network_faults else None
     try:
-        cluster.start(lambda: False)
+        format_nodes(layout, java, classpath, broker_overrides, network)
+        cluster = LocalCluster(layout, java, classpath, progress, on_spawn=None if network is None else network.spawned)
+        try:
+            cluster.start(lambda: False)
+        except BaseException:
+            cluster.stop()
+            raise
     except BaseException:
-        cluster.stop()
+        if network is not None:
+            network.close()
         raise
-    return StartedCluster(cluster)
+    return StartedCluster(cluster, network)
 
 
 def controller_answers(node: Node) -> bool:

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from kbroker.fault_proxy import Direction, FaultProxy, ProxyHost
 from kbroker.pytest_plugin import DEFAULT_OVERRIDES
 from kbroker.testing import BrokerProcess
-from tests.cluster.fault_proxy import Direction, FaultProxy, ProxyHost
 
 HOST = "127.0.0.1"
 START_ATTEMPTS = 5  # a port picked for a broker can be taken by another process before the broker binds it

@@ -28,13 +28,13 @@ from typing import Literal
 import trio
 
 from compat.apache_kafka import ApacheKafkaBroker, KafkaController
+from kbroker.fault_proxy import FaultProxy, ProxyHost
 from kbroker.kraft.metadata_follower import MetadataFollower
 from kbroker.kraft.quorum import QuorumView, parse_voters
 from kbroker.metadata.controller import MetadataCache
 from kbroker.metadata.image import MetadataImage
 from kbroker.pytest_plugin import DEFAULT_OVERRIDES
 from kbroker.testing import BrokerProcess
-from tests.cluster.fault_proxy import FaultProxy, ProxyHost
 from tests.cluster.harness import HOST, free_port, wait_for
 
 Implementation = Literal["kbroker", "kafka"]

@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kbroker.fault_proxy import Direction
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.list_offsets_request import ListOffsetsRequest
-from tests.cluster.fault_proxy import Direction
 from tests.cluster.harness import Cluster, ClusterBroker, wait_for
 
 pytestmark = pytest.mark.cluster(size=2)

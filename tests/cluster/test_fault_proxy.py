@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.fault_proxy import Direction, FaultProxy, ProxiedConnection, ProxyHost
+from kbroker.fault_proxy import Direction, FaultProxy, ProxiedConnection, ProxyHost
 from tests.cluster.harness import wait_for
 
 TIMEOUT = 30.0  # a bound on every blocking socket call, never a pace

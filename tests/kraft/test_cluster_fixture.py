@@ -18,6 +18,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.pytest_plugin import KbrokerCluster
+from kbroker.wire_client import WireClient
+from protocol.exceptions import DecodeError
+from protocol.messages.metadata_request import MetadataRequest
+from protocol.records import decode_records, iter_batches
 
 pytest_plugins = ["pytester"]
 
@@ -144,6 +148,105 @@ def test_restart_is_a_controlled_shutdown_on_the_same_port(kbroker_cluster: Kbro
     producer.produce("after-restart", value=b"v", on_delivery=lambda err, msg: delivered.append((msg.offset(), err)))
     assert producer.flush(WITHIN) == 0
     assert delivered == [(0, None)]
+
+
+def replica_values(broker: Any, topic: str) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record in the broker's own segment files of partition 0."""
+    records = []
+    for segment in sorted((broker.node.data_dir / f"{topic}-0").glob("*.log")):
+        try:
+            for header, batch in iter_batches(segment.read_bytes()):
+                records += [(header.base_offset + r.offset_delta, r.value or b"") for r in decode_records(batch)]
+        except DecodeError:  # a batch being written as the file is read: the next look sees it whole
+            break
+    return records
+
+
+def answered_at(bootstrap: str, topic: str) -> tuple[int, int, list[int]]:
+    """(leader, leader epoch, ISR) of partition 0 as the one broker at ``bootstrap`` answers Metadata (a client's
+    metadata may come from any broker it knows, the isolated one's stale view included)."""
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+    with WireClient(bootstrap, timeout=WITHIN) as client:
+        [described] = client.request(request, 12).topics
+    if described.error_code != 0 or not described.partitions:
+        return -1, -1, []
+    [partition] = described.partitions
+    return partition.leader_id, partition.leader_epoch, sorted(partition.isr_nodes)
+
+
+def test_an_isolated_leader_loses_the_partition_and_nothing_acknowledged_with_acks_all(
+    kbroker_cluster_factory: Callable[..., KbrokerCluster],
+) -> None:
+    """isolate(): a partition around the leader. Its clients still reach it, but it cannot reach the controller or
+    its followers: the controller fences it and elects an ISR member, the rest of the cluster goes on with acks=all,
+    and what the cut-off leader acknowledged with acks=1 alone is gone once heal() lets it follow the new leader
+    (Kafka's rule for acks=1). Every acks=all acknowledgement, on either side, is in the final log exactly once."""
+    cluster = kbroker_cluster_factory(brokers=3, network_faults=True)
+    topic = "partitioned"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    created = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})]
+    )
+    created[topic].result(WITHIN)
+    before = wait_for("full ISR", lambda: (p := partition_zero(admin, topic)) and len(p.isrs) == 3 and p)
+    isolated = cluster.broker(before.leader)
+    others = [b for b in cluster.brokers if b.node_id != before.leader]
+    _, epoch, _ = answered_at(others[0].bootstrap, topic)
+
+    acknowledged: list[tuple[int, bytes]] = []  # acks=all, either side
+    one_only: list[bytes] = []  # acks=1 at the isolated leader
+
+    def producer(bootstrap: str, acks: str, into: Callable[[Any], None]) -> Any:
+        settings = {"bootstrap.servers": bootstrap, "acks": acks, "message.timeout.ms": 20000}
+        settings["enable.idempotence"] = acks == "all"
+        made = Producer(settings)
+        return made, lambda err, msg: err is None and into(msg)
+
+    everyone, on_all = producer(cluster.bootstrap, "all", lambda m: acknowledged.append((m.offset(), m.value())))
+    for n in range(10):
+        everyone.produce(topic, value=f"before-{n}".encode(), partition=0, on_delivery=on_all)
+    assert everyone.flush(WITHIN) == 0 and len(acknowledged) == 10
+
+    isolated.isolate()
+    cut_off_all, on_cut_off_all = producer(
+        isolated.bootstrap, "all", lambda m: acknowledged.append((m.offset(), m.value()))
+    )
+    cut_off_one, on_cut_off_one = producer(isolated.bootstrap, "1", lambda m: one_only.append(m.value()))
+    for n in range(5):
+        cut_off_one.produce(topic, value=f"acks-1-{n}".encode(), partition=0, on_delivery=on_cut_off_one)
+        cut_off_all.produce(topic, value=f"cut-off-{n}".encode(), partition=0, on_delivery=on_cut_off_all)
+    assert cut_off_one.flush(WITHIN) == 0
+    # Nothing tells the cut-off leader it is no longer one: it acknowledges acks=1 writes alone, as Kafka's would.
+    assert one_only == [f"acks-1-{n}".encode() for n in range(5)]
+
+    # The controller, no longer hearing from it, fences it and elects another ISR member at a newer epoch. A
+    # producer started now knows the majority's brokers only (the fenced one is in no Metadata answer of theirs).
+    new_leader, new_epoch, _ = wait_for(
+        "a new leader",
+        lambda: (a := answered_at(others[0].bootstrap, topic))[0] not in (-1, before.leader) and a,
+    )
+    assert new_leader in before.isrs and new_epoch > epoch
+    majority_side, on_majority = producer(
+        ",".join(b.bootstrap for b in others), "all", lambda m: acknowledged.append((m.offset(), m.value()))
+    )
+    for n in range(10):
+        majority_side.produce(topic, value=f"after-{n}".encode(), partition=0, on_delivery=on_majority)
+    assert majority_side.flush(WITHIN) == 0
+
+    cluster.heal()
+    cut_off_all.flush(WITHIN)  # its records time out, or reach the new leader once the partition heals
+    wait_for("the healed broker back in the ISR", lambda: len(answered_at(others[0].bootstrap, topic)[2]) == 3)
+
+    leader_log = replica_values(cluster.broker(new_leader), topic)
+    assert sorted(acknowledged) == [r for r in leader_log if r in set(acknowledged)]  # each once, in order
+    assert {value for _, value in leader_log} >= {value for _, value in acknowledged}
+    assert len({value for _, value in leader_log}) == len(leader_log)  # no duplicate
+    assert not set(one_only) & {value for _, value in leader_log}  # acks=1 at the cut-off leader: gone
+    # The healed broker truncated its own tail and holds the new leader's log (up to where it has fetched).
+    wait_for(
+        "the healed replica caught up",
+        lambda: replica_values(isolated, topic)[: len(leader_log)] == leader_log,
+    )
 
 
 def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
