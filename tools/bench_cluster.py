@@ -1,7 +1,7 @@
 """Cluster benchmark (issue #29): a 3-broker kbroker cluster beside a 3-broker Apache Kafka cluster on this
 machine, each under Apache Kafka 4.4.0's KRaft controller run the same way, with confluent-kafka clients.
 
-    flock /work/wt/kafka.lock python tools/bench_cluster.py            # 3 repetitions, 200 MB, 5 failovers each
+    python tools/bench_cluster.py                                     # 3 repetitions, 200 MB, 5 failovers each
     python tools/bench_cluster.py --quick                             # small volumes (development only)
     python tools/bench_cluster.py --clusters kbroker                  # one of the two
 

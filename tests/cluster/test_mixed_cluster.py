@@ -20,12 +20,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KafkaUnavailable
-from kbroker.metadata.image import PartitionRegistration
+from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.metadata.image import MetadataImage, PartitionRegistration
+from kbroker.transactions.state_log import TRANSACTION_TOPIC
+from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
+from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.records import iter_batches
 from tests.cluster.harness import wait_for
 from tests.cluster.kraft_cluster import ControllerView, Implementation, KRaftCluster, QuorumBroker
@@ -45,6 +50,15 @@ from tests.cluster.test_kraft_oracle import (
 )
 
 KAFKA, KBROKER_1, KBROKER_2 = 1, 2, 3
+INTERNAL_PARTITIONS = 10
+# Both implementations' internal topics alike, replicated on all three (compat's Kafka settings are one node's).
+INTERNAL_TOPICS = {
+    "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+}
 IMPLEMENTATION_OF: dict[int, Implementation] = {KAFKA: "kafka", KBROKER_1: "kbroker", KBROKER_2: "kbroker"}
 
 
@@ -56,7 +70,7 @@ class MixedCluster(KRaftCluster):
             root,
             "kbroker",
             size=len(implementations),
-            broker_settings=BROKER_SETTINGS,
+            broker_settings={**BROKER_SETTINGS, **INTERNAL_TOPICS},
             controller_settings=CONTROLLER_SETTINGS,
         )
         self.implementations = dict(implementations)
@@ -227,3 +241,184 @@ def test_a_former_leader_truncates_its_unreplicated_tail_following_the_other_imp
     for broker in cluster.brokers:
         assert segment_batches(broker, topic) == expected, broker
     assert read_all(new, topic) == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"b2")]
+
+
+# --- coordinators on either implementation -----------------------------------------------------------------------
+
+def find_coordinator(broker: QuorumBroker, key: str, key_type: int) -> tuple[int, int]:
+    """(error code, node id) FindCoordinator v4 answers at ``broker`` for a group (0) or transactional id (1)."""
+    request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+    with WireClient(broker.bootstrap) as client:
+        [coordinator] = client.request(request, 4).coordinators
+    return coordinator.error_code, coordinator.node_id
+
+
+def internal_topic(cluster: MixedCluster, topic: str, key_type: int) -> dict[int, PartitionRegistration]:
+    """The internal topic's partitions once it exists with every partition's three replicas in sync (the first
+    FindCoordinator, here at Kafka's broker, has it created)."""
+    wait_for(lambda: find_coordinator(cluster.broker(KAFKA), "any", key_type)[0] == ErrorCode.NONE, topic, BOUND)
+
+    def complete(image: MetadataImage) -> bool:
+        found = image.topics.get(topic)
+        partitions = {} if found is None else found.partitions
+        return len(partitions) == INTERNAL_PARTITIONS and all(len(p.isr) == 3 for p in partitions.values())
+
+    found = cluster.observe().wait(complete, f"{topic} with every replica in sync").topics.get(topic)
+    assert found is not None
+    return dict(found.partitions)
+
+
+def key_placed(
+    partitions: dict[int, PartitionRegistration], prefix: str, leader: int, successor: int
+) -> tuple[str, int]:
+    """A key (``prefix``-N) whose partition (Kafka's hash) ``leader`` leads with ``successor`` the next replica in
+    order: the one the controller elects when the leader dies."""
+    for n in range(10_000):
+        key = f"{prefix}-{n}"
+        partition = offsets_partition(key, INTERNAL_PARTITIONS)
+        registration = partitions[partition]
+        if registration.leader == leader and registration.replicas[:2] == (leader, successor):
+            return key, partition
+    raise AssertionError(f"no {prefix} key led by {leader} with {successor} next")
+
+
+def test_every_broker_names_the_coordinator_kafkas_hash_gives(cluster: MixedCluster) -> None:
+    """Both implementations map a group or transactional id to the same partition (Kafka's Utils.abs of Java's
+    hash, negative hashes included) and so name the same coordinator: its partition's leader."""
+    for topic, key_type in ((OFFSETS_TOPIC, 0), (TRANSACTION_TOPIC, 1)):
+        partitions = internal_topic(cluster, topic, key_type)
+        for key in [f"key-{n}" for n in range(20)] + ["group-100", "my-group", "polygenelubricants"]:
+            expected = partitions[offsets_partition(key, INTERNAL_PARTITIONS)].leader
+            everywhere = {node: (ErrorCode.NONE, expected) for node in IMPLEMENTATION_OF}
+
+            def named(key: str = key, key_type: int = key_type) -> dict[int, tuple[int, int]]:
+                return {broker.node_id: find_coordinator(broker, key, key_type) for broker in cluster.brokers}
+
+            # A broker whose own image does not have the topic yet answers COORDINATOR_NOT_AVAILABLE meanwhile.
+            wait_for(lambda: all(code == ErrorCode.NONE for code, _ in named().values()), f"{key} answered", BOUND)
+            assert named() == everywhere, (topic, key)
+
+
+@pytest.mark.parametrize("coordinator", [KAFKA, KBROKER_1], ids=["kafka-coordinates", "kbroker-coordinates"])
+def test_committed_offsets_fail_over_to_the_other_implementation(cluster: MixedCluster, coordinator: int) -> None:
+    """A group's offsets committed at one implementation's coordinator are served by the other's once it leads
+    the group's partition: it loaded them from its replica of the records the first wrote."""
+    successor = KBROKER_1 if coordinator == KAFKA else KAFKA
+    partitions = internal_topic(cluster, OFFSETS_TOPIC, 0)
+    group, partition = key_placed(partitions, f"offsets-{coordinator}", coordinator, successor)
+    topic = f"offsets-of-{IMPLEMENTATION_OF[coordinator]}"
+    create_assigned_topic(cluster, topic, [successor, coordinator, KBROKER_2])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 42)], asynchronous=False)
+    consumer.close()
+
+    cluster.broker(coordinator).kill()
+    moved = cluster.observe().wait(
+        lambda i: i.topics.by_name[OFFSETS_TOPIC].partitions[partition].leader == successor, "the successor leading"
+    )
+    assert moved.topics.by_name[OFFSETS_TOPIC].partitions[partition].leader == successor
+    admin = AdminClient({"bootstrap.servers": cluster.broker(successor).bootstrap})
+
+    def committed() -> int:
+        """The group's offset as the coordinator answers (-1 while it loads, retried)."""
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+        try:
+            [answer] = admin.list_consumer_group_offsets([request])[group].result(BOUND).topic_partitions
+        except KafkaException:
+            return -1
+        return int(answer.offset)
+
+    wait_for(lambda: committed() == 42, "the offset at the new coordinator", BOUND)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 43)], asynchronous=False)
+    consumer.close()
+    assert committed() == 43
+
+
+@pytest.mark.parametrize(
+    ("coordinator", "data_leader"),
+    [(KAFKA, KBROKER_1), (KBROKER_1, KAFKA)],
+    ids=["kafka-coordinates-kbroker-leads", "kbroker-coordinates-kafka-leads"],
+)
+def test_transactions_cross_implementations_and_survive_their_coordinators_death(
+    cluster: MixedCluster, coordinator: int, data_leader: int
+) -> None:
+    """One implementation's transaction coordinator writes its markers to the other's partition leader (and is
+    verified by it); a transaction left open when the coordinator dies is committed through the other
+    implementation's coordinator, which loaded it from its replica of __transaction_state. Every replica of the
+    data partition ends with the same bytes, markers included."""
+    successor = KBROKER_1 if coordinator == KAFKA else KAFKA
+    partitions = internal_topic(cluster, TRANSACTION_TOPIC, 1)
+    transactional_id, partition = key_placed(partitions, f"txn-{coordinator}", coordinator, successor)
+    topic = f"txn-{IMPLEMENTATION_OF[coordinator]}-coordinates"
+    third = next(node for node in IMPLEMENTATION_OF if node not in (coordinator, data_leader))
+    created = create_assigned_topic(cluster, topic, [data_leader, third, coordinator])
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id, "message.timeout.ms": 60000}
+    )
+    producer.init_transactions(BOUND)
+
+    def transaction(values: list[bytes], commit: bool) -> None:
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        if commit:
+            producer.commit_transaction(BOUND)
+        else:
+            producer.abort_transaction(BOUND)
+
+    transaction([b"c0", b"c1", b"c2"], commit=True)
+    transaction([b"a0", b"a1"], commit=False)
+    assert read_committed(cluster, topic, 3) == [b"c0", b"c1", b"c2"]
+
+    producer.begin_transaction()
+    producer.produce(topic, value=b"d0", partition=0)
+    producer.produce(topic, value=b"d1", partition=0)
+    assert producer.flush(BOUND) == 0
+    cluster.broker(coordinator).kill()
+    cluster.observe().wait(
+        lambda i: i.topics.by_name[TRANSACTION_TOPIC].partitions[partition].leader == successor, "a new coordinator"
+    )
+    for _ in range(60):  # the producer finds the new coordinator; retriable errors meanwhile
+        try:
+            producer.commit_transaction(BOUND)
+            break
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+    else:
+        raise AssertionError("the commit never completed")
+    assert read_committed(cluster, topic, 5) == [b"c0", b"c1", b"c2", b"d0", b"d1"]
+
+    cluster.broker(coordinator).start()
+    leader = cluster.broker(data_leader)
+    back = wait_registration(cluster, topic, lambda r: len(r.isr) == 3, "every replica back in sync")
+    assert back.leader == data_leader and back.leader_epoch == created.leader_epoch
+    assert_replicas_hold_the_same_bytes(cluster, topic, leader, back.leader_epoch)
+
+
+def read_committed(cluster: MixedCluster, topic: str, count: int) -> list[bytes]:
+    """The values of partition 0 a read_committed consumer sees (``count`` of them, then nothing more)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"reader-{topic}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    try:
+        wait_for(lambda: _poll_into(consumer, values) >= count, f"{count} committed records of {topic}", BOUND)
+        assert consumer.poll(2.0) is None
+    finally:
+        consumer.close()
+    return values
+
+
+def _poll_into(consumer: Consumer, values: list[bytes]) -> int:
+    message = consumer.poll(0.5)
+    if message is not None and message.error() is None:
+        values.append(message.value())
+    return len(values)
