@@ -132,7 +132,7 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (0, "All of the log directories are already formatted.\n")
 
 
-# --- against Apache Kafka 4.4 (one JVM at a time: flock /work/wt/kafka.lock) -------------------------------
+# --- against Apache Kafka 4.4 (one JVM at a time) -------------------------------
 
 
 def kafka_storage_format(classpath: str, config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
