@@ -99,6 +99,15 @@ def inter_broker_security(config: BrokerConfig) -> NodeSecurity:
             f"inter-broker listener {listener} is not in listener.security.protocol.map "
             "(set inter.broker.listener.name to a listener this broker serves)"
         )
+    from kbroker.server.listeners import parse_listeners
+
+    served = parse_listeners(config["listeners"], config["advertised.listeners"], config.listener_settings)
+    if listener not in {spec.name for spec in served.listeners}:
+        # Kafka's rule too: the other brokers reach this one on the listener it reaches them on.
+        raise ConfigError(
+            f"inter-broker listener {listener} is not one of this broker's listeners "
+            f"({', '.join(spec.name for spec in served.listeners)}): set inter.broker.listener.name to one of them"
+        )
     security = _node_security(
         config, listener, protocol, "sasl.mechanism.inter.broker.protocol", "inter-broker listener"
     )

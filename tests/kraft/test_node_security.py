@@ -99,7 +99,8 @@ def create_topic(broker: RunningBroker, listener: str, security: NodeSecurity, t
 
 def inter_broker(listener: str, extra: dict[str, str]) -> NodeSecurity:
     """The inter-broker security of a broker configured like Kafka's with ``extra``."""
-    return inter_broker_security(BrokerConfig({**QUORUM, "inter.broker.listener.name": listener, **extra}))
+    settings = {**QUORUM, "listeners": f"{listener}://127.0.0.1:0", "inter.broker.listener.name": listener}
+    return inter_broker_security(BrokerConfig({**settings, **extra}))
 
 
 # --- the client handshakes against kbroker's listeners ---------------------------------------------------------
@@ -200,7 +201,9 @@ def test_the_listeners_and_mechanisms_are_chosen_as_kafkas_broker_chooses(stores
     assert "i-secret" not in repr(brokers)
     # Without inter.broker.listener.name: the listener named after security.inter.broker.protocol; a controller
     # listener the map does not name is PLAINTEXT.
-    plain = BrokerConfig({**QUORUM, "security.inter.broker.protocol": "SSL", **stores})
+    plain = BrokerConfig(
+        {**QUORUM, "listeners": "SSL://127.0.0.1:0", "security.inter.broker.protocol": "SSL", **stores}
+    )
     assert inter_broker_security(plain).listener == "SSL"
     assert controller_security(plain) == NodeSecurity("PLAINTEXT", "CONTROLLER")
 
@@ -216,6 +219,11 @@ def test_the_listeners_and_mechanisms_are_chosen_as_kafkas_broker_chooses(stores
             {"listener.security.protocol.map": "BROKER:SSL,CONTROLLER:PLAINTEXT", "inter.broker.listener.name": "X"},
             "inter-broker listener X is not in listener.security.protocol.map (set inter.broker.listener.name to "
             "a listener this broker serves)",
+        ),
+        (
+            {"security.inter.broker.protocol": "SASL_SSL"},
+            "inter-broker listener SASL_SSL is not one of this broker's listeners (SASL_PLAINTEXT, SSL): set "
+            "inter.broker.listener.name to one of them",
         ),
         (
             {"security.inter.broker.protocol": "SASL_PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN"},
@@ -261,5 +269,5 @@ def test_the_listeners_and_mechanisms_are_chosen_as_kafkas_broker_chooses(stores
 )
 def test_bad_settings_are_refused_in_one_line(settings: dict[str, str], line: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        cluster_security(BrokerConfig({**QUORUM, **settings}))
+        cluster_security(BrokerConfig({**QUORUM, "listeners": "SASL_PLAINTEXT://:0,SSL://:0", **settings}))
     assert str(refused.value) == line
