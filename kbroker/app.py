@@ -66,7 +66,13 @@ class Settings(_SettingsFields):
     def security(self) -> dict[str, ListenerSecurity]:
         """Each listener's TLS context and SASL settings; ConfigError for a mistake (checked before start-up)."""
         served = {spec.name for spec in self.listeners.listeners}
-        for name in sorted(set(self.config.listener_overrides) - served):
+        # A controller listener's settings are this broker's as a client of the controllers (node_security.py).
+        controllers = (
+            {n.strip().upper() for n in (self.config["controller.listener.names"] or "").split(",")}
+            if self.config["process.roles"] == "broker"
+            else set()
+        )
+        for name in sorted(set(self.config.listener_overrides) - served - controllers):
             log.warning("listener.name.%s.* settings name no listener this broker serves: not applied", name.lower())
         return {spec.name: listener_security(spec, self.config) for spec in self.listeners.listeners}
 

@@ -167,6 +167,7 @@ class Broker:
                         response_max_bytes=config["replica.fetch.response.max.bytes"],
                         backoff_ms=config["replica.fetch.backoff.ms"],
                     ),
+                    security=None if self.kraft is None else self.cluster_security.inter_broker,
                 ),
             )
             self.replicas.open_followers(self._followed_partitions())
@@ -237,6 +238,7 @@ class Broker:
                     leader_of=self._partition_leader,
                     address_of=self._inter_broker_address,
                     written=self.transactions.remote_marker_written,
+                    security=self.cluster_security.inter_broker,
                 )
             if self.logs.durable:  # the transactions journal of an older kbroker, once
                 migrate_transactions_journal(data_dir, self.transactions)
@@ -279,7 +281,7 @@ class Broker:
         if broker is None:
             return None
         name = self.config["inter.broker.listener.name"] or self.config["security.inter.broker.protocol"]
-        endpoint = broker.endpoints.get(name)
+        endpoint = broker.endpoints.get(name.strip().upper())
         return None if endpoint is None else Address(endpoint.host, endpoint.port, endpoint.security_protocol)
 
     def _partition_leader(self, topic: str, index: int) -> int | None:
@@ -419,8 +421,11 @@ class Broker:
     def _join_quorum(self, directory_id: uuid.UUID, *, durable: bool) -> QuorumController:
         """The broker role's parts (kbroker/kraft): the metadata follows the quorum's log (its local copy read back
         first), admin goes to its active controller."""
+        from kbroker.kraft.node_security import cluster_security
         from kbroker.kraft.role import BrokerRole
 
+        # TLS and SASL towards the controllers and the other brokers: a mistake stops the start in one line.
+        self.cluster_security = cluster_security(self.config)
         metadata_log = MetadataLog(self.data_dir) if durable else None
         try:
             self.kraft = BrokerRole(
@@ -431,6 +436,7 @@ class Broker:
                 directory_id=directory_id,
                 metadata_log=metadata_log,
                 data_dir=self.data_dir if durable else None,
+                security=self.cluster_security.controller,
             )
         except BaseException:
             if metadata_log is not None:

@@ -86,24 +86,14 @@ def _broker_role_problems(values: Mapping[str, Any], given: Mapping[str, str]) -
     if missing:
         return [f"process.roles=broker needs {' and '.join(missing)} (as Kafka's broker does)"]
     from kbroker.kraft.quorum import QuorumConfigError, parse_bootstrap, parse_voters
-    from kbroker.server.listeners import parse_protocol_map
 
     try:
         parse_bootstrap(values["controller.quorum.bootstrap.servers"])
         parse_voters(values["controller.quorum.voters"])
     except QuorumConfigError as exc:
         return [str(exc)]
-    # The controllers are reached on the first of controller.listener.names, with its security protocol.
-    name = values["controller.listener.names"].split(",")[0].strip().upper()
-    try:
-        protocol = parse_protocol_map(values["listener.security.protocol.map"]).get(name, "PLAINTEXT")
-    except ConfigError:
-        return []  # the listener parser reports it
-    if protocol != "PLAINTEXT":
-        return [
-            f"controller listener {name} is {protocol} in listener.security.protocol.map: kbroker reaches the KRaft "
-            "controllers over PLAINTEXT only"
-        ]
+    # How the controllers and the other brokers are reached (TLS, SASL) is checked as the broker starts, where its
+    # key and trust stores are read (kbroker/kraft/node_security.py).
     return []
 
 

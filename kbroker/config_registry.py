@@ -199,6 +199,10 @@ QUORUM_KEYS = (
     "offsets.topic.replication.factor",
     "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr",
+    # how this broker connects to the controllers and the other brokers (kbroker/kraft/node_security.py)
+    "security.inter.broker.protocol",
+    "sasl.mechanism.inter.broker.protocol",
+    "sasl.mechanism.controller.protocol",
 )
 CONTROLLER_ROLE_REFUSED = (
     "process.roles=controller is not supported: kbroker implements the KRaft broker role only; run Apache Kafka's "

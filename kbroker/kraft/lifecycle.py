@@ -88,6 +88,7 @@ class BrokerLifecycleManager:
         self.fenced = True
         self.registered = trio.Event()
         self.unfenced = trio.Event()
+        self.last_failure: str | None = None  # the last failed connection to the quorum, said if none registers it
         self.shutdown_allowed = trio.Event()
         self._want_shut_down = False
         self._wake = trio.Event()
@@ -157,6 +158,7 @@ class BrokerLifecycleManager:
         try:
             return address, await self.quorum.channel(address, "lifecycle").request(request)
         except ChannelError as exc:
+            self.last_failure = str(exc)
             log.info("%s to the controller quorum failed (retrying): %s", what, exc)
             self.quorum.forget_leader()
             await trio.sleep(RETRY_SECONDS)

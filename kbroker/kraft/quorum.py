@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kbroker.kraft.channel import NodeChannel
+from kbroker.kraft.node_security import PLAINTEXT_NODE, NodeSecurity
 
 
 class QuorumConfigError(ValueError):
@@ -46,6 +47,7 @@ class QuorumView:
 
     bootstrap: list[tuple[str, int]]
     client_id: str
+    security: NodeSecurity = PLAINTEXT_NODE  # the controller listener's TLS and SASL
     leader_id: int = -1
     leader_epoch: int = -1
     leader_address: tuple[str, int] | None = None
@@ -79,7 +81,7 @@ class QuorumView:
         key = (f"{address[0]}#{purpose}", address[1])
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = NodeChannel(*address, client_id=self.client_id)
+            channel = self._channels[key] = NodeChannel(*address, client_id=self.client_id, security=self.security)
         return channel
 
     def leader_api_versions(self) -> dict[int, tuple[int, int]] | None:

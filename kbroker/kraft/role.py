@@ -28,6 +28,7 @@ from kbroker.kraft import BrokerRoleError
 from kbroker.kraft.forwarding import QuorumController
 from kbroker.kraft.lifecycle import BrokerLifecycleManager, BrokerListener
 from kbroker.kraft.metadata_follower import MetadataFollower
+from kbroker.kraft.node_security import PLAINTEXT_NODE, NodeSecurity
 from kbroker.kraft.quorum import QuorumView, parse_bootstrap, parse_voters
 from kbroker.metadata.controller import Listener, MetadataCache
 from kbroker.metadata.features import KRAFT_BROKER_FEATURES
@@ -65,9 +66,11 @@ class BrokerRole:
         directory_id: uuid.UUID,
         metadata_log: MetadataLog | None = None,
         data_dir: Path | None = None,
+        security: NodeSecurity = PLAINTEXT_NODE,
     ) -> None:
         """``metadata_log``: the broker's local copy of the quorum's log, read back here (None: memory only);
-        ``data_dir``: where the epoch of a clean stop is kept (None: nowhere)."""
+        ``data_dir``: where the epoch of a clean stop is kept (None: nowhere); ``security``: how the controllers
+        are reached (their listener's TLS and SASL)."""
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.directory_id = directory_id
@@ -75,7 +78,7 @@ class BrokerRole:
         self.registration_timeout = config["initial.broker.registration.timeout.ms"] / 1000
         self.data_dir = data_dir
         self.previous_broker_epoch = self._take_clean_epoch()
-        self.quorum = QuorumView(quorum_addresses(config), client_id=f"kbroker-broker-{node_id}")
+        self.quorum = QuorumView(quorum_addresses(config), client_id=f"kbroker-broker-{node_id}", security=security)
         self.follower = MetadataFollower(
             self.quorum,
             cache,
@@ -126,10 +129,11 @@ class BrokerRole:
                 if not lifecycle.unfenced.is_set():
                     where = ", ".join(f"{host}:{port}" for host, port in self.quorum.bootstrap)
                     what = "unfenced" if lifecycle.registered.is_set() else "registered"
+                    failure = "" if lifecycle.last_failure is None else f"; last failure: {lifecycle.last_failure}"
                     raise BrokerRoleError(
                         f"no KRaft controller at {where} {what} broker {self.node_id} within "
                         f"{self.registration_timeout:g} s (initial.broker.registration.timeout.ms; is the controller "
-                        "quorum running, and are these its controller listeners?)"
+                        f"quorum running, and are these its controller listeners?){failure}"
                     )
                 await nursery.start(self.controller.run)
                 log.info("broker %d unfenced (broker epoch %d)", self.node_id, lifecycle.broker_epoch)

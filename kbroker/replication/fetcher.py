@@ -25,9 +25,9 @@ the partition until a newer registration; UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FO
 failed connection back off replica.fetch.backoff.ms. A fault in one partition's answer parks that partition, a
 fault elsewhere retries the round after the back-off: neither ends the broker.
 
-Fetches are full requests (no KIP-227 session) and PLAINTEXT only: a leader reachable only over SSL or SASL is
-logged and not fetched from. The connection and the messages load with the first fetcher: a single node, which
-follows nothing, starts without them.
+Fetches are full requests (no KIP-227 session), over the inter-broker listener's TLS and SASL as this broker's
+config sets them (kbroker/kraft/node_security.py), whatever protocol the leader registered. The connection and
+the messages load with the first fetcher: a single node, which follows nothing, starts without them.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from protocol.errors import ErrorCode, KafkaError, error_name
 
 if TYPE_CHECKING:
     from kbroker.kraft.channel import NodeChannel
+    from kbroker.kraft.node_security import NodeSecurity
     from protocol.messages.fetch_response import FetchResponse
 
 log = logging.getLogger("kbroker.replication")
@@ -60,11 +61,6 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 API_VERSIONS_VERSION = 3
 PLAINTEXT = 0
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # by Kafka's SecurityProtocol id
-
-
-def _protocol_name(protocol_id: int) -> str:
-    return SECURITY_PROTOCOLS[protocol_id] if 0 <= protocol_id < len(SECURITY_PROTOCOLS) else str(protocol_id)
 
 
 class Address(NamedTuple):
@@ -122,6 +118,7 @@ class ReplicaFetcher:
         self._changed = trio.Event()  # a partition was added
         self._channel: NodeChannel | None = None
         self._unreachable_logged = False
+        self._refusal_logged = False  # the last failure was a refused login, already warned of
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher({self.client_id}, {sorted(self.states)})"
@@ -145,18 +142,14 @@ class ReplicaFetcher:
             self.ended.set()
 
     async def _round(self) -> None:
-        from kbroker.kraft.channel import ChannelError
+        from kbroker.kraft.channel import ChannelAuthenticationError, ChannelError
 
         settings = self.manager.settings
         address = self.manager.address_of(self.source_id)
-        if address is None or address.security_protocol != PLAINTEXT:
+        if address is None:
             if not self._unreachable_logged:
-                what = "is not registered on the inter-broker listener" if address is None else (
-                    f"is reached over {_protocol_name(address.security_protocol)}, and replica fetching is "
-                    "PLAINTEXT only"
-                )  # fmt: skip
-                log.warning("%s: broker %d %s; retried every %d ms", self.client_id, self.source_id, what,
-                            settings.backoff_ms)  # fmt: skip
+                log.warning("%s: broker %d is not registered on the inter-broker listener; retried every %d ms",
+                            self.client_id, self.source_id, settings.backoff_ms)  # fmt: skip
                 self._unreachable_logged = True
             await self._pause(settings.backoff_ms / 1000)
             return
@@ -170,9 +163,14 @@ class ReplicaFetcher:
                 await self._wait_for_ready()
                 return
             await self._fetch(channel, ready)
+            self._refusal_logged = False
         except ChannelError as exc:
-            log.info("%s: fetching from broker %d failed, retried in %d ms: %s", self.client_id, self.source_id,
-                     settings.backoff_ms, exc)  # fmt: skip
+            # A refused TLS or SASL login needs the settings fixed: said as a warning, once until one succeeds.
+            refused = isinstance(exc, ChannelAuthenticationError)
+            level = logging.WARNING if refused and not self._refusal_logged else logging.INFO
+            self._refusal_logged = refused
+            log.log(level, "%s: fetching from broker %d failed, retried in %d ms: %s", self.client_id,
+                    self.source_id, settings.backoff_ms, exc)  # fmt: skip
             self._delay(self.states.values())
         except Exception:  # a fault here must not end the broker: logged, and the round tried again later
             log.exception("%s: fetching from broker %d failed, retried in %d ms", self.client_id, self.source_id,
@@ -182,12 +180,15 @@ class ReplicaFetcher:
 
     async def _channel_to(self, address: Address) -> NodeChannel:
         from kbroker.kraft.channel import NodeChannel
+        from kbroker.kraft.node_security import PLAINTEXT_NODE
 
         channel = self._channel
         if channel is None or (channel.host, channel.port) != (address.host, address.port):
             if channel is not None:  # the broker registered again elsewhere
                 await channel.aclose()
-            channel = self._channel = NodeChannel(address.host, address.port, client_id=self.client_id)
+            channel = self._channel = NodeChannel(
+                address.host, address.port, client_id=self.client_id, security=self.manager.security or PLAINTEXT_NODE
+            )
         return channel
 
     def _ready(self) -> list[FetchState]:
@@ -533,10 +534,12 @@ class ReplicaFetcherManager:
         clock: Callable[[], int],
         settings: FetcherSettings = DEFAULT_SETTINGS,
         max_fetch_version: int | None = None,
+        security: NodeSecurity | None = None,
     ) -> None:
         """``address_of``: a broker's endpoint on the inter-broker listener (None: not registered there);
         ``broker_epoch``: this broker's epoch in the image (-1 without one); ``topic_id_of``: a topic's id in
-        the image; ``max_fetch_version``: the newest Fetch version to send (None: the newest both sides know)."""
+        the image; ``max_fetch_version``: the newest Fetch version to send (None: the newest both sides know);
+        ``security``: the inter-broker listener's TLS and SASL (None: PLAINTEXT)."""
         self.local_broker_id = local_broker_id
         self.address_of = address_of
         self.broker_epoch = broker_epoch
@@ -544,6 +547,7 @@ class ReplicaFetcherManager:
         self.clock = clock
         self.settings = settings
         self.max_fetch_version = max_fetch_version
+        self.security = security
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._nursery: trio.Nursery | None = None
 

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import trio
 
 from kbroker.kraft.channel import ChannelError, NodeChannel
+from kbroker.kraft.node_security import PLAINTEXT_NODE, NodeSecurity
 from kbroker.replication.fetcher import Address
 from protocol.errors import ErrorCode
 from protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
@@ -66,14 +67,16 @@ class RemoteTransactions:
         leader_of: Callable[[str, int], int | None],
         address_of: Callable[[int], Address | None],
         written: Callable[[RemoteMarker], None],
+        security: NodeSecurity = PLAINTEXT_NODE,
     ) -> None:
         """``leader_of``: a partition's leader in the image (None: the image has no such partition; -1: no leader
         now). ``address_of``: a broker's inter-broker endpoint. ``written``: told of each marker written (or
-        dropped), in the broker's trio task."""
+        dropped), in the broker's trio task. ``security``: the inter-broker listener's TLS and SASL."""
         self.node_id = node_id
         self._leader_of = leader_of
         self._address_of = address_of
         self._written = written
+        self._security = security
         self._queued: set[RemoteMarker] = set()  # markers to send (again): a set, so a marker is owed once
         self._wake = trio.Event()
         self._channels: dict[tuple[str, int, str], NodeChannel] = {}  # (host, port, purpose) -> channel
@@ -194,7 +197,10 @@ class RemoteTransactions:
         channel = self._channels.get(key)
         if channel is None:
             channel = self._channels[key] = NodeChannel(
-                address.host, address.port, client_id=f"kbroker-txn-{purpose}-{self.node_id}"
+                address.host,
+                address.port,
+                client_id=f"kbroker-txn-{purpose}-{self.node_id}",
+                security=self._security,
             )
         return channel
 
