@@ -73,6 +73,26 @@ def _error(
     )
 
 
+async def _check_one_producer(request: ProduceRequest, turns: Turns) -> None:
+    """A transactional produce carries the batches of one producer (id and epoch): as Kafka's ReplicaManager, a
+    request whose transactional batches name several is refused whole with INVALID_PRODUCER_ID_MAPPING (it would
+    otherwise be verified with one of them, and its other batches appended unverified)."""
+    producers: set[tuple[int, int]] = set()
+    for topic_data in request.topic_data:
+        for part in topic_data.partition_data:
+            await turns.step()
+            records = part.records
+            if records is None or len(records) < HEADER_SIZE or not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+                continue
+            header = BatchHeader.parse(records)
+            if header.producer_id >= 0:
+                producers.add((header.producer_id, header.producer_epoch))
+    if len(producers) > 1:
+        raise KafkaError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING, "Transactional records contained more than one producer ID"
+        )
+
+
 async def _has_transactional_batch(request: ProduceRequest, turns: Turns) -> bool:
     for topic_data in request.topic_data:
         for part in topic_data.partition_data:
@@ -190,8 +210,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
-    # Transactional: verified by a coordinator on another broker before anything is appended.
-    remote = await _verify_remotely(ctx, request) if request.transactional_id is not None else None
+    remote = None
+    if request.transactional_id is not None:
+        await _check_one_producer(request, turns)
+        # Verified by a coordinator on another broker before anything is appended.
+        remote = await _verify_remotely(ctx, request)
     acks = request.acks
     now_ms = int(time.time() * 1000)
     by_id = ctx.api_version >= 13
