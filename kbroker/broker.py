@@ -237,6 +237,7 @@ class Broker:
                     leader_of=self._partition_leader,
                     address_of=self._inter_broker_address,
                     written=self.transactions.remote_marker_written,
+                    owed=self.transactions.owes_marker,
                 )
             if self.logs.durable:  # the transactions journal of an older kbroker, once
                 migrate_transactions_journal(data_dir, self.transactions)

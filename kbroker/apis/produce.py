@@ -264,6 +264,19 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
             txn_error = _transaction_error(ctx, request.transactional_id, info.name, part.index, records, remote)
+            if (
+                txn_error == ErrorCode.NONE
+                and remote is None
+                and request.transactional_id is not None
+                and getattr(ctx, "transactions", None) is not None
+                and len(records) >= HEADER_SIZE
+                and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT
+            ):
+                # This broker coordinates it: the transaction's state (the partition just added, for v12+) must be
+                # on the ISR before the records are appended, as Kafka's verification waits for it.
+                txn_error = _verification_error(
+                    await ctx.transactions.replicated(request.transactional_id), ctx.api_version
+                )
             if txn_error != ErrorCode.NONE:
                 results.append(_error(part.index, txn_error, _VERIFICATION_MESSAGES.get(txn_error)))
                 continue

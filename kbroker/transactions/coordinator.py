@@ -32,7 +32,10 @@ coordinator writes PrepareX to its journal, then appends the control batch to ev
 CompleteX, and only then answers: a read_committed consumer sees a committed transaction as soon as
 commitTransaction returns. In a cluster, the markers of partitions (and groups' ``__consumer_offsets`` partitions)
 that other brokers lead go to those leaders in WriteTxnMarkers (kbroker/transactions/remote.py), as Kafka's do:
-EndTxn is answered once PrepareX is written, and CompleteX follows when the last leader wrote its marker.
+EndTxn is answered once PrepareX is written, and CompleteX follows when the last leader wrote its marker. In a
+cluster every transition is on the ISR of its ``__transaction_state`` partition before the request is answered
+(``replicated``, Kafka's acks=-1 append), and no marker is written before its PrepareX is: a coordinator failing
+over leaves its successor every decision a client was told of, and none it was not.
 If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
 is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
 written the id answers CONCURRENT_TRANSACTIONS.
@@ -253,10 +256,26 @@ class _Repair(NamedTuple):
 
 @dataclass(slots=True)
 class _PendingMarkers:
-    """Markers of a PrepareX transaction not yet written (a write failed): retried on the timer."""
+    """Markers of a PrepareX transaction not yet written (a write failed, or PrepareX is not yet replicated):
+    retried on the timer."""
 
     partitions: set[tuple[str, int]] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
+    # In a cluster: the end of PrepareX in the id's __transaction_state partition, which the ISR must have before
+    # any marker is written (-1: nothing to wait for).
+    after: int = -1
+
+
+# A failed replication of __transaction_state as the client gets it (Kafka's TransactionStateManager).
+_REPLICATION_ERRORS = {
+    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+}
 
 
 class TransactionCoordinator:
@@ -298,6 +317,7 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
         self._pending_repairs: dict[tuple[str, int], _Repair] = {}  # markers a crash lost that failed again
+        self._written_end: dict[int, int] = {}  # each __transaction_state partition's end after this leader's writes
         self._marker_retry_ms = 0  # wall time of the next retry of markers that failed
         # Each id's timer (a timeout or an expiry) by wall time: a heap whose superseded entries are skipped.
         self._timers: list[tuple[int, str]] = []
@@ -395,6 +415,7 @@ class TransactionCoordinator:
     def _forget_partition(self, partition: int) -> None:
         """Its shard was unloaded (this broker no longer leads it): its ids' states, timers and owed markers go
         with it, as on Kafka (the new leader's coordinator takes them over from the log)."""
+        self._written_end.pop(partition, None)
         for transactional_id in [t for t in self.transactions if self.partition_for(t) == partition]:
             del self.transactions[transactional_id]
             self._timer_at.pop(transactional_id, None)
@@ -538,11 +559,60 @@ class TransactionCoordinator:
             self.ensure_topic()
             partition = self.partition_for(transactional_id)
             self.state_log.load_if_led(partition)
-            self.state_log.write(partition, lambda shard: (records, None))
+            written = self.state_log.write(partition, lambda shard: (records, None))
         except (OSError, StorageError, KafkaError) as exc:
             log.error("%s: writing the state of %r failed: %s", TRANSACTION_TOPIC, transactional_id, exc)
             raise TransactionLogError(f"writing {TRANSACTION_TOPIC} failed: {exc}") from None
+        self._written_end[partition] = written.end_offset
         self._set_timer(transactional_id, metadata)
+
+    async def replicated(self, transactional_id: str) -> ErrorCode:
+        """Wait until the ISR has what the id's __transaction_state partition holds, as Kafka answers a transaction
+        request only once its transition is appended with acks=-1: a coordinator failing over must leave its
+        successor every transition a client was told of. NONE, or the error the client gets then (NOT_COORDINATOR
+        if this broker stopped leading the partition, COORDINATOR_NOT_AVAILABLE if the ISR is too small or the
+        wait timed out). At once on a single node."""
+        if self._replicas is None:
+            return ErrorCode.NONE
+        partition = self.partition_for(transactional_id)
+        end = self._written_end.get(partition)
+        if end is None:
+            return ErrorCode.NONE
+        try:
+            await self.state_log.committed(partition, end)
+        except KafkaError as exc:
+            log.info("%s-%d: %r not replicated: %s", TRANSACTION_TOPIC, partition, transactional_id, exc.message)
+            return _REPLICATION_ERRORS.get(exc.code, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return ErrorCode.NONE
+
+    def _state_replicated(self, transactional_id: str, end: int) -> bool:
+        """The ISR (at least min.insync.replicas of it) has the id's __transaction_state partition up to ``end``."""
+        if self._replicas is None or end < 0:
+            return True
+        replica = self._replicas.partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        return replica is not None and replica.acks_reached(end) == ErrorCode.NONE
+
+    def write_prepared_markers(self, transactional_id: str) -> None:
+        """EndTxn's PrepareX is replicated: write its markers now rather than on the next timer."""
+        pending = self._pending_markers.get(transactional_id)
+        metadata = self.transactions.get(transactional_id)
+        if pending is None or metadata is None or not metadata.state.is_prepare:
+            return
+        if self._state_replicated(transactional_id, pending.after):
+            pending.after = -1
+            self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
+
+    def _markers_after_replication(self, metadata: TransactionMetadata) -> bool:
+        """In a cluster, PrepareX just written: its markers wait until the ISR has it (Kafka sends them from the
+        append's completion), so a successor coordinator that never saw the decision finds no marker of it; True
+        if so deferred (written by ``write_prepared_markers`` or the timer)."""
+        end = self._written_end.get(self.partition_for(metadata.transactional_id), -1)
+        if self._state_replicated(metadata.transactional_id, end):
+            return False  # already (a single node's own log): written at once
+        owed = _PendingMarkers(set(metadata.partitions), set(metadata.groups), after=end)
+        self._pending_markers[metadata.transactional_id] = owed
+        self._schedule_marker_retry(self._now_ms())
+        return True
 
     def flush(self) -> None:
         for partition in range(self.partition_count):
@@ -857,6 +927,8 @@ class TransactionCoordinator:
             self._persist(prepared, metadata.transactional_id)
         except TransactionLogError:
             return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
+        if self._markers_after_replication(prepared):
+            return self._answer(ErrorCode.NONE, prepared, tv2)
         completed = self._write_markers_and_complete(prepared, set(prepared.partitions), set(prepared.groups))
         # The decision is persisted: the answer is NONE even if some markers wait for a retry (as Kafka).
         return self._answer(ErrorCode.NONE, completed or prepared, tv2)
@@ -872,7 +944,8 @@ class TransactionCoordinator:
             last_update_ms=self._now_ms(),
         )
         self._persist(aborting, metadata.transactional_id)
-        self._write_markers_and_complete(aborting, set(aborting.partitions), set(aborting.groups))
+        if not self._markers_after_replication(aborting):
+            self._write_markers_and_complete(aborting, set(aborting.partitions), set(aborting.groups))
 
     def _write_markers_and_complete(
         self, metadata: TransactionMetadata, partitions: set[tuple[str, int]], groups: set[str]
@@ -1055,6 +1128,15 @@ class TransactionCoordinator:
         self.remote.send(marker)
         return True
 
+    def owes_marker(self, marker: RemoteMarker) -> bool:
+        """This broker still coordinates the marker's transactional id, in the coordinator epoch the marker carries
+        (Kafka cancels a marker whose coordinator lost the partition or loaded it again since)."""
+        partition = self.partition_for(marker.transactional_id)
+        return (
+            partition in self.state_log.shards
+            and self.state_log.coordinator_epoch(partition) == marker.coordinator_epoch
+        )
+
     def remote_marker_written(self, marker: RemoteMarker) -> None:
         """Another broker wrote (or, as Kafka, dropped) a marker sent to it: the transaction that owed it completes
         once nothing else is owed."""
@@ -1152,6 +1234,10 @@ class TransactionCoordinator:
                 if metadata is None or not metadata.state.is_prepare:
                     self._pending_markers.pop(transactional_id, None)
                     continue
+                if not self._state_replicated(transactional_id, pending.after):
+                    self._schedule_marker_retry(now_ms)  # PrepareX not on the ISR yet: looked at again
+                    continue
+                pending.after = -1
                 self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
         while (earliest := self._earliest_timer()) is not None and earliest[0] <= now_ms:
             transactional_id = earliest[1]

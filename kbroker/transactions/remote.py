@@ -9,7 +9,10 @@ Two of Kafka's broker components in miniature:
   until the marker is written; the coordinator is then told (``written``) and completes the transaction once every
   marker is. As Kafka, a marker answered INVALID_PRODUCER_EPOCH, PRODUCER_FENCED or UNKNOWN_TOPIC_OR_PARTITION is
   dropped (a newer epoch of the producer is there, or the partition is gone), and a partition that the image no
-  longer has is dropped too.
+  longer has is dropped too. A marker this broker no longer owes (it stopped coordinating the transactional id,
+  or coordinates it in a newer epoch: ``owed``), or answered TRANSACTION_COORDINATOR_FENCED (a newer coordinator
+  wrote there), is cancelled without being counted as written, as Kafka's TransactionMarkerRequestCompletionHandler
+  cancels them: the coordinator that now owns the transaction writes its markers.
 - **Verification** (Kafka's AddPartitionsToTxnManager): a transactional Produce (or TxnOffsetCommit) reaching a
   broker whose transaction coordinator for that id is another asks that coordinator with AddPartitionsToTxn v4+ (the
   batched broker form, as Kafka 4.4's broker sends it): ``verify_only`` whether the partitions are part of the
@@ -92,14 +95,17 @@ class RemoteTransactions:
         leader_of: Callable[[str, int], int | None],
         address_of: Callable[[int], Address | None],
         written: Callable[[RemoteMarker], None],
+        owed: Callable[[RemoteMarker], bool] = lambda marker: True,
     ) -> None:
         """``leader_of``: a partition's leader in the image (None: the image has no such partition; -1: no leader
         now). ``address_of``: a broker's inter-broker endpoint. ``written``: told of each marker written (or
-        dropped), in the broker's trio task."""
+        dropped), in the broker's trio task. ``owed``: whether this broker still coordinates the marker's
+        transaction in the marker's coordinator epoch (asked before each attempt)."""
         self.node_id = node_id
         self._leader_of = leader_of
         self._address_of = address_of
         self._written = written
+        self._owed = owed
         self._queued: set[RemoteMarker] = set()  # markers to send (again): a set, so a marker is owed once
         self._wake = trio.Event()
         self._channels: dict[tuple[str, int, str], NodeChannel] = {}  # (host, port, purpose) -> channel
@@ -145,6 +151,15 @@ class RemoteTransactions:
     async def _send_round(self) -> None:
         by_leader: dict[int, list[RemoteMarker]] = {}
         for marker in list(self._queued):
+            if not self._owed(marker):  # another coordinator owns the transaction now: its markers are its own
+                log.info(
+                    "transactional id %r: %s-%d's marker cancelled (coordinated elsewhere or in a newer epoch now)",
+                    marker.transactional_id,
+                    marker.topic,
+                    marker.partition,
+                )
+                self._queued.discard(marker)
+                continue
             leader = self._leader_of(marker.topic, marker.partition)
             if leader is None:  # the topic is gone: as Kafka, its markers are dropped
                 self._done(marker)
@@ -205,6 +220,14 @@ class RemoteTransactions:
             code = codes.get((m.producer_id, m.topic, m.partition), ErrorCode.UNKNOWN_SERVER_ERROR)
             if code == ErrorCode.NONE:
                 self._done(m)
+            elif code == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                log.info(
+                    "transactional id %r: marker for %s-%d fenced by a newer coordinator; cancelled",
+                    m.transactional_id,
+                    m.topic,
+                    m.partition,
+                )
+                self._queued.discard(m)
             elif code in DROPPED:
                 log.warning(
                     "transactional id %r: %s marker for %s-%d not written by broker %d: %s",

@@ -1,10 +1,15 @@
-"""The verification a broker asks of a transaction coordinator on another broker (kbroker/transactions/remote.py,
-Kafka's AddPartitionsToTxnManager), against a real kbroker as that coordinator: the verifications waiting for one
-coordinator go in one AddPartitionsToTxn request, each transactional id answered with its own producer's state,
-and a transactional id queued twice keeps only its newest request."""
+"""A transaction coordinator's traffic with other brokers (kbroker/transactions/remote.py), against a real kbroker
+as the other broker.
+
+Verification (Kafka's AddPartitionsToTxnManager): the verifications waiting for one coordinator go in one
+AddPartitionsToTxn request, each transactional id answered with its own producer's state, and a transactional id
+queued twice keeps only its newest request. Markers (Kafka's TransactionMarkerRequestCompletionHandler): a marker
+answered TRANSACTION_COORDINATOR_FENCED, or one whose transaction this broker no longer coordinates, is
+cancelled, neither retried for ever nor counted as written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,22 +18,29 @@ import trio
 from kbroker.kraft.channel import NodeChannel
 from kbroker.replication.fetcher import Address
 from kbroker.testing import RunningBroker
-from kbroker.transactions.remote import RemoteTransactions
+from kbroker.transactions.remote import RemoteMarker, RemoteTransactions
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from tests.transactions.test_transaction_apis import TOPIC, add_partitions, create, init
+from tests.transactions.test_write_txn_markers import offsets, produce_transactional, write_markers
 
 COORDINATOR = 0
 
 
-def remote_for(broker: RunningBroker) -> RemoteTransactions:
+def remote_for(
+    broker: RunningBroker,
+    written: Callable[[RemoteMarker], None] = lambda marker: None,
+    owed: Callable[[RemoteMarker], bool] = lambda marker: True,
+) -> RemoteTransactions:
     host, port = broker.bootstrap.rsplit(":", 1)
     return RemoteTransactions(
         1,
         leader_of=lambda topic, index: COORDINATOR,
         address_of=lambda node: Address(host, int(port)) if node == COORDINATOR else None,
-        written=lambda marker: None,
+        written=written,
+        owed=owed,
     )
 
 
@@ -125,3 +137,50 @@ def test_a_transactional_id_queued_twice_keeps_its_newest_request(
     )
     # Only the newest of each pair went to the coordinator.
     assert sent == [[("twice", bumped.producer_id, bumped.producer_epoch, True)]] * 2
+
+
+def test_a_marker_fenced_or_no_longer_owed_is_cancelled(broker: RunningBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newer coordinator (epoch 5) ended a transaction on the partition, and the producer opened another: a
+    marker from the older coordinator (epoch 3) is answered TRANSACTION_COORDINATOR_FENCED and cancelled, the open
+    transaction left as it is; a marker of a transaction this broker no longer coordinates is not even sent."""
+    with WireClient(broker.bootstrap) as client:
+        create(client)
+        p = init(client, "fenced-marker")
+        assert add_partitions(client, "fenced-marker", p.producer_id, p.producer_epoch, {TOPIC: [0]}) == {(TOPIC, 0): 0}
+        produce_transactional(client, "fenced-marker", TOPIC, p.producer_id, p.producer_epoch)
+        newer = WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=p.producer_id,
+            producer_epoch=p.producer_epoch,
+            transaction_result=True,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=[0])],
+            coordinator_epoch=5,
+        )
+        assert write_markers(client, newer) == [(p.producer_id, TOPIC, 0, ErrorCode.NONE)]
+        produce_transactional(client, "fenced-marker", TOPIC, p.producer_id, p.producer_epoch, sequence=1)
+        open_end = offsets(client, TOPIC, 1)  # the last stable offset: the second transaction is open
+    marker = RemoteMarker("fenced-marker", p.producer_id, p.producer_epoch, True, 3, 1, TOPIC, 0)
+    written: list[RemoteMarker] = []
+    requests: list[Any] = []
+    original = NodeChannel.request
+
+    async def counting(self: NodeChannel, body: Any, version: int | None = None) -> Any:
+        requests.append(body)
+        return await original(self, body, version)
+
+    monkeypatch.setattr(NodeChannel, "request", counting)
+
+    async def settle(remote: RemoteTransactions) -> None:
+        async with trio.open_nursery() as service:
+            await service.start(remote.run)
+            remote.send(marker)
+            with trio.fail_after(20):  # retried for ever before: a bound against hanging, not a measure
+                while remote.pending():
+                    await trio.sleep(0.05)
+            service.cancel_scope.cancel()
+
+    trio.run(settle, remote_for(broker, written.append))
+    assert written == [] and len(requests) == 1
+    trio.run(settle, remote_for(broker, written.append, owed=lambda m: False))
+    assert written == [] and len(requests) == 1  # not sent
+    with WireClient(broker.bootstrap) as client:
+        assert offsets(client, TOPIC, 1) == open_end < offsets(client, TOPIC, 0)
