@@ -147,9 +147,11 @@ class MarkerTarget(Protocol):
 class TransactionalOffsets(Protocol):
     """What the coordinator needs of the offset store: applying or dropping a transaction's pending offsets."""
 
-    def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
+    def complete_transaction(self, group: str, producer_id: int, commit: bool, coordinator_epoch: int = 0) -> None: ...
 
-    def complete_partition_transaction(self, partition: int, producer_id: int, commit: bool) -> None: ...
+    def complete_partition_transaction(
+        self, partition: int, producer_id: int, commit: bool, coordinator_epoch: int = 0
+    ) -> None: ...
 
 
 class CompletedTransaction(NamedTuple):
@@ -960,7 +962,9 @@ class TransactionCoordinator:
             if self._send_group_marker(metadata, group, commit):
                 continue  # its __consumer_offsets partition is led elsewhere: done when that broker wrote it
             try:
-                self._offsets.complete_transaction(group, metadata.producer_id, commit)
+                self._offsets.complete_transaction(
+                    group, metadata.producer_id, commit, self._coordinator_epoch(metadata.transactional_id)
+                )
             except StorageError as exc:
                 log.warning(
                     "transactional id %r: offsets of group %r not completed yet: %s",
@@ -1038,7 +1042,9 @@ class TransactionCoordinator:
             # Added by a TxnOffsetCommit verified from another broker (transaction version 2): the marker goes
             # through the group coordinator's shard, which applies or drops the pending offsets there.
             try:
-                self._offsets.complete_partition_transaction(index, producer_id, commit)
+                self._offsets.complete_partition_transaction(
+                    index, producer_id, commit, self._coordinator_epoch(transactional_id)
+                )
             except StorageError as exc:
                 log.warning("transactional id %r: %s-%d not completed yet: %s", transactional_id, topic, index, exc)
                 return False
@@ -1079,6 +1085,10 @@ class TransactionCoordinator:
             message,
         )
         return False
+
+    def _coordinator_epoch(self, transactional_id: str) -> int:
+        """The epoch this broker coordinates the id in, which its markers carry (Kafka's coordinatorEpoch)."""
+        return self.state_log.coordinator_epoch(self.partition_for(transactional_id))
 
     @property
     def _local_node(self) -> int:
