@@ -316,6 +316,10 @@ class TransactionCoordinator:
         # Markers for partitions other brokers lead go through this (set by the broker in a cluster; None: every
         # partition is local).
         self.remote: RemoteTransactions | None = None
+        # Whether this broker may act as a coordinator yet: under a KRaft quorum, once its metadata image is
+        # current (a restarted broker replays an image in which it may still lead partitions it lost). Until then
+        # the timers (timeouts, markers) wait.
+        self.acting: Callable[[], bool] = lambda: True
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
         self._pending_repairs: dict[tuple[str, int], _Repair] = {}  # markers a crash lost that failed again
@@ -1031,9 +1035,10 @@ class TransactionCoordinator:
         transaction_version: int = 1,
     ) -> bool:
         leader = self._leader_of(topic, index)
-        if self.remote is not None and leader is not None and leader != self._local_node:
-            # Another broker leads it (or none does now): WriteTxnMarkers to its leader until written, after
-            # which ``remote_marker_written`` takes it off what this transaction owes.
+        if self.remote is not None and leader is not None:
+            # In a cluster: WriteTxnMarkers to its leader until written, this broker included (as Kafka's marker
+            # channel does), so the marker is appended as leader and counts once the ISR has it; after which
+            # ``remote_marker_written`` takes it off what this transaction owes.
             self.remote.send(
                 self._remote_marker(transactional_id, producer_id, epoch, commit, topic, index, transaction_version)
             )
@@ -1090,10 +1095,6 @@ class TransactionCoordinator:
         """The epoch this broker coordinates the id in, which its markers carry (Kafka's coordinatorEpoch)."""
         return self.state_log.coordinator_epoch(self.partition_for(transactional_id))
 
-    @property
-    def _local_node(self) -> int:
-        return self._replicas.local_broker_id if self._replicas is not None else -1
-
     def _leader_of(self, topic: str, index: int) -> int | None:
         """The partition's leader in the metadata image (-1: none now); None without a replica layer or for a
         partition the image does not have."""
@@ -1120,11 +1121,12 @@ class TransactionCoordinator:
         )
 
     def _send_group_marker(self, metadata: TransactionMetadata, group: str, commit: bool) -> bool:
-        """A group's offsets partition led by another broker gets its marker there (Kafka writes the marker to
-        the group's __consumer_offsets partition like any other); False if it is this broker's to complete."""
+        """In a cluster a group's offsets partition gets its marker from its leader, this broker included (Kafka
+        writes the marker to the group's __consumer_offsets partition like any other); False if there is no
+        replica layer (a single node completes it itself)."""
         index = offsets_partition(group, self.offsets_partitions)
         leader = self._leader_of(OFFSETS_TOPIC, index)
-        if self.remote is None or leader is None or leader == self._local_node:
+        if self.remote is None or leader is None:
             return False
         marker = self._remote_marker(
             metadata.transactional_id,
@@ -1234,6 +1236,9 @@ class TransactionCoordinator:
         """Fire the due timers: retry markers, abort timed-out transactions, forget expired ids."""
         now_ms = self._now_ms()
         if now_ms < self._backoff_until_ms:
+            return
+        if not self.acting():
+            self._backoff_until_ms = now_ms + int(MARKER_RETRY_SECONDS * 1000)
             return
         if self._pending_repairs and self._marker_retry_ms <= now_ms:
             for (topic, index), repair in list(self._pending_repairs.items()):
