@@ -238,12 +238,19 @@ class Broker:
                     leader_of=self._partition_leader,
                     address_of=self._inter_broker_address,
                     written=self.transactions.remote_marker_written,
+                    owed=self.transactions.owes_marker,
                     security=self.cluster_security.inter_broker,
                 )
+                self.transactions.acting = self.kraft.follower.caught_up.is_set
             if self.logs.durable:  # the transactions journal of an older kbroker, once
                 migrate_transactions_journal(data_dir, self.transactions)
-            # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too.
-            self.transactions.recover(reconcile_markers=not self.logs.clean_start)
+            # Transactions a crash left half-ended get their markers; after an unclean stop, lost ones too. Not under
+            # a KRaft quorum: there a PrepareX is completed when its partition is loaded as leader (wherever its
+            # partitions are led), and markers are on the ISR before they count as written, so none is lost with
+            # one broker's torn tail; reconciling from this broker's own replicas, before the image is current,
+            # would read follower logs that lag their leaders and end transactions that are not over.
+            if self.kraft is None:
+                self.transactions.recover(reconcile_markers=not self.logs.clean_start)
         except BaseException:  # a damaged transactions journal: start-up stops, the data dir is left unlocked
             self.logs.close()
             self.offsets.close()

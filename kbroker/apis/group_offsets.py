@@ -108,10 +108,14 @@ async def _fetch_group(
     require_stable: bool = False,
 ) -> list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]:
     """Each wanted partition's committed offset; with ``require_stable`` (KIP-447) a partition that an open
-    transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT and no offset, so the client retries.
+    transaction holds an offset for, or whose newest offset is not yet replicated, answers UNSTABLE_OFFSET_COMMIT
+    and no offset, so the client retries.
     Topics the principal may not DESCRIBE: left out of every partition, TOPIC_AUTHORIZATION_FAILED (last) if named."""
     offsets = ctx.groups.offsets
     committed = offsets.committed_offsets(group_id)  # as of the last committed offset, as Kafka reads
+    # A stable read also waits for what is written and not yet replicated: a transaction's commit marker applied
+    # here ends its pending offsets before the ISR has it, and until then the committed view is the older offset.
+    latest = offsets.get(group_id) if require_stable else {}
     denied: list[tuple[str, list[int]]] = []
     if wanted is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
@@ -128,7 +132,10 @@ async def _fetch_group(
         rows: list[tuple[int, CommittedOffset | None, ErrorCode]] = []
         for partition in partitions:
             await turns.step()
-            if require_stable and offsets.has_pending(group_id, topic, partition):
+            if require_stable and (
+                offsets.has_pending(group_id, topic, partition)
+                or latest.get((topic, partition)) != committed.get((topic, partition))
+            ):
                 rows.append((partition, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
             else:
                 rows.append((partition, committed.get((topic, partition)), ErrorCode.NONE))

@@ -73,6 +73,26 @@ def _error(
     )
 
 
+async def _check_one_producer(request: ProduceRequest, turns: Turns) -> None:
+    """A transactional produce carries the batches of one producer (id and epoch): as Kafka's ReplicaManager, a
+    request whose transactional batches name several is refused whole with INVALID_PRODUCER_ID_MAPPING (it would
+    otherwise be verified with one of them, and its other batches appended unverified)."""
+    producers: set[tuple[int, int]] = set()
+    for topic_data in request.topic_data:
+        for part in topic_data.partition_data:
+            await turns.step()
+            records = part.records
+            if records is None or len(records) < HEADER_SIZE or not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+                continue
+            header = BatchHeader.parse(records)
+            if header.producer_id >= 0:
+                producers.add((header.producer_id, header.producer_epoch))
+    if len(producers) > 1:
+        raise KafkaError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING, "Transactional records contained more than one producer ID"
+        )
+
+
 async def _has_transactional_batch(request: ProduceRequest, turns: Turns) -> bool:
     for topic_data in request.topic_data:
         for part in topic_data.partition_data:
@@ -190,8 +210,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
-    # Transactional: verified by a coordinator on another broker before anything is appended.
-    remote = await _verify_remotely(ctx, request) if request.transactional_id is not None else None
+    remote = None
+    if request.transactional_id is not None:
+        await _check_one_producer(request, turns)
+        # Verified by a coordinator on another broker before anything is appended.
+        remote = await _verify_remotely(ctx, request)
     acks = request.acks
     now_ms = int(time.time() * 1000)
     by_id = ctx.api_version >= 13
@@ -241,6 +264,19 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if not isinstance(records, bytearray) and (not isinstance(records, memoryview) or records.readonly):
                 records = bytearray(records or b"")  # offsets are assigned in place
             txn_error = _transaction_error(ctx, request.transactional_id, info.name, part.index, records, remote)
+            if (
+                txn_error == ErrorCode.NONE
+                and remote is None
+                and request.transactional_id is not None
+                and getattr(ctx, "transactions", None) is not None
+                and len(records) >= HEADER_SIZE
+                and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT
+            ):
+                # This broker coordinates it: the transaction's state (the partition just added, for v12+) must be
+                # on the ISR before the records are appended, as Kafka's verification waits for it.
+                txn_error = _verification_error(
+                    await ctx.transactions.replicated(request.transactional_id), ctx.api_version
+                )
             if txn_error != ErrorCode.NONE:
                 results.append(_error(part.index, txn_error, _VERIFICATION_MESSAGES.get(txn_error)))
                 continue

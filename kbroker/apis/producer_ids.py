@@ -54,6 +54,10 @@ async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRe
         return _answer(ErrorCode.NONE, producer_id, 0)
     result = ctx.transactions.init_producer_id(request.transactional_id, request.transaction_timeout_ms, expected)
     code = result.error
+    if code == ErrorCode.NONE:  # the new epoch fences the previous instance only once the ISR has it
+        code = await ctx.transactions.replicated(request.transactional_id)
+        if code != ErrorCode.NONE:
+            return _answer(code)
     if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
         code = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED is new in v4 (KIP-588)
     return _answer(code, result.producer_id, result.producer_epoch)

@@ -114,6 +114,19 @@ def _add_transaction(
     return dict.fromkeys(partitions, code)
 
 
+async def _replicated(
+    ctx: RequestContext, transactional_id: str, codes: dict[tuple[str, int], ErrorCode]
+) -> dict[tuple[str, int], ErrorCode]:
+    """The partitions answered NONE are answered once the transaction's state is on the ISR (or with the error
+    its replication failed with)."""
+    if ErrorCode.NONE not in codes.values():
+        return codes
+    failed = await ctx.transactions.replicated(transactional_id)
+    if failed == ErrorCode.NONE:
+        return codes
+    return {key: failed if code == ErrorCode.NONE else code for key, code in codes.items()}
+
+
 def _verify(
     ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, index: int
 ) -> ErrorCode:
@@ -159,6 +172,7 @@ async def handle_add_partitions_to_txn(
             verify_only=False,
             from_client=True,
         )
+        codes = await _replicated(ctx, request.v3_and_below_transactional_id, codes)
         codes = {key: fenced_for_version(code, version) for key, code in codes.items()}
         return AddPartitionsToTxnResponse(
             throttle_time_ms=0, results_by_topic_v3_and_below=_partition_results(request.v3_and_below_topics, codes)
@@ -175,6 +189,7 @@ async def handle_add_partitions_to_txn(
             transaction.topics,
             verify_only=transaction.verify_only,
         )
+        codes = await _replicated(ctx, transaction.transactional_id, codes)
         results.append(
             AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
                 transactional_id=transaction.transactional_id,
@@ -195,6 +210,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTx
     code = ctx.transactions.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
+    if code == ErrorCode.NONE:
+        code = await ctx.transactions.replicated(request.transactional_id)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=fenced_for_version(code, ctx.api_version))
 
 
@@ -202,16 +219,23 @@ async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnR
     if not _may_write_transaction(ctx, request.transactional_id):
         return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # EndTxn v5 is transaction version 2 (KIP-890): the coordinator bumps the epoch and answers it.
-    result = ctx.transactions.end_transaction(
+    transactions = ctx.transactions
+    result = transactions.end_transaction(
         request.transactional_id,
         request.producer_id,
         request.producer_epoch,
         request.committed,
         transaction_version=2 if ctx.api_version >= 5 else 1,
     )
+    error = result.error
+    if error == ErrorCode.NONE:
+        # Answered once PrepareX is on the ISR; only then are its markers written (in a cluster).
+        error = await transactions.replicated(request.transactional_id)
+        if error == ErrorCode.NONE:
+            transactions.write_prepared_markers(request.transactional_id)
     return EndTxnResponse(
         throttle_time_ms=0,
-        error_code=fenced_for_version(result.error, ctx.api_version),
+        error_code=fenced_for_version(error, ctx.api_version),
         producer_id=result.producer_id,
         producer_epoch=result.producer_epoch,
     )
@@ -284,6 +308,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
         check = transactions.verify_offset_commit(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, add=version >= 5
         )
+        if check == ErrorCode.NONE:
+            check = await transactions.replicated(request.transactional_id)
     if check == ErrorCode.NONE:
         check = _member_check(ctx, request)
     check = fenced_for_version(check, version)

@@ -514,7 +514,9 @@ class OffsetStore:
         records = [offset_commit_record(group, t, p, c) for (t, p), c in commits.items()]
         return self._write(group, records, Transaction(producer_id, producer_epoch))
 
-    def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None:
+    def complete_transaction(
+        self, group: str, producer_id: int, commit: bool, coordinator_epoch: int = MARKER_COORDINATOR_EPOCH
+    ) -> None:
         """The producer's transaction ended: write its marker to the group's partition, which applies (commit) or
         drops (abort) its pending offsets there. Called by the transaction coordinator for each group of the
         transaction, again after a restart if it did not complete: a second call finds nothing pending and writes
@@ -524,12 +526,14 @@ class OffsetStore:
             return
         transaction = Transaction(producer_id, shard.producer_epochs.get(producer_id, 0))
         try:
-            self.runtime.end_transaction(shard.partition, transaction, commit, MARKER_COORDINATOR_EPOCH)
+            self.runtime.end_transaction(shard.partition, transaction, commit, coordinator_epoch)
         except KafkaError as exc:
             log.error("%s-%d: writing a transaction marker failed: %s", OFFSETS_TOPIC, shard.partition, exc)
             raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{shard.partition} failed: {exc}") from None
 
-    def complete_partition_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+    def complete_partition_transaction(
+        self, partition: int, producer_id: int, commit: bool, coordinator_epoch: int = MARKER_COORDINATOR_EPOCH
+    ) -> None:
         """As ``complete_transaction``, for a transaction that named the partition rather than a group (a
         TxnOffsetCommit added it through a coordinator on another broker)."""
         shard = self.runtime.shards.get(partition)
@@ -537,7 +541,7 @@ class OffsetStore:
             return
         transaction = Transaction(producer_id, shard.producer_epochs.get(producer_id, 0))
         try:
-            self.runtime.end_transaction(partition, transaction, commit, MARKER_COORDINATOR_EPOCH)
+            self.runtime.end_transaction(partition, transaction, commit, coordinator_epoch)
         except KafkaError as exc:
             log.error("%s-%d: writing a transaction marker failed: %s", OFFSETS_TOPIC, partition, exc)
             raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{partition} failed: {exc}") from None

@@ -32,7 +32,10 @@ coordinator writes PrepareX to its journal, then appends the control batch to ev
 CompleteX, and only then answers: a read_committed consumer sees a committed transaction as soon as
 commitTransaction returns. In a cluster, the markers of partitions (and groups' ``__consumer_offsets`` partitions)
 that other brokers lead go to those leaders in WriteTxnMarkers (kbroker/transactions/remote.py), as Kafka's do:
-EndTxn is answered once PrepareX is written, and CompleteX follows when the last leader wrote its marker.
+EndTxn is answered once PrepareX is written, and CompleteX follows when the last leader wrote its marker. In a
+cluster every transition is on the ISR of its ``__transaction_state`` partition before the request is answered
+(``replicated``, Kafka's acks=-1 append), and no marker is written before its PrepareX is: a coordinator failing
+over leaves its successor every decision a client was told of, and none it was not.
 If a marker cannot be written (a full disk), EndTxn is still answered NONE (the decision
 is made and persisted, as in Kafka) and the coordinator retries the markers on its timer; until they are all
 written the id answers CONCURRENT_TRANSACTIONS.
@@ -144,9 +147,11 @@ class MarkerTarget(Protocol):
 class TransactionalOffsets(Protocol):
     """What the coordinator needs of the offset store: applying or dropping a transaction's pending offsets."""
 
-    def complete_transaction(self, group: str, producer_id: int, commit: bool) -> None: ...
+    def complete_transaction(self, group: str, producer_id: int, commit: bool, coordinator_epoch: int = 0) -> None: ...
 
-    def complete_partition_transaction(self, partition: int, producer_id: int, commit: bool) -> None: ...
+    def complete_partition_transaction(
+        self, partition: int, producer_id: int, commit: bool, coordinator_epoch: int = 0
+    ) -> None: ...
 
 
 class CompletedTransaction(NamedTuple):
@@ -253,10 +258,26 @@ class _Repair(NamedTuple):
 
 @dataclass(slots=True)
 class _PendingMarkers:
-    """Markers of a PrepareX transaction not yet written (a write failed): retried on the timer."""
+    """Markers of a PrepareX transaction not yet written (a write failed, or PrepareX is not yet replicated):
+    retried on the timer."""
 
     partitions: set[tuple[str, int]] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
+    # In a cluster: the end of PrepareX in the id's __transaction_state partition, which the ISR must have before
+    # any marker is written (-1: nothing to wait for).
+    after: int = -1
+
+
+# A failed replication of __transaction_state as the client gets it (Kafka's TransactionStateManager).
+_REPLICATION_ERRORS = {
+    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+}
 
 
 class TransactionCoordinator:
@@ -295,9 +316,14 @@ class TransactionCoordinator:
         # Markers for partitions other brokers lead go through this (set by the broker in a cluster; None: every
         # partition is local).
         self.remote: RemoteTransactions | None = None
+        # Whether this broker may act as a coordinator yet: under a KRaft quorum, once its metadata image is
+        # current (a restarted broker replays an image in which it may still lead partitions it lost). Until then
+        # the timers (timeouts, markers) wait.
+        self.acting: Callable[[], bool] = lambda: True
         self.transactions: dict[str, TransactionMetadata] = {}
         self._pending_markers: dict[str, _PendingMarkers] = {}
         self._pending_repairs: dict[tuple[str, int], _Repair] = {}  # markers a crash lost that failed again
+        self._written_end: dict[int, int] = {}  # each __transaction_state partition's end after this leader's writes
         self._marker_retry_ms = 0  # wall time of the next retry of markers that failed
         # Each id's timer (a timeout or an expiry) by wall time: a heap whose superseded entries are skipped.
         self._timers: list[tuple[int, str]] = []
@@ -406,6 +432,7 @@ class TransactionCoordinator:
     def _forget_partition(self, partition: int) -> None:
         """Its shard was unloaded (this broker no longer leads it): its ids' states, timers and owed markers go
         with it, as on Kafka (the new leader's coordinator takes them over from the log)."""
+        self._written_end.pop(partition, None)
         for transactional_id in [t for t in self.transactions if self.partition_for(t) == partition]:
             del self.transactions[transactional_id]
             self._state_partition.pop(transactional_id, None)
@@ -588,11 +615,60 @@ class TransactionCoordinator:
             self.ensure_topic()
             partition = self.partition_for(transactional_id)
             self.state_log.load_if_led(partition)
-            self.state_log.write(partition, lambda shard: (records, None))
+            written = self.state_log.write(partition, lambda shard: (records, None))
         except (OSError, StorageError, KafkaError) as exc:
             log.error("%s: writing the state of %r failed: %s", TRANSACTION_TOPIC, transactional_id, exc)
             raise TransactionLogError(f"writing {TRANSACTION_TOPIC} failed: {exc}") from None
+        self._written_end[partition] = written.end_offset
         self._set_timer(transactional_id, metadata)
+
+    async def replicated(self, transactional_id: str) -> ErrorCode:
+        """Wait until the ISR has what the id's __transaction_state partition holds, as Kafka answers a transaction
+        request only once its transition is appended with acks=-1: a coordinator failing over must leave its
+        successor every transition a client was told of. NONE, or the error the client gets then (NOT_COORDINATOR
+        if this broker stopped leading the partition, COORDINATOR_NOT_AVAILABLE if the ISR is too small or the
+        wait timed out). At once on a single node."""
+        if self._replicas is None:
+            return ErrorCode.NONE
+        partition = self.partition_for(transactional_id)
+        end = self._written_end.get(partition)
+        if end is None:
+            return ErrorCode.NONE
+        try:
+            await self.state_log.committed(partition, end)
+        except KafkaError as exc:
+            log.info("%s-%d: %r not replicated: %s", TRANSACTION_TOPIC, partition, transactional_id, exc.message)
+            return _REPLICATION_ERRORS.get(exc.code, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return ErrorCode.NONE
+
+    def _state_replicated(self, transactional_id: str, end: int) -> bool:
+        """The ISR (at least min.insync.replicas of it) has the id's __transaction_state partition up to ``end``."""
+        if self._replicas is None or end < 0:
+            return True
+        replica = self._replicas.partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        return replica is not None and replica.acks_reached(end) == ErrorCode.NONE
+
+    def write_prepared_markers(self, transactional_id: str) -> None:
+        """EndTxn's PrepareX is replicated: write its markers now rather than on the next timer."""
+        pending = self._pending_markers.get(transactional_id)
+        metadata = self.transactions.get(transactional_id)
+        if pending is None or metadata is None or not metadata.state.is_prepare:
+            return
+        if self._state_replicated(transactional_id, pending.after):
+            pending.after = -1
+            self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
+
+    def _markers_after_replication(self, metadata: TransactionMetadata) -> bool:
+        """In a cluster, PrepareX just written: its markers wait until the ISR has it (Kafka sends them from the
+        append's completion), so a successor coordinator that never saw the decision finds no marker of it; True
+        if so deferred (written by ``write_prepared_markers`` or the timer)."""
+        end = self._written_end.get(self.partition_for(metadata.transactional_id), -1)
+        if self._state_replicated(metadata.transactional_id, end):
+            return False  # already (a single node's own log): written at once
+        owed = _PendingMarkers(set(metadata.partitions), set(metadata.groups), after=end)
+        self._pending_markers[metadata.transactional_id] = owed
+        self._schedule_marker_retry(self._now_ms())
+        return True
 
     def flush(self) -> None:
         for partition in range(self.partition_count):
@@ -907,6 +983,8 @@ class TransactionCoordinator:
             self._persist(prepared, metadata.transactional_id)
         except TransactionLogError:
             return ProducerIdAndEpoch(ErrorCode.NOT_COORDINATOR)
+        if self._markers_after_replication(prepared):
+            return self._answer(ErrorCode.NONE, prepared, tv2)
         completed = self._write_markers_and_complete(prepared, set(prepared.partitions), set(prepared.groups))
         # The decision is persisted: the answer is NONE even if some markers wait for a retry (as Kafka).
         return self._answer(ErrorCode.NONE, completed or prepared, tv2)
@@ -922,7 +1000,8 @@ class TransactionCoordinator:
             last_update_ms=self._now_ms(),
         )
         self._persist(aborting, metadata.transactional_id)
-        self._write_markers_and_complete(aborting, set(aborting.partitions), set(aborting.groups))
+        if not self._markers_after_replication(aborting):
+            self._write_markers_and_complete(aborting, set(aborting.partitions), set(aborting.groups))
 
     def _write_markers_and_complete(
         self, metadata: TransactionMetadata, partitions: set[tuple[str, int]], groups: set[str]
@@ -937,7 +1016,9 @@ class TransactionCoordinator:
             if self._send_group_marker(metadata, group, commit):
                 continue  # its __consumer_offsets partition is led elsewhere: done when that broker wrote it
             try:
-                self._offsets.complete_transaction(group, metadata.producer_id, commit)
+                self._offsets.complete_transaction(
+                    group, metadata.producer_id, commit, self._coordinator_epoch(metadata.transactional_id)
+                )
             except StorageError as exc:
                 log.warning(
                     "transactional id %r: offsets of group %r not completed yet: %s",
@@ -1004,9 +1085,10 @@ class TransactionCoordinator:
         transaction_version: int = 1,
     ) -> bool:
         leader = self._leader_of(topic, index)
-        if self.remote is not None and leader is not None and leader != self._local_node:
-            # Another broker leads it (or none does now): WriteTxnMarkers to its leader until written, after
-            # which ``remote_marker_written`` takes it off what this transaction owes.
+        if self.remote is not None and leader is not None:
+            # In a cluster: WriteTxnMarkers to its leader until written, this broker included (as Kafka's marker
+            # channel does), so the marker is appended as leader and counts once the ISR has it; after which
+            # ``remote_marker_written`` takes it off what this transaction owes.
             self.remote.send(
                 self._remote_marker(transactional_id, producer_id, epoch, commit, topic, index, transaction_version)
             )
@@ -1015,7 +1097,9 @@ class TransactionCoordinator:
             # Added by a TxnOffsetCommit verified from another broker (transaction version 2): the marker goes
             # through the group coordinator's shard, which applies or drops the pending offsets there.
             try:
-                self._offsets.complete_partition_transaction(index, producer_id, commit)
+                self._offsets.complete_partition_transaction(
+                    index, producer_id, commit, self._coordinator_epoch(transactional_id)
+                )
             except StorageError as exc:
                 log.warning("transactional id %r: %s-%d not completed yet: %s", transactional_id, topic, index, exc)
                 return False
@@ -1057,9 +1141,9 @@ class TransactionCoordinator:
         )
         return False
 
-    @property
-    def _local_node(self) -> int:
-        return self._replicas.local_broker_id if self._replicas is not None else -1
+    def _coordinator_epoch(self, transactional_id: str) -> int:
+        """The epoch this broker coordinates the id in, which its markers carry (Kafka's coordinatorEpoch)."""
+        return self.state_log.coordinator_epoch(self.partition_for(transactional_id))
 
     def _leader_of(self, topic: str, index: int) -> int | None:
         """The partition's leader in the metadata image (-1: none now); None without a replica layer or for a
@@ -1087,11 +1171,12 @@ class TransactionCoordinator:
         )
 
     def _send_group_marker(self, metadata: TransactionMetadata, group: str, commit: bool) -> bool:
-        """A group's offsets partition led by another broker gets its marker there (Kafka writes the marker to
-        the group's __consumer_offsets partition like any other); False if it is this broker's to complete."""
+        """In a cluster a group's offsets partition gets its marker from its leader, this broker included (Kafka
+        writes the marker to the group's __consumer_offsets partition like any other); False if there is no
+        replica layer (a single node completes it itself)."""
         index = offsets_partition(group, self.offsets_partitions)
         leader = self._leader_of(OFFSETS_TOPIC, index)
-        if self.remote is None or leader is None or leader == self._local_node:
+        if self.remote is None or leader is None:
             return False
         marker = self._remote_marker(
             metadata.transactional_id,
@@ -1104,6 +1189,15 @@ class TransactionCoordinator:
         )
         self.remote.send(marker)
         return True
+
+    def owes_marker(self, marker: RemoteMarker) -> bool:
+        """This broker still coordinates the marker's transactional id, in the coordinator epoch the marker carries
+        (Kafka cancels a marker whose coordinator lost the partition or loaded it again since)."""
+        partition = self.partition_for(marker.transactional_id)
+        return (
+            partition in self.state_log.shards
+            and self.state_log.coordinator_epoch(partition) == marker.coordinator_epoch
+        )
 
     def remote_marker_written(self, marker: RemoteMarker) -> None:
         """Another broker wrote (or, as Kafka, dropped) a marker sent to it: the transaction that owed it completes
@@ -1193,6 +1287,9 @@ class TransactionCoordinator:
         now_ms = self._now_ms()
         if now_ms < self._backoff_until_ms:
             return
+        if not self.acting():
+            self._backoff_until_ms = now_ms + int(MARKER_RETRY_SECONDS * 1000)
+            return
         if self._pending_repairs and self._marker_retry_ms <= now_ms:
             for (topic, index), repair in list(self._pending_repairs.items()):
                 self._repair(topic, index, repair, now_ms)
@@ -1202,6 +1299,10 @@ class TransactionCoordinator:
                 if metadata is None or not metadata.state.is_prepare:
                     self._pending_markers.pop(transactional_id, None)
                     continue
+                if not self._state_replicated(transactional_id, pending.after):
+                    self._schedule_marker_retry(now_ms)  # PrepareX not on the ISR yet: looked at again
+                    continue
+                pending.after = -1
                 self._write_markers_and_complete(metadata, pending.partitions, pending.groups)
         while (earliest := self._earliest_timer()) is not None and earliest[0] <= now_ms:
             transactional_id = earliest[1]

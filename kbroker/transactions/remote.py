@@ -9,12 +9,19 @@ Two of Kafka's broker components in miniature:
   until the marker is written; the coordinator is then told (``written``) and completes the transaction once every
   marker is. As Kafka, a marker answered INVALID_PRODUCER_EPOCH, PRODUCER_FENCED or UNKNOWN_TOPIC_OR_PARTITION is
   dropped (a newer epoch of the producer is there, or the partition is gone), and a partition that the image no
-  longer has is dropped too.
+  longer has is dropped too. A marker this broker no longer owes (it stopped coordinating the transactional id,
+  or coordinates it in a newer epoch: ``owed``), or answered TRANSACTION_COORDINATOR_FENCED (a newer coordinator
+  wrote there), is cancelled without being counted as written, as Kafka's TransactionMarkerRequestCompletionHandler
+  cancels them: the coordinator that now owns the transaction writes its markers.
 - **Verification** (Kafka's AddPartitionsToTxnManager): a transactional Produce (or TxnOffsetCommit) reaching a
   broker whose transaction coordinator for that id is another asks that coordinator with AddPartitionsToTxn v4+ (the
   batched broker form, as Kafka 4.4's broker sends it): ``verify_only`` whether the partitions are part of the
   producer's ongoing transaction (transaction version 1 clients, which add them themselves), or adding them
-  (transaction version 2: Produce v12+, TxnOffsetCommit v5+, whose clients leave that to the broker).
+  (transaction version 2: Produce v12+, TxnOffsetCommit v5+, whose clients leave that to the broker). The
+  verifications waiting for one coordinator go in one request, one in flight per coordinator: those that come
+  while it is answered wait and go together in the next. A transactional id queued twice keeps its newer epoch,
+  the older request answered INVALID_PRODUCER_EPOCH (NETWORK_EXCEPTION, which the producer retries, for the same
+  epoch), as Kafka's.
 """
 
 from __future__ import annotations
@@ -57,6 +64,28 @@ class RemoteMarker(NamedTuple):
     partition: int
 
 
+class _Verification:
+    """One transactional id's partitions waiting to be verified with its coordinator, and then its answer."""
+
+    __slots__ = ("add", "answer", "done", "partitions", "producer_epoch", "producer_id")
+
+    def __init__(self, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]], add: bool) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.partitions = partitions
+        self.add = add
+        self.answer: dict[tuple[str, int], ErrorCode] = {}
+        self.done = trio.Event()
+
+    def finish(self, code: ErrorCode | None = None, codes: dict[tuple[str, int], ErrorCode] | None = None) -> None:
+        """Answer every partition ``code``, or each as ``codes`` says (NONE where it says nothing)."""
+        if not self.done.is_set():
+            self.answer = {
+                key: code if code is not None else (codes or {}).get(key, ErrorCode.NONE) for key in self.partitions
+            }
+            self.done.set()
+
+
 class RemoteTransactions:
     """WriteTxnMarkers to partition leaders and AddPartitionsToTxn to transaction coordinators on other brokers."""
 
@@ -67,19 +96,28 @@ class RemoteTransactions:
         leader_of: Callable[[str, int], int | None],
         address_of: Callable[[int], Address | None],
         written: Callable[[RemoteMarker], None],
+        owed: Callable[[RemoteMarker], bool] = lambda marker: True,
         security: NodeSecurity = PLAINTEXT_NODE,
     ) -> None:
         """``leader_of``: a partition's leader in the image (None: the image has no such partition; -1: no leader
         now). ``address_of``: a broker's inter-broker endpoint. ``written``: told of each marker written (or
-        dropped), in the broker's trio task. ``security``: the inter-broker listener's TLS and SASL."""
+        dropped), in the broker's trio task. ``owed``: whether this broker still coordinates the marker's
+        transaction in the marker's coordinator epoch (asked before each attempt). ``security``: the inter-broker
+        listener's TLS and SASL."""
         self.node_id = node_id
         self._leader_of = leader_of
         self._address_of = address_of
         self._written = written
+        self._owed = owed
         self._security = security
         self._queued: set[RemoteMarker] = set()  # markers to send (again): a set, so a marker is owed once
         self._wake = trio.Event()
         self._channels: dict[tuple[str, int, str], NodeChannel] = {}  # (host, port, purpose) -> channel
+        # Verifications waiting for their coordinator, by its node id, each by transactional id; the nodes a
+        # request is being sent to (their sender task takes the next batch when it is answered).
+        self._verifying: dict[int, dict[str, _Verification]] = {}
+        self._senders: set[int] = set()
+        self._nursery: trio.Nursery | None = None
 
     # --- markers ---------------------------------------------------------------------------------------
 
@@ -93,24 +131,39 @@ class RemoteTransactions:
         return len(self._queued)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
         try:
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                await self._send_round()
-                if self._queued:  # some failed: a pause, unless a new marker comes first
-                    with trio.move_on_after(RETRY_SECONDS):
-                        await self._wake.wait()
-                    self._wake.set()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery  # where the verification senders run
+                task_status.started()
+                await self._send_markers()
         finally:
+            self._nursery = None
             for channel in self._channels.values():
                 await channel.aclose()
             self._channels.clear()
 
+    async def _send_markers(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self._send_round()
+            if self._queued:  # some failed: a pause, unless a new marker comes first
+                with trio.move_on_after(RETRY_SECONDS):
+                    await self._wake.wait()
+                self._wake.set()
+
     async def _send_round(self) -> None:
         by_leader: dict[int, list[RemoteMarker]] = {}
         for marker in list(self._queued):
+            if not self._owed(marker):  # another coordinator owns the transaction now: its markers are its own
+                log.info(
+                    "transactional id %r: %s-%d's marker cancelled (coordinated elsewhere or in a newer epoch now)",
+                    marker.transactional_id,
+                    marker.topic,
+                    marker.partition,
+                )
+                self._queued.discard(marker)
+                continue
             leader = self._leader_of(marker.topic, marker.partition)
             if leader is None:  # the topic is gone: as Kafka, its markers are dropped
                 self._done(marker)
@@ -171,6 +224,14 @@ class RemoteTransactions:
             code = codes.get((m.producer_id, m.topic, m.partition), ErrorCode.UNKNOWN_SERVER_ERROR)
             if code == ErrorCode.NONE:
                 self._done(m)
+            elif code == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                log.info(
+                    "transactional id %r: marker for %s-%d fenced by a newer coordinator; cancelled",
+                    m.transactional_id,
+                    m.topic,
+                    m.partition,
+                )
+                self._queued.discard(m)
             elif code in DROPPED:
                 log.warning(
                     "transactional id %r: %s marker for %s-%d not written by broker %d: %s",
@@ -224,41 +285,90 @@ class RemoteTransactions:
         address = None if coordinator == NO_LEADER else self._address_of(coordinator)
         if address is None:
             return dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        by_topic: dict[str, list[int]] = {}
-        for topic, index in wanted:
-            by_topic.setdefault(topic, []).append(index)
-        request = AddPartitionsToTxnRequest(
-            transactions=[
+        verification = _Verification(producer_id, producer_epoch, wanted, add)
+        queued = self._verifying.setdefault(coordinator, {})
+        earlier = queued.get(transactional_id)
+        if earlier is not None:
+            if earlier.producer_epoch > producer_epoch:  # this producer is fenced by the one queued
+                return dict.fromkeys(wanted, ErrorCode.INVALID_PRODUCER_EPOCH)
+            # The queued one is fenced by this one, or (the same epoch) a retry of it: it answers, this one waits.
+            same = earlier.producer_epoch == producer_epoch
+            earlier.finish(ErrorCode.NETWORK_EXCEPTION if same else ErrorCode.INVALID_PRODUCER_EPOCH)
+        queued[transactional_id] = verification
+        if coordinator not in self._senders:
+            self._senders.add(coordinator)
+            if self._nursery is not None:
+                self._nursery.start_soon(self._send_verifications, coordinator)
+            else:  # not running as a service (a test's instance): this request sends the batch itself
+                await self._send_verifications(coordinator)
+        await verification.done.wait()
+        return verification.answer
+
+    async def _send_verifications(self, coordinator: int) -> None:
+        """Send what waits for ``coordinator``, batch after batch, one request in flight, until nothing waits."""
+        try:
+            while batch := self._verifying.pop(coordinator, None):
+                await self._verify_batch(coordinator, batch)
+        finally:
+            self._senders.discard(coordinator)
+            for verification in self._verifying.pop(coordinator, {}).values():  # cancelled: none is left waiting
+                verification.finish(ErrorCode.NETWORK_EXCEPTION)
+
+    async def _verify_batch(self, coordinator: int, batch: dict[str, _Verification]) -> None:
+        try:
+            await self._ask(coordinator, batch)
+        finally:  # an answer that named no partition of a transaction, or a cancelled request
+            for verification in batch.values():
+                verification.finish(ErrorCode.NETWORK_EXCEPTION)
+
+    async def _ask(self, coordinator: int, batch: dict[str, _Verification]) -> None:
+        address = self._address_of(coordinator)
+        if address is None:
+            for verification in batch.values():
+                verification.finish(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return
+        transactions = []
+        for transactional_id, verification in batch.items():
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in verification.partitions:
+                by_topic.setdefault(topic, []).append(index)
+            transactions.append(
                 AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
                     transactional_id=transactional_id,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    verify_only=not add,
+                    producer_id=verification.producer_id,
+                    producer_epoch=verification.producer_epoch,
+                    verify_only=not verification.add,
                     topics=[
                         AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=indexes)
                         for name, indexes in by_topic.items()
                     ],
                 )
-            ]
-        )
+            )
+        request = AddPartitionsToTxnRequest(transactions=transactions)
         try:
             with trio.fail_after(REQUEST_SECONDS):
                 answer = await self._channel(address, "verify").request(request)  # v5 from kbroker and Kafka 4.x
         except (ChannelError, trio.TooSlowError) as exc:
             log.info("AddPartitionsToTxn to broker %d failed: %s", coordinator, exc)
-            return dict.fromkeys(wanted, ErrorCode.NETWORK_EXCEPTION)
+            for verification in batch.values():
+                verification.finish(ErrorCode.NETWORK_EXCEPTION)
+            return
         assert isinstance(answer, AddPartitionsToTxnResponse)
         if answer.error_code != ErrorCode.NONE:
             # As Kafka: a coordinator refusing this broker's request fails the transaction, not the producer.
             code = ErrorCode(answer.error_code)
             if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
                 code = ErrorCode.INVALID_TXN_STATE
-            return dict.fromkeys(wanted, code)
-        codes = dict.fromkeys(wanted, ErrorCode.NONE)
+            for verification in batch.values():
+                verification.finish(code)
+            return
         for result in answer.results_by_transaction:
-            for topic_result in result.topic_results:
-                for part in topic_result.results_by_partition:
-                    key = (topic_result.name, part.partition_index)
-                    if key in codes:
-                        codes[key] = ErrorCode(part.partition_error_code)
-        return codes
+            answered = batch.get(result.transactional_id)
+            if answered is None:
+                continue
+            codes = {
+                (topic_result.name, part.partition_index): ErrorCode(part.partition_error_code)
+                for topic_result in result.topic_results
+                for part in topic_result.results_by_partition
+            }
+            answered.finish(codes=codes)

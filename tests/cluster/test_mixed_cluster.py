@@ -245,6 +245,7 @@ def test_a_former_leader_truncates_its_unreplicated_tail_following_the_other_imp
 
 # --- coordinators on either implementation -----------------------------------------------------------------------
 
+
 def find_coordinator(broker: QuorumBroker, key: str, key_type: int) -> tuple[int, int]:
     """(error code, node id) FindCoordinator v4 answers at ``broker`` for a group (0) or transactional id (1)."""
     request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])

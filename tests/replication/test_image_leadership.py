@@ -23,7 +23,7 @@ from kbroker.config import BrokerConfig
 from kbroker.coordinators.runtime import CoordinatorRuntime
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
 from kbroker.metadata.image import MetadataDelta, MetadataImage
-from kbroker.storage import LogManager
+from kbroker.storage import LogManager, PartitionLog
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
@@ -88,6 +88,12 @@ def move_leader(broker: Broker, topic: str, index: int, leader: int) -> int:
     registration = image.topics.partition(topic, index)
     assert registration is not None and registration.leader == leader
     return registration.leader_epoch
+
+
+def log_of(broker: Broker, topic: str) -> PartitionLog:
+    log = broker.topics.partition(topic, 0)
+    assert log is not None
+    return log
 
 
 def metadata_leader(broker: Broker, topic: str) -> tuple[int, int]:
@@ -282,11 +288,18 @@ def test_a_reloaded_transaction_state_shard_times_out_its_ids_and_marks_in_the_n
     later = deadline + 1
     transactions._now_ms = lambda: later  # the coordinator's wall clock, past the timeout
     transactions.tick()
+    # The abort's markers wait until the ISR has PrepareAbort: the other replica never fetches here, so it is
+    # dropped from the ISR; the next retry writes them.
+    assert transactions.transactions["tx"].state.value == "PrepareAbort"
+    topic_id = broker.metadata.image.topics.by_name["__transaction_state"].topic_id
+    publish(broker, PartitionChangeRecord(partition_id=state_partition, topic_id=topic_id, isr=[NODE]))
+    retry = later + 1001
+    transactions._now_ms = lambda: retry
+    transactions.tick()
     metadata = transactions.transactions["tx"]
     assert metadata.state.value == "CompleteAbort" and metadata.producer_epoch == epoch + 1
 
-    log = broker.topics.partition("orders", 0)
-    assert log is not None
+    log = log_of(broker, "orders")
     entry = log.producers.producers[pid]
     assert entry.coordinator_epoch == coordinator_epoch
     # A marker from the coordinator's earlier epoch is a zombie's.

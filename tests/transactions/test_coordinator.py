@@ -429,3 +429,24 @@ def test_a_lost_marker_that_cannot_be_written_again_is_retried(world: World) -> 
     c.tick()
     assert world.markers("a", 0) == [Marker(101, 0, True, 0)]
     assert c.next_deadline_ms() == world.state().last_update_ms + c.id_expiration_ms  # nothing left to retry
+
+
+def test_markers_carry_the_coordinator_epoch_to_partitions_and_group_offsets(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every marker names the epoch the coordinator loaded its __transaction_state partition in, the group's
+    offsets partition included: a constant 0 there was refused as a zombie's once a coordinator of a newer
+    epoch (after a failover) had written a marker for the producer on that partition, and the transaction never
+    completed."""
+    c = world.coordinator
+    monkeypatch.setattr(c.state_log, "coordinator_epoch", lambda partition: 4)
+    init(world)
+    assert c.add_partitions(TID, 101, 0, [("a", 0)]) == ErrorCode.NONE
+    assert c.add_offsets(TID, 101, 0, "g") == ErrorCode.NONE
+    world.offsets.commit_pending("g", 101, {("a", 0): CommittedOffset(42, -1, None, world.now)})
+    assert c.end_transaction(TID, 101, 0, True) == ProducerIdAndEpoch(ErrorCode.NONE)
+    assert world.markers("a", 0) == [Marker(101, 0, True, 4)]
+    offsets_log = world.logs.get_partition("__consumer_offsets", offsets_partition("g", 3))
+    assert offsets_log is not None
+    assert [(v.producer_id, v.coordinator_epoch) for v in offsets_log.producers.views()] == [(101, 4)]
+    assert world.state().state is TxnState.COMPLETE_COMMIT

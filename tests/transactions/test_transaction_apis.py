@@ -20,7 +20,9 @@ from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.offset_fetch_request import OffsetFetchRequest
+from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from protocol.records import Record, build_batch
 
 TOPIC = "txn-topic"
 
@@ -273,3 +275,51 @@ def test_transactions_survive_a_restart(broker: RunningBroker) -> None:
     with WireClient(broker.bootstrap) as client:
         assert committed(client, "gr") == 11
         assert init(client, "tid-restart").producer_epoch == 1  # the id and its epoch were kept
+
+
+def test_a_produce_with_two_transactional_producers_is_refused_whole(broker: RunningBroker) -> None:
+    """As Kafka's ReplicaManager: the transactional batches of one Produce name one producer (id and epoch); one
+    naming two answers INVALID_PRODUCER_ID_MAPPING on every partition and appends nothing (verifying it with one
+    of them would let the other's batch in unverified)."""
+    with WireClient(broker.bootstrap) as client:
+        create(client)
+        first, second = init(client, "two-a"), init(client, "two-b")
+        assert add_partitions(client, "two-a", first.producer_id, first.producer_epoch, {TOPIC: [0, 1]}) == {
+            (TOPIC, 0): 0,
+            (TOPIC, 1): 0,
+        }
+
+        def batch(producer: Any, epoch_ahead: int = 0) -> bytes:
+            return build_batch(
+                [Record(value=b"v")],
+                producer_id=producer.producer_id,
+                producer_epoch=producer.producer_epoch + epoch_ahead,
+                base_sequence=0,
+                is_transactional=True,
+            )
+
+        def produce(batches: list[bytes]) -> list[tuple[int, int]]:
+            request = ProduceRequest(
+                transactional_id="two-a",
+                acks=-1,
+                timeout_ms=10_000,
+                topic_data=[
+                    ProduceRequest.TopicProduceData(
+                        name=TOPIC,
+                        partition_data=[
+                            ProduceRequest.PartitionProduceData(index=i, records=b) for i, b in enumerate(batches)
+                        ],
+                    )
+                ],
+            )
+            answer = client.request(request, 9).responses[0].partition_responses
+            return [(p.index, p.error_code) for p in answer]
+
+        refused = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert produce([batch(first), batch(second)]) == [(0, refused), (1, refused)]
+        assert [log_end(client, p) for p in (0, 1)] == [0, 0]
+        # The same id at another epoch counts as another producer too (Kafka keys them by id and epoch).
+        assert produce([batch(first), batch(first, epoch_ahead=1)]) == [(0, refused), (1, refused)]
+        assert [log_end(client, p) for p in (0, 1)] == [0, 0]
+        assert produce([batch(first), batch(first)]) == [(0, ErrorCode.NONE), (1, ErrorCode.NONE)]
+        assert [log_end(client, p) for p in (0, 1)] == [1, 1]
