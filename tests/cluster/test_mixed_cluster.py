@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KafkaUnavailable
@@ -31,6 +31,7 @@ from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
 from protocol.exceptions import DecodeError
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.offset_fetch_request import OffsetFetchRequest
 from protocol.records import iter_batches
 from tests.cluster.harness import wait_for
 from tests.cluster.kraft_cluster import ControllerView, Implementation, KRaftCluster, QuorumBroker
@@ -266,19 +267,35 @@ def internal_topic(cluster: MixedCluster, topic: str, key_type: int) -> dict[int
 
     found = cluster.observe().wait(complete, f"{topic} with every replica in sync").topics.get(topic)
     assert found is not None
+    # An earlier test's kill moved leaders off their preferred replicas: give them back (ElectLeaders, forwarded to
+    # the controller), so each broker leads partitions again.
+    if any(p.leader != p.replicas[0] for p in found.partitions.values()):
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        wanted = [TopicPartition(topic, index) for index in found.partitions]
+        admin.elect_leaders(ElectionType.PREFERRED, wanted).result(BOUND)
+
+        def preferred(image: MetadataImage) -> bool:
+            return complete(image) and all(
+                p.leader == p.replicas[0] for p in image.topics.by_name[topic].partitions.values()
+            )
+
+        found = cluster.observe().wait(preferred, f"{topic} led by its preferred replicas").topics.get(topic)
+        assert found is not None
     return dict(found.partitions)
 
 
 def key_placed(
     partitions: dict[int, PartitionRegistration], prefix: str, leader: int, successor: int
 ) -> tuple[str, int]:
-    """A key (``prefix``-N) whose partition (Kafka's hash) ``leader`` leads with ``successor`` the next replica in
-    order: the one the controller elects when the leader dies."""
+    """A key (``prefix``-N) whose partition (Kafka's hash) ``leader`` leads with ``successor`` the replica the
+    controller elects when the leader dies: the first other in-sync replica in replica order. (An earlier test's
+    kill may have moved leaders off their preferred replica, so the leader need not be the first.)"""
     for n in range(10_000):
         key = f"{prefix}-{n}"
         partition = offsets_partition(key, INTERNAL_PARTITIONS)
         registration = partitions[partition]
-        if registration.leader == leader and registration.replicas[:2] == (leader, successor):
+        others = [replica for replica in registration.replicas if replica != leader and replica in registration.isr]
+        if registration.leader == leader and others[:1] == [successor]:
             return key, partition
     raise AssertionError(f"no {prefix} key led by {leader} with {successor} next")
 
@@ -318,16 +335,18 @@ def test_committed_offsets_fail_over_to_the_other_implementation(cluster: MixedC
         lambda i: i.topics.by_name[OFFSETS_TOPIC].partitions[partition].leader == successor, "the successor leading"
     )
     assert moved.topics.by_name[OFFSETS_TOPIC].partitions[partition].leader == successor
-    admin = AdminClient({"bootstrap.servers": cluster.broker(successor).bootstrap})
 
     def committed() -> int:
-        """The group's offset as the coordinator answers (-1 while it loads, retried)."""
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
-        try:
-            [answer] = admin.list_consumer_group_offsets([request])[group].result(BOUND).topic_partitions
-        except KafkaException:
+        """The group's offset as the new coordinator answers OffsetFetch (-1 while it cannot yet). Not
+        confluent-kafka's list_consumer_group_offsets: librdkafka crashes on the NOT_COORDINATOR a moving
+        coordinator answers (confluentinc/librdkafka#5040)."""
+        wanted = OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])
+        with WireClient(cluster.broker(successor).bootstrap, timeout=BOUND) as client:
+            answer = client.request(OffsetFetchRequest(group_id=group, topics=[wanted]), 7)
+        if answer.error_code or not answer.topics:  # NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS meanwhile
             return -1
-        return int(answer.offset)
+        [fetched] = answer.topics[0].partitions
+        return -1 if fetched.error_code else int(fetched.committed_offset)
 
     wait_for(lambda: committed() == 42, "the offset at the new coordinator", BOUND)
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
