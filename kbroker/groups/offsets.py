@@ -436,6 +436,10 @@ class OffsetStore:
         says, whether or not this broker holds a replica of it."""
         return self.runtime.led_elsewhere(self.partition_for(group))
 
+    def loading(self, group: str) -> bool:
+        """This broker is the group's coordinator but its shard is not loaded yet (loaded now if it can be)."""
+        return self.runtime.loading(self.partition_for(group))
+
     def serve_groups(
         self, restore: Callable[[int | None], None], unload: Callable[[Callable[[str], bool]], None]
     ) -> None:
