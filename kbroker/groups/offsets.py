@@ -624,8 +624,9 @@ class OffsetStore:
 
     # --- classic group membership (Kafka's GroupMetadata records) ----------------------------------------
 
-    def store_group(self, group: Group) -> None:
-        """Write the classic group's generation; OffsetStoreError (nothing written) on failure."""
+    def store_group(self, group: Group) -> int:
+        """Write the classic group's generation; the offset after its record (for ``committed``). OffsetStoreError
+        (nothing written) on failure."""
         protocol = group.protocol_name
         members = [
             coordinator_records.GroupMetadataValue.MemberMetadata(
@@ -649,7 +650,7 @@ class OffsetStore:
             members=members,
         )
         key = coordinator_records.GroupMetadataKey(group=group.group_id)
-        self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
+        return self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
 
     def remove_group(self, group_id: str) -> None:
         """Write the group's GroupMetadata tombstone, if it has a record; OffsetStoreError on failure."""
