@@ -166,6 +166,12 @@ async def handle_consumer_group_describe(
             )
             continue
         router = ctx.groups
+        code = router.coordinator_error(group_id)
+        if code != ErrorCode.NONE:  # as Kafka: the group's id and the code, nothing else
+            described.append(
+                ConsumerGroupDescribeResponse.DescribedGroup(error_code=code, group_id=group_id, members=[])
+            )
+            continue
         group = router.consumer_group(group_id)
         if group is not None:
             answer = _describe(ctx, group)

@@ -248,6 +248,9 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
     ]
     unreadable_names = {topic.name for topic in unreadable}
     router = ctx.groups
+    code = router.coordinator_error(request.group_id)
+    if code != ErrorCode.NONE:
+        return OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=unreadable)
     if not router.is_known(request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=unreadable)
     subscribed: set[str] = set()

@@ -275,7 +275,14 @@ async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> S
 
 
 async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
-    _require_group_read(ctx, request.group_id)
+    try:
+        _require_group_read(ctx, request.group_id)
+    except KafkaError as exc:
+        if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            raise
+        # As Kafka's GroupCoordinatorService: a heartbeat while the group's partition loads succeeds blindly (the
+        # member is not told to rejoin a group its coordinator has not read back yet).
+        return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.NONE)
     instance = request.group_instance_id if ctx.api_version >= 3 else None
     code = ctx.groups.classic.heartbeat(request.group_id, request.generation_id, request.member_id, instance)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
@@ -326,6 +333,20 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                 DescribeGroupsResponse.DescribedGroup(
                     error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
                     error_message=GROUP_DENIED,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+                )
+            )
+            continue
+        code = router.coordinator_error(group_id)
+        if code != ErrorCode.NONE:  # as Kafka: the group's id and the code, nothing else
+            described.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=code,
                     group_id=group_id,
                     group_state="",
                     protocol_type="",
@@ -449,10 +470,12 @@ def _hash_map_order(keys: Iterable[_T], java_hash: Callable[[_T], int]) -> list[
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     allowed = [g for g in request.groups_names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, g)]
     refused = [g for g in dict.fromkeys(request.groups_names) if g not in set(allowed)]
-    codes = ctx.groups.delete_groups(allowed)
+    not_here = {g: code for g in dict.fromkeys(allowed) if (code := ctx.groups.coordinator_error(g)) != ErrorCode.NONE}
+    deleted = iter(ctx.groups.delete_groups([g for g in allowed if g not in not_here]))
+    answers = [(g, not_here[g] if g in not_here else next(deleted)) for g in allowed]
     results = [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
-        for group_id, code in _kafka_delete_order(ctx, list(zip(allowed, codes, strict=True)))
+        for group_id, code in _kafka_delete_order(ctx, answers)
     ]
     results += [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)

@@ -199,6 +199,17 @@ class CoordinatorRuntime(Generic[S]):
             return False
         return True
 
+    def loading(self, partition: int) -> bool:
+        """This broker is to coordinate ``partition``'s keys but its shard is not loaded, nor loadable now (the
+        replica is not leader yet, its log not open yet): Kafka's coordinator context in its LOADING state, whose
+        requests are answered COORDINATOR_LOAD_IN_PROGRESS (the client retries the same coordinator). A partition
+        that neither the image registers nor this broker holds yet is not loading: its topic is still to create."""
+        if self.load_if_led(partition):
+            return False
+        if self._replicas is not None:
+            return self.leads(partition)
+        return self._partition_log(self.topic, partition) is not None
+
     def shard(self, partition: int) -> S:
         shard = self.shards.get(partition)
         if shard is None:

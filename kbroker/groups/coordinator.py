@@ -41,7 +41,7 @@ import trio
 
 from kbroker.durable.files import StorageError
 from kbroker.groups.timers import CoordinatorTimers
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.groups")
 
@@ -204,8 +204,13 @@ def parse_subscription(metadata: bytes) -> set[str] | None:
 class GroupStore(Protocol):
     """Where a classic group's membership is kept (kbroker/groups/offsets.py: Kafka's GroupMetadata records)."""
 
-    def store_group(self, group: Group) -> None:
-        """Write the group's generation: its members and their assignments (raises StorageError on failure)."""
+    def store_group(self, group: Group) -> int:
+        """Write the group's generation: its members and their assignments (raises StorageError on failure); the
+        offset after the write (-1: nothing written), for ``committed``."""
+        ...
+
+    async def committed(self, group: str, end_offset: int) -> None:
+        """Return once the write that returned ``end_offset`` is committed (KafkaError if it cannot be)."""
         ...
 
     def remove_group(self, group_id: str) -> None:
@@ -249,16 +254,31 @@ class GroupCoordinator:
         group.state = state
         group.state_since_ms = self.wall_clock_ms()
 
-    def _store(self, group: Group) -> None:
+    def _store(self, group: Group) -> int:
         """Write the group's new generation, as Kafka's coordinator does when a rebalance completes (the leader's
-        SyncGroup) or leaves the group empty. A failed write is logged and the group carries on in memory; the
-        generation before it is what a restart finds."""
+        SyncGroup) or leaves the group empty; the offset after the write (-1: nothing written). A failed write is
+        logged and the group carries on in memory; the generation before it is what a restart finds."""
         if self.store is None:
-            return
+            return -1
         try:
-            self.store.store_group(group)
+            return self.store.store_group(group)
         except StorageError as exc:
             log.warning("group %s: generation %d was not written: %s", group.group_id, group.generation_id, exc)
+            return -1
+
+    async def _assignment_committed(self, group: Group) -> ErrorCode:
+        """Write the leader's assignment and wait until it is committed (replicated to the ISR), as Kafka answers
+        SyncGroup only then: a member never works on an assignment a failover could take back. The error to
+        answer the members with if it cannot be committed, as Kafka maps it."""
+        written = self._store(group)
+        if written < 0 or self.store is None:
+            return ErrorCode.NONE
+        try:
+            await self.store.committed(group.group_id, written)
+        except KafkaError as exc:
+            log.warning("group %s: generation %d was not committed: %s", group.group_id, group.generation_id, exc)
+            return _ASSIGNMENT_WRITE_ERRORS.get(exc.code, exc.code)
+        return ErrorCode.NONE
 
     def restore(self, groups: Iterable[Group]) -> None:
         """Take the groups a restart found (the replay of their GroupMetadata records): each member's session
@@ -662,13 +682,23 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            self._transition(group, GroupState.STABLE)
-            log.info("group %s: stable at generation %d", group_id, group.generation_id)
-            self._store(group)
-            for m in group.members.values():
-                if m.awaiting_sync:
-                    self._finish_sync(m, self._sync_result(group, m))
-                    self._schedule_heartbeat(m)
+            # The group stays CompletingRebalance until its assignment is committed (others' SyncGroups wait).
+            error = await self._assignment_committed(group)
+            # Meanwhile the group may have moved on (a member joined or left, it was unloaded): then whatever moved
+            # it answered the waiting members, and this write is of a generation that is over.
+            if self.groups.get(group_id) is group and group.state == GroupState.COMPLETING_REBALANCE:
+                if group.generation_id == generation_id and error != ErrorCode.NONE:
+                    for m in group.members.values():
+                        m.assignment = b""
+                        self._finish_sync(m, SyncResult(error))
+                    self._rebalance_or_complete_join(group, f"error {error.name} when storing the group assignment")
+                elif group.generation_id == generation_id:
+                    self._transition(group, GroupState.STABLE)
+                    log.info("group %s: stable at generation %d", group_id, group.generation_id)
+                    for m in group.members.values():
+                        if m.awaiting_sync:
+                            self._finish_sync(m, self._sync_result(group, m))
+                            self._schedule_heartbeat(m)
         if not waiter.is_set():
             await waiter.wait()
         assert member.sync_result is not None
@@ -945,6 +975,19 @@ class _JoinRequest:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     supports_skip_assignment: bool
+
+
+# How a failed write of the group's assignment is answered (Kafka's appendGroupMetadataErrorToResponseError).
+_ASSIGNMENT_WRITE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

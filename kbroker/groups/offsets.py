@@ -436,6 +436,10 @@ class OffsetStore:
         says, whether or not this broker holds a replica of it."""
         return self.runtime.led_elsewhere(self.partition_for(group))
 
+    def loading(self, group: str) -> bool:
+        """This broker is the group's coordinator but its shard is not loaded yet (loaded now if it can be)."""
+        return self.runtime.loading(self.partition_for(group))
+
     def serve_groups(
         self, restore: Callable[[int | None], None], unload: Callable[[Callable[[str], bool]], None]
     ) -> None:
@@ -624,8 +628,9 @@ class OffsetStore:
 
     # --- classic group membership (Kafka's GroupMetadata records) ----------------------------------------
 
-    def store_group(self, group: Group) -> None:
-        """Write the classic group's generation; OffsetStoreError (nothing written) on failure."""
+    def store_group(self, group: Group) -> int:
+        """Write the classic group's generation; the offset after its record (for ``committed``). OffsetStoreError
+        (nothing written) on failure."""
         protocol = group.protocol_name
         members = [
             coordinator_records.GroupMetadataValue.MemberMetadata(
@@ -649,7 +654,7 @@ class OffsetStore:
             members=members,
         )
         key = coordinator_records.GroupMetadataKey(group=group.group_id)
-        self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
+        return self._write(group.group_id, [encode_coordinator_record(key, value, GROUP_METADATA_VERSION)])
 
     def remove_group(self, group_id: str) -> None:
         """Write the group's GroupMetadata tombstone, if it has a record; OffsetStoreError on failure."""

@@ -59,10 +59,26 @@ class GroupRouter:
     # --- which kind -------------------------------------------------------------------------------------
 
     def require_coordinator(self, group_id: str) -> None:
-        """KafkaError NOT_COORDINATOR when another broker leads the group's __consumer_offsets partition (its
-        groups were unloaded here): the client finds the coordinator again, as with Kafka."""
+        """The check of every request to a group's coordinator, as Kafka's CoordinatorRuntime makes it: KafkaError
+        NOT_COORDINATOR when another broker leads the group's __consumer_offsets partition (its groups were
+        unloaded here; the client finds the coordinator again), COORDINATOR_LOAD_IN_PROGRESS while this broker
+        leads it but has not loaded its shard (the client retries here). Without the second, a request in that
+        window would see the group missing: an OffsetCommit answered GROUP_ID_NOT_FOUND, a JoinGroup starting
+        the group over."""
         if self.offsets.coordinated_elsewhere(group_id):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"this broker is not the coordinator of group {group_id}")
+        if self.offsets.loading(group_id):
+            raise KafkaError(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"the coordinator of group {group_id} is still loading it"
+            )
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """``require_coordinator`` as a code, for the APIs that answer each group of a request on its own."""
+        try:
+            self.require_coordinator(group_id)
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
 
     def kind(self, group_id: str) -> GroupKind:
         if group_id in self.consumer.groups:

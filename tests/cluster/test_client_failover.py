@@ -8,9 +8,10 @@ member reads every acknowledged record, and reads one again only after a rewind 
 never below it; the committed offset of a partition, read back after every commit, never goes back.
 
 The clients are the compat suite's adapters (compat/clients), each family in processes of its own: one for the
-producer, one for the consumer, driven from threads of the test while its main thread takes brokers down. One
-cluster (Apache Kafka's KRaft controller, 3 kbroker brokers) serves the module; each family uses topics and a
-group of its own."""
+producer, one for the consumer, driven from threads of the test while its main thread takes brokers down. All
+families run at once, each with a topic and a group of its own, through one rolling restart and one leader kill
+(one disturbance instead of one per family keeps the module short); each family's properties are checked afterwards
+and a failure names the family."""
 
 from __future__ import annotations
 
@@ -234,84 +235,72 @@ class Topology:
         return True
 
 
-def start_client(family: str, bootstrap: str) -> RemoteClient:
+def start_clients(family: str, bootstrap: str) -> tuple[RemoteClient, RemoteClient] | str:
+    """The family's producer and consumer processes, or why the family cannot run here."""
     try:
-        return SPECS[family].start(bootstrap)
+        producer = SPECS[family].start(bootstrap)
     except ClientUnavailable as exc:
-        pytest.skip(f"{family}: {exc}")
+        return str(exc)
+    try:
+        return producer, SPECS[family].start(bootstrap)
+    except ClientUnavailable as exc:
+        producer.close()
+        return str(exc)
 
 
-def wait_for_more(workload: Workload, count: int) -> None:
-    """Let some traffic through before the next step; a bound, nothing asserted (the step may stall it)."""
-    goal = workload.produced() + count
+def wait_for_more(workloads: list[Workload], count: int) -> None:
+    """Let some traffic of every family through before the next step; a bound, nothing asserted (the step may
+    stall it)."""
+    goals = [(work, work.produced() + count) for work in workloads]
     deadline = time.monotonic() + SETTLE
-    while workload.produced() < goal and time.monotonic() < deadline and not workload.producing.crashed:
+    while time.monotonic() < deadline and any(
+        work.produced() < goal and not work.producing.crashed for work, goal in goals
+    ):
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_idempotent_producer_and_group_through_rolling_restart_and_leader_kill(
-    kbroker_cluster: KbrokerCluster, family: str
-) -> None:
-    cluster = kbroker_cluster
-    started = time.monotonic()
-    topic, group = f"failover-{family}", f"failover-group-{family}"
-    topology = Topology(cluster.bootstrap)
-    created = topology.admin.create_topics(
-        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})]
-    )
-    created[topic].result(WITHIN)
-    wait_for("a full ISR", lambda: topology.all_in_sync(topic))
+@dataclass
+class Outcome:
+    """One family's run, checked after the shared disturbance."""
 
-    producer = start_client(family, cluster.bootstrap)
-    consumer = start_client(family, cluster.bootstrap)
-    steps: list[str] = []
-    try:
-        with Workload(producer, consumer, cluster.bootstrap, topic, group) as work:
-            wait_for_more(work, 50)
-            # (a) A rolling restart: each broker a controlled shutdown, back, the ISR full again before the next.
-            for broker in cluster.brokers:
-                broker.stop()
-                steps.append(f"{work.at()} stopped broker {broker.node_id}")
-                wait_for_more(work, 30)
-                broker.start()
-                wait_for("a full ISR again", lambda: topology.all_in_sync(topic, "__consumer_offsets"))
-                steps.append(f"{work.at()} restarted broker {broker.node_id} ({work.produced()} acknowledged)")
-                wait_for_more(work, 30)
-            # (b) kill -9 of partition 0's leader, then a restart.
-            leader = cluster.broker(wait_for("a leader", lambda: topology.partitions(topic)[0].leader))
-            leader.kill()
-            steps.append(f"{work.at()} killed broker {leader.node_id}")
-            wait_for_more(work, 30)
-            leader.start()
-            wait_for("a full ISR again", lambda: topology.all_in_sync(topic, "__consumer_offsets"))
-            steps.append(f"{work.at()} killed and restarted leader {leader.node_id} ({work.produced()} acknowledged)")
-            wait_for_more(work, 50)
-            work.stop_producing.set()
-            work.threads[0].join(WITHIN + 60)
-            # The whole cluster is back: what is produced now must be acknowledged.
-            last = list(range(work.producing.next_number, work.producing.next_number + PARTITIONS))
-            final = producer.producer_send(handle=work.handle, topic=topic, records=[
-                {"key": str(n), "value": str(n), "partition": n % PARTITIONS} for n in last
-            ])  # fmt: skip
-            work.producing.acknowledged.update((n, (p, o)) for n, (p, o) in zip(last, final, strict=True))
-            ends = {p: offset + 1 for p, offset in final}
-            wait_for("the member to read and commit everything", lambda: work.consumed_through(ends))
-        producing, consuming = work.producing, work.consuming
-        topic_now = {p: consumer.read(topic=topic, partition=p, offset=0, count=ends[p],
-                                      settings={"timeout_ms": 20000}) for p in range(PARTITIONS)}  # fmt: skip
-    finally:
-        producer.close()
-        consumer.close()
+    work: Workload
+    ends: dict[int, int] = field(default_factory=dict)
+    topic_now: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
+
+def finish(work: Workload) -> Outcome:
+    """Stop the family's producer, send a last record to each partition (the whole cluster is back: it must be
+    acknowledged), wait for the member to read and commit everything, then read the topic back."""
+    outcome = Outcome(work)
+    work.stop_producing.set()
+    work.threads[0].join(WITHIN + 60)
+    last = list(range(work.producing.next_number, work.producing.next_number + PARTITIONS))
+    final = work.producer.producer_send(handle=work.handle, topic=work.topic, records=[
+        {"key": str(n), "value": str(n), "partition": n % PARTITIONS} for n in last
+    ])  # fmt: skip
+    work.producing.acknowledged.update((n, (p, o)) for n, (p, o) in zip(last, final, strict=True))
+    outcome.ends = {p: offset + 1 for p, offset in final}
+    wait_for("the member to read and commit everything", lambda: work.consumed_through(outcome.ends))
+    work.stop_consuming.set()
+    work.threads[1].join(WITHIN + 60)
+    outcome.topic_now = {p: work.consumer.read(topic=work.topic, partition=p, offset=0, count=outcome.ends[p],
+                                               settings={"timeout_ms": 20000}) for p in range(PARTITIONS)}  # fmt: skip
+    return outcome
+
+
+def check(family: str, outcome: Outcome, steps: list[str]) -> None:
+    """The family's safety properties; an AssertionError names what broke."""
+    work, ends, topic_now = outcome.work, outcome.ends, outcome.topic_now
+    producing, consuming = work.producing, work.consuming
     summary = (
-        f"{family}: {len(producing.acknowledged)} acknowledged, {len(producing.failed)} batches failed "
+        f"{len(producing.acknowledged)} acknowledged, {len(producing.failed)} batches failed "
         f"{[e for _, e in producing.failed][:3]}, {len(consuming.read)} read, {len(consuming.committed)} commits, "
-        f"commit errors {consuming.commit_errors[:3]}; {steps}; "
-        f"{time.monotonic() - started:.0f} s"
+        f"commit errors {consuming.commit_errors[:3]}; {steps}"
     )
-    print(summary)
-    assert producing.crashed is None and consuming.crashed is None, summary
+    print(f"{family}: {summary}")
+    assert producing.crashed is None and consuming.crashed is None, (
+        f"{producing.crashed} {consuming.crashed}; {summary}"
+    )
 
     # The topic: each partition holds its records in send order, each number once, every acknowledged one at the
     # offset it was acknowledged with; a number of a failed batch at most once.
@@ -327,17 +316,112 @@ def test_idempotent_producer_and_group_through_rolling_restart_and_leader_kill(
     in_topic = set(at.values())
     assert len(in_topic) == len(at), summary  # no number in two partitions
     assert in_topic <= set(producing.acknowledged) | failed, summary
-    assert {n: at.get(place) for n, place in producing.acknowledged.items()} == {
-        n: n for n in producing.acknowledged
-    }, summary
+    misplaced = {n: at.get(place) for n, place in producing.acknowledged.items() if at.get(place) != n}
+    assert misplaced == {}, f"acknowledged numbers not at their offsets: {misplaced}; {summary}"
 
     # The member: every record read is the topic's at that offset; every acknowledged one read; a record read again
     # only after a rewind to the committed offset, never below it.
     assert all(at.get((r["partition"], r["offset"])) == number(r) for r in consuming.read), summary
     assert set(producing.acknowledged.values()) <= {(r["partition"], r["offset"]) for r in consuming.read}, summary
-    assert consuming.rewinds_below_commit == [], summary
+    assert consuming.rewinds_below_commit == [], f"{consuming.rewinds_below_commit[:3]}; {summary}"
     # Committed offsets, read back after each commit, never go back; the last one is each partition's end.
     for earlier, later in zip(consuming.committed, consuming.committed[1:], strict=False):
         went_back = {p: (earlier[p], later.get(p)) for p in earlier if later.get(p, -1) < earlier[p]}
         assert went_back == {}, f"committed offsets went back: {went_back}; {summary}"
     assert consuming.committed[-1] == ends, summary
+
+
+def in_parallel(function: Callable[[str], Any], families: list[str]) -> dict[str, Any]:
+    """``function(family)`` for every family at once (client processes start and finish concurrently); an
+    exception is returned as its repr."""
+    results: dict[str, Any] = {}
+
+    def run(family: str) -> None:
+        try:
+            results[family] = function(family)
+        except Exception as exc:  # reported per family by the test
+            results[family] = repr(exc)
+
+    threads = [threading.Thread(target=run, args=(family,), daemon=True) for family in families]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WITHIN + 120)
+    return results
+
+
+def test_every_family_through_one_rolling_restart_and_leader_kill(kbroker_cluster: KbrokerCluster) -> None:
+    """All families produce and consume at once, each with its own topic and group, through one rolling restart and
+    one leader kill; each family's properties are checked afterwards and failures reported per family."""
+    cluster = kbroker_cluster
+    topics = {family: f"failover-{family}" for family in FAMILIES}
+    topology = Topology(cluster.bootstrap)
+    created = topology.admin.create_topics([
+        NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})
+        for topic in topics.values()
+    ])  # fmt: skip
+    for future in created.values():
+        future.result(WITHIN)
+    wait_for("a full ISR", lambda: topology.all_in_sync(*topics.values()))
+
+    clients = in_parallel(lambda family: start_clients(family, cluster.bootstrap), FAMILIES)
+    unavailable = {family: why for family, why in clients.items() if isinstance(why, str)}
+    running = [family for family in FAMILIES if family not in unavailable]
+    if not running:
+        pytest.skip(f"no client family available: {unavailable}")
+    workloads: dict[str, Workload] = {}
+    outcomes: dict[str, Outcome | str] = {}
+    steps: list[str] = []
+    started = time.monotonic()
+
+    def at() -> str:
+        return f"{time.monotonic() - started:.1f}s"
+
+    try:
+        for family in running:
+            producer, consumer = clients[family]
+            work = Workload(producer, consumer, cluster.bootstrap, topics[family], f"failover-group-{family}")
+            workloads[family] = work.__enter__()
+        every = list(workloads.values())
+        wait_for_more(every, 50)
+        in_sync = (*topics.values(), "__consumer_offsets")
+        # (a) A rolling restart: each broker a controlled shutdown, back, the ISR full again before the next.
+        for broker in cluster.brokers:
+            broker.stop()
+            steps.append(f"{at()} stopped broker {broker.node_id}")
+            wait_for_more(every, 30)
+            broker.start()
+            wait_for("a full ISR again", lambda: topology.all_in_sync(*in_sync))
+            steps.append(f"{at()} restarted broker {broker.node_id}")
+            wait_for_more(every, 30)
+        # (b) kill -9 of the leader of partition 0 of the first family's topic, then a restart.
+        first = topics[running[0]]
+        leader = cluster.broker(wait_for("a leader", lambda: topology.partitions(first)[0].leader))
+        leader.kill()
+        steps.append(f"{at()} killed broker {leader.node_id}")
+        wait_for_more(every, 30)
+        leader.start()
+        wait_for("a full ISR again", lambda: topology.all_in_sync(*in_sync))
+        steps.append(f"{at()} killed and restarted leader {leader.node_id}")
+        wait_for_more(every, 50)
+        outcomes = in_parallel(lambda family: finish(workloads[family]), running)
+    finally:
+        for work in workloads.values():
+            work.__exit__(None, None, None)
+        for family in running:
+            for client in clients[family]:
+                client.close()
+
+    failures: dict[str, str] = {}
+    for family in running:
+        outcome = outcomes.get(family, "not finished")
+        if isinstance(outcome, str):
+            failures[family] = f"finishing the run: {outcome}; {workloads[family].producing.crashed}"
+            continue
+        try:
+            check(family, outcome, steps)
+        except AssertionError as exc:
+            failures[family] = str(exc)
+    assert failures == {}, "\n".join(f"{family}: {failure}" for family, failure in failures.items())
+    if unavailable:
+        pytest.skip(f"checked {running}; not available here: {unavailable}")
