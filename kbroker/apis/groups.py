@@ -24,6 +24,7 @@ from kbroker.groups.coordinator import GroupState
 from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError, offsets_partition
 from kbroker.groups.router import GroupKind
 from kbroker.metadata.listener_view import alive_node
+from kbroker.quotas import java_string_hash
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from protocol.errors import ErrorCode, KafkaError
@@ -323,38 +324,31 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
 
 
+def _undescribed(group_id: str, code: ErrorCode, message: str | None = None) -> DescribeGroupsResponse.DescribedGroup:
+    """A group DescribeGroups answers with its id and an error only."""
+    return DescribeGroupsResponse.DescribedGroup(
+        error_code=code,
+        error_message=message,
+        group_id=group_id,
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=[],
+        authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+    )
+
+
 async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     refused = []  # as Kafka: the groups the principal may not describe come first
     router = ctx.groups
     for group_id in request.groups:
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            refused.append(
-                DescribeGroupsResponse.DescribedGroup(
-                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                    error_message=GROUP_DENIED,
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
-                )
-            )
+            refused.append(_undescribed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, GROUP_DENIED))
             continue
         code = router.coordinator_error(group_id)
         if code != ErrorCode.NONE:  # as Kafka: the group's id and the code, nothing else
-            described.append(
-                DescribeGroupsResponse.DescribedGroup(
-                    error_code=code,
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
-                )
-            )
+            described.append(_undescribed(group_id, code))
             continue
         kind = router.kind(group_id)
         group = router.classic_group(group_id)
@@ -424,14 +418,6 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     return DescribeGroupsResponse(throttle_time_ms=0, groups=refused + described)
 
 
-def _java_string_hash(text: str) -> int:
-    utf16 = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(utf16), 2):
-        h = (31 * h + int.from_bytes(utf16[i : i + 2], "big")) & 0xFFFFFFFF
-    return h
-
-
 def _kafka_delete_order(ctx: RequestContext, answers: list[tuple[str, ErrorCode]]) -> list[tuple[str, ErrorCode]]:
     """DeleteGroups' results in Kafka 4.4's order: by coordinator partition as a java.util.HashMap of
     TopicPartition iterates (bucket of its hash, 31 * (31 + partition) + the topic's String hash, with the high
@@ -441,10 +427,10 @@ def _kafka_delete_order(ctx: RequestContext, answers: list[tuple[str, ErrorCode]
     by_partition: dict[int, list[tuple[str, ErrorCode]]] = {}
     for answer in answers:
         by_partition.setdefault(ctx.groups.offsets.partition_for(answer[0]), []).append(answer)
-    topic_hash = _java_string_hash(OFFSETS_TOPIC)
+    topic_hash = java_string_hash(OFFSETS_TOPIC)
     ordered: list[tuple[str, ErrorCode]] = []
     for partition in _hash_map_order(by_partition, lambda p: 31 * (31 + p) + topic_hash):
-        ordered += _hash_map_order(by_partition[partition], lambda a: _java_string_hash(a[0]))
+        ordered += _hash_map_order(by_partition[partition], lambda a: java_string_hash(a[0]))
     return ordered
 
 

@@ -28,7 +28,6 @@ topic once at start-up (kbroker/coordinators/migration.py).
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,6 +41,7 @@ from kbroker.groups.consumer_group_records import (
     StoredConsumerGroup,
     replay_consumer_group_record,
 )
+from kbroker.quotas import java_string_hash
 from protocol import coordinator_records
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
 from protocol.errors import KafkaError
@@ -87,9 +87,7 @@ def offsets_partition(group_id: str, partitions: int) -> int:
     non-negative by Utils.abs (the absolute value, 0 for Integer.MIN_VALUE; not the partitioner's sign-bit mask,
     which differs for every negative hash), modulo the partition count. Brokers of both implementations in one
     cluster must agree on it, or a group would have two coordinators."""
-    code = 0
-    for (unit,) in struct.iter_unpack(">H", group_id.encode("utf-16-be")):  # Java hashes UTF-16 code units
-        code = (31 * code + unit) & 0xFFFFFFFF
+    code = java_string_hash(group_id)
     if code >= 0x80000000:
         code = 0 if code == 0x80000000 else 0x100000000 - code  # |the signed value|
     return code % partitions
