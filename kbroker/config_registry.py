@@ -194,6 +194,7 @@ _COMBINED_ROLES = (
 # Where the KRaft settings and the internal topics' replication apply: under Kafka's controllers
 # (process.roles=broker), not on a single node.
 QUORUM_KEYS = (
+    "default.replication.factor",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
     "offsets.topic.replication.factor",
@@ -225,7 +226,17 @@ CONFIG_DEFS: list[ConfigDef] = [
     # --- broker settings kbroker describes (DescribeConfigs on the broker lists exactly these) ---
     ConfigDef("node.id", "INT", "0", Int(0, INT_MAX), "This broker's id.", B),
     ConfigDef("num.partitions", "INT", "1", Int(1, 100_000), "Partitions of an auto-created topic.", B),
-    ConfigDef("default.replication.factor", "INT", "1", Int(1, 1), "Replication factor of auto-created topics.", B),
+    ConfigDef(
+        "default.replication.factor",
+        "INT",
+        "1",
+        Int(1, INT_MAX),
+        "Replication factor of auto-created topics.",
+        B,
+        WARNED,
+        f"{_NO_REPLICATION} (applied with process.roles=broker, under Kafka's controllers)",
+        when=lambda factor: factor > 1,
+    ),
     ConfigDef("auto.create.topics.enable", "BOOLEAN", "true", parse_bool, "Create a topic on first Metadata.", B),
     ConfigDef("delete.topic.enable", "BOOLEAN", "true", parse_bool, "Allow DeleteTopics.", B),
     ConfigDef(

@@ -250,13 +250,19 @@ class TopicService:
             created.set()
         return self._published(name)
 
+    @property
+    def default_replication_factor(self) -> int:
+        """default.replication.factor under a KRaft quorum; a single node has one replica to give whatever it says
+        (a larger value is accepted there with a warning, as Kafka's broker server.properties carry it)."""
+        return self.config["default.replication.factor"] if self.controller.forwards_requests else 1
+
     def _replication_of(self, name: str, configs: dict[str, str]) -> tuple[int, dict[str, str]]:
         """A new topic's replication factor (and configs): default.replication.factor, or under a KRaft quorum
         for an internal topic its own settings, as Kafka's AutoTopicCreationManager creates them
         (offsets.topic.replication.factor; transaction.state.log.replication.factor with
         transaction.state.log.min.isr as its min.insync.replicas). A single node has one replica to give."""
         if name not in INTERNAL_TOPICS or not self.controller.forwards_requests:
-            return self.config["default.replication.factor"], configs
+            return self.default_replication_factor, configs
         if name == OFFSETS_TOPIC:
             return self.config["offsets.topic.replication.factor"], configs
         min_isr = str(self.config["transaction.state.log.min.isr"])
@@ -270,7 +276,7 @@ class TopicService:
         if name in self._in_creation:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         self.controller.create_topic_now(
-            name, partitions=partitions, replication_factor=self.config["default.replication.factor"], configs=configs
+            name, partitions=partitions, replication_factor=self.default_replication_factor, configs=configs
         )
         for info, new in self._to_build.pop(name, []):
             self.logs.finish_building(info, new, self._make_files(info, new))
@@ -287,7 +293,7 @@ class TopicService:
         """What ``create`` would refuse about the partitions and replicas (and ``configs``, if given), without
         creating anything."""
         if not assignments and replication_factor == -1:
-            replication_factor = self.config["default.replication.factor"]
+            replication_factor = self.default_replication_factor
         await self.controller.create_topic(
             name,
             partitions=-1 if assignments else partitions,

@@ -171,3 +171,36 @@ def test_kafkas_stock_server_properties_starts_with_warnings_only_for_single_nod
     assert warned == STOCK_WARNED
     assert not re.search(r" (ERROR|CRITICAL) | WARNING (?!kbroker\.config: )", stderr), stderr
     assert "Traceback" not in stderr
+
+
+def test_default_replication_factor_is_applied_by_a_broker_of_a_quorum_and_warned_on_a_single_node(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka's broker server.properties often carries default.replication.factor=3: a single node starts with it
+    (one replica to give, warned), and a broker under Kafka's controllers applies it, unwarned."""
+    with caplog.at_level("WARNING", logger="kbroker"):
+        single = BrokerConfig({"default.replication.factor": "3"})
+    assert single["default.replication.factor"] == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "default.replication.factor=3 is accepted but not applied: no meaning on a single node: every partition has "
+        "one replica (applied with process.roles=broker, under Kafka's controllers)"
+    ]
+    caplog.clear()
+    quorum = {"process.roles": "broker", "node.id": "1", "controller.listener.names": "CONTROLLER"}
+    with caplog.at_level("WARNING", logger="kbroker"):
+        broker = BrokerConfig(
+            {**quorum, "controller.quorum.voters": "1@localhost:9093", "default.replication.factor": "3"}
+        )
+    assert broker["default.replication.factor"] == 3
+    assert caplog.records == []
+    with pytest.raises(ConfigError, match="default.replication.factor"):
+        BrokerConfig({"default.replication.factor": "0"})
+
+
+def test_a_single_node_auto_creates_one_replica_whatever_default_replication_factor_says(tmp_path: Path) -> None:
+    settings = {"node.id": "4", "default.replication.factor": "3"}
+    with RunningBroker(tmp_path, settings) as broker, WireClient(broker.bootstrap) as client:
+        wanted = [MetadataRequest.MetadataRequestTopic(name="auto-made")]
+        [topic] = client.request(MetadataRequest(topics=wanted, allow_auto_topic_creation=True), 12).topics
+        assert topic.error_code == ErrorCode.NONE
+        assert [list(p.replica_nodes) for p in topic.partitions] == [[4]]

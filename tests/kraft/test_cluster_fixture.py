@@ -259,9 +259,11 @@ def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
     monkeypatch.setenv("CLUSTER_REPORT", str(report))
     pytester.makepyfile(
         """
-        import json, os
+        import json, os, time
         import pytest
         from confluent_kafka.admin import AdminClient, ConfigResource
+        from kbroker.wire_client import WireClient
+        from protocol.messages.metadata_request import MetadataRequest
 
         def facts(cluster, name):
             admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -282,7 +284,20 @@ def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
             facts(kbroker_cluster, "marker")
 
         def test_factory(kbroker_cluster_factory):
-            facts(kbroker_cluster_factory(brokers=2, config={"num.partitions": 2}), "factory")
+            cluster = kbroker_cluster_factory(brokers=2, config={"num.partitions": 2, "default.replication.factor": 2})
+            facts(cluster, "factory")
+            # A topic auto-created by Metadata gets default.replication.factor replicas (Kafka's broker setting).
+            wanted = [MetadataRequest.MetadataRequestTopic(name="auto-made")]
+            request = MetadataRequest(topics=wanted, allow_auto_topic_creation=True)
+            for _ in range(600):
+                with WireClient(cluster.broker(1).bootstrap) as client:
+                    [topic] = client.request(request, 12).topics
+                if topic.error_code == 0 and topic.partitions:
+                    break
+                time.sleep(0.2)
+            with open(os.environ["CLUSTER_REPORT"], "a") as out:
+                replicas = sorted(len(p.replica_nodes) for p in topic.partitions)
+                out.write(json.dumps({"test": "auto-created", "replicas": replicas}) + "\n")
 
         def test_takes_brokers_down(kbroker_cluster):
             kbroker_cluster.broker(1).kill()
@@ -296,6 +311,7 @@ def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
     pytester.runpytest().assert_outcomes(passed=4)
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     seen = {entry["test"]: entry for entry in lines}
+    assert seen.pop("auto-created") == {"test": "auto-created", "replicas": [2, 2]}
     assert {name: (e["brokers"], e["num.partitions"], e["delay"]) for name, e in seen.items()} == {
         "marker": ([1], "4", "0"),
         "factory": ([1, 2], "2", "0"),
