@@ -272,3 +272,24 @@ def test_an_operation_never_completed_pairs_with_none() -> None:
     second = history.invoke("p1", "send", [[0, 2]])  # the process gave up on the first
     done = history.complete(second, OK, [[0, 2, 0]])
     assert list(pairs(history.ops)) == [(first, None), (second, done)]
+
+
+def test_a_later_commit_of_a_lower_offset_explains_a_lower_read() -> None:
+    s = clean()
+    late = s.history.invoke("c2", "commit", {"0": 5}, group="g")  # a member that lost partition 0 commits it once more
+    s.simple("c1", "commit", {"0": 9}, group="g")
+    s.history.complete(late, OK)
+    s.simple("c9", "committed", None, {"0": 5}, group="g")
+    assert s.check().valid
+    s.simple("c9", "committed", None, {"0": 7}, group="g")  # 7 was committed before 9 began: a regression
+    assert [(case["read"], case["acknowledged"]) for case in s.check().anomalies["committed_regressions"]] == [(7, 9)]
+
+
+def test_a_poll_marked_reset_may_read_again() -> None:
+    s = clean()
+    s.poll("c1", {0: [(0, 1), (1, 2)]}, isolation="read_committed")
+    assert cases(s.check()) == {"nonmonotonic_polls": 1}
+    s2 = clean()
+    invoked = s2.history.invoke("c1", "poll", isolation="read_committed")
+    s2.history.complete(invoked, OK, {"0": [[0, 1], [1, 2]]}, reset=True)
+    assert s2.check().valid

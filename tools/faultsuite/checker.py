@@ -15,13 +15,14 @@ transaction committed). The anomalies, each a list of cases in the report:
 - ``uncommitted_reads``: a read_committed poll that returned a transactional value before its producer had asked
   to commit it (or of a transaction that never asked to).
 - ``nonmonotonic_polls`` / ``poll_skips``: a consumer's next poll of a partition, with no assignment change
-  between, starting at or before where its last poll ended, or past a value it should have read (a value of a
+  between (an ``assign`` or ``rebalance`` operation, or a poll marked ``reset``),
+  starting at or before where its last poll ended, or past a value it should have read (a value of a
   non-transactional send or a committed transaction; for read_uncommitted, of an aborted one as well). Within
   one poll likewise.
 - ``nonmonotonic_sends``: a producer's acknowledged offsets in one partition going backwards from one send to
   the next (its sends are one after another).
 - ``committed_regressions``: a read of a group's committed offset lower than an acknowledged commit that
-  completed before the read began.
+  completed before the read began, and that no commit of the offset read could have overwritten.
 
 ``stats`` counts what the history holds and how available the cluster was around each fault: the share of
 client operations begun while the fault was on that succeeded, and the longest time without an acknowledged
@@ -240,6 +241,8 @@ def _poll_order(ops: Sequence[Op], order: dict[int, dict[int, int]], by_value: d
         if op.f != "poll" or not op.value:
             continue
         isolation = op.get("isolation", READ_COMMITTED)
+        if op.get("reset"):  # a group member whose assignment changed: it may read again from committed offsets
+            last[op.process] = {}
         for key, records in op.value.items():
             partition = int(key)
             previous = last[op.process].get(partition)
@@ -281,37 +284,62 @@ def _send_order(ops: Sequence[Op]) -> Cases:
     return cases
 
 
+class Commit(NamedTuple):
+    """One commit of one partition's offset for a group."""
+
+    group: str
+    partition: int
+    offset: int
+    invoked_at: float
+    completed_at: float | None  # None: never answered
+    outcome: str
+    op: int
+
+
 def _committed_regressions(ops: Sequence[Op]) -> Cases:
-    acknowledged: list[tuple[float, str, int, int, int]] = []  # (completed at, group, partition, offset, op)
-    fetched: list[tuple[float, str, dict[str, int], int]] = []  # (invoked at, group, offsets, op)
+    """A read of committed offsets lower than a commit acknowledged before the read began, unless a commit of
+    that very offset could have come after it (the last commit wins: a member that lost a partition in a
+    rebalance may still commit it once more)."""
+    commits: list[Commit] = []
+    fetched: list[tuple[float, float, str, dict[str, int], int]] = []  # (invoked, completed, group, offsets, op)
     for invoked, completed in pairs(ops):
-        if completed is None or completed.type != OK:
-            continue
         group = str(invoked.get("group", ""))
-        if invoked.f == "commit":
-            for partition, offset in invoked.value.items():
-                acknowledged.append((completed.time, group, int(partition), offset, invoked.index))
-        elif invoked.f == "committed":
-            fetched.append((invoked.time, group, completed.value or {}, invoked.index))
-    acknowledged.sort()
+        if invoked.f == "commit" and (completed is None or completed.type != FAIL):
+            done = None if completed is None else completed.time
+            outcome = INFO if completed is None else completed.type
+            for key, offset in invoked.value.items():
+                commits.append(Commit(group, int(key), offset, invoked.time, done, outcome, invoked.index))
+        elif invoked.f == "committed" and completed is not None and completed.type == OK:
+            fetched.append((invoked.time, completed.time, group, completed.value or {}, invoked.index))
+    by_key: dict[tuple[str, int], list[Commit]] = defaultdict(list)
+    for commit in commits:
+        by_key[(commit.group, commit.partition)].append(commit)
     cases: Cases = []
-    for began, group, offsets, read in fetched:
-        highest: dict[int, tuple[int, int]] = {}
-        for at, commit_group, partition, offset, commit in acknowledged:
-            if at >= began:
-                break
-            if commit_group == group and offset >= highest.get(partition, (-1, -1))[0]:
-                highest[partition] = (offset, commit)
+    for began, ended, group, offsets, read in fetched:
         for key, offset in offsets.items():
-            partition = int(key)
-            if partition in highest and offset < highest[partition][0]:
+            history = by_key.get((group, int(key)), [])
+            acknowledged = [
+                c for c in history if c.outcome == OK and c.completed_at is not None and c.completed_at < began
+            ]
+            if not acknowledged:
+                continue
+            highest = max(acknowledged, key=lambda c: c.offset)
+            if offset >= highest.offset:
+                continue
+            explained = any(
+                c.offset == offset
+                and c.invoked_at < ended
+                and (c.completed_at is None or c.completed_at > highest.invoked_at)
+                for c in history
+            )
+            if not explained:
                 cases.append(
                     {
                         "group": group,
-                        "partition": partition,
+                        "partition": int(key),
                         "read": offset,
-                        "acknowledged": highest[partition][0],
-                        "ops": [highest[partition][1], read],
+                        "acknowledged": highest.offset,
+                        "ops": [highest.op, read],
                     }
                 )
     return cases

@@ -1,0 +1,5 @@
+import sys
+
+from tools.faultsuite.run import main
+
+sys.exit(main())
