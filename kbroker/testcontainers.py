@@ -436,31 +436,39 @@ class KBrokerCluster:
             broker_config=tuple(self._config.items()),
         )
 
+    def containers(self, plan: ClusterPlan, network: Network) -> tuple[DockerContainer, dict[int, DockerContainer]]:
+        """The controller's container and each broker's, by node id, as ``plan`` makes them (none started)."""
+        controller = (
+            DockerContainer(self.controller_image, docker_client_kw=self.docker_client_kw)
+            .with_name(plan.controller_name)
+            .with_network(network)
+            .with_env("KAFKA_HEAP_OPTS", CONTROLLER_HEAP)
+            .with_command(plan.controller_command())
+        )
+        brokers = {}
+        for node_id in plan.broker_ids:
+            broker = (
+                DockerContainer(self.image, docker_client_kw=self.docker_client_kw)
+                .with_name(plan.broker_name(node_id))
+                .with_network(network)
+                .with_bind_ports(CLIENT_PORT, plan.host_ports[node_id - 1])
+            )
+            for name, value in plan.broker_env(node_id).items():
+                broker.with_env(name, value)
+            brokers[node_id] = broker
+        return controller, brokers
+
     def start(self) -> Self:
         if self._plan is not None:
             raise RuntimeError("the cluster is started already")
         try:
             self._plan = plan = self.make_plan(DockerClient(**(self.docker_client_kw or {})).host())
             self._network = Network(docker_client_kw=self.docker_client_kw).create()
-            self.controller = (
-                DockerContainer(self.controller_image, docker_client_kw=self.docker_client_kw)
-                .with_name(plan.controller_name)
-                .with_network(self._network)
-                .with_env("KAFKA_HEAP_OPTS", CONTROLLER_HEAP)
-                .with_command(plan.controller_command())
-            )
+            self.controller, brokers = self.containers(plan, self._network)
+            self.brokers = [DockerClusterBroker(self, node_id, container) for node_id, container in brokers.items()]
             self.controller.start()
-            for node_id in plan.broker_ids:
-                container = (
-                    DockerContainer(self.image, docker_client_kw=self.docker_client_kw)
-                    .with_name(plan.broker_name(node_id))
-                    .with_network(self._network)
-                    .with_bind_ports(CLIENT_PORT, plan.host_ports[node_id - 1])
-                )
-                for name, value in plan.broker_env(node_id).items():
-                    container.with_env(name, value)
-                self.brokers.append(DockerClusterBroker(self, node_id, container))
-                container.start()
+            for broker in self.brokers:
+                broker.container.start()
             self.wait_until_serving(self.brokers, {plan.broker_address(node_id) for node_id in plan.broker_ids})
         except BaseException:
             self.stop()

@@ -192,6 +192,69 @@ def test_every_variable_the_entrypoint_reads_is_documented_in_its_header_and_the
             assert name in dockerfile, name
 
 
+def test_the_controllers_command_and_a_brokers_environment_make_a_cluster_outside_docker(tmp_path: Path) -> None:
+    """The plan run on this machine as the containers run it: the controller's script with Kafka 4.4's storage
+    tool and server from the Maven jars (a JVM: run it under the shared lock), broker 1's environment through
+    docker/entrypoint.sh. Only the addresses Docker's network would give are replaced by local ones; the broker
+    registers with the controller and serves its client listener with the cluster's id."""
+    from compat.apache_kafka import KafkaUnavailable, free_port, kafka_classpath
+    from kbroker.health import wait_until_ready
+
+    try:
+        classpath = kafka_classpath()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka cannot run here: {exc}")
+    controller_port, internal_port, client_port = free_port(), free_port(), free_port()
+    local = ClusterPlan(CLUSTER_ID, "kbroker-test", "127.0.0.1", (client_port,))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, main in (("kafka-storage.sh", "kafka.tools.StorageTool"), ("kafka-server-start.sh", "kafka.Kafka")):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec java -Xmx256m -cp "{classpath}" {main} "$@"\n')
+        (bin_dir / name).chmod(0o755)
+    script = local.controller_command()[2]
+    for container_side, here in [
+        ("/opt/kafka/bin/", f"{bin_dir}/"),
+        (CONTROLLER_PROPERTIES, str(tmp_path / "controller.properties")),
+        (CONTROLLER_DATA_DIR, str(tmp_path / "controller-data")),
+        (f"{local.controller_name}:9093", f"127.0.0.1:{controller_port}"),
+        ("CONTROLLER://:9093", f"CONTROLLER://127.0.0.1:{controller_port}"),
+    ]:
+        assert container_side in script
+        script = script.replace(container_side, here)
+    env = local.broker_env(1) | {
+        "KBROKER_DATA_DIR": str(tmp_path / "broker-data"),
+        "KBROKER_CONFIG_CONTROLLER_QUORUM_BOOTSTRAP_SERVERS": f"127.0.0.1:{controller_port}",
+        "KBROKER_CONFIG_LISTENERS": f"INTERNAL://127.0.0.1:{internal_port},EXTERNAL://127.0.0.1:{client_port}",
+        "KBROKER_CONFIG_ADVERTISED_LISTENERS": f"INTERNAL://127.0.0.1:{internal_port},"
+        f"EXTERNAL://127.0.0.1:{client_port}",
+    }
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(tmp_path / "controller.log", "wb") as log:
+            started.append(subprocess.Popen(["sh", "-c", script], stdout=log, stderr=subprocess.STDOUT))
+        with open(tmp_path / "broker.log", "wb") as log:
+            started.append(
+                subprocess.Popen(["sh", str(ENTRYPOINT)], env=child_env(**env), stdout=log, stderr=subprocess.STDOUT)
+            )
+        try:
+            health = wait_until_ready(f"127.0.0.1:{client_port}", timeout=180)
+        except TimeoutError:
+            logs = [(tmp_path / name).read_text(errors="replace")[-3000:] for name in ("controller.log", "broker.log")]
+            raise AssertionError("\n".join(logs)) from None
+        assert (health.cluster_id, health.brokers) == (CLUSTER_ID, [f"127.0.0.1:{client_port}"])
+        properties = parse_properties((tmp_path / "controller-data" / "meta.properties").read_text())
+        assert (properties["cluster.id"], properties["node.id"]) == (CLUSTER_ID, "1000")
+    finally:
+        for process in reversed(started):
+            if process.poll() is None:
+                process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 # --- argument checks (nothing started, no engine needed) ---------------------------------------------------
 
 
@@ -216,6 +279,25 @@ def test_settings_the_image_cannot_take_are_refused_at_once() -> None:
     assert made.broker_env(1)["KBROKER_CONFIG_MIN_INSYNC_REPLICAS"] == "2"
     assert made.broker_env(1)["KBROKER_CONFIG_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false"
     assert len(made.host_ports) == 1 and made.name_prefix.startswith("kbroker-") and len(made.cluster_id) == 22
+
+
+def test_the_containers_are_made_from_the_plan() -> None:
+    """What start() starts, made without an engine (a fixed API version keeps docker-py from asking one)."""
+    from testcontainers.core.network import Network
+
+    docker_client_kw = {"version": "1.43"}
+    cluster = KBrokerCluster("kbroker:test", brokers=2, docker_client_kw=docker_client_kw)
+    made = plan(2)
+    network = Network(docker_client_kw=docker_client_kw)
+    controller, brokers = cluster.containers(made, network)
+    assert controller.image.endswith(CONTROLLER_IMAGE) and controller._name == "kbroker-test-controller"
+    assert controller._command == made.controller_command() and controller._network is network
+    assert controller.env == {"KAFKA_HEAP_OPTS": "-Xmx512m -Xms512m"} and controller.ports == {}
+    assert sorted(brokers) == [1, 2]
+    for node_id, broker in brokers.items():
+        assert broker.image.endswith("kbroker:test") and broker._name == f"kbroker-test-broker-{node_id}"
+        assert broker.env == made.broker_env(node_id) and broker._network is network
+        assert broker.ports == {"9092": 31000 + node_id}  # the client listener, on its fixed host port
 
 
 def test_a_cluster_not_started_says_so() -> None:
@@ -249,12 +331,16 @@ def test_a_cluster_in_docker_keeps_every_acknowledged_record_when_the_leader_is_
         assert sorted(partition["replicas"]) == [1, 2, 3] and sorted(partition["isr"]) == [1, 2, 3]
         leader = partition["leader"]
 
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=10, retry_backoff_ms=500)
+        # Idempotent: a retried batch is not written twice, so the offsets are exactly 0..199. The delivery
+        # timeout outlasts the controller's fencing of the dead leader (broker.session.timeout.ms, 9 s).
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, delivery_timeout_ms=120_000
+        )
         sent = [f"record-{i}".encode() for i in range(200)]
-        offsets = [producer.send("failover", value).get(30).offset for value in sent[:100]]
+        offsets = [producer.send("failover", value).get(150).offset for value in sent[:100]]
         cluster.broker(leader).kill()
         assert not cluster.broker(leader).is_running
-        offsets += [producer.send("failover", value).get(60).offset for value in sent[100:]]
+        offsets += [producer.send("failover", value).get(150).offset for value in sent[100:]]
         producer.close()
         assert offsets == list(range(200))
 
