@@ -1,7 +1,9 @@
 #!/bin/sh
 # kbroker's container entrypoint: turns environment variables into `kbroker serve` arguments.
 #
-#   KBROKER_LISTENER                  HOST:PORT to listen on (default 0.0.0.0:9092)
+#   KBROKER_LISTENER                  HOST:PORT to listen on (default 0.0.0.0:9092); with KBROKER_CONFIG_LISTENERS
+#                                     the config's listeners are served instead, and this names the one
+#                                     the health check asks
 #   KBROKER_ADVERTISED_LISTENER       HOST:PORT given to clients in Metadata (default: localhost and the
 #                                     listener's port); port 0 means "the port actually bound"
 #   KBROKER_ADVERTISED_LISTENER_FILE  wait for this file, then advertise the HOST:PORT it holds (set by
@@ -10,6 +12,9 @@
 #   KBROKER_LOG_LEVEL                 DEBUG, INFO (default), WARNING or ERROR
 #   KBROKER_CONFIG_<KEY>              any server.properties key, upper case with dots as underscores:
 #                                     KBROKER_CONFIG_NUM_PARTITIONS=3 is num.partitions=3
+#   KBROKER_CLUSTER_ID                a broker of a KRaft cluster (KBROKER_CONFIG_PROCESS_ROLES=broker): its
+#                                     data directory is formatted for this cluster id and
+#                                     KBROKER_CONFIG_NODE_ID first (kbroker format; kept as is once formatted)
 #
 # Arguments: none or options (added to `kbroker serve`); `health` (the image's health check: ApiVersions and
 # Metadata against the listener's port on this host); anything else is run as a command.
@@ -50,8 +55,16 @@ if [ -n "$advertised" ]; then
     set -- --advertised-listener "$advertised" "$@"
 fi
 
+if [ -z "${KBROKER_CONFIG_LISTENERS:-}" ]; then
+    set -- --listen "$listener" "$@"
+fi
+data_dir="${KBROKER_DATA_DIR:-/var/lib/kbroker/data}"
+if [ -n "${KBROKER_CLUSTER_ID:-}" ]; then
+    kbroker format --cluster-id "$KBROKER_CLUSTER_ID" --dir "$data_dir" --ignore-formatted \
+        --node-id "${KBROKER_CONFIG_NODE_ID:?is needed with KBROKER_CLUSTER_ID}" >&2
+fi
+
 exec kbroker serve \
-    --listen "$listener" \
-    --data-dir "${KBROKER_DATA_DIR:-/var/lib/kbroker/data}" \
+    --data-dir "$data_dir" \
     --log-level "${KBROKER_LOG_LEVEL:-INFO}" \
     "$@"
