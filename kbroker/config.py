@@ -147,8 +147,11 @@ class BrokerConfig:
                 errors.append(f"{name}={text.strip()} is not supported: {refused}")
                 continue
             warning = registry.warning_for(key, value)
-            if name in registry.QUORUM_KEYS and (values or {}).get("process.roles", "").strip() == "broker":
-                warning = None  # where the controllers are: applied by the broker role
+            if (values or {}).get("process.roles", "").strip() == "broker":
+                if name in registry.QUORUM_KEYS:
+                    warning = None  # where the controllers are: applied by the broker role
+                elif warning is not None:
+                    warning = registry.BROKER_ROLE_WARNINGS.get(name, warning)
             if warning is not None and warn:
                 log.warning("%s=%s is accepted but not applied: %s", name, text.strip(), warning)
             self._values[name] = value

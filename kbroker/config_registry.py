@@ -205,6 +205,13 @@ QUORUM_KEYS = (
     "sasl.mechanism.inter.broker.protocol",
     "sasl.mechanism.controller.protocol",
 )
+# Warned for another reason on a broker under Kafka's controllers (process.roles=broker): what the controllers
+# decide, from their own settings and the topics' configs, never from a broker's.
+BROKER_ROLE_WARNINGS = {
+    "unclean.leader.election.enable": (
+        "the KRaft controller quorum elects leaders: set it on the controllers, or as a topic config"
+    ),
+}
 CONTROLLER_ROLE_REFUSED = (
     "process.roles=controller is not supported: kbroker implements the KRaft broker role only; run Apache Kafka's "
     "controller (process.roles=controller) and start kbroker with process.roles=broker and "

@@ -187,14 +187,20 @@ def test_default_replication_factor_is_applied_by_a_broker_of_a_quorum_and_warne
     ]
     caplog.clear()
     quorum = {"process.roles": "broker", "node.id": "1", "controller.listener.names": "CONTROLLER"}
+    quorum["controller.quorum.voters"] = "1@localhost:9093"
     with caplog.at_level("WARNING", logger="kbroker"):
-        broker = BrokerConfig(
-            {**quorum, "controller.quorum.voters": "1@localhost:9093", "default.replication.factor": "3"}
-        )
+        broker = BrokerConfig({**quorum, "default.replication.factor": "3"})
     assert broker["default.replication.factor"] == 3
     assert caplog.records == []
     with pytest.raises(ConfigError, match="default.replication.factor"):
         BrokerConfig({"default.replication.factor": "0"})
+    # What the controllers decide is warned as theirs, not as a single node's.
+    with caplog.at_level("WARNING", logger="kbroker"):
+        BrokerConfig({**quorum, "unclean.leader.election.enable": "false"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "unclean.leader.election.enable=false is accepted but not applied: the KRaft controller quorum elects "
+        "leaders: set it on the controllers, or as a topic config"
+    ]
 
 
 def test_a_single_node_auto_creates_one_replica_whatever_default_replication_factor_says(tmp_path: Path) -> None:
