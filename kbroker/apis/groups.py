@@ -309,6 +309,10 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     states = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 and request.types_filter else None
     every_group = ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+    try:
+        groups = ctx.groups.list_groups()
+    except KafkaError as exc:  # as Kafka's: the error and no groups (a partition led here is still loading)
+        return ListGroupsResponse(throttle_time_ms=0, error_code=exc.code, groups=[])
     listed = [
         ListGroupsResponse.ListedGroup(
             group_id=entry.group_id,
@@ -316,7 +320,7 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
             group_state=entry.state,
             group_type=entry.group_type,
         )
-        for entry in ctx.groups.list_groups()
+        for entry in groups
         if (states is None or entry.state.lower() in states)
         and (types is None or entry.group_type in types)
         and (every_group or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, entry.group_id))

@@ -438,6 +438,11 @@ class OffsetStore:
         """This broker is the group's coordinator but its shard is not loaded yet (loaded now if it can be)."""
         return self.runtime.loading(self.partition_for(group))
 
+    def loading_any(self) -> bool:
+        """Some partition this broker coordinates is not loaded yet (loaded now if it can be): Kafka's ListGroups,
+        which reads every shard of its coordinator runtime, then fails whole."""
+        return any(self.runtime.loading(partition) for partition in range(self.partition_count))
+
     def serve_groups(
         self, restore: Callable[[int | None], None], unload: Callable[[Callable[[str], bool]], None]
     ) -> None:

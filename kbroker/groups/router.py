@@ -107,7 +107,12 @@ class GroupRouter:
         return sorted(set(self.classic.groups) | set(self.offsets.offsets) | set(self.consumer.groups))
 
     def list_groups(self) -> list[GroupListing]:
-        """Every known group with its kind, state and protocol type, sorted by id."""
+        """Every known group with its kind, state and protocol type, sorted by id: those of the partitions this
+        broker coordinates. KafkaError COORDINATOR_LOAD_IN_PROGRESS while one of them is not loaded yet, as
+        Kafka's coordinator runtime fails the whole ListGroups then (its groups would be missing from the list);
+        the partitions other brokers lead are theirs to list."""
+        if self.offsets.loading_any():
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "a group coordinator partition is loading")
         listed = []
         for group_id in self.group_ids():
             consumer_group = self.consumer.groups.get(group_id)
