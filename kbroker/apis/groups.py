@@ -292,12 +292,12 @@ async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> He
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     _require_group_read(ctx, request.group_id)
     if ctx.api_version < 3:
-        top, codes = ctx.groups.classic.leave(request.group_id, [(request.member_id, None)])
+        top, codes = await ctx.groups.classic.leave_committed(request.group_id, [(request.member_id, None)])
         # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).
         code = top if top != ErrorCode.NONE else next((c for c in codes if c != ErrorCode.NONE), ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
     identities = [(m.member_id, m.group_instance_id) for m in request.members]
-    top, codes = ctx.groups.classic.leave(request.group_id, identities)
+    top, codes = await ctx.groups.classic.leave_committed(request.group_id, identities)
     results = [
         LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code)
         for (member_id, instance_id), code in zip(identities, codes, strict=False)
@@ -461,7 +461,7 @@ async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest
     allowed = [g for g in request.groups_names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, g)]
     refused = [g for g in dict.fromkeys(request.groups_names) if g not in set(allowed)]
     not_here = {g: code for g in dict.fromkeys(allowed) if (code := ctx.groups.coordinator_error(g)) != ErrorCode.NONE}
-    deleted = iter(ctx.groups.delete_groups([g for g in allowed if g not in not_here]))
+    deleted = iter(await ctx.groups.delete_groups([g for g in allowed if g not in not_here]))
     answers = [(g, not_here[g] if g in not_here else next(deleted)) for g in allowed]
     results = [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
