@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.turns import Turns
+from kbroker.coordinators.runtime import write_error_answer
 from kbroker.groups.offsets import CommittedOffset, OffsetStoreError
 from kbroker.security.acls import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -87,16 +88,21 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
         (topics if readable else unreadable).append(answer)
     topics = unreadable + topics
     if commits:
+        failure = ErrorCode.NONE
         try:
             end_offset = ctx.groups.offsets.commit(request.group_id, commits)
             await ctx.groups.offsets.committed(request.group_id, end_offset)  # answered once committed
-        except (OffsetStoreError, KafkaError):  # logged by the store; nothing was committed
+        except OffsetStoreError:  # logged by the store; nothing was committed
             # Kafka's coordinator answers a failed append to __consumer_offsets (KAFKA_STORAGE_ERROR) so: the
             # client finds the coordinator again and retries.
+            failure = ErrorCode.NOT_COORDINATOR
+        except KafkaError as exc:  # written but not committed: the error as Kafka maps it (a timeout too)
+            failure = write_error_answer(exc.code)
+        if failure != ErrorCode.NONE:
             for topic_response in topics:
                 for partition in topic_response.partitions:
                     if partition.error_code == ErrorCode.NONE:
-                        partition.error_code = ErrorCode.NOT_COORDINATOR
+                        partition.error_code = failure
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
@@ -284,7 +290,13 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
             )
         topics.append(OffsetDeleteResponse.OffsetDeleteResponseTopic(name=topic.name, partitions=partitions))
     try:
-        ctx.groups.offsets.delete(request.group_id, doomed)
+        end_offset = ctx.groups.offsets.delete(request.group_id, doomed)
     except OffsetStoreError:  # nothing was deleted; as Kafka maps a failed __consumer_offsets write
         return OffsetDeleteResponse(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
+    try:
+        # Answered once the tombstones are committed, as Kafka's coordinator answers its writes; if they cannot
+        # be, the error as Kafka maps it, alone (the offsets stay deleted: Kafka does not undo such a write).
+        await ctx.groups.offsets.committed(request.group_id, end_offset)
+    except KafkaError as exc:
+        return OffsetDeleteResponse(error_code=write_error_answer(exc.code), throttle_time_ms=0, topics=[])
     return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=unreadable + topics)

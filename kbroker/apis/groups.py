@@ -292,12 +292,12 @@ async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> He
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     _require_group_read(ctx, request.group_id)
     if ctx.api_version < 3:
-        top, codes = ctx.groups.classic.leave(request.group_id, [(request.member_id, None)])
+        top, codes = await ctx.groups.classic.leave_committed(request.group_id, [(request.member_id, None)])
         # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).
         code = top if top != ErrorCode.NONE else next((c for c in codes if c != ErrorCode.NONE), ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
     identities = [(m.member_id, m.group_instance_id) for m in request.members]
-    top, codes = ctx.groups.classic.leave(request.group_id, identities)
+    top, codes = await ctx.groups.classic.leave_committed(request.group_id, identities)
     results = [
         LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code)
         for (member_id, instance_id), code in zip(identities, codes, strict=False)
@@ -309,6 +309,10 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     states = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 and request.types_filter else None
     every_group = ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+    try:
+        groups = ctx.groups.list_groups()
+    except KafkaError as exc:  # as Kafka's: the error and no groups (a partition led here is still loading)
+        return ListGroupsResponse(throttle_time_ms=0, error_code=exc.code, groups=[])
     listed = [
         ListGroupsResponse.ListedGroup(
             group_id=entry.group_id,
@@ -316,7 +320,7 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
             group_state=entry.state,
             group_type=entry.group_type,
         )
-        for entry in ctx.groups.list_groups()
+        for entry in groups
         if (states is None or entry.state.lower() in states)
         and (types is None or entry.group_type in types)
         and (every_group or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, entry.group_id))
@@ -457,7 +461,7 @@ async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest
     allowed = [g for g in request.groups_names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, g)]
     refused = [g for g in dict.fromkeys(request.groups_names) if g not in set(allowed)]
     not_here = {g: code for g in dict.fromkeys(allowed) if (code := ctx.groups.coordinator_error(g)) != ErrorCode.NONE}
-    deleted = iter(ctx.groups.delete_groups([g for g in allowed if g not in not_here]))
+    deleted = iter(await ctx.groups.delete_groups([g for g in allowed if g not in not_here]))
     answers = [(g, not_here[g] if g in not_here else next(deleted)) for g in allowed]
     results = [
         DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)

@@ -343,6 +343,26 @@ class CoordinatorRuntime(Generic[S]):
             )
 
 
+# How an operation whose write failed (its append, or the wait for its commit) is answered: Kafka's
+# CoordinatorOperationExceptionHelper.handleOperationException, and the classic group coordinator's
+# appendGroupMetadataErrorToResponseError, which maps the same codes. Other codes are answered as they are.
+_WRITE_ERROR_ANSWERS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+
+
+def write_error_answer(code: int) -> ErrorCode:
+    """The code a coordinator operation answers when its write failed with ``code``."""
+    return _WRITE_ERROR_ANSWERS.get(ErrorCode(code), ErrorCode(code))
+
+
 def _next_sequence(plog: PartitionLog, transaction: Transaction) -> int:
     """The sequence the producer's next batch in ``plog`` takes: a transactional batch needs one, and the log
     takes a batch repeating one of the producer's last sequences for a retry and does not write it."""

@@ -39,6 +39,7 @@ from typing import Protocol
 
 import trio
 
+from kbroker.coordinators.runtime import write_error_answer
 from kbroker.durable.files import StorageError
 from kbroker.groups.timers import CoordinatorTimers
 from protocol.errors import ErrorCode, KafkaError
@@ -235,6 +236,9 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         # Where each generation is written (GroupMetadata records in __consumer_offsets); None: memory only.
         self.store = store
+        # The offset after the last GroupMetadata record written (-1: none yet): what an answer waits to be
+        # committed when its operation wrote one (a LeaveGroup that left its group Empty).
+        self._last_written = -1
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -261,24 +265,29 @@ class GroupCoordinator:
         if self.store is None:
             return -1
         try:
-            return self.store.store_group(group)
+            self._last_written = self.store.store_group(group)
         except StorageError as exc:
             log.warning("group %s: generation %d was not written: %s", group.group_id, group.generation_id, exc)
             return -1
+        return self._last_written
 
-    async def _assignment_committed(self, group: Group) -> ErrorCode:
-        """Write the leader's assignment and wait until it is committed (replicated to the ISR), as Kafka answers
-        SyncGroup only then: a member never works on an assignment a failover could take back. The error to
-        answer the members with if it cannot be committed, as Kafka maps it."""
-        written = self._store(group)
+    async def _committed(self, group: Group, written: int) -> ErrorCode:
+        """Wait until the group's write that returned ``written`` is committed (replicated to the ISR), as Kafka's
+        coordinator answers a write only then (at once on a single node); the error to answer with if it cannot
+        be, as Kafka maps it."""
         if written < 0 or self.store is None:
             return ErrorCode.NONE
         try:
             await self.store.committed(group.group_id, written)
         except KafkaError as exc:
             log.warning("group %s: generation %d was not committed: %s", group.group_id, group.generation_id, exc)
-            return _ASSIGNMENT_WRITE_ERRORS.get(exc.code, exc.code)
+            return write_error_answer(exc.code)
         return ErrorCode.NONE
+
+    async def _assignment_committed(self, group: Group) -> ErrorCode:
+        """Write the leader's assignment and wait until it is committed, as Kafka answers SyncGroup only then: a
+        member never works on an assignment a failover could take back."""
+        return await self._committed(group, self._store(group))
 
     def restore(self, groups: Iterable[Group]) -> None:
         """Take the groups a restart found (the replay of their GroupMetadata records): each member's session
@@ -778,6 +787,24 @@ class GroupCoordinator:
                 self._maybe_complete_join_phase(group)
         return ErrorCode.NONE, codes
 
+    async def leave_committed(
+        self, group_id: str, leaving: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """``leave``, answered as Kafka's LeaveGroup, a coordinator write answered once its records are committed:
+        if the members' leaving left the group Empty, once its new generation is (a failover then cannot bring
+        back members that left). If that cannot be committed, the request's error as Kafka maps it, without
+        per-member answers; the members are gone from memory all the same (Kafka does not undo a write whose
+        commit failed)."""
+        self._last_written = -1
+        top, codes = self.leave(group_id, leaving)
+        written, self._last_written = self._last_written, -1
+        group = self.groups.get(group_id)
+        if written >= 0 and group is not None:
+            error = await self._committed(group, written)
+            if error != ErrorCode.NONE:
+                return error, []
+        return top, codes
+
     def _remove_member(self, group: Group, member_id: str, answer: JoinResult | None = None) -> None:
         member = group.members.pop(member_id, None)
         group.pending_members.pop(member_id, None)
@@ -913,7 +940,7 @@ class GroupCoordinator:
             del self.groups[group_id]
             if self.store is not None:
                 try:
-                    self.store.remove_group(group_id)
+                    self.store.remove_group(group_id)  # DeleteGroups waits for its commit (kbroker.groups.router)
                 except StorageError as exc:  # logged by the store; the group may come back after a restart, empty
                     log.warning("group %s: its deletion was not written: %s", group_id, exc)
         return ErrorCode.NONE
@@ -975,19 +1002,6 @@ class _JoinRequest:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     supports_skip_assignment: bool
-
-
-# How a failed write of the group's assignment is answered (Kafka's appendGroupMetadataErrorToResponseError).
-_ASSIGNMENT_WRITE_ERRORS = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
-    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
-    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
-}
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

@@ -438,6 +438,11 @@ class OffsetStore:
         """This broker is the group's coordinator but its shard is not loaded yet (loaded now if it can be)."""
         return self.runtime.loading(self.partition_for(group))
 
+    def loading_any(self) -> bool:
+        """Some partition this broker coordinates is not loaded yet (loaded now if it can be): Kafka's ListGroups,
+        which reads every shard of its coordinator runtime, then fails whole."""
+        return any(self.runtime.loading(partition) for partition in range(self.partition_count))
+
     def serve_groups(
         self, restore: Callable[[int | None], None], unload: Callable[[Callable[[str], bool]], None]
     ) -> None:
@@ -473,6 +478,13 @@ class OffsetStore:
             log.error("%s-%d: writing %d record(s) failed: %s", OFFSETS_TOPIC, partition, len(records), exc)
             raise OffsetStoreError(f"writing {OFFSETS_TOPIC}-{partition} failed: {exc}") from None
         return written.end_offset
+
+    def end_offset(self, group: str) -> int:
+        """The offset after the last record written to the group's partition (-1: no log of it here): what an
+        operation that just wrote there waits to be committed, as Kafka's runtime keys a write's answer (which so
+        also waits for the writes before it)."""
+        plog = self.logs.get_partition(OFFSETS_TOPIC, self.partition_for(group))
+        return plog.log_end_offset if plog is not None else -1
 
     async def committed(self, group: str, end_offset: int) -> None:
         """Wait until the write that returned ``end_offset`` is committed (at once on a single node)."""
@@ -575,12 +587,12 @@ class OffsetStore:
         """Every group with committed offsets."""
         return [group for shard in self._shards() for group in shard.offsets]
 
-    def delete(self, group: str, keys: list[tuple[str, int]]) -> None:
-        """Write tombstones for, then forget, the group's offsets for ``keys``; OffsetStoreError (nothing
-        forgotten) on failure."""
+    def delete(self, group: str, keys: list[tuple[str, int]]) -> int:
+        """Write tombstones for, then forget, the group's offsets for ``keys``; the offset after them (-1: nothing
+        written), for ``committed``. OffsetStoreError (nothing forgotten) on failure."""
         group_offsets = self.get(group)
         removed = [k for k in dict.fromkeys(keys) if k in group_offsets]
-        self._write(group, [offset_commit_record(group, t, p, None) for t, p in removed])
+        return self._write(group, [offset_commit_record(group, t, p, None) for t, p in removed])
 
     def delete_group(self, group: str) -> None:
         """Write tombstones for, then forget, the group's offsets (and its GroupMetadata, as Kafka's

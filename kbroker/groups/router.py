@@ -18,6 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+import trio
+
+from kbroker.coordinators.runtime import write_error_answer
 from kbroker.groups.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kbroker.groups.coordinator import Group, GroupCoordinator, GroupState
 from kbroker.groups.offsets import OffsetStore, OffsetStoreError
@@ -107,7 +110,12 @@ class GroupRouter:
         return sorted(set(self.classic.groups) | set(self.offsets.offsets) | set(self.consumer.groups))
 
     def list_groups(self) -> list[GroupListing]:
-        """Every known group with its kind, state and protocol type, sorted by id."""
+        """Every known group with its kind, state and protocol type, sorted by id: those of the partitions this
+        broker coordinates. KafkaError COORDINATOR_LOAD_IN_PROGRESS while one of them is not loaded yet, as
+        Kafka's coordinator runtime fails the whole ListGroups then (its groups would be missing from the list);
+        the partitions other brokers lead are theirs to list."""
+        if self.offsets.loading_any():
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "a group coordinator partition is loading")
         listed = []
         for group_id in self.group_ids():
             consumer_group = self.consumer.groups.get(group_id)
@@ -164,11 +172,36 @@ class GroupRouter:
             return ErrorCode.NONE
         return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
 
-    def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
+    async def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
         """DeleteGroups: each group (if empty) and its committed offsets. Which ids exist is decided once, before
-        any is deleted, so an id named twice is answered NONE twice."""
+        any is deleted, so an id named twice is answered NONE twice.
+
+        Answered once the tombstones are committed, as Kafka's coordinator deletes the groups of each
+        __consumer_offsets partition in one write answered at its commit: if a partition's cannot be committed,
+        every group of it in the request is answered the error as Kafka maps it (the deletions stand, as Kafka
+        does not undo a write whose commit failed)."""
         known = set(self.group_ids())
-        return [self._delete(group_id) if group_id in known else ErrorCode.GROUP_ID_NOT_FOUND for group_id in group_ids]
+        codes = [self._delete(g) if g in known else ErrorCode.GROUP_ID_NOT_FOUND for g in group_ids]
+        # Each partition a group was deleted from: one of its groups, and the partition's end offset now, after the
+        # tombstones (nothing else was written since).
+        written: dict[int, tuple[str, int]] = {}
+        for group_id, code in zip(group_ids, codes, strict=True):
+            if code == ErrorCode.NONE:
+                written.setdefault(self.offsets.partition_for(group_id), (group_id, self.offsets.end_offset(group_id)))
+        failed: dict[int, ErrorCode] = {}
+
+        async def commit_of(partition: int, group_id: str, end_offset: int) -> None:
+            try:
+                await self.offsets.committed(group_id, end_offset)
+            except KafkaError as exc:
+                failed[partition] = write_error_answer(exc.code)
+
+        async with trio.open_nursery() as nursery:  # the partitions' commits awaited together, as Kafka's
+            for partition, (group_id, end_offset) in written.items():
+                nursery.start_soon(commit_of, partition, group_id, end_offset)
+        if not failed:
+            return codes
+        return [failed.get(self.offsets.partition_for(g), code) for g, code in zip(group_ids, codes, strict=True)]
 
     def delete(self, group_id: str) -> ErrorCode:
         """Delete one group (if empty) and its committed offsets."""

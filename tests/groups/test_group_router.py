@@ -108,7 +108,7 @@ def test_an_offsets_only_group_is_listed_as_an_empty_classic_group(tmp_path: Pat
     assert listing.group_type == "classic"
     assert h.router.validate_offset_commit("manual", "", None, -1, 9) == ErrorCode.NONE
     assert h.router.validate_offset_commit("manual", "m", None, 1, 9) == ErrorCode.UNKNOWN_MEMBER_ID
-    assert h.router.delete_groups(["manual", "manual", "other"]) == [
+    assert trio.run(h.router.delete_groups, ["manual", "manual", "other"]) == [
         ErrorCode.NONE,
         ErrorCode.NONE,
         ErrorCode.GROUP_ID_NOT_FOUND,

@@ -20,6 +20,7 @@ from kbroker.apis.groups import (
     handle_heartbeat,
     handle_join_group,
     handle_leave_group,
+    handle_list_groups,
     handle_sync_group,
 )
 from kbroker.apis.transactions import handle_txn_offset_commit
@@ -36,6 +37,7 @@ from protocol.messages.describe_groups_request import DescribeGroupsRequest
 from protocol.messages.heartbeat_request import HeartbeatRequest
 from protocol.messages.join_group_request import JoinGroupRequest
 from protocol.messages.leave_group_request import LeaveGroupRequest
+from protocol.messages.list_groups_request import ListGroupsRequest
 from protocol.messages.offset_commit_request import OffsetCommitRequest
 from protocol.messages.offset_delete_request import OffsetDeleteRequest
 from protocol.messages.offset_fetch_request import OffsetFetchRequest
@@ -194,3 +196,43 @@ def test_every_group_api_answers_load_in_progress_until_the_groups_shard_is_load
     assert (restored.generation_id, list(restored.members)) == (3, ["m-1"])
     heartbeat = HeartbeatRequest(group_id=GROUP, generation_id=3, member_id="m-1")
     assert code_of(lambda: handle_heartbeat(context(broker, 12, 4), heartbeat), the_code) == ErrorCode.NONE
+
+
+def listed(broker: Broker) -> tuple[int, list[tuple[str, str]]]:
+    """ListGroups v4's error code and its (group id, state) rows."""
+    response = run(lambda: handle_list_groups(context(broker, 16, 4), ListGroupsRequest()))
+    return response.error_code, [(g.group_id, g.group_state) for g in response.groups]
+
+
+def test_list_groups_answers_load_in_progress_while_a_partition_led_here_is_loading(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's ListGroups, which reads every shard of the coordinator runtime: the whole request fails with
+    COORDINATOR_LOAD_IN_PROGRESS (no groups at all) while one partition this broker leads is not loaded, rather
+    than a list its groups are missing from; a partition another broker leads is left to that broker."""
+    offsets = broker.offsets
+    offsets.ensure_topic()
+    register_other(broker)
+    stored_group(broker)
+    partition = offsets.partition_for(GROUP)
+    elsewhere = next(g for g in (f"other-{i}" for i in range(100)) if offsets.partition_for(g) != partition)
+    offsets.commit(elsewhere, {("orders", 0): COMMITTED})
+    assert listed(broker) == (ErrorCode.NONE, [(GROUP, "Stable"), (elsewhere, "Empty")])
+
+    move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
+    assert listed(broker) == (ErrorCode.NONE, [(elsewhere, "Empty")])  # the other broker lists GROUP
+
+    load = offsets.runtime.load
+    readable = False
+
+    def load_when_readable(index: int) -> Any:
+        if index == partition and not readable:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition {index} cannot be read yet")
+        return load(index)
+
+    monkeypatch.setattr(offsets.runtime, "load", load_when_readable)
+    move_leader(broker, OFFSETS_TOPIC, partition, NODE)
+    assert listed(broker) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [])
+
+    readable = True  # the next ListGroups loads the shard and lists both groups again
+    assert listed(broker) == (ErrorCode.NONE, [(GROUP, "Stable"), (elsewhere, "Empty")])
