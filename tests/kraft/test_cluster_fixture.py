@@ -297,7 +297,7 @@ def test_marker_and_factory_make_clusters_of_their_own_stopped_in_order(
                 time.sleep(0.2)
             with open(os.environ["CLUSTER_REPORT"], "a") as out:
                 replicas = sorted(len(p.replica_nodes) for p in topic.partitions)
-                out.write(json.dumps({"test": "auto-created", "replicas": replicas}) + "\n")
+                out.write(json.dumps({"test": "auto-created", "replicas": replicas}) + "\\n")
 
         def test_takes_brokers_down(kbroker_cluster):
             kbroker_cluster.broker(1).kill()
