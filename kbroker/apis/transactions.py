@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from kbroker.apis.context import RequestContext
+from kbroker.coordinators.runtime import write_error_answer
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStoreError
 from kbroker.groups.router import GroupKind
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -348,9 +349,14 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
                 request.group_id, request.producer_id, commits, request.producer_epoch
             )
             await ctx.groups.offsets.committed(request.group_id, end_offset)
-        except (OffsetStoreError, KafkaError):  # logged; nothing recorded (as OffsetCommit answers a failed write)
+            failure = ErrorCode.NONE
+        except OffsetStoreError:  # logged; nothing recorded (as OffsetCommit answers a failed write)
+            failure = ErrorCode.NOT_COORDINATOR
+        except KafkaError as exc:  # written but not committed: the error as Kafka maps it (a timeout too)
+            failure = write_error_answer(exc.code)
+        if failure != ErrorCode.NONE:
             for topic_response in topics:
                 for partition in topic_response.partitions:
                     if partition.error_code == ErrorCode.NONE:
-                        partition.error_code = ErrorCode.NOT_COORDINATOR
+                        partition.error_code = failure
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)

@@ -13,6 +13,8 @@ import trio.testing
 
 from kbroker.apis.group_offsets import handle_offset_commit, handle_offset_delete
 from kbroker.apis.groups import handle_delete_groups, handle_leave_group
+from kbroker.apis.producer_ids import handle_init_producer_id
+from kbroker.apis.transactions import handle_txn_offset_commit
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.groups.coordinator import GroupState, SyncResult
@@ -22,11 +24,13 @@ from kbroker.storage import LogManager
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.delete_groups_response import DeleteGroupsResponse
+from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.leave_group_request import LeaveGroupRequest
 from protocol.messages.leave_group_response import LeaveGroupResponse
 from protocol.messages.offset_commit_request import OffsetCommitRequest
 from protocol.messages.offset_delete_request import OffsetDeleteRequest
-from tests.broker.test_handlers_in_memory import context, create
+from protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from tests.broker.test_handlers_in_memory import context, create, run
 
 NODE, FOLLOWER = 0, 1
 R = TypeVar("R")
@@ -312,6 +316,33 @@ def test_an_offset_commit_not_committed_in_time_is_answered_coordinator_not_avai
     request = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[topic])
 
     _, answers = answer_once_committed(broker, lambda: handle_offset_commit(context(broker, 8, 8), request), None)
+    assert [[(p.partition_index, p.error_code) for t in a.topics for p in t.partitions] for a in answers] == [
+        [(0, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    ]
+
+
+def test_a_txn_offset_commit_not_committed_in_time_is_answered_coordinator_not_available(broker: Broker) -> None:
+    """As OffsetCommit: the commit's timeout is answered COORDINATOR_NOT_AVAILABLE, as Kafka maps it."""
+    assert create(broker, "orders").topics[0].error_code == ErrorCode.NONE
+    init = InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=60000)
+    started = run(lambda: handle_init_producer_id(context(broker, 22, 5), init))
+    assert started.error_code == ErrorCode.NONE
+    lead_with_follower_in_isr(broker)  # the group's partition only: the transaction's state is not held back
+    topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+        name="orders",
+        partitions=[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=3)],
+    )
+    request = TxnOffsetCommitRequest(
+        transactional_id="t",
+        group_id="g",
+        producer_id=started.producer_id,
+        producer_epoch=started.producer_epoch,
+        topics=[topic],
+    )
+    before, answers = answer_once_committed(
+        broker, lambda: handle_txn_offset_commit(context(broker, 28, 5), request), None
+    )
+    assert before == []
     assert [[(p.partition_index, p.error_code) for t in a.topics for p in t.partitions] for a in answers] == [
         [(0, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
     ]
