@@ -329,6 +329,9 @@ class ReplicaFetcher:
                      error_name(response.error_code))  # fmt: skip
             self._delay(state for state, _ in sent.values())
             return
+        if plan.full and self.session.session_id:
+            log.info("%s: fetch session %d opened with broker %d (%d partitions)", self.client_id,
+                     self.session.session_id, self.source_id, len(wanted))  # fmt: skip
         # An incremental answer names only the partitions with news: the others keep their positions.
         failed: list[FetchState] = []
         for name, data in answered:
