@@ -345,7 +345,10 @@ async def _incremental(
         if cached is None:
             continue
         has_records = bool(data.records is not None and len(data.records))
-        if cached.must_respond(has_records, data.high_watermark, data.log_start_offset, data.error_code):
+        # As Kafka: where the fetcher must truncate, or which replica to read from, is always said.
+        diverging = data.diverging_epoch.epoch >= 0 or data.diverging_epoch.end_offset >= 0
+        always = diverging or data.preferred_read_replica >= 0
+        if always or cached.must_respond(has_records, data.high_watermark, data.log_start_offset, data.error_code):
             cached.remember(data.high_watermark, data.log_start_offset, data.error_code)
             session.answered(wanted.key)
             kept.append((wanted, data))
