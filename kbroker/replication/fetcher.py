@@ -314,9 +314,11 @@ class ReplicaFetcher:
         if not self.session.handle_response(
             response.error_code, response.session_id, answered_keys, response.throttle_time_ms
         ):
-            if response.error_code == ErrorCode.NONE:
-                log.info("%s: broker %d answered fetch session %d with partitions outside it: fetched in full again",
+            if response.error_code == ErrorCode.NONE:  # partitions it was not asked for, or throttled (KIP-219)
+                log.info("%s: broker %d's answer to fetch session %d was not taken: fetched in full again",
                          self.client_id, self.source_id, plan.session_id)  # fmt: skip
+                if plan.full:  # not at once: the same answer again would make a busy loop
+                    self._delay(state for state, _ in sent.values())
                 return
             if not plan.full and response.error_code in (
                 ErrorCode.FETCH_SESSION_ID_NOT_FOUND,

@@ -174,7 +174,7 @@ def fetch_sessions(follower: QuorumBroker, leader: QuorumBroker) -> tuple[int, l
     refusals of its incremental fetches (kbroker/replication/fetcher.py logs both)."""
     text = follower.log_path.read_text(errors="replace")
     opened = re.findall(rf"fetch session [1-9][0-9]* opened with broker {leader.node_id} ", text)
-    refused = re.findall(rf"broker {leader.node_id} answered fetch session [0-9]+ with [^\n]*", text)
+    refused = re.findall(rf"broker {leader.node_id}(?:'s answer to| answered) fetch session [^\n]*", text)
     return len(opened), refused
 
 
