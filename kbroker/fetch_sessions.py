@@ -38,6 +38,11 @@ class CachedPartition:
     max_bytes: int
     high_watermark: int = -1
     log_start_offset: int = -1
+    # The rest of the request, as Kafka's CachedPartition keeps it: a follower sends a partition again only when
+    # one of these changes, and the fencing and divergence checks and its log start must not lapse meanwhile.
+    current_leader_epoch: int = -1
+    fetcher_log_start_offset: int = -1
+    last_fetched_epoch: int = -1
 
     def must_respond(self, has_records: bool, high_watermark: int, log_start_offset: int, error: int) -> bool:
         return (
@@ -64,13 +69,19 @@ class FetchSession:
     # a response short, the next one starts with the partitions that were left out.
     partitions: dict[PartitionKey, CachedPartition] = field(default_factory=dict)
 
-    def update(self, requested: Iterable[tuple[PartitionKey, int, int]], forgotten: Iterable[PartitionKey]) -> None:
-        for key, fetch_offset, max_bytes in requested:
+    def update(
+        self, requested: Iterable[tuple[PartitionKey, CachedPartition]], forgotten: Iterable[PartitionKey]
+    ) -> None:
+        """``requested``: each partition the request names, with its request fields (the answer's are kept)."""
+        for key, asked in requested:
             cached = self.partitions.get(key)
             if cached is None:
-                self.partitions[key] = CachedPartition(fetch_offset, max_bytes)
+                self.partitions[key] = asked
             else:
-                cached.fetch_offset, cached.max_bytes = fetch_offset, max_bytes
+                cached.fetch_offset, cached.max_bytes = asked.fetch_offset, asked.max_bytes
+                cached.current_leader_epoch = asked.current_leader_epoch
+                cached.fetcher_log_start_offset = asked.fetcher_log_start_offset
+                cached.last_fetched_epoch = asked.last_fetched_epoch
         for key in forgotten:
             self.partitions.pop(key, None)
 

@@ -14,8 +14,8 @@ for that to move, and lists the aborted transactions the returned records overla
 aborted transaction index); read_uncommitted answers a null list, as Kafka.
 
 From v9 a partition may carry the fetcher's current_leader_epoch: one below the partition's epoch is
-FENCED_LEADER_EPOCH, one above it UNKNOWN_LEADER_EPOCH, -1 is not checked (partitions a session remembers
-without the request naming them are not checked either).
+FENCED_LEADER_EPOCH, one above it UNKNOWN_LEADER_EPOCH, -1 is not checked. Partitions a session remembers
+without the request naming them are read as last named (leader epoch, log start, last fetched epoch included).
 
 Partitions are read through the replica layer (kbroker/replication, ``ctx.replicas``): a consumer reads up to
 the high watermark (or last stable offset) of a partition this broker leads, or from v11 (KIP-392, as Kafka)
@@ -112,7 +112,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
             if session.uses_topic_ids != uses_ids:
                 return _session_error(ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
             forgotten = _forgotten(request, uses_ids)
-            session.update(((w.key, w.fetch_offset, w.max_bytes) for w in requested), forgotten)
+            session.update(((w.key, _asked(w)) for w in requested), forgotten)
             if not session.partitions:
                 cache.remove(session.id)  # nothing left to fetch: the session ends
                 session = None
@@ -300,12 +300,36 @@ async def _session_partitions(
         else:
             assert isinstance(ident, str)
             name, topic, topic_id = ident, ident, NO_TOPIC_ID
-        out.append(Wanted(key, name, topic, topic_id, partition, cached.fetch_offset, cached.max_bytes))
+        out.append(
+            Wanted(
+                key,
+                name,
+                topic,
+                topic_id,
+                partition,
+                cached.fetch_offset,
+                cached.max_bytes,
+                cached.current_leader_epoch,
+                cached.fetcher_log_start_offset,
+                cached.last_fetched_epoch,
+            )
+        )
     return out
 
 
+def _asked(wanted: Wanted) -> CachedPartition:
+    """A partition as the request names it, for the session to cache."""
+    return CachedPartition(
+        wanted.fetch_offset,
+        wanted.max_bytes,
+        current_leader_epoch=wanted.current_leader_epoch,
+        fetcher_log_start_offset=wanted.log_start_offset,
+        last_fetched_epoch=wanted.last_fetched_epoch,
+    )
+
+
 def _cached(wanted: Wanted, data: PartitionData) -> CachedPartition:
-    cached = CachedPartition(wanted.fetch_offset, wanted.max_bytes)
+    cached = _asked(wanted)
     cached.remember(data.high_watermark, data.log_start_offset, data.error_code)
     return cached
 
@@ -321,7 +345,10 @@ async def _incremental(
         if cached is None:
             continue
         has_records = bool(data.records is not None and len(data.records))
-        if cached.must_respond(has_records, data.high_watermark, data.log_start_offset, data.error_code):
+        # As Kafka: where the fetcher must truncate, or which replica to read from, is always said.
+        diverging = data.diverging_epoch.epoch >= 0 or data.diverging_epoch.end_offset >= 0
+        always = diverging or data.preferred_read_replica >= 0
+        if always or cached.must_respond(has_records, data.high_watermark, data.log_start_offset, data.error_code):
             cached.remember(data.high_watermark, data.log_start_offset, data.error_code)
             session.answered(wanted.key)
             kept.append((wanted, data))

@@ -25,7 +25,13 @@ the partition until a newer registration; UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FO
 failed connection back off replica.fetch.backoff.ms. A fault in one partition's answer parks that partition, a
 fault elsewhere retries the round after the back-off: neither ends the broker.
 
-Fetches are full requests (no KIP-227 session), over the inter-broker listener's TLS and SASL as this broker's
+Fetches run in a KIP-227 incremental fetch session with the leader (fetch_session.py, Kafka's
+FetchSessionHandler): a full request opens it, later ones name only the partitions added or whose fetch state
+changed, and forget those no longer ready (backing off, parked, truncating: sent again in full once ready); the
+leader answers only partitions with news, and one left out keeps its position. FETCH_SESSION_ID_NOT_FOUND or
+INVALID_FETCH_SESSION_EPOCH on an incremental request (a leader restarted, or its cache evicted the session)
+is followed at once by a full one; another error, a failed connection or a leader keeping no session (id 0)
+make the next request full too. Requests go over the inter-broker listener's TLS and SASL as this broker's
 config sets them (kbroker/kraft/node_security.py), whatever protocol the leader registered. The connection and
 the messages load with the first fetcher: a single node, which follows nothing, starts without them.
 """
@@ -42,6 +48,7 @@ import trio
 
 from kbroker import __version__
 from kbroker.durable.files import StorageError
+from kbroker.replication.fetch_session import FollowerSession, PartitionFetch
 from kbroker.replication.partition import Partition
 from kbroker.replication.registration import NO_LEADER
 from protocol.errors import ErrorCode, KafkaError, error_name
@@ -119,6 +126,7 @@ class ReplicaFetcher:
         self._channel: NodeChannel | None = None
         self._unreachable_logged = False
         self._refusal_logged = False  # the last failure was a refused login, already warned of
+        self.session = FollowerSession()  # KIP-227, with the source broker
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher({self.client_id}, {sorted(self.states)})"
@@ -169,6 +177,7 @@ class ReplicaFetcher:
             refused = isinstance(exc, ChannelAuthenticationError)
             level = logging.WARNING if refused and not self._refusal_logged else logging.INFO
             self._refusal_logged = refused
+            self.session.handle_error()
             log.log(level, "%s: fetching from broker %d failed, retried in %d ms: %s", self.client_id,
                     self.source_id, settings.backoff_ms, exc)  # fmt: skip
             self._delay(self.states.values())
@@ -176,6 +185,7 @@ class ReplicaFetcher:
             log.exception("%s: fetching from broker %d failed, retried in %d ms", self.client_id, self.source_id,
                           settings.backoff_ms)  # fmt: skip
             await channel.aclose()  # its requests may have been cut short: the next round connects afresh
+            self.session.handle_error()
             self._delay(self.states.values())
 
     async def _channel_to(self, address: Address) -> NodeChannel:
@@ -186,6 +196,7 @@ class ReplicaFetcher:
         if channel is None or (channel.host, channel.port) != (address.host, address.port):
             if channel is not None:  # the broker registered again elsewhere
                 await channel.aclose()
+                self.session.handle_error()
             channel = self._channel = NodeChannel(
                 address.host, address.port, client_id=self.client_id, security=self.manager.security or PLAINTEXT_NODE
             )
@@ -227,34 +238,57 @@ class ReplicaFetcher:
         manager = self.manager
         settings = manager.settings
         local = manager.local_broker_id
-        topics: dict[str, FetchRequest.FetchTopic] = {}
+        wanted: dict[TopicPartition, PartitionFetch] = {}
         sent: dict[TopicPartition, tuple[FetchState, int]] = {}
+        names: dict[uuid.UUID, str] = {}
         for state in ready:
             partition = state.partition
             topic_id = manager.topic_id_of(partition.topic)
             if topic_id is None:  # not in the image (being deleted): the registration that removes it comes
                 self._delay([state])
                 continue
-            topic = topics.get(partition.topic)
-            if topic is None:
-                topic = topics[partition.topic] = FetchRequest.FetchTopic(
-                    topic=partition.topic, topic_id=topic_id, partitions=[]
-                )
             plog = partition.log
-            topic.partitions.append(
-                FetchRequest.FetchPartition(
-                    partition=partition.index,
-                    current_leader_epoch=state.leader_epoch,
-                    fetch_offset=state.fetch_offset,
-                    last_fetched_epoch=plog.leader_epochs.latest_epoch,
-                    log_start_offset=plog.log_start_offset,
-                    partition_max_bytes=settings.max_bytes,
-                )
+            key = (partition.topic, partition.index)
+            wanted[key] = PartitionFetch(
+                topic_id=topic_id,
+                fetch_offset=state.fetch_offset,
+                log_start_offset=plog.log_start_offset,
+                max_bytes=settings.max_bytes,
+                current_leader_epoch=state.leader_epoch,
+                last_fetched_epoch=plog.leader_epochs.latest_epoch,
             )
-            sent[(partition.topic, partition.index)] = (state, state.fetch_offset)
-        if not topics:
+            sent[key] = (state, state.fetch_offset)
+            names[topic_id] = partition.topic
+        if not wanted:
             await self._wait_for_ready()
             return
+        version = self._fetch_version(channel)
+        known = version if version is not None else channel.version_for(FETCH_KEY) if channel.versions else None
+        # Partitions not ready (backing off, parked, truncating) are forgotten, and sent again once ready.
+        plan = self.session.build(wanted, forget_replaced=known is not None and known >= TOPIC_IDS_VERSION)
+        topics: dict[str, FetchRequest.FetchTopic] = {}
+        for (name, index), fetch in plan.to_send.items():
+            topic = topics.get(name)
+            if topic is None:
+                topic = topics[name] = FetchRequest.FetchTopic(topic=name, topic_id=fetch.topic_id, partitions=[])
+            topic.partitions.append(
+                FetchRequest.FetchPartition(
+                    partition=index,
+                    current_leader_epoch=fetch.current_leader_epoch,
+                    fetch_offset=fetch.fetch_offset,
+                    last_fetched_epoch=fetch.last_fetched_epoch,
+                    log_start_offset=fetch.log_start_offset,
+                    partition_max_bytes=fetch.max_bytes,
+                )
+            )
+        forgotten: dict[tuple[str, uuid.UUID], FetchRequest.ForgottenTopic] = {}
+        for gone in plan.to_forget:
+            forget = forgotten.get((gone.topic, gone.topic_id))
+            if forget is None:
+                forget = forgotten[(gone.topic, gone.topic_id)] = FetchRequest.ForgottenTopic(
+                    topic=gone.topic, topic_id=gone.topic_id, partitions=[]
+                )
+            forget.partitions.append(gone.partition)
         request = FetchRequest(
             replica_id=local,
             replica_state=FetchRequest.ReplicaState(replica_id=local, replica_epoch=manager.broker_epoch()),
@@ -262,44 +296,65 @@ class ReplicaFetcher:
             min_bytes=settings.min_bytes,
             max_bytes=settings.response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,  # a full fetch, outside any session
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
             topics=list(topics.values()),
-            forgotten_topics_data=[],
+            forgotten_topics_data=list(forgotten.values()),
         )
-        version = self._fetch_version(channel)
         response = await channel.request(request, version)
         assert isinstance(response, FetchResponse)
-        if response.error_code != ErrorCode.NONE:
+        used = version if version is not None else channel.version_for(FETCH_KEY)
+        by_id = used >= TOPIC_IDS_VERSION
+        answered = [
+            (names.get(topic_answer.topic_id, topic_answer.topic) if by_id else topic_answer.topic, data)
+            for topic_answer in response.responses
+            for data in topic_answer.partitions
+        ]
+        answered_keys = {(name, data.partition_index) for name, data in answered}
+        if not self.session.handle_response(
+            response.error_code, response.session_id, answered_keys, response.throttle_time_ms
+        ):
+            if response.error_code == ErrorCode.NONE:  # partitions it was not asked for, or throttled (KIP-219)
+                log.info("%s: broker %d's answer to fetch session %d was not taken: fetched in full again",
+                         self.client_id, self.source_id, plan.session_id)  # fmt: skip
+                if plan.full:  # not at once: the same answer again would make a busy loop
+                    self._delay(state for state, _ in sent.values())
+                return
+            if not plan.full and response.error_code in (
+                ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+            ):  # the leader restarted or lost the session: a full fetch at once opens a new one
+                log.info("%s: broker %d answered fetch session %d with %s: fetched in full again", self.client_id,
+                         self.source_id, plan.session_id, error_name(response.error_code))  # fmt: skip
+                return
             log.info("%s: broker %d answered the fetch with %s", self.client_id, self.source_id,
                      error_name(response.error_code))  # fmt: skip
             self._delay(state for state, _ in sent.values())
             return
-        used = version if version is not None else channel.version_for(FETCH_KEY)
-        by_id = used >= TOPIC_IDS_VERSION
-        names = {topic.topic_id: topic.topic for topic in topics.values()}
+        if plan.full and self.session.session_id:
+            log.info("%s: fetch session %d opened with broker %d (%d partitions)", self.client_id,
+                     self.session.session_id, self.source_id, len(wanted))  # fmt: skip
+        # An incremental answer names only the partitions with news: the others keep their positions.
         failed: list[FetchState] = []
-        for topic_answer in response.responses:
-            name = names.get(topic_answer.topic_id, topic_answer.topic) if by_id else topic_answer.topic
-            for data in topic_answer.partitions:
-                entry = sent.get((name, data.partition_index))
-                if entry is None:
+        for name, data in answered:
+            entry = sent.get((name, data.partition_index))
+            if entry is None:
+                continue
+            state, fetch_offset = entry
+            # As Kafka: only for the partition as it was asked for (not moved, truncated or re-added since).
+            if not self._current(state) or state.fetch_offset != fetch_offset or state.parked:
+                continue
+            try:
+                if await self._take(state, data):
                     continue
-                state, fetch_offset = entry
-                # As Kafka: only for the partition as it was asked for (not moved, truncated or re-added since).
-                if not self._current(state) or state.fetch_offset != fetch_offset or state.parked:
-                    continue
-                try:
-                    if await self._take(state, data):
-                        continue
-                except ChannelError:
-                    raise
-                except Exception:  # as Kafka's fetcher: this partition stops (until its next registration), not all
-                    log.exception("%s: %s-%d failed at offset %d", self.client_id, state.partition.topic,
-                                  state.partition.index, fetch_offset)  # fmt: skip
-                    state.parked = True
-                    continue
-                failed.append(state)
+            except ChannelError:
+                raise
+            except Exception:  # as Kafka's fetcher: this partition stops (until its next registration), not all
+                log.exception("%s: %s-%d failed at offset %d", self.client_id, state.partition.topic,
+                              state.partition.index, fetch_offset)  # fmt: skip
+                state.parked = True
+                continue
+            failed.append(state)
         self._delay(failed)
 
     def _fetch_version(self, channel: NodeChannel) -> int | None:

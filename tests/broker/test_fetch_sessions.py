@@ -48,9 +48,12 @@ def _fetch(
     positions: dict[int, int],
     topic_id: uuid.UUID,
     forget: list[int] | None = None,
+    last_fetched_epoch: int = -1,
 ) -> FetchResponse:
     partitions = [
-        FetchRequest.FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1 << 20)
+        FetchRequest.FetchPartition(
+            partition=p, fetch_offset=offset, partition_max_bytes=1 << 20, last_fetched_epoch=last_fetched_epoch
+        )
         for p, offset in positions.items()
     ]
     topics = [FetchRequest.FetchTopic(topic=TOPIC, topic_id=topic_id, partitions=partitions)] if partitions else []
@@ -112,6 +115,25 @@ def test_a_session_answers_only_partitions_with_news(broker: RunningBroker, vers
         assert _answered(forgot) == {}
         _produce(client, 0, [b"z"])
         assert set(_answered(_fetch(client, version, session, 6, {}, topic_id))) == {0}
+
+
+def test_a_diverging_epoch_is_answered_though_nothing_else_changed(broker: RunningBroker) -> None:
+    with WireClient(broker.bootstrap) as client:
+        topic_id = _setup(client, partitions=1)
+        _produce(client, 0, [b"a", b"b", b"c"])
+        full = _fetch(client, 13, 0, 0, {0: 3}, topic_id, last_fetched_epoch=0)
+        assert full.session_id != 0 and _answered(full) == {0: (3, 0)}
+        session = full.session_id
+
+        # The fetcher's log goes on past this one's in the same epoch (an unclean election cut this log): the high
+        # watermark is the same, yet the answer must say where to truncate, as Kafka's.
+        diverged = _fetch(client, 13, session, 1, {0: 5}, topic_id, last_fetched_epoch=0)
+        # Not named again, the position and epoch cached still diverge: said again.
+        again = _fetch(client, 13, session, 2, {}, topic_id)
+        for response in (diverged, again):
+            assert _answered(response) == {0: (3, 0)}
+            divergence = response.responses[0].partitions[0].diverging_epoch
+            assert (divergence.epoch, divergence.end_offset) == (0, 3)
 
 
 def test_session_errors_are_kafkas(broker: RunningBroker) -> None:

@@ -16,6 +16,7 @@ replica (the preferred leader) decides which implementation leads, and the next 
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,6 +169,15 @@ def assert_replicas_hold_the_same_bytes(cluster: KRaftCluster, topic: str, leade
     return watermark
 
 
+def fetch_sessions(follower: QuorumBroker, leader: QuorumBroker) -> tuple[int, list[str]]:
+    """In a kbroker follower's log: how many KIP-227 fetch sessions the leader opened with it, and the leader's
+    refusals of its incremental fetches (kbroker/replication/fetcher.py logs both)."""
+    text = follower.log_path.read_text(errors="replace")
+    opened = re.findall(rf"fetch session [1-9][0-9]* opened with broker {leader.node_id} ", text)
+    refused = re.findall(rf"broker {leader.node_id}(?:'s answer to| answered) fetch session [^\n]*", text)
+    return len(opened), refused
+
+
 @pytest.mark.parametrize(
     "replicas",
     [[KAFKA, KBROKER_1, KBROKER_2], [KBROKER_1, KAFKA, KBROKER_2]],
@@ -189,6 +199,10 @@ def test_a_partition_replicates_byte_for_byte_and_fails_over_to_the_other_implem
     assert (in_sync.leader, in_sync.leader_epoch) == (created.leader, created.leader_epoch)
     watermark = assert_replicas_hold_the_same_bytes(cluster, topic, old, created.leader_epoch)
     assert watermark == len(producing.acknowledged)
+    if old.implementation == "kafka":  # its kbroker followers fetched in sessions Kafka kept up, never refused
+        for follower in (cluster.broker(KBROKER_1), cluster.broker(KBROKER_2)):
+            opened, refused = fetch_sessions(follower, old)
+            assert opened >= 1 and refused == [], (follower, opened, refused)
 
     # The leader dies: the controller elects the next replica in the ISR, of the other implementation, at the
     # next epoch, and it serves every acknowledged record and takes more.

@@ -20,9 +20,11 @@ import trio
 from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
+from kbroker.fetch_sessions import FetchSession
 from kbroker.metadata.controller import record
 from kbroker.metadata.image import ConfigResourceType
 from kbroker.metrics import families
+from kbroker.replication.fetch_session import FollowerSession, Forgotten, PartitionFetch, SessionRequest
 from kbroker.replication.fetcher import ReplicaFetcherManager
 from kbroker.server.connection import serve
 from kbroker.storage import PartitionLog
@@ -476,5 +478,160 @@ def test_a_restarted_follower_opens_its_log_and_fetches_on_from_its_end(tmp_path
             assert records_of(cluster.log(B, "t")) == records_of(cluster.log(A, "t"))
             assert values_of(records_of(cluster.log(B, "t"))) == [(0, b"a"), (1, b"b"), (2, b"c")]
             nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+# --- fetch sessions (KIP-227) --------------------------------------------------------------------------------
+
+
+def record_requests(monkeypatch: pytest.MonkeyPatch) -> list[SessionRequest]:
+    """Every request the followers' fetch sessions build, in order."""
+    built: list[SessionRequest] = []
+    build = FollowerSession.build
+
+    def recording(
+        self: FollowerSession, wanted: dict[tuple[str, int], PartitionFetch], **options: bool
+    ) -> SessionRequest:
+        request = build(self, wanted, **options)
+        built.append(request)
+        return request
+
+    monkeypatch.setattr(FollowerSession, "build", recording)
+    return built
+
+
+def leader_session(cluster: Cluster, follower: int = B, leader: int = A) -> FetchSession | None:
+    """The session of ``follower``'s fetcher in ``leader``'s cache."""
+    fetcher = cluster.fetchers(follower).fetchers.get(leader)
+    session_id = 0 if fetcher is None else fetcher.session.session_id
+    return cluster[leader].fetch_sessions.get(session_id) if session_id else None
+
+
+def session_key(cluster: Cluster, topic: str, max_fetch_version: int | None) -> tuple[object, int]:
+    """How the leader's session knows partition 0 of ``topic``: by topic id from Fetch v13, by name before."""
+    if max_fetch_version is not None and max_fetch_version < 13:
+        return (topic, 0)
+    return (cluster[A].metadata.image.topics.by_name[topic].topic_id, 0)
+
+
+@pytest.mark.parametrize("max_fetch_version", [None, 12], ids=["topic-ids", "topic-names"])
+def test_a_follower_fetches_in_a_session_naming_only_the_partitions_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_fetch_version: int | None
+) -> None:
+    built = record_requests(monkeypatch)
+
+    async def main() -> None:
+        async with cluster_of(tmp_path, max_fetch_version=max_fetch_version) as cluster:
+            await cluster.create("t", [A, B], [A, B])
+            await cluster.create("u", [A, B], [A, B])
+            assert await produced(cluster[A], "u", [b"u0", b"u1"]) == (ErrorCode.NONE, 0)
+            await eventually("u replicated", lambda: cluster.log_end(B, "u") == 2)
+            await eventually(
+                "the leader holds both", lambda: (s := leader_session(cluster)) is not None and len(s.partitions) == 2
+            )
+            quiet = len(built)
+            for n in range(5):
+                assert await produced(cluster[A], "t", [b"t%d" % n] * (n + 1)) == (ErrorCode.NONE, n * (n + 1) // 2)
+            await eventually("t replicated", lambda: cluster.log_end(B, "t") == 15)
+            await eventually("the high watermark told", lambda: cluster.log(B, "t").high_watermark == 15)
+            for topic in ("t", "u"):
+                assert records_of(cluster.log(B, topic)) == records_of(cluster.log(A, topic))
+
+            # One full request opened the session; every later one was incremental, naming only what changed.
+            assert built[0].full and built[0].session_id == 0
+            assert not any(request.full for request in built[1:])
+            session = cluster.fetchers(B).fetchers[A].session
+            assert session.session_id != 0 and set(session.partitions) == {("t", 0), ("u", 0)}
+            after = built[quiet:]
+            assert all(set(r.to_send) <= {("t", 0)} and r.to_forget == [] for r in after)
+            offsets = [r.to_send[("t", 0)].fetch_offset for r in after if r.to_send]
+            assert offsets == sorted(set(offsets)) and offsets[-1] == 15  # sent when its position moved, only then
+            assert any(not r.to_send for r in after)  # polls naming nothing: the leader fetched from its cache
+
+            # The leader's cache has the follower's session, as the follower last named each partition.
+            held = leader_session(cluster)
+            assert held is not None
+            assert held.epoch >= len(built) - 1  # each incremental request served moved it on
+            cached = held.partitions[session_key(cluster, "t", max_fetch_version)]
+            assert (cached.fetch_offset, cached.current_leader_epoch, cached.fetcher_log_start_offset) == (15, 0, 0)
+            assert cached.last_fetched_epoch == 0 and cached.high_watermark == 15
+            assert held.partitions[session_key(cluster, "u", max_fetch_version)].fetch_offset == 2
+
+    run(main)
+
+
+def test_a_fenced_partition_leaves_the_session_and_is_sent_again_with_its_next_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = record_requests(monkeypatch)
+
+    async def main() -> None:
+        async with cluster_of(tmp_path) as cluster:
+            await cluster.create("t", [A, B], [A, B])
+            await cluster.create("u", [A, B], [A, B])
+            t_id = cluster[A].metadata.image.topics.by_name["t"].topic_id
+            await eventually(
+                "the leader holds both", lambda: (s := leader_session(cluster)) is not None and len(s.partitions) == 2
+            )
+            # Broker 0 moves t to epoch 2 while broker 1 still has epoch 0: the leader checks the epoch it cached.
+            change_partition(cluster[A], "t", 0, leader=B)
+            change_partition(cluster[A], "t", 0, leader=A)
+            assert await produced(cluster[A], "t", [b"a"]) == (ErrorCode.NONE, 0)
+            await eventually("fenced", lambda: (s := cluster.fetchers(B).state_of("t", 0)) is not None and s.parked)
+            await eventually("t forgotten", lambda: any(Forgotten("t", t_id, 0) in r.to_forget for r in built))
+            held = leader_session(cluster)
+            assert held is not None and list(held.partitions) == [session_key(cluster, "u", None)]
+            assert await produced(cluster[A], "u", [b"u"]) == (ErrorCode.NONE, 0)  # u goes on meanwhile
+            await eventually("u replicated", lambda: cluster.log_end(B, "u") == 1)
+            assert cluster.log_end(B, "t") == 0
+
+            # The registration in epoch 2 arrives: t is sent again in full, in that epoch, and catches up.
+            resumed = len(built)
+            change_partition(cluster[B], "t", 0, leader=B)
+            change_partition(cluster[B], "t", 0, leader=A)
+            await eventually("t caught up", lambda: cluster.log_end(B, "t") == 1)
+            sent_again = [r.to_send[("t", 0)] for r in built[resumed:] if ("t", 0) in r.to_send]
+            assert sent_again[0][:5] == (t_id, 0, 0, 1_048_576, 2)  # its topic, offset, log start, size, epoch
+            assert not any(r.full for r in built[resumed:])
+            for topic in ("t", "u"):
+                assert records_of(cluster.log(B, topic)) == records_of(cluster.log(A, topic))
+
+    run(main)
+
+
+def test_a_session_the_leader_lost_or_fell_out_of_step_with_is_opened_again_by_a_full_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = record_requests(monkeypatch)
+
+    async def main() -> None:
+        async with cluster_of(tmp_path) as cluster:
+            await cluster.create("t", [A, B], [A, B])
+            await eventually("a session", lambda: leader_session(cluster) is not None)
+            fetcher = cluster.fetchers(B).fetchers[A]
+            cache = cluster[A].fetch_sessions
+
+            # As a restarted leader: the session is gone (FETCH_SESSION_ID_NOT_FOUND), a new one is opened.
+            first = fetcher.session.session_id
+            cache.remove(first)
+            lost = len(built)
+            assert await produced(cluster[A], "t", [b"a"]) == (ErrorCode.NONE, 0)
+            await eventually("a new session", lambda: fetcher.session.session_id not in (0, first))
+            assert [(r.session_id, r.epoch) for r in built[lost:] if r.full][0] == (0, 0)
+            await eventually("replicated", lambda: cluster.log_end(B, "t") == 1)
+
+            # Out of step (INVALID_FETCH_SESSION_EPOCH): a full fetch closes the session and opens another.
+            second = fetcher.session.session_id
+            held = cache.get(second)
+            assert held is not None
+            held.epoch += 5
+            stepped = len(built)
+            assert await produced(cluster[A], "t", [b"b", b"c"]) == (ErrorCode.NONE, 1)
+            await eventually("another session", lambda: fetcher.session.session_id not in (0, second))
+            assert [(r.session_id, r.epoch) for r in built[stepped:] if r.full][0] == (second, 0)
+            assert cache.get(second) is None and leader_session(cluster) is not None
+            await eventually("replicated", lambda: cluster.log_end(B, "t") == 3)
+            assert records_of(cluster.log(B, "t")) == records_of(cluster.log(A, "t"))
 
     run(main)
