@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import time
 from functools import cached_property
@@ -217,6 +218,10 @@ def build(settings: Settings, served: list[ServedListener]) -> App:
         for spec in plan.listeners
         for address in (spec.advertised_address(bound[spec.name]),)
     ]
+    if os.environ.get("KBROKER_TEST_MUTATIONS"):  # the fault suite's broken brokers (kbroker/replication/mutations.py)
+        from kbroker.replication.mutations import install_from_environment
+
+        install_from_environment()
     broker = Broker(
         settings.config, settings.data_dir, main.advertised_address(bound[main.name]), listeners=registration
     )

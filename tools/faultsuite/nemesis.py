@@ -11,6 +11,9 @@ The faults (``FAULTS``), each held for a while and then healed:
   (the controller fences it and elects another), then SIGCONT: a zombie that wakes up believing it leads;
 - ``isolate``: one broker cut off from the other brokers (their replica fetches, both ways, through the proxies)
   while clients and the controller still reach it;
+- ``isolate-kill-leader``: a leader cut off from the other brokers for less than replica.lag.time.max.ms (its
+  followers are still in its ISR, so it cannot acknowledge acks=all), then killed: a follower of that ISR takes
+  over without what the leader wrote meanwhile, and the old leader comes back with a tail to truncate;
 - ``restart``: SIGTERM of a broker (a controlled shutdown moves leadership away), started again;
 - ``elect``: preferred-leader election of every partition (ElectLeaders), leader churn after earlier faults;
 - ``restart-all``: SIGKILL of every broker at once, all started again;
@@ -35,8 +38,9 @@ from tools.faultsuite.history import INFO, NEMESIS, OK, History
 if TYPE_CHECKING:
     from tests.cluster.kraft_cluster import KRaftCluster, QuorumBroker
 
-SINGLE = ("kill-leader", "kill-follower", "pause-leader", "isolate", "restart")
+SINGLE = ("kill-leader", "kill-follower", "pause-leader", "isolate", "restart", "isolate-kill-leader")
 FAULTS = (*SINGLE, "kill-controller", "elect", "restart-all", "pair")
+CUT_BEFORE_KILL_SECONDS = 2.0  # isolate-kill-leader: less than the suite's replica.lag.time.max.ms (4 s)
 Heal = Callable[[], object]
 
 
@@ -119,6 +123,13 @@ class Nemesis:
             self.cluster.controller.start()
         self.cluster.restore()
 
+    def elect_preferred(self) -> None:
+        """Each partition back to its preferred leader (what auto.leader.rebalance.enable does in time): a former
+        leader leads again and the final read reads from it."""
+        invoked = self.history.invoke(NEMESIS, "fault", fault="elect")
+        self._elect_preferred()
+        self.history.complete(invoked, OK)
+
     # --- single-broker faults -------------------------------------------------------------------------------
 
     def _single(self, name: str, used: set[int]) -> Heal:
@@ -140,8 +151,8 @@ class Nemesis:
             _signal(broker, signal.SIGSTOP)
             self._stop.wait(self.pause_seconds)
             return lambda: _signal(broker, signal.SIGCONT)
-        if name == "isolate":
-            broker = self._pick(used, leader=None)
+        if name in ("isolate", "isolate-kill-leader"):
+            broker = self._pick(used, leader=None if name == "isolate" else True)
             others = [other for other in self.cluster.brokers if other is not broker]
             for other in others:
                 self.cluster.cut(broker, other)
@@ -151,7 +162,12 @@ class Nemesis:
                 for other in others:
                     other.proxy.unblock(broker.name)
                     broker.proxy.unblock(other.name)
+                if not broker.running:
+                    broker.start()
 
+            if name == "isolate-kill-leader":
+                self._stop.wait(CUT_BEFORE_KILL_SECONDS)
+                broker.kill()
             return heal
         raise ValueError(f"no single-broker fault named {name!r}")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from tools.faultsuite.history import History, read_history
 from tools.faultsuite.nemesis import FAULTS, Nemesis
 from tools.faultsuite.workload import Workload
 
+MUTATIONS_ENVIRONMENT = "KBROKER_TEST_MUTATIONS"  # kbroker/replication/mutations.py's switch
 TOPIC = "faultsuite"
 PARTITIONS = 4
 # The same for both implementations: quick failure detection, so that a 60 s schedule sees several faults.
@@ -63,17 +65,50 @@ class Outcome(NamedTuple):
         return self.report.valid and not self.client_errors
 
 
-def run_schedule(implementation: str, seed: int, seconds: float, out: Path, faults: Sequence[str] = FAULTS) -> Outcome:
+def run_schedule(
+    implementation: str,
+    seed: int,
+    seconds: float,
+    out: Path,
+    faults: Sequence[str] = FAULTS,
+    mutations: Sequence[str] = (),
+) -> Outcome:
+    """One schedule on a new cluster; ``mutations``: kbroker's test-only broken mechanisms to run its brokers with
+    (kbroker/replication/mutations.py)."""
     from tests.cluster.kraft_cluster import KRaftCluster  # the JVM and process harness, loaded only to run
 
-    directory = out / f"{implementation}-{seed}"
+    if mutations and implementation != "kbroker":
+        raise ValueError("mutations are kbroker's: they cannot be applied to Apache Kafka")
+    previous = os.environ.get(MUTATIONS_ENVIRONMENT)
+    if mutations:
+        os.environ[MUTATIONS_ENVIRONMENT] = ",".join(mutations)  # every broker process started from here has it
+    try:
+        return _run_schedule(KRaftCluster, implementation, seed, seconds, out, faults, mutations)
+    finally:
+        if previous is None:
+            os.environ.pop(MUTATIONS_ENVIRONMENT, None)
+        else:
+            os.environ[MUTATIONS_ENVIRONMENT] = previous
+
+
+def _run_schedule(
+    cluster_type: Any,
+    implementation: str,
+    seed: int,
+    seconds: float,
+    out: Path,
+    faults: Sequence[str],
+    mutations: Sequence[str],
+) -> Outcome:
+    name = f"{implementation}-{seed}" + "".join(f"-{mutation}" for mutation in mutations)
+    directory = out / name
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix=f"faultsuite-{implementation}-") as root:
-        cluster = KRaftCluster(
+        cluster = cluster_type(
             Path(root),
-            implementation,  # type: ignore[arg-type]
+            implementation,
             size=3,
             broker_settings=BROKER_SETTINGS,
             controller_settings=CONTROLLER_SETTINGS,
@@ -88,10 +123,15 @@ def run_schedule(implementation: str, seed: int, seconds: float, out: Path, faul
                 nemesis.run(seconds)
             finally:
                 nemesis.heal_all()
-            cluster.observe().wait(lambda image: fully_replicated(image, TOPIC), "every replica back in sync", 300)
+            errors: list[str] = []
+            try:
+                cluster.observe().wait(lambda image: fully_replicated(image, TOPIC), "every replica in sync", 180)
+                nemesis.elect_preferred()
+            except AssertionError as exc:  # the cluster did not recover: a finding, and the clients read on
+                errors.append(f"after healing: {exc}")
             time.sleep(SETTLE_SECONDS)
             workload.stop()
-            errors = list(workload.errors)
+            errors += workload.errors
             try:
                 workload.final_read()
             except Exception as exc:  # reported: a final read that cannot finish is a finding in itself
@@ -170,6 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated among {','.join(FAULTS)}")
     parser.add_argument("--out", type=Path, default=Path("faultsuite-results"), help="where histories are kept")
     parser.add_argument("--check", type=Path, metavar="HISTORY", help="only check a kept history")
+    parser.add_argument(
+        "--mutations",
+        default="",
+        help="kbroker only: test-only broken mechanisms for its brokers (kbroker/replication/mutations.py), "
+        "comma-separated; the checker should then find something",
+    )
     args = parser.parse_args(argv)
     if args.check is not None:
         report = check(read_history(args.check))
@@ -185,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for implementation in implementations:
             seed = args.seed + offset
             began = time.monotonic()
-            outcome = run_schedule(implementation, seed, args.seconds, args.out, faults)
+            mutations = [name.strip() for name in args.mutations.split(",") if name.strip()]
+            outcome = run_schedule(implementation, seed, args.seconds, args.out, faults, mutations)
             outcomes.append(outcome)
             stats = outcome.report.stats
             print(
