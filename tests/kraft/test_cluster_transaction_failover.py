@@ -32,7 +32,7 @@ from compat.clients.api import ClientError
 from compat.clients.remote import RemoteClient
 from compat.helpers import record
 from compat.java import CLIENT_SPECS as JAVA_SPECS
-from kbroker.groups.offsets import offsets_partition
+from kbroker.java_hashing import coordinator_partition
 from kbroker.pytest_plugin import KbrokerCluster
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -78,7 +78,7 @@ def internal_leader(admin: AdminClient, topic: str, key: str) -> int:
             admin.list_topics(topic, timeout=10).topics.get(topic)
         ),
     )
-    index = offsets_partition(key, len(described.partitions))
+    index = coordinator_partition(key, len(described.partitions))
     found: int = wait_for(f"{topic}-{index}'s leader", lambda: leader(admin, topic, index))
     return found
 

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KafkaController, KafkaUnavailable
-from kbroker.groups.offsets import offsets_partition
+from kbroker.java_hashing import coordinator_partition
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.messages.metadata_request import MetadataRequest
@@ -114,7 +114,9 @@ def internal_leaders(cluster: list[BrokerProcess], topic: str, first_use: Callab
 
 def find_id(prefix: str, wanted: Callable[[int], bool]) -> str:
     """The first ``prefix-N`` whose internal partition satisfies ``wanted``."""
-    return next(f"{prefix}-{n}" for n in range(1000) if wanted(offsets_partition(f"{prefix}-{n}", INTERNAL_PARTITIONS)))
+    return next(
+        f"{prefix}-{n}" for n in range(1000) if wanted(coordinator_partition(f"{prefix}-{n}", INTERNAL_PARTITIONS))
+    )
 
 
 def make_topic(cluster: list[BrokerProcess], name: str, replication_factor: int = 1) -> None:

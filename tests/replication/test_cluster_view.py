@@ -24,7 +24,8 @@ from kbroker.apis.producer_ids import handle_init_producer_id
 from kbroker.apis.topics import handle_create_topics
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from kbroker.metadata.controller import LocalController, record
 from kbroker.storage import LogManager
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
@@ -278,8 +279,8 @@ def test_find_coordinator_names_the_internal_partitions_leader_and_others_answer
     first = run(lambda: handle_find_coordinator(context(broker, 10, 4), request))
     assert [(c.error_code, c.node_id) for c in first.coordinators] == [(ErrorCode.NONE, NODE), (ErrorCode.NONE, NODE)]
     # The group's partition moves to the racked broker: its endpoint is named, and this broker's shard unloads.
-    [elsewhere] = [g for g in ("g0", "g1", "g2", "g3") if offsets_partition(g, 2) == 1][:1]
-    [here] = [g for g in ("g0", "g1", "g2", "g3") if offsets_partition(g, 2) == 0][:1]
+    [elsewhere] = [g for g in ("g0", "g1", "g2", "g3") if coordinator_partition(g, 2) == 1][:1]
+    [here] = [g for g in ("g0", "g1", "g2", "g3") if coordinator_partition(g, 2) == 0][:1]
     place(broker, OFFSETS_TOPIC, 1, [RACKED], RACKED)
     assert 1 not in broker.offsets.runtime.shards and 0 in broker.offsets.runtime.shards
     request = FindCoordinatorRequest(key_type=0, coordinator_keys=[here, elsewhere])
