@@ -42,9 +42,10 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple
 
 from kbroker.durable.files import DamagedFileError, read_checked, write_checked
+from kbroker.java_hashing import copied_map_capacity, java_hashmap_order, java_string_hash
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -99,52 +100,13 @@ def entity_of(parts: Iterable[tuple[str, str | None]]) -> Entity:
 # --- Kafka's orders ----------------------------------------------------------------------------------------------
 # Kafka builds its answers from Java HashMaps, so their order is the maps' bucket order; these reproduce it for
 # the maps whose capacity follows from the request alone (the response's entity parts, quota values, the errors
-# of one AlterClientQuotas), so the answers come in the order Kafka gives.
-
-K = TypeVar("K")
-
-
-def java_string_hash(text: str | None) -> int:
-    """Java's String.hashCode (0 for null), as an unsigned 32-bit value."""
-    if text is None:
-        return 0
-    value = 0
-    encoded = text.encode("utf-16-be", "surrogatepass")
-    for index in range(0, len(encoded), 2):
-        value = (31 * value + (encoded[index] << 8 | encoded[index + 1])) & 0xFFFFFFFF
-    return value
+# of one AlterClientQuotas), so the answers come in the order Kafka gives (kbroker/java_hashing.py).
 
 
 def entity_hash(parts: Iterable[tuple[str, str | None]]) -> int:
     """Kafka's ClientQuotaEntity.hashCode: Objects.hash of its map, 31 + the map's hash (the sum of each type's
     hash XOR its name's)."""
     return (31 + sum(java_string_hash(t) ^ java_string_hash(n) for t, n in parts)) & 0xFFFFFFFF
-
-
-def _table_size_for(capacity: int) -> int:
-    size = 1
-    while size < capacity:
-        size <<= 1
-    return size
-
-
-def java_hashmap_order(keys: Sequence[K], hash_of: Callable[[K], int], initial_capacity: int = 16) -> list[K]:
-    """``keys`` (distinct, in insertion order) in the iteration order of a Java HashMap created with
-    ``initial_capacity`` (its table grows by doubling past a 0.75 load factor): by bucket, then insertion."""
-    capacity = _table_size_for(initial_capacity)
-    while len(keys) > int(capacity * 0.75):
-        capacity <<= 1
-
-    def bucket(key: K) -> int:
-        h = hash_of(key)
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    return sorted(keys, key=bucket)  # stable: a bucket keeps insertion order
-
-
-def copied_map_capacity(size: int) -> int:
-    """The table size of ``new HashMap<>(map)`` for a map of ``size`` entries."""
-    return _table_size_for(int(size / 0.75 + 1.0))
 
 
 def entity_parts_in_kafka_order(

@@ -15,13 +15,13 @@ from __future__ import annotations
 import trio
 
 from kbroker.apis.context import RequestContext
+from kbroker.java_hashing import java_hashmap_order
 from kbroker.quotas import (
     IP,
     QuotaFilterError,
     entity_hash,
     entity_parts_in_kafka_order,
     is_ip_literal,
-    java_hashmap_order,
     values_in_kafka_order,
 )
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType

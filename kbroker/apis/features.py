@@ -14,13 +14,12 @@ The request's timeout_ms is not used: the change is made before the answer, as K
 from __future__ import annotations
 
 from kbroker.apis.context import RequestContext
-from kbroker.metadata.features import java_hash_map_order
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.update_features_request import UpdateFeaturesRequest
 from protocol.messages.update_features_response import UpdateFeaturesResponse
 
-__all__ = ["handle_update_features", "java_hash_map_order"]
+__all__ = ["handle_update_features"]
 
 
 async def handle_update_features(ctx: RequestContext, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:

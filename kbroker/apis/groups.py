@@ -14,17 +14,15 @@ has: like Kafka's, its answers for a missing group, a group with members or a re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import TypeVar
 
 from kbroker.apis.context import RequestContext
 from kbroker.apis.metadata import AUTHORIZED_OPERATIONS_NOT_REQUESTED
 from kbroker.durable.files import StorageError
 from kbroker.groups.coordinator import GroupState
-from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC, OffsetStoreError
 from kbroker.groups.router import GroupKind
+from kbroker.java_hashing import coordinator_partition, java_hashmap_order, java_string_hash, java_topic_partition_hash
 from kbroker.metadata.listener_view import alive_node
-from kbroker.quotas import java_string_hash
 from kbroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from protocol.errors import ErrorCode, KafkaError
@@ -120,7 +118,7 @@ def _coordinator_of(
     topic = image.topics.get(OFFSETS_TOPIC if key_type == GROUP_KEY else TRANSACTION_TOPIC)
     if not topic_exists or topic is None:
         return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)  # Kafka's answer while the topic is missing
-    registration = topic.partitions.get(offsets_partition(key, len(topic.partitions)))
+    registration = topic.partitions.get(coordinator_partition(key, len(topic.partitions)))
     if registration is None or registration.leader < 0:
         return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *NO_COORDINATOR)  # and while its partition has no leader
     leader = alive_node(image, registration.leader, ctx.listener)
@@ -424,37 +422,15 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
 
 def _kafka_delete_order(ctx: RequestContext, answers: list[tuple[str, ErrorCode]]) -> list[tuple[str, ErrorCode]]:
     """DeleteGroups' results in Kafka 4.4's order: by coordinator partition as a java.util.HashMap of
-    TopicPartition iterates (bucket of its hash, 31 * (31 + partition) + the topic's String hash, with the high
-    half folded in, over a capacity of 16 doubled while more than 3/4 full; insertion order within a bucket), and
-    within a partition as a HashMap of the group ids iterates (the share-group and streams steps before the shard
-    collect every group's answer by id)."""
+    TopicPartition iterates, and within a partition as a HashMap of the group ids iterates (the share-group and
+    streams steps before the shard collect every group's answer by id)."""
     by_partition: dict[int, list[tuple[str, ErrorCode]]] = {}
     for answer in answers:
         by_partition.setdefault(ctx.groups.offsets.partition_for(answer[0]), []).append(answer)
-    topic_hash = java_string_hash(OFFSETS_TOPIC)
     ordered: list[tuple[str, ErrorCode]] = []
-    for partition in _hash_map_order(by_partition, lambda p: 31 * (31 + p) + topic_hash):
-        ordered += _hash_map_order(by_partition[partition], lambda a: java_string_hash(a[0]))
+    for partition in java_hashmap_order(by_partition, lambda p: java_topic_partition_hash(OFFSETS_TOPIC, p)):
+        ordered += java_hashmap_order(by_partition[partition], lambda a: java_string_hash(a[0]))
     return ordered
-
-
-_T = TypeVar("_T")
-
-
-def _hash_map_order(keys: Iterable[_T], java_hash: Callable[[_T], int]) -> list[_T]:
-    """``keys`` in the order a java.util.HashMap filled with them in this order iterates them: by bucket (the
-    hash with its high half folded in, modulo a capacity of 16 doubled while more than 3/4 full), then in order
-    of insertion within a bucket."""
-    items = list(keys)
-    capacity = 16
-    while len(items) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(key: _T) -> int:
-        h = java_hash(key) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    return sorted(items, key=bucket)  # stable: insertion order within a bucket
 
 
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:

@@ -73,34 +73,29 @@ def _error(
     )
 
 
-async def _check_one_producer(request: ProduceRequest, turns: Turns) -> None:
-    """A transactional produce carries the batches of one producer (id and epoch): as Kafka's ReplicaManager, a
-    request whose transactional batches name several is refused whole with INVALID_PRODUCER_ID_MAPPING (it would
-    otherwise be verified with one of them, and its other batches appended unverified)."""
+async def _transactional_producers(request: ProduceRequest, turns: Turns) -> set[tuple[int, int]]:
+    """The (producer id, epoch) of each transactional batch of the request: one walk of its partitions answers
+    both whether it carries transactional records and whether they name one producer."""
     producers: set[tuple[int, int]] = set()
     for topic_data in request.topic_data:
         for part in topic_data.partition_data:
             await turns.step()
             records = part.records
-            if records is None or len(records) < HEADER_SIZE or not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
-                continue
-            header = BatchHeader.parse(records)
-            if header.producer_id >= 0:
+            if records is not None and len(records) >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+                header = BatchHeader.parse(records)
                 producers.add((header.producer_id, header.producer_epoch))
-    if len(producers) > 1:
+    return producers
+
+
+def _check_one_producer(producers: set[tuple[int, int]]) -> None:
+    """A transactional produce carries the batches of one producer (id and epoch): as Kafka's ReplicaManager, a
+    request whose transactional batches name several is refused whole with INVALID_PRODUCER_ID_MAPPING (it would
+    otherwise be verified with one of them, and its other batches appended unverified). A negative producer id is
+    no producer: validation refuses its batch."""
+    if sum(1 for producer_id, _ in producers if producer_id >= 0) > 1:
         raise KafkaError(
             ErrorCode.INVALID_PRODUCER_ID_MAPPING, "Transactional records contained more than one producer ID"
         )
-
-
-async def _has_transactional_batch(request: ProduceRequest, turns: Turns) -> bool:
-    for topic_data in request.topic_data:
-        for part in topic_data.partition_data:
-            await turns.step()
-            records = part.records
-            if records is not None and len(records) >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
-                return True
-    return False
 
 
 # What a transaction coordinator on another broker answers that the producer should retry: Kafka's ReplicaManager
@@ -133,9 +128,9 @@ async def _verify_remotely(ctx: RequestContext, request: ProduceRequest) -> dict
     answer for each transactional partition, asked in one AddPartitionsToTxn as Kafka 4.4's broker does (Produce
     v12+, transaction version 2, adds the partitions; older versions only verify them); None when the coordinator
     is this broker (or there is none to ask)."""
-    transactions = getattr(ctx, "transactions", None)
+    transactions = ctx.transactions
     transactional_id = request.transactional_id
-    if transactional_id is None or transactions is None or transactions.remote is None:
+    if transactional_id is None or transactions.remote is None:
         return None
     if not transactions.coordinated_elsewhere(transactional_id):
         return None
@@ -187,10 +182,7 @@ def _transaction_error(
         return ErrorCode.NONE  # validation refuses it
     if remote is not None:
         return remote.get((topic, partition), ErrorCode.NONE)
-    transactions = getattr(ctx, "transactions", None)  # the coordinator (kbroker/transactions), when present
-    if transactions is None:
-        return ErrorCode.NONE
-    code: ErrorCode = transactions.verify_partition(
+    return ctx.transactions.verify_partition(
         transactional_id,
         header.producer_id,
         header.producer_epoch,
@@ -198,13 +190,13 @@ def _transaction_error(
         partition,
         produce_version=ctx.api_version,
     )
-    return code
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     authorizing = ctx.services.authorizer is not None  # the hot path's one check when nobody configured ACLs
     turns = Turns(PARTITIONS_PER_TURN)  # many partitions: other connections run as it goes (kbroker/apis/turns.py)
-    if (request.transactional_id is None or authorizing) and await _has_transactional_batch(request, turns):
+    producers = await _transactional_producers(request, turns)
+    if producers and (request.transactional_id is None or authorizing):
         # As Kafka: transactional records need a transactional id the client may WRITE (the whole request).
         if request.transactional_id is None or not ctx.authorize(
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
@@ -212,7 +204,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     remote = None
     if request.transactional_id is not None:
-        await _check_one_producer(request, turns)
+        _check_one_producer(producers)
         # Verified by a coordinator on another broker before anything is appended.
         remote = await _verify_remotely(ctx, request)
     acks = request.acks
@@ -268,7 +260,6 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 txn_error == ErrorCode.NONE
                 and remote is None
                 and request.transactional_id is not None
-                and getattr(ctx, "transactions", None) is not None
                 and len(records) >= HEADER_SIZE
                 and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT
             ):

@@ -21,7 +21,8 @@ import time
 from collections import defaultdict
 
 from kbroker.apis.context import RequestContext
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from kbroker.security.acls import AclOperation, ResourceType
 from kbroker.transactions.coordinator import TransactionMetadata, TxnState
 from protocol.errors import ErrorCode
@@ -112,7 +113,7 @@ async def handle_describe_transactions(
         for topic, partition in sorted(
             {
                 *metadata.partitions,
-                *((OFFSETS_TOPIC, offsets_partition(g, offsets_partitions)) for g in metadata.groups),
+                *((OFFSETS_TOPIC, coordinator_partition(g, offsets_partitions)) for g in metadata.groups),
             }
         ):
             by_topic[topic].append(partition)

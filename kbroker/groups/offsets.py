@@ -3,7 +3,7 @@
 ``__consumer_offsets`` is an internal topic of ``offsets.topic.num.partitions`` partitions (default 50,
 cleanup.policy=compact, segment.bytes ``offsets.topic.segment.bytes``), created by the broker when first needed
 (the first FindCoordinator for a group, as Kafka, or the first commit). A group's offsets live in partition
-``abs(hashCode(group id)) % partitions`` (Kafka's hash, ``offsets_partition``). Each commit is an OffsetCommit
+``abs(hashCode(group id)) % partitions`` (Kafka's hash, ``coordinator_partition``). Each commit is an OffsetCommit
 record in Kafka's format (kbroker's records decode with Kafka's ``kafka-dump-log --offsets-decoder``): key
 OffsetCommitKey (group, topic, partition), value OffsetCommitValue (offset, leader epoch, metadata, commit and
 expire timestamps); a deleted or expired offset is the key's tombstone, which compaction eventually removes.
@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +40,7 @@ from kbroker.groups.consumer_group_records import (
     StoredConsumerGroup,
     replay_consumer_group_record,
 )
-from kbroker.quotas import java_string_hash
+from kbroker.java_hashing import coordinator_partition
 from protocol import coordinator_records
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
 from protocol.errors import KafkaError
@@ -79,18 +78,6 @@ class CommittedOffset:
     metadata: str | None
     commit_timestamp: int
     expire_timestamp: int = -1  # set by OffsetCommit v2-4 retention_time_ms; -1 means group-based expiry
-
-
-@lru_cache(maxsize=1 << 14)  # every commit asks; the hash is a Python loop over the id
-def offsets_partition(group_id: str, partitions: int) -> int:
-    """The __consumer_offsets partition of a group, as Kafka computes it: Java's String.hashCode, made
-    non-negative by Utils.abs (the absolute value, 0 for Integer.MIN_VALUE; not the partitioner's sign-bit mask,
-    which differs for every negative hash), modulo the partition count. Brokers of both implementations in one
-    cluster must agree on it, or a group would have two coordinators."""
-    code = java_string_hash(group_id)
-    if code >= 0x80000000:
-        code = 0 if code == 0x80000000 else 0x100000000 - code  # |the signed value|
-    return code % partitions
 
 
 def _consumer_group_of(key: bytes, value: bytes) -> str | None:
@@ -311,7 +298,7 @@ class OffsetStore:
         return info.partitions if info is not None else self.configured_partitions
 
     def partition_for(self, group: str) -> int:
-        return offsets_partition(group, self.partition_count)
+        return coordinator_partition(group, self.partition_count)
 
     def topic_configs(self) -> dict[str, str]:
         """The configs __consumer_offsets is created with, as Kafka's."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kbroker.java_hashing import java_hashmap_order, java_string_hash
+
 TRANSACTION_VERSION = "transaction.version"
 # Feature name -> (lowest, highest) level UpdateFeatures accepts and ApiVersions advertises; a feature finalized
 # at 0 is not listed as finalized. metadata.version is in the image (a FeatureLevelRecord written at bootstrap, as
@@ -41,24 +43,6 @@ KRAFT_BROKER_FEATURES: Mapping[str, tuple[int, int]] = {
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 REFUSED_PREFIX = "The update failed for all features since the following feature had an error: "
-
-
-def java_hash_map_order(names: list[str]) -> list[str]:
-    """``names`` (distinct) in the order a java.util.HashMap filled with them in this order iterates: by bucket
-    (the String hash, its high half folded in, modulo a capacity of 16 doubled while more than 3/4 full), then
-    by insertion within a bucket. Kafka checks feature updates in this order and reports the first failure."""
-    capacity = 16
-    while len(names) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(name: str) -> int:
-        utf16 = name.encode("utf-16-be")
-        h = 0
-        for i in range(0, len(utf16), 2):
-            h = (31 * h + int.from_bytes(utf16[i : i + 2], "big")) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    return sorted(names, key=bucket)  # stable: insertion order within a bucket
 
 
 BrokerFeatures = Mapping[int, Mapping[str, tuple[int, int]]]  # broker id -> feature -> supported (min, max)
@@ -105,7 +89,7 @@ def first_refusal(
     updates: Mapping[str, tuple[int, int]], finalized: Mapping[str, int], node_id: int, brokers: BrokerFeatures
 ) -> str | None:
     """The message Kafka refuses ``updates`` (name -> (level, upgrade type)) with, or None if every one may."""
-    for name in java_hash_map_order(list(updates)):
+    for name in java_hashmap_order(list(updates), java_string_hash):  # Kafka checks them in a HashMap's order
         level, upgrade_type = updates[name]
         problem = update_problem(name, level, upgrade_type, finalized.get(name, 0), node_id, brokers)
         if problem is not None:

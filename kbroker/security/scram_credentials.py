@@ -47,10 +47,10 @@ from kbroker.durable.files import (
     write_atomically,
     write_checked,
 )
+from kbroker.java_hashing import java_hashmap_order, java_string_hash
 from kbroker.metadata.controller import record
 from kbroker.metadata.image import MetadataImage, ScramMechanism
 from kbroker.metadata.migration import SASL_USERS_FILE
-from kbroker.quotas import java_hashmap_order, java_string_hash
 from protocol import metadata_records
 from protocol.errors import ErrorCode
 from protocol.metadata_frame import MetadataRecord

@@ -71,8 +71,9 @@ import trio
 
 from kbroker.coordinators.runtime import CoordinatorRecord, CoordinatorRuntime
 from kbroker.durable.files import StorageError
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
 from kbroker.groups.timers import CoordinatorTimers
+from kbroker.java_hashing import coordinator_partition
 from kbroker.storage import LogManager
 from kbroker.transactions.state_log import (
     DEFAULT_PARTITIONS,
@@ -363,7 +364,7 @@ class TransactionCoordinator:
 
     def partition_for(self, transactional_id: str) -> int:
         """The id's __transaction_state partition, as Kafka's (the same hash as a group's)."""
-        return offsets_partition(transactional_id, self.partition_count)
+        return coordinator_partition(transactional_id, self.partition_count)
 
     def topic_configs(self) -> dict[str, str]:
         return transaction_topic_configs(self.segment_bytes)
@@ -390,7 +391,7 @@ class TransactionCoordinator:
 
     def offsets_partition_of(self, group: str) -> int:
         """The group's __consumer_offsets partition, where its transactional offsets get their marker."""
-        return offsets_partition(group, self.offsets_partitions)
+        return coordinator_partition(group, self.offsets_partitions)
 
     def coordinator_node(self, transactional_id: str) -> int:
         """The broker the image makes the id's coordinator: its __transaction_state partition's leader (-1: none)."""
@@ -1174,7 +1175,7 @@ class TransactionCoordinator:
         """In a cluster a group's offsets partition gets its marker from its leader, this broker included (Kafka
         writes the marker to the group's __consumer_offsets partition like any other); False if there is no
         replica layer (a single node completes it itself)."""
-        index = offsets_partition(group, self.offsets_partitions)
+        index = coordinator_partition(group, self.offsets_partitions)
         leader = self._leader_of(OFFSETS_TOPIC, index)
         if self.remote is None or leader is None:
             return False
@@ -1222,7 +1223,7 @@ class TransactionCoordinator:
         pending.partitions.discard(key)
         if marker.topic == OFFSETS_TOPIC:
             pending.groups = {
-                g for g in pending.groups if offsets_partition(g, self.offsets_partitions) != marker.partition
+                g for g in pending.groups if coordinator_partition(g, self.offsets_partitions) != marker.partition
             }
         if not pending.partitions and not pending.groups:
             self._write_markers_and_complete(metadata, pending.partitions, pending.groups)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbroker.coordinators.runtime import CoordinatorRecord
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from protocol import coordinator_records
 from protocol.coordinator_frame import UnknownRecordType, decode_coordinator_record, encode_coordinator_record
 from protocol.exceptions import DecodeError
@@ -61,7 +62,7 @@ def transaction_record(record: dict[str, Any], offsets_partitions: int) -> Coord
     for topic, partition in record["partitions"]:
         by_topic.setdefault(topic, []).append(partition)
     for group in record["groups"]:
-        by_topic.setdefault(OFFSETS_TOPIC, []).append(offsets_partition(group, offsets_partitions))
+        by_topic.setdefault(OFFSETS_TOPIC, []).append(coordinator_partition(group, offsets_partitions))
     extra = {"last_epoch": record["last_epoch"], "groups": record["groups"]}
     # __consumer_offsets partitions added by name (a TxnOffsetCommit verified from another broker), not by group.
     named_offsets = sorted({partition for topic, partition in record["partitions"] if topic == OFFSETS_TOPIC})

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from kbroker.durable.files import DamagedFileError
+from kbroker.java_hashing import java_hashmap_order, java_string_hash
 from kbroker.metadata.controller import LocalController, MetadataCache
 from kbroker.metadata.log import MetadataLog
 from kbroker.quotas import (
@@ -27,8 +28,6 @@ from kbroker.quotas import (
     entity_hash,
     entity_parts_in_kafka_order,
     is_ip_literal,
-    java_hashmap_order,
-    java_string_hash,
     read_quotas_file,
     values_in_kafka_order,
     write_quotas_file,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from kbroker.apis import log_dirs
-from kbroker.metadata.features import java_hash_map_order
+from kbroker.java_hashing import java_hashmap_order, java_string_hash
 from kbroker.metadata.migration import FEATURES_FILE
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -512,13 +512,16 @@ def test_an_update_of_transaction_version_shows_in_api_versions_and_survives_a_r
 
 
 def test_java_hash_map_order_is_the_order_kafka_checked_feature_updates_in() -> None:
+    def order(names: list[str]) -> list[str]:
+        return java_hashmap_order(names, java_string_hash)
+
     # Pairs of unknown features sent to Kafka 4.3: the one its error message named comes first.
-    assert java_hash_map_order(["a.version", "b.version"])[0] == "b.version"
-    assert java_hash_map_order(["x", "a.version"])[0] == "a.version"
-    assert java_hash_map_order(["y", "x"])[0] == "x"
-    assert java_hash_map_order(["nope.version", "transaction.version"])[0] == "transaction.version"
+    assert order(["a.version", "b.version"])[0] == "b.version"
+    assert order(["x", "a.version"])[0] == "a.version"
+    assert order(["y", "x"])[0] == "x"
+    assert order(["nope.version", "transaction.version"])[0] == "transaction.version"
     many = [f"feature-{i}" for i in range(40)]  # past the first resize: still each name once
-    assert sorted(java_hash_map_order(many)) == sorted(many)
+    assert sorted(order(many)) == sorted(many)
 
 
 # --- ListConfigResources -----------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KafkaUnavailable
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from kbroker.metadata.image import MetadataImage, PartitionRegistration
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from kbroker.wire_client import WireClient
@@ -306,7 +307,7 @@ def key_placed(
     kill may have moved leaders off their preferred replica, so the leader need not be the first.)"""
     for n in range(10_000):
         key = f"{prefix}-{n}"
-        partition = offsets_partition(key, INTERNAL_PARTITIONS)
+        partition = coordinator_partition(key, INTERNAL_PARTITIONS)
         registration = partitions[partition]
         others = [replica for replica in registration.replicas if replica != leader and replica in registration.isr]
         if registration.leader == leader and others[:1] == [successor]:
@@ -320,7 +321,7 @@ def test_every_broker_names_the_coordinator_kafkas_hash_gives(cluster: MixedClus
     for topic, key_type in ((OFFSETS_TOPIC, 0), (TRANSACTION_TOPIC, 1)):
         partitions = internal_topic(cluster, topic, key_type)
         for key in [f"key-{n}" for n in range(20)] + ["group-100", "my-group", "polygenelubricants"]:
-            expected = partitions[offsets_partition(key, INTERNAL_PARTITIONS)].leader
+            expected = partitions[coordinator_partition(key, INTERNAL_PARTITIONS)].leader
             everywhere = {node: (ErrorCode.NONE, expected) for node in IMPLEMENTATION_OF}
 
             def named(key: str = key, key_type: int = key_type) -> dict[int, tuple[int, int]]:

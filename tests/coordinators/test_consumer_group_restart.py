@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KAFKA_VERSION
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -163,7 +164,9 @@ def test_kafkas_dump_tool_decodes_the_consumer_group_records(tmp_path: Path) -> 
     finally:
         broker.stop()
     classpath = maven_artifacts.classpath(f"kafka-tools-{KAFKA_VERSION}")
-    segment = data / f"{OFFSETS_TOPIC}-{offsets_partition('dumped', OFFSETS_PARTITIONS)}" / "00000000000000000000.log"
+    segment = (
+        data / f"{OFFSETS_TOPIC}-{coordinator_partition('dumped', OFFSETS_PARTITIONS)}" / "00000000000000000000.log"
+    )
     command = ["java", "-cp", classpath, "org.apache.kafka.tools.DumpLogSegments", "--offsets-decoder"]
     out = subprocess.run([*command, "--files", str(segment)], capture_output=True, text=True, timeout=120, check=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("| offset:")]

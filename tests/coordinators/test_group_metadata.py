@@ -7,7 +7,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
 from protocol.coordinator_frame import decode_coordinator_record
@@ -42,7 +43,7 @@ def join(client: WireClient, member_id: str = "") -> tuple[int, str, int]:
 
 
 def group_records(data_dir: Path) -> list[GroupMetadataValue | None]:
-    segment = data_dir / f"{OFFSETS_TOPIC}-{offsets_partition('kept', 4)}" / "00000000000000000000.log"
+    segment = data_dir / f"{OFFSETS_TOPIC}-{coordinator_partition('kept', 4)}" / "00000000000000000000.log"
     values = []
     for _, batch in iter_batches(segment.read_bytes()):
         for record in decode_records(batch):

@@ -15,7 +15,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat.apache_kafka import KAFKA_VERSION
 from kbroker.coordinators.runtime import NO_PRODUCER
 from kbroker.groups import offsets as offsets_module
-from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore, offsets_partition
+from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore
+from kbroker.java_hashing import coordinator_partition
 from kbroker.storage import LogManager, PartitionLog, TopicInfo
 from kbroker.testing import RunningBroker
 from kbroker.wire_client import WireClient
@@ -49,7 +50,7 @@ def batches(plog: PartitionLog) -> list[tuple[int, bool, bool, list[tuple[bytes 
 
 
 def group_log(store: OffsetStore, group: str) -> PartitionLog:
-    plog = store.logs.get_partition(OFFSETS_TOPIC, offsets_partition(group, PARTITIONS))
+    plog = store.logs.get_partition(OFFSETS_TOPIC, coordinator_partition(group, PARTITIONS))
     assert plog is not None
     return plog
 
@@ -70,7 +71,7 @@ def test_a_commit_is_one_batch_of_kafkas_offset_commit_records_in_the_groups_par
     assert (key.group, key.topic, key.partition) == ("g", "orders", 0)
     assert (value.offset, value.leader_epoch, value.metadata, value.commit_timestamp) == (42, 3, "m", T0)
     # Every other partition is empty: a group's records go to abs(hashCode) % partitions only.
-    others = [p for p in range(PARTITIONS) if p != offsets_partition("g", PARTITIONS)]
+    others = [p for p in range(PARTITIONS) if p != coordinator_partition("g", PARTITIONS)]
     assert all(store.logs.get_partition(OFFSETS_TOPIC, p).log_end_offset == 0 for p in others)  # type: ignore[union-attr]
     store.close()
 
@@ -122,7 +123,7 @@ def test_kafkas_dump_tool_decodes_the_segment(tmp_path: Path) -> None:
     store.commit("dumped", {("orders", 3): CommittedOffset(42, 7, "meta", T0)})
     store.delete("dumped", [("orders", 3)])
     store.close()
-    segment = tmp_path / f"{OFFSETS_TOPIC}-{offsets_partition('dumped', PARTITIONS)}" / "00000000000000000000.log"
+    segment = tmp_path / f"{OFFSETS_TOPIC}-{coordinator_partition('dumped', PARTITIONS)}" / "00000000000000000000.log"
     command = ["java", "-cp", classpath, "org.apache.kafka.tools.DumpLogSegments", "--offsets-decoder"]
     out = subprocess.run([*command, "--files", str(segment)], capture_output=True, text=True, timeout=120, check=True)
     key = 'key: {"type":"1","data":{"group":"dumped","topic":"orders","partition":3}}'
@@ -160,7 +161,7 @@ def test_offsets_committed_with_a_client_survive_a_broker_restart(tmp_path: Path
             resources = client.request(ListConfigResourcesRequest(resource_types=[2]), 1).config_resources
             assert sorted(r.resource_name for r in resources) == [OFFSETS_TOPIC, "orders"]
     # The group's records are in its partition of the data directory, Kafka's partition for it.
-    partition = data / f"{OFFSETS_TOPIC}-{offsets_partition('survivor', 50)}"
+    partition = data / f"{OFFSETS_TOPIC}-{coordinator_partition('survivor', 50)}"
     assert (partition / "00000000000000000000.log").stat().st_size > 0
 
 
@@ -226,7 +227,7 @@ def test_an_operators_marker_for_a_consumer_offsets_partition_applies_the_pendin
         pending = {("orders", 0): CommittedOffset(12, -1, None, T0)}
         broker.call(lambda: store.commit_pending("g", 88, pending, producer_epoch=3))  # on the broker's event loop
         topic = WriteTxnMarkersRequest.WritableTxnMarkerTopic(
-            name=OFFSETS_TOPIC, partition_indexes=[offsets_partition("g", PARTITIONS)]
+            name=OFFSETS_TOPIC, partition_indexes=[coordinator_partition("g", PARTITIONS)]
         )
         marker = WriteTxnMarkersRequest.WritableTxnMarker(
             producer_id=88, producer_epoch=3, transaction_result=True, topics=[topic], coordinator_epoch=0
@@ -280,11 +281,11 @@ def test_groups_an_older_kbroker_kept_in_another_partition_move_to_kafkas(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     group = "group-100"  # Java hash -1484205661
-    old, own = masked_partition(group, PARTITIONS), offsets_partition(group, PARTITIONS)
+    old, own = masked_partition(group, PARTITIONS), coordinator_partition(group, PARTITIONS)
     assert (old, own) == (2, 1)
     member = ConsumerGroupMemberMetadataKey(group_id=group, member_id="m1")
     with monkeypatch.context() as older_kbroker:
-        older_kbroker.setattr(offsets_module, "offsets_partition", masked_partition)
+        older_kbroker.setattr(offsets_module, "coordinator_partition", masked_partition)
         store = OffsetStore.in_data_dir(tmp_path, partitions=PARTITIONS)
         store.commit(group, {("a", 0): CommittedOffset(7, 1, "m", T0), ("a", 1): CommittedOffset(9, -1, None, T0)})
         store.commit("g", {("a", 0): CommittedOffset(3, -1, None, T0)})  # a positive hash: placed alike

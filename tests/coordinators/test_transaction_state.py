@@ -13,7 +13,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat.apache_kafka import KAFKA_VERSION
-from kbroker.groups.offsets import OffsetStore, offsets_partition
+from kbroker.groups.offsets import OffsetStore
+from kbroker.java_hashing import coordinator_partition
 from kbroker.storage import LogManager
 from kbroker.testing import RunningBroker
 from kbroker.transactions import coordinator as coordinator_module
@@ -39,7 +40,7 @@ def test_kafkas_dump_tool_decodes_the_transaction_log(tmp_path: Path) -> None:
     assert coordinator.add_partitions(TID, 1000, 0, [("orders", 1), ("orders", 0)]) == ErrorCode.NONE
     assert coordinator.add_offsets(TID, 1000, 0, "readers") == ErrorCode.NONE
     logs.close()
-    segment = tmp_path / f"{TRANSACTION_TOPIC}-{offsets_partition(TID, 3)}" / "00000000000000000000.log"
+    segment = tmp_path / f"{TRANSACTION_TOPIC}-{coordinator_partition(TID, 3)}" / "00000000000000000000.log"
     command = ["java", "-cp", classpath, "org.apache.kafka.tools.DumpLogSegments", "--transaction-log-decoder"]
     out = subprocess.run([*command, "--files", str(segment)], capture_output=True, text=True, timeout=120, check=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("| offset:")]
@@ -52,7 +53,7 @@ def test_kafkas_dump_tool_decodes_the_transaction_log(tmp_path: Path) -> None:
         '"transactionStartTimestampMs":-1,"clientTransactionVersion":1}}'
     ) in lines[0]
     # The group is listed as its __consumer_offsets partition, as Kafka lists it.
-    group_partition = offsets_partition("readers", 3)
+    group_partition = coordinator_partition("readers", 3)
     assert (
         '"transactionStatus":"Ongoing","transactionPartitions":[{"topic":"__consumer_offsets","partitionIds":['
         f'{group_partition}]}},{{"topic":"orders","partitionIds":[0,1]}}]'
@@ -109,11 +110,11 @@ def test_ids_an_older_kbroker_kept_in_another_partition_move_to_kafkas(
     """The id's state moves to its own partition and is tombstoned in the old one; its own partition is replayed
     first here (1, then 2), so the old partition's tombstone, replayed after, must leave the state as it is."""
     tid = "group-100"  # Java hash -1484205661
-    old, own = masked_partition(tid, 5), offsets_partition(tid, 5)
+    old, own = masked_partition(tid, 5), coordinator_partition(tid, 5)
     assert (old, own) == (2, 1)
     ids = count(1000)
     with monkeypatch.context() as older_kbroker:
-        older_kbroker.setattr(coordinator_module, "offsets_partition", masked_partition)
+        older_kbroker.setattr(coordinator_module, "coordinator_partition", masked_partition)
         logs = LogManager(tmp_path, {})
         first = coordinator_in(tmp_path, logs, ids).init_producer_id(tid, 60_000)
         assert (first.error, first.producer_id, first.producer_epoch) == (ErrorCode.NONE, 1000, 0)

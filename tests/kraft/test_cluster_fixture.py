@@ -22,18 +22,9 @@ from kbroker.wire_client import WireClient
 from protocol.exceptions import DecodeError
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.records import decode_records, iter_batches
+from tests.kraft.conftest import WITHIN, wait_for
 
 pytest_plugins = ["pytester"]
-
-WITHIN = 120.0  # seconds: a bound against hanging on 2 busy cores, not a measure
-
-
-def wait_for(what: str, found: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + WITHIN
-    while not (answer := found()):
-        assert time.monotonic() < deadline, f"no {what} within {WITHIN:g} s"
-        time.sleep(0.2)
-    return answer
 
 
 def partition_zero(admin: AdminClient, topic: str) -> Any:

@@ -18,8 +18,7 @@ confluent-kafka and aiokafka (kafka-python: see FAMILIES).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -32,7 +31,7 @@ from compat.clients.api import ClientError
 from compat.clients.remote import RemoteClient
 from compat.helpers import record
 from compat.java import CLIENT_SPECS as JAVA_SPECS
-from kbroker.groups.offsets import offsets_partition
+from kbroker.java_hashing import coordinator_partition
 from kbroker.pytest_plugin import KbrokerCluster
 from kbroker.wire_client import WireClient
 from protocol.errors import ErrorCode
@@ -41,8 +40,8 @@ from protocol.messages.end_txn_request import EndTxnRequest
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.records import Record, build_batch
+from tests.kraft.conftest import WITHIN, wait_for
 
-WITHIN = 120.0  # seconds: a bound against hanging on 2 busy cores, not a measure
 TRANSACTION_STATE = "__transaction_state"
 OUTPUT_PARTITIONS = 3
 # Families with a transactional producer (kcat has none). Left out: kafka-python (2 and 3 share one adapter). After
@@ -51,14 +50,6 @@ OUTPUT_PARTITIONS = 3
 # nothing sent for 90 s (the request it re-queued is not sent again), whatever the broker.
 LEFT_OUT = ("kcat", "kafka-python-2", "kafka-python-3")
 FAMILIES = {spec.name: spec for spec in [*CLIENT_SPECS, *JAVA_SPECS] if spec.name not in LEFT_OUT}
-
-
-def wait_for(what: str, found: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + WITHIN
-    while not (answer := found()):
-        assert time.monotonic() < deadline, f"no {what} within {WITHIN:g} s"
-        time.sleep(0.2)
-    return answer
 
 
 def leader(admin: AdminClient, topic: str, partition: int) -> int | None:
@@ -78,7 +69,7 @@ def internal_leader(admin: AdminClient, topic: str, key: str) -> int:
             admin.list_topics(topic, timeout=10).topics.get(topic)
         ),
     )
-    index = offsets_partition(key, len(described.partitions))
+    index = coordinator_partition(key, len(described.partitions))
     found: int = wait_for(f"{topic}-{index}'s leader", lambda: leader(admin, topic, index))
     return found
 

@@ -22,12 +22,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat.apache_kafka import KafkaController, KafkaUnavailable
-from kbroker.groups.offsets import offsets_partition
+from compat.apache_kafka import KafkaController
+from kbroker.java_hashing import coordinator_partition
 from kbroker.testing import BrokerProcess
 from kbroker.wire_client import WireClient
 from protocol.messages.metadata_request import MetadataRequest
-from tests.kraft.test_serve_broker_role import KBROKER_LEVELS, WITHIN, format_data_dir
+from tests.kraft.conftest import WITHIN, broker_role_settings
+from tests.kraft.test_serve_broker_role import format_data_dir
 
 JavaProgram = Callable[..., list[str]]  # the java_program fixture (tests/conftest.py)
 JAVA_SCENARIO = Path(__file__).parents[1] / "transactions" / "java" / "TransactionalScenario.java"
@@ -35,19 +36,6 @@ NODES = (31, 32, 33)
 INTERNAL_PARTITIONS = 3
 TOPIC = "spread"
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaController]:
-    running = KafkaController(tmp_path_factory.mktemp("kafka-controller"), features=KBROKER_LEVELS)
-    try:
-        running.start()
-    except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka cannot run here: {exc}")
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +47,10 @@ def cluster(controller: KafkaController, tmp_path_factory: pytest.TempPathFactor
             data_dir = root / f"node-{node_id}"
             format_data_dir(data_dir, controller.cluster_id, node_id)
             settings = {
-                "process.roles": "broker",
-                "node.id": str(node_id),
-                "controller.quorum.bootstrap.servers": controller.bootstrap,
-                "controller.listener.names": "CONTROLLER",
-                "broker.heartbeat.interval.ms": "500",
+                **broker_role_settings(controller, node_id),
                 # Internal partitions spread over the three brokers, one replica each.
                 "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
-                "offsets.topic.replication.factor": "1",
                 "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
-                "transaction.state.log.replication.factor": "1",
-                "transaction.state.log.min.isr": "1",
             }
             brokers.append(BrokerProcess(data_dir, settings, log_level="INFO").start(timeout=WITHIN))
         yield brokers
@@ -114,7 +95,9 @@ def internal_leaders(cluster: list[BrokerProcess], topic: str, first_use: Callab
 
 def find_id(prefix: str, wanted: Callable[[int], bool]) -> str:
     """The first ``prefix-N`` whose internal partition satisfies ``wanted``."""
-    return next(f"{prefix}-{n}" for n in range(1000) if wanted(offsets_partition(f"{prefix}-{n}", INTERNAL_PARTITIONS)))
+    return next(
+        f"{prefix}-{n}" for n in range(1000) if wanted(coordinator_partition(f"{prefix}-{n}", INTERNAL_PARTITIONS))
+    )
 
 
 def make_topic(cluster: list[BrokerProcess], name: str, replication_factor: int = 1) -> None:

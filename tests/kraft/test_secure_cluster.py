@@ -12,7 +12,7 @@ and says why in its log.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +26,15 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from compat.apache_kafka import KafkaController, KafkaUnavailable
+from compat.apache_kafka import KafkaController
 from kbroker.kraft.local_cluster import free_port
 from kbroker.security import certs
 from kbroker.testing import BrokerProcess
 from protocol.exceptions import DecodeError
 from protocol.records import iter_batches
-from tests.kraft.conftest import KBROKER_LEVELS
+from tests.kraft.conftest import WITHIN, broker_role_settings, running_controller, wait_for
 from tests.kraft.test_serve_broker_role import format_data_dir
 
-WITHIN = 120.0  # seconds: a bound against hanging on 2 busy cores, never a measure
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 CONTROLLER_JAAS = (
@@ -44,14 +43,6 @@ CONTROLLER_JAAS = (
 )
 BROKER_SECRET = "inter-broker-secret"
 WRONG_PASSWORD = 4  # the node that logs in to the other brokers with a wrong password
-
-
-def wait_for(what: str, found: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + WITHIN
-    while not (answer := found()):
-        assert time.monotonic() < deadline, f"no {what} within {WITHIN:g} s"
-        time.sleep(0.2)
-    return answer
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +54,8 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaContro
         "sasl.mechanism.controller.protocol": "PLAIN",
         "listener.name.controller.plain.sasl.jaas.config": CONTROLLER_JAAS,
     }
-    running = KafkaController(tmp_path_factory.mktemp("secured-controller"), secured, features=KBROKER_LEVELS)
-    try:
-        running.start()
-    except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka cannot run here: {exc}")
-    try:
+    with running_controller(tmp_path_factory.mktemp("secured-controller"), secured) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +68,7 @@ def broker_settings(
 ) -> dict[str, str]:
     client, internal = ports
     return {
-        "process.roles": "broker",
-        "node.id": str(node),
-        "controller.quorum.bootstrap.servers": controller.bootstrap,
-        "controller.listener.names": "CONTROLLER",
+        **broker_role_settings(controller, node),
         "listeners": f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}",
         "listener.security.protocol.map": "INTERNAL:SASL_SSL,CLIENT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
         "inter.broker.listener.name": "INTERNAL",
@@ -106,10 +87,6 @@ def broker_settings(
         "ssl.keystore.location": str(files.broker),
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(files.ca),
-        "broker.heartbeat.interval.ms": "500",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
         "replica.lag.time.max.ms": "10000",  # node 4 leaves the ISR sooner than after 30 s
     }
 
@@ -188,19 +165,24 @@ def read_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
     return read
 
 
-def test_replication_over_sasl_ssl_with_controllers_over_sasl(
-    controller: KafkaController, brokers: dict[int, tuple[BrokerProcess, str]]
-) -> None:
+def registered_with_credential(brokers: dict[int, tuple[BrokerProcess, str]]) -> tuple[str, AdminClient]:
+    """The cluster's client bootstrap and an admin client, once all four brokers are registered and unfenced
+    (through the SASL controller listener) and the inter-broker SCRAM-SHA-512 credential is the controller's
+    (AlterUserScramCredentials)."""
     bootstrap = ",".join(address for _, address in brokers.values())
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    # Registered and unfenced through the SASL controller listener: all four are in Metadata.
     wait_for("four brokers", lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3, 4])
-    # The inter-broker login: SCRAM-SHA-512 credentials are the controller's (AlterUserScramCredentials).
     upsert = UserScramCredentialUpsertion(
         "broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), BROKER_SECRET.encode(), b"salt-salt"
     )
     admin.alter_user_scram_credentials([upsert])["broker"].result(WITHIN)
+    return bootstrap, admin
 
+
+def test_replication_over_sasl_ssl_with_controllers_over_sasl(
+    controller: KafkaController, brokers: dict[int, tuple[BrokerProcess, str]]
+) -> None:
+    bootstrap, admin = registered_with_credential(brokers)
     topic = "secured"
     new = NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "3"})
     admin.create_topics([new])[topic].result(WITHIN)
@@ -223,13 +205,7 @@ def test_replication_over_sasl_ssl_with_controllers_over_sasl(
 def test_a_broker_with_a_wrong_inter_broker_password_stays_out_of_the_isr(
     controller: KafkaController, brokers: dict[int, tuple[BrokerProcess, str]]
 ) -> None:
-    bootstrap = ",".join(address for _, address in brokers.values())
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    wait_for("four brokers", lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3, 4])
-    upsert = UserScramCredentialUpsertion(
-        "broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), BROKER_SECRET.encode(), b"salt-salt"
-    )
-    admin.alter_user_scram_credentials([upsert])["broker"].result(WITHIN)
+    bootstrap, admin = registered_with_credential(brokers)
     topic = "locked-out"
     new = NewTopic(
         topic, num_partitions=1, replica_assignment=[[1, 2, WRONG_PASSWORD]], config={"min.insync.replicas": "2"}

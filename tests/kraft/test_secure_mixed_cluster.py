@@ -20,14 +20,8 @@ from compat.apache_kafka import ApacheKafkaBroker, KafkaController, KafkaUnavail
 from kbroker.kraft.local_cluster import free_port
 from kbroker.security import certs
 from kbroker.testing import BrokerProcess
-from tests.kraft.test_secure_cluster import (
-    WITHIN,
-    partition_zero,
-    produce_all,
-    read_all,
-    segment_batches,
-    wait_for,
-)
+from tests.kraft.conftest import WITHIN, wait_for
+from tests.kraft.test_secure_cluster import partition_zero, produce_all, read_all, segment_batches
 from tests.kraft.test_serve_broker_role import format_data_dir
 
 KAFKA, KBROKER_1, KBROKER_2 = 1, 2, 3

@@ -60,7 +60,7 @@ from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
-from tests.kraft.conftest import KBROKER_LEVELS
+from tests.kraft.conftest import KBROKER_LEVELS, broker_role_settings
 
 NODE = 7
 WITHIN = 120  # seconds: a bound against hanging, never a measure (2 busy cores)
@@ -77,17 +77,7 @@ def format_data_dir(data_dir: Path, cluster_id: str, node_id: int) -> None:
 
 
 def broker_settings(controller: KafkaController) -> dict[str, str]:
-    return {
-        "process.roles": "broker",
-        "node.id": str(NODE),
-        "controller.quorum.bootstrap.servers": controller.bootstrap,
-        "controller.listener.names": "CONTROLLER",
-        "broker.heartbeat.interval.ms": "500",
-        # One broker: the internal topics get the one replica it can give (Kafka's single-broker settings).
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-    }
+    return broker_role_settings(controller, NODE)  # one broker: internal topics of one replica, as Kafka's
 
 
 def controller_image(controller: KafkaController, until: Callable[[MetadataImage], bool]) -> MetadataImage:

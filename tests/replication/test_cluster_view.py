@@ -22,11 +22,10 @@ from kbroker.apis.metadata import handle_metadata
 from kbroker.apis.produce import handle_produce
 from kbroker.apis.producer_ids import handle_init_producer_id
 from kbroker.apis.topics import handle_create_topics
-from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
-from kbroker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kbroker.broker import Broker
+from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.java_hashing import coordinator_partition
 from kbroker.metadata.controller import LocalController, record
-from kbroker.storage import LogManager
 from kbroker.transactions.state_log import TRANSACTION_TOPIC
 from protocol._codec import Message
 from protocol.errors import ErrorCode, KafkaError
@@ -45,31 +44,20 @@ from protocol.metadata_records.partition_change_record import PartitionChangeRec
 from protocol.metadata_records.register_broker_record import BrokerEndpoint, RegisterBrokerRecord
 from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
 from tests.broker.test_handlers_in_memory import batch, context, run
+from tests.replication.conftest import NODE, in_memory_broker
 
-NODE = 0
 RACKED, FENCED, INTERNAL_ONLY, UNKNOWN = 1, 2, 3, 9
 TOPIC = "spread"
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    config = BrokerConfig(
-        {
-            "node.id": str(NODE),
-            "offsets.topic.num.partitions": "2",
-            "transaction.state.log.num.partitions": "2",
-        }
-    )
-    broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
-    )
-    try:
+    internal_partitions = {"offsets.topic.num.partitions": "2", "transaction.state.log.num.partitions": "2"}
+    with in_memory_broker(tmp_path / "data", internal_partitions) as broker:
         register(broker, RACKED, "PLAINTEXT", "racked.example", 19001, rack="r1")
         register(broker, FENCED, "PLAINTEXT", "fenced.example", 19002, fenced=True)
         register(broker, INTERNAL_ONLY, "INTERNAL", "internal.example", 19003)
         yield broker
-    finally:
-        broker.close()
 
 
 def commit(broker: Broker, *records: Message) -> None:
@@ -278,8 +266,8 @@ def test_find_coordinator_names_the_internal_partitions_leader_and_others_answer
     first = run(lambda: handle_find_coordinator(context(broker, 10, 4), request))
     assert [(c.error_code, c.node_id) for c in first.coordinators] == [(ErrorCode.NONE, NODE), (ErrorCode.NONE, NODE)]
     # The group's partition moves to the racked broker: its endpoint is named, and this broker's shard unloads.
-    [elsewhere] = [g for g in ("g0", "g1", "g2", "g3") if offsets_partition(g, 2) == 1][:1]
-    [here] = [g for g in ("g0", "g1", "g2", "g3") if offsets_partition(g, 2) == 0][:1]
+    [elsewhere] = [g for g in ("g0", "g1", "g2", "g3") if coordinator_partition(g, 2) == 1][:1]
+    [here] = [g for g in ("g0", "g1", "g2", "g3") if coordinator_partition(g, 2) == 0][:1]
     place(broker, OFFSETS_TOPIC, 1, [RACKED], RACKED)
     assert 1 not in broker.offsets.runtime.shards and 0 in broker.offsets.runtime.shards
     request = FindCoordinatorRequest(key_type=0, coordinator_keys=[here, elsewhere])

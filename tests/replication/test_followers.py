@@ -20,8 +20,7 @@ import trio.testing
 from kbroker.apis.fetch import handle_fetch
 from kbroker.apis.produce import handle_produce
 from kbroker.apis.txn_markers import handle_write_txn_markers
-from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
+from kbroker.broker import Broker
 from kbroker.metadata.image import PartitionRegistration
 from kbroker.metrics import families
 from kbroker.replication import IsrProposal, Partition
@@ -34,6 +33,7 @@ from protocol.messages.produce_response import ProduceResponse
 from protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 from tests.broker.test_handlers_in_memory import batch, context, values_of
+from tests.replication.conftest import NODE, in_memory_broker
 from tests.replication.two_brokers import (
     OTHER,
     OTHER_HOST,
@@ -44,21 +44,14 @@ from tests.replication.two_brokers import (
     registration,
 )
 
-NODE = 0
 T = 1_800_000_000_000  # the replica layer's clock in these tests (milliseconds)
 Result = TypeVar("Result")
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    config = BrokerConfig({"num.partitions": "1", "node.id": str(NODE)})
-    broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
-    )
-    try:
+    with in_memory_broker(tmp_path / "data") as broker:
         yield broker
-    finally:
-        broker.close()
 
 
 class Clock:

@@ -24,11 +24,9 @@ from kbroker.apis.groups import (
     handle_sync_group,
 )
 from kbroker.apis.transactions import handle_txn_offset_commit
-from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
+from kbroker.broker import Broker
 from kbroker.groups.coordinator import Group, GroupState, Member
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
-from kbroker.storage import LogManager
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
@@ -44,7 +42,8 @@ from protocol.messages.offset_fetch_request import OffsetFetchRequest
 from protocol.messages.sync_group_request import SyncGroupRequest
 from protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from tests.broker.test_handlers_in_memory import context, run
-from tests.replication.test_image_leadership import NODE, OTHER, move_leader, register_other
+from tests.replication.conftest import NODE, in_memory_broker
+from tests.replication.two_brokers import OTHER, move_leader, register_other
 
 GROUP = "billing"
 COMMITTED = CommittedOffset(offset=42, leader_epoch=0, metadata="m", commit_timestamp=1)
@@ -52,14 +51,8 @@ COMMITTED = CommittedOffset(offset=42, leader_epoch=0, metadata="m", commit_time
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    config = BrokerConfig({"num.partitions": "1", "node.id": str(NODE), "offsets.topic.num.partitions": "3"})
-    broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
-    )
-    try:
+    with in_memory_broker(tmp_path / "data", {"offsets.topic.num.partitions": "3"}) as broker:
         yield broker
-    finally:
-        broker.close()
 
 
 def code_of(handler: Callable[[], Awaitable[Any]], answer: Callable[[Any], int]) -> int:

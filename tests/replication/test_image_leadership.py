@@ -18,76 +18,26 @@ from kbroker.apis.groups import handle_find_coordinator
 from kbroker.apis.leader_epochs import handle_offset_for_leader_epoch
 from kbroker.apis.list_offsets import handle_list_offsets
 from kbroker.apis.metadata import handle_metadata
-from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
+from kbroker.broker import Broker
 from kbroker.coordinators.runtime import CoordinatorRuntime
 from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
-from kbroker.metadata.image import MetadataDelta, MetadataImage
-from kbroker.storage import LogManager, PartitionLog
-from protocol._codec import Message
+from kbroker.storage import PartitionLog
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.list_offsets_request import ListOffsetsRequest
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.metadata_records.partition_change_record import PartitionChangeRecord
-from protocol.metadata_records.register_broker_record import BrokerEndpoint, RegisterBrokerRecord
-from protocol.metadata_records.unfence_broker_record import UnfenceBrokerRecord
 from tests.broker.test_handlers_in_memory import context, create, run
+from tests.replication.conftest import NODE, in_memory_broker
 from tests.replication.test_replica_layer import produce
-
-NODE = 0
-OTHER = 1
-OTHER_PORT = 19093
+from tests.replication.two_brokers import OTHER, OTHER_PORT, move_leader, publish, register_other
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    config = BrokerConfig({"num.partitions": "1", "node.id": str(NODE), "offsets.topic.num.partitions": "3"})
-    broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
-    )
-    try:
+    with in_memory_broker(tmp_path / "data", {"offsets.topic.num.partitions": "3"}) as broker:
         yield broker
-    finally:
-        broker.close()
-
-
-def publish(broker: Broker, *records: Message) -> MetadataImage:
-    """Apply ``records`` to the broker's image and publish the result, as the controller does."""
-    delta = MetadataDelta(broker.metadata.image)
-    for record in records:
-        delta.replay(record)
-    image = delta.apply()
-    broker.metadata.publish(image, delta)
-    return image
-
-
-def register_other(broker: Broker) -> None:
-    endpoint = BrokerEndpoint(name="PLAINTEXT", host="other.example", port=OTHER_PORT, security_protocol=0)
-    register = RegisterBrokerRecord(
-        broker_id=OTHER,
-        incarnation_id=uuid.UUID(int=OTHER + 1),
-        broker_epoch=5,
-        end_points=[endpoint],
-        features=[],
-        rack=None,
-        fenced=True,
-        log_dirs=[],
-    )
-    publish(broker, register, UnfenceBrokerRecord(id=OTHER, epoch=5))
-
-
-def move_leader(broker: Broker, topic: str, index: int, leader: int) -> int:
-    """Make ``leader`` the partition's leader (both brokers replicas, both in sync); the image's new epoch."""
-    topic_id = broker.metadata.image.topics.by_name[topic].topic_id
-    change = PartitionChangeRecord(
-        partition_id=index, topic_id=topic_id, leader=leader, replicas=[NODE, OTHER], isr=[NODE, OTHER]
-    )
-    image = publish(broker, change)
-    registration = image.topics.partition(topic, index)
-    assert registration is not None and registration.leader == leader
-    return registration.leader_epoch
 
 
 def log_of(broker: Broker, topic: str) -> PartitionLog:

@@ -16,32 +16,24 @@ import trio.testing
 
 from kbroker.apis.fetch import handle_fetch
 from kbroker.apis.produce import handle_produce
-from kbroker.broker import Broker, Endpoint
-from kbroker.config import BrokerConfig
+from kbroker.broker import Broker
 from kbroker.metadata.image import PartitionRegistration  # the metadata image's registrations feed the layer
 from kbroker.replication import Role
-from kbroker.storage import LogManager
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
 from tests.broker.test_handlers_in_memory import batch, context, create, delete_records, list_offset, run, values_of
+from tests.replication.conftest import NODE, in_memory_broker
 
-NODE = 0
 FOLLOWER = 1
 LATEST = -1
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    config = BrokerConfig({"num.partitions": "1", "node.id": str(NODE)})
-    broker = Broker(
-        config, tmp_path / "data", Endpoint("localhost", 9092), logs=LogManager.in_memory_store(config.topic_defaults())
-    )
-    try:
+    with in_memory_broker(tmp_path / "data") as broker:
         yield broker
-    finally:
-        broker.close()
 
 
 def produce_request(topic: str, values: list[bytes], acks: int, timeout_ms: int = 5000) -> ProduceRequest:

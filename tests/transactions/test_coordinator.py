@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.groups.offsets import CommittedOffset, OffsetStore, offsets_partition
+from kbroker.groups.offsets import CommittedOffset, OffsetStore
+from kbroker.java_hashing import coordinator_partition
 from kbroker.storage import LogManager
 from kbroker.transactions.coordinator import (
     MAX_EPOCH,
@@ -344,7 +345,7 @@ def test_each_transition_is_a_transaction_log_record_and_a_restart_replays_them(
     init(world)
     world.coordinator.add_partitions(TID, 101, 0, [("a", 0), ("b", 1)])
     ongoing = world.state()
-    plog = world.logs.get_partition("__transaction_state", offsets_partition(TID, 3))
+    plog = world.logs.get_partition("__transaction_state", coordinator_partition(TID, 3))
     assert plog is not None
     chunk = plog.read(0, 1 << 20, max_offset=plog.log_end_offset)
     values = [
@@ -446,7 +447,7 @@ def test_markers_carry_the_coordinator_epoch_to_partitions_and_group_offsets(
     world.offsets.commit_pending("g", 101, {("a", 0): CommittedOffset(42, -1, None, world.now)})
     assert c.end_transaction(TID, 101, 0, True) == ProducerIdAndEpoch(ErrorCode.NONE)
     assert world.markers("a", 0) == [Marker(101, 0, True, 4)]
-    offsets_log = world.logs.get_partition("__consumer_offsets", offsets_partition("g", 3))
+    offsets_log = world.logs.get_partition("__consumer_offsets", coordinator_partition("g", 3))
     assert offsets_log is not None
     assert [(v.producer_id, v.coordinator_epoch) for v in offsets_log.producers.views()] == [(101, 4)]
     assert world.state().state is TxnState.COMPLETE_COMMIT

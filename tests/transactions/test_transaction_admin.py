@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbroker.apis.transaction_admin import offsets_partition
+from kbroker.java_hashing import coordinator_partition
 
 
 @pytest.mark.parametrize(
@@ -15,4 +15,4 @@ from kbroker.apis.transaction_admin import offsets_partition
     [("my-group", 12), ("connect-cluster", 13), ("é€😀", 6), ("", 0), ("group-100", 11), ("polygenelubricants", 0)],
 )
 def test_a_groups_offsets_partition_is_kafkas(group: str, partition: int) -> None:
-    assert offsets_partition(group, 50) == partition
+    assert coordinator_partition(group, 50) == partition

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kbroker.quotas import java_hashmap_order, java_string_hash
+from kbroker.java_hashing import java_hashmap_order, java_string_hash
 from kbroker.security.sasl import SaslAuthenticationFailed, SaslExchangeAborted
 
 if TYPE_CHECKING:
