@@ -195,12 +195,15 @@ class Nemesis:
         from confluent_kafka import ElectionType, TopicPartition
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap, "socket.connection.setup.timeout.ms": 5000})
+        admin = AdminClient(
+            {"bootstrap.servers": self.cluster.bootstrap, "socket.connection.setup.timeout.ms": 5000, "log_level": 0}
+        )
         image = self.cluster.observe().image
         topic = image.topics.by_name.get(self.topic)
         partitions = [] if topic is None else [TopicPartition(self.topic, index) for index in sorted(topic.partitions)]
         if partitions:
-            future = admin.elect_leaders(ElectionType.PREFERRED, partitions, request_timeout=15)
+            # No request_timeout: confluent-kafka 2.16's binding fails on any keyword argument to elect_leaders.
+            future = admin.elect_leaders(ElectionType.PREFERRED, partitions)
             try:
                 future.result(timeout=30)
             except Exception:  # ELECTION_NOT_NEEDED and the like: the churn is best-effort
