@@ -20,6 +20,11 @@ to its leader's fetcher, and one that makes it lead, leaves it leaderless or sto
 log is opened as its registration arrives (a leader's opens lazily, on first use), and the fetchers run in
 ``run``'s nursery.
 
+Under a KRaft quorum a restarted broker's image, replayed from its own metadata log, may be stale: the
+ReplicaManager is then made with ``acting=False`` and holds its replicas without a role (no leader, no fetching,
+no truncation, no coordinator shard) until the broker has caught up with the quorum; ``start_acting`` then gives
+it the current image as one delta, as Kafka's broker publishes its first image only after its initial catch-up.
+
 The high watermarks are checkpointed in ``replication-offset-checkpoint`` (Kafka's file and layout) every
 replica.high.watermark.checkpoint.interval.ms and at shutdown; a log reopened after a restart starts from its
 checkpointed high watermark (bounded by its log), and one the file does not name from its log start, as Kafka's.
