@@ -22,9 +22,11 @@ from kbroker.apis.produce import handle_produce
 from kbroker.broker import Broker, Endpoint
 from kbroker.config import BrokerConfig
 from kbroker.groups.offsets import OFFSETS_TOPIC
+from kbroker.metadata.image import LocalChanges, PartitionRegistration
 from kbroker.metadata.log import MetadataLog
-from kbroker.replication import Partition
+from kbroker.replication import Partition, ReplicaManager
 from kbroker.replication.partition import Role
+from kbroker.storage import LogManager
 from protocol._codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages.produce_request import ProduceRequest
@@ -273,3 +275,46 @@ def test_a_coordinator_shard_is_loaded_in_the_epoch_the_current_image_gives(
         assert loads == [0]
     finally:
         broker.close()
+
+
+class Registrations:
+    """A leadership source answering what the test sets."""
+
+    def __init__(self, registrations: dict[tuple[str, int], PartitionRegistration]) -> None:
+        self.registrations = registrations
+
+    def partition(self, topic: str, index: int, /) -> PartitionRegistration | None:
+        return self.registrations.get((topic, index))
+
+
+def test_replicas_held_before_acting_take_only_stops_then_the_current_registrations(tmp_path: Path) -> None:
+    """The ReplicaManager alone: before ``start_acting`` a replica opened has no role and deltas change none (a
+    stop still stops); ``start_acting`` applies the current registrations once and stops the held replicas they do
+    not place here."""
+    logs = LogManager.in_memory_store({})
+    for name in ("kept", "moved", "deleted"):
+        logs.create_topic(name, 1, {})
+    stale = PartitionRegistration((NODE, SECOND), (NODE, SECOND), NODE, 3, 3)
+    source = Registrations({(name, 0): stale for name in ("kept", "moved", "deleted")})
+    replicas = ReplicaManager(logs, NODE, source, tmp_path, acting=False)
+    changes: list[tuple[str, Role, int, int]] = []
+    replicas.on_role_change(lambda p: changes.append((p.topic, p.role, p.leader_id, p.leader_epoch)))
+    held = {name: replicas.partition(name, 0) for name in ("kept", "moved", "deleted")}
+    assert {name: role_of(partition) for name, partition in held.items()} == {
+        name: (Role.FOLLOWER, -1, -1) for name in held
+    }
+
+    replayed = LocalChanges()
+    replayed.leaders[("kept", 0)] = stale._replace(leader_epoch=4)
+    replayed.deletes.add(("deleted", 0))
+    replicas.apply_delta(replayed)
+    assert role_of(replicas.held("kept", 0)) == (Role.FOLLOWER, -1, -1)
+    assert replicas.held("deleted", 0) is None
+    assert changes == [("deleted", Role.FOLLOWER, -1, -1)]
+
+    current = LocalChanges()
+    current.leaders[("kept", 0)] = stale._replace(leader_epoch=5, partition_epoch=5)
+    replicas.start_acting(current)  # "moved" is no longer placed here (reassigned away while this broker was down)
+    assert role_of(replicas.held("kept", 0)) == (Role.LEADER, NODE, 5)
+    assert replicas.held("moved", 0) is None
+    assert changes[1:] == [("moved", Role.FOLLOWER, -1, -1), ("kept", Role.LEADER, NODE, 5)]
