@@ -83,13 +83,24 @@ def initial_metadata(port: int) -> list[MetadataRecord]:
         )
         for node in (NODE, SECOND, THIRD)
     ]
-    led_here = dict(replicas=[NODE, SECOND], isr=[NODE, SECOND], leader=NODE, leader_epoch=3, partition_epoch=3)
+
+    def led_here(topic_id: uuid.UUID) -> PartitionRecord:
+        return PartitionRecord(
+            partition_id=0,
+            topic_id=topic_id,
+            replicas=[NODE, SECOND],
+            isr=[NODE, SECOND],
+            leader=NODE,
+            leader_epoch=3,
+            partition_epoch=3,
+        )
+
     return records(
         *brokers,
         (TopicRecord(name="orders", topic_id=ORDERS), 0),
-        (PartitionRecord(partition_id=0, topic_id=ORDERS, **led_here), 2),
+        (led_here(ORDERS), 2),
         (TopicRecord(name=OFFSETS_TOPIC, topic_id=OFFSETS_ID), 0),
-        (PartitionRecord(partition_id=0, topic_id=OFFSETS_ID, **led_here), 2),
+        (led_here(OFFSETS_ID), 2),
         (TopicRecord(name="payments", topic_id=PAYMENTS), 0),
         (
             PartitionRecord(
