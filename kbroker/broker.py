@@ -27,7 +27,7 @@ from kbroker.groups.offsets import OffsetStore
 from kbroker.groups.timers import CoordinatorTimers
 from kbroker.metadata.controller import METADATA_VERSION_LEVEL, Listener, LocalController, MetadataCache
 from kbroker.metadata.features import SUPPORTED_LEVELS
-from kbroker.metadata.image import ConfigResourceType, MetadataDelta, MetadataImage
+from kbroker.metadata.image import ConfigResourceType, LocalChanges, MetadataDelta, MetadataImage
 from kbroker.metadata.log import MetadataLog
 from kbroker.metadata.migration import (
     SASL_USERS_FILE,
@@ -169,8 +169,14 @@ class Broker:
                     ),
                     security=None if self.kraft is None else self.cluster_security.inter_broker,
                 ),
+                # Under a KRaft quorum the image replayed from the local metadata log may be stale: the replicas
+                # act once the follower has caught up with the quorum (``_act_on_current_image``).
+                acting=self.kraft is None,
             )
-            self.replicas.open_followers(self._followed_partitions())
+            if self.kraft is None:
+                self.replicas.open_followers(self._followed_partitions())
+            else:
+                self.kraft.follower.on_caught_up(self._act_on_current_image)
             self.metadata.subscribe(self._apply_to_replicas)
             self.logs.opened = self.replicas.adopt  # a log opened by anyone is a replica at once
             # Committed offsets: the shards of __consumer_offsets (kbroker/groups/offsets.py), loaded here.
@@ -264,6 +270,22 @@ class Broker:
 
     def _apply_to_replicas(self, image: MetadataImage, delta: MetadataDelta) -> None:
         self.replicas.apply_delta(delta.local_changes(self.node_id))
+
+    def _act_on_current_image(self) -> None:
+        """The metadata follower caught up with the quorum: as Kafka's broker, once its initial catch-up is done,
+        publishes its first image to the replica manager and coordinators, the replica layer now acts on the current
+        image, given as one delta (each partition whose leader or epoch changed while this broker was down is handled
+        once, with its current registration), and the coordinators load the shards this broker leads."""
+        changes = LocalChanges()
+        node = self.node_id
+        for topic in self.metadata.image.topics.by_id.values():
+            for index, registration in topic.partitions.items():
+                if node in registration.replicas:
+                    placed = changes.leaders if registration.leader == node else changes.followers
+                    placed[(topic.name, index)] = registration
+        self.replicas.start_acting(changes)
+        self.offsets.load_led_shards()
+        self.transactions.load_led_shards()
 
     async def _alter_partition(self, partition: Partition, proposal: IsrProposal) -> None:
         """Send a leader's ISR change to the controller, as Kafka's AlterPartitionManager does."""

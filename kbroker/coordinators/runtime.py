@@ -319,12 +319,19 @@ class CoordinatorRuntime(Generic[S]):
         return registration is not None and registration.leader != self._replicas.local_broker_id
 
     def leads(self, partition: int) -> bool:
-        """This broker may hold ``partition``'s shard: the image makes it the leader (always, without a replica
-        layer)."""
+        """This broker may hold ``partition``'s shard: the image makes it the leader and the replica layer acts on
+        it (always, without a replica layer)."""
         if self._replicas is None:
             return True
+        if not self._replicas.acting:
+            return False  # the image may be stale (a restart under a KRaft quorum, not caught up yet)
         registration = self._replicas.leadership.partition(self.topic, partition)
         return registration is not None and registration.leader == self._replicas.local_broker_id
+
+    @property
+    def acting(self) -> bool:
+        """Whether leadership is acted on yet (see ReplicaManager.acting); always without a replica layer."""
+        return self._replicas is None or self._replicas.acting
 
     def _replica(self, partition: int) -> Partition | None:
         return self._replicas.partition(self.topic, partition) if self._replicas is not None else None

@@ -324,10 +324,18 @@ class OffsetStore:
         """The group's shard is loaded here (loaded now if this broker leads its partition and it was not)."""
         return self.runtime.load_if_led(self.partition_for(group))
 
+    def load_led_shards(self) -> None:
+        """Load the shards of the partitions this broker leads, not loaded yet: called once its replica layer acts
+        on a current image (under a KRaft quorum, nothing is loaded from the image a restart replays)."""
+        if self.logs.topic(OFFSETS_TOPIC) is not None and not self._loaded:
+            self._load_all()
+
     def _load_all(self) -> None:
         """Load the shards not loaded yet of the partitions this broker leads (another broker's are its own
         coordinator's). A partition whose files are still being made (the topic was just created) or cannot be read
         is tried again by the next ``ensure_topic`` or use of one of its groups."""
+        if not self.runtime.acting:
+            return  # ``load_led_shards`` loads them once leadership is current
         missing = False
         for partition in range(self.partition_count):
             if partition in self.runtime.shards or not self.runtime.leads(partition):

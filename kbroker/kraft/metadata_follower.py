@@ -99,6 +99,7 @@ class MetadataFollower:
         # Fetched, not yet below the high watermark: each batch decoded and as the leader wrote it.
         self._waiting: list[tuple[MetadataBatch, bytes]] = []
         self.caught_up = trio.Event()  # applied everything below the high watermark of an answer, once
+        self._caught_up_listeners: list[Callable[[], None]] = []
         # Fetches are numbered as they are sent; ``_synced_fetch`` is the newest one after whose answer everything
         # below its high watermark was applied (``sync`` waits for one sent after it was called).
         self._fetches_sent = 0
@@ -188,6 +189,14 @@ class MetadataFollower:
             self._synced = trio.Event()
         return True
 
+    def on_caught_up(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` once, as ``caught_up`` is set (at once if it is): right after the image that caught up
+        is published, before any later record is applied."""
+        if self.caught_up.is_set():
+            listener()
+        else:
+            self._caught_up_listeners.append(listener)
+
     async def sync(self) -> None:
         """Wait until what the quorum had committed when this was called is applied and published: a change the
         active controller has answered is then in the broker's image (a fetch sent after the answer is answered
@@ -232,6 +241,9 @@ class MetadataFollower:
             self._on_applied(self.applied_offset)
         if self.applied_offset + 1 >= self.high_watermark > 0 and not self.caught_up.is_set():
             self.caught_up.set()
+            listeners, self._caught_up_listeners = self._caught_up_listeners, []
+            for listener in listeners:
+                listener()
 
     # --- the local copy ---------------------------------------------------------------------------------
 

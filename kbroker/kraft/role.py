@@ -8,7 +8,8 @@ broker, it enables request processing only once the controller has unfenced it: 
 moves leadership away before the listeners close.
 
 The metadata the broker applied is kept in its own ``__cluster_metadata-0`` (as Kafka's broker keeps it): a
-restart serves that image at once, its partitions' logs opened as the image names them, and fetches on from there.
+restart publishes that image at once and fetches on from there; its replica layer acts on leadership only once
+the follower has caught up with the quorum (kbroker/replication/manager.py ``start_acting``), as Kafka's broker.
 A broker no controller registers and unfences within ``initial.broker.registration.timeout.ms`` stops with one
 line, as Kafka's does.
 """

@@ -20,6 +20,11 @@ to its leader's fetcher, and one that makes it lead, leaves it leaderless or sto
 log is opened as its registration arrives (a leader's opens lazily, on first use), and the fetchers run in
 ``run``'s nursery.
 
+Under a KRaft quorum a restarted broker's image, replayed from its own metadata log, may be stale: the
+ReplicaManager is then made with ``acting=False`` and holds its replicas without a role (no leader, no fetching,
+no truncation, no coordinator shard) until the broker has caught up with the quorum; ``start_acting`` then gives
+it the current image as one delta, as Kafka's broker publishes its first image only after its initial catch-up.
+
 The high watermarks are checkpointed in ``replication-offset-checkpoint`` (Kafka's file and layout) every
 replica.high.watermark.checkpoint.interval.ms and at shutdown; a log reopened after a restart starts from its
 checkpointed high watermark (bounded by its log), and one the file does not name from its log start, as Kafka's.
@@ -93,11 +98,17 @@ class ReplicaManager:
         eligible: IsrEligibility = always_eligible,
         clock: Callable[[], int] = _now_ms,
         fetchers: ReplicaFetcherManager | None = None,
+        acting: bool = True,
     ) -> None:
         """``alter_partition``: where ISR changes go (None: the ISR is only what registrations say);
         ``eligible``: which brokers may join an ISR; ``clock``: wall-clock milliseconds (follower lag);
-        ``fetchers``: where followers fetch from their leaders (None: followers only take what they are given)."""
+        ``fetchers``: where followers fetch from their leaders (None: followers only take what they are given);
+        ``acting``: False to hold every replica without a role until ``start_acting`` (see there)."""
         self.logs = logs
+        # Whether registrations are acted on: a broker under a KRaft quorum replays an image that may be stale (it
+        # may still lead partitions it lost while down), so, as Kafka's broker installs its metadata publishers only
+        # once caught up with the quorum, its replicas take no role, fetch nothing and truncate nothing until then.
+        self.acting = acting
         self.local_broker_id = local_broker_id
         self.leadership = leadership
         self.checkpoint_path = data_dir / HIGH_WATERMARK_FILE
@@ -164,7 +175,7 @@ class ReplicaManager:
         )
         self._partitions[key] = partition
         registration = self.leadership.partition(plog.topic, plog.partition)
-        if registration is not None and self.local_broker_id in registration.replicas:
+        if self.acting and registration is not None and self.local_broker_id in registration.replicas:
             self._apply(partition, registration)
         return partition
 
@@ -177,7 +188,7 @@ class ReplicaManager:
     def apply(self, topic: str, index: int, registration: Registration) -> None:
         """A new registration for a partition: become its leader or a follower (Kafka's applyDelta)."""
         partition = self.partition(topic, index)
-        if partition is not None:
+        if partition is not None and self.acting:
             self._apply(partition, registration)
             self._role_changed(partition)
             self._leadership_changed()
@@ -185,7 +196,12 @@ class ReplicaManager:
     def apply_delta(self, changes: LocalChanges) -> None:
         """A metadata delta's changes to this broker's replicas, as Kafka's ReplicaManager.applyDelta: the
         partitions held become leader or follower as registered, and those no longer here stop. A partition
-        whose log is not open yet takes its registration from the leadership source when it is opened."""
+        whose log is not open yet takes its registration from the leadership source when it is opened. Until the
+        replicas act (``start_acting``) only the stops are applied: the image they start from covers the rest."""
+        if not self.acting:
+            for topic, index in sorted(changes.deletes):
+                self.stop(topic, index)
+            return
         changed = False
         for registrations in (changes.leaders, changes.followers):
             for key, registration in registrations.items():
@@ -226,6 +242,21 @@ class ReplicaManager:
         """Open these followed partitions' logs (in ``run``), so their fetchers start: a follower's log must be
         open to fetch into (the broker names those its image makes it follow at start-up)."""
         self._followers_to_open.update(keys)
+        if self._followers_to_open and self.acting:
+            self._to_open.set()
+
+    def start_acting(self, changes: LocalChanges) -> None:
+        """Act on registrations from now on, starting from ``changes``: every partition the current image places on
+        this broker, as one delta from an empty image (Kafka's loader publishes its first image so). The replicas
+        held meanwhile take their current registration once; those it does not name are no longer here and stop;
+        followed partitions not held yet are opened and fetch from their current leaders."""
+        if self.acting:
+            return
+        self.acting = True
+        placed = changes.leaders.keys() | changes.followers.keys()
+        for topic, index in sorted(self._partitions.keys() - placed):
+            self.stop(topic, index)
+        self.apply_delta(changes)
         if self._followers_to_open:
             self._to_open.set()
 

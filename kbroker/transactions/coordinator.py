@@ -440,10 +440,18 @@ class TransactionCoordinator:
             self._timer_at.pop(transactional_id, None)
             self._pending_markers.pop(transactional_id, None)
 
+    def load_led_shards(self) -> None:
+        """Load the shards of the partitions this broker leads, not loaded yet: called once its replica layer acts
+        on a current image (under a KRaft quorum, nothing is loaded from the image a restart replays)."""
+        if self.logs.topic(TRANSACTION_TOPIC) is not None and not self._loaded:
+            self._load()
+
     def _load(self) -> None:
         """Load the shards not loaded yet; a partition whose files are still being made (the topic was just
         created) or cannot be read is tried again by the next ``ensure_topic``, its ids answering NOT_COORDINATOR
         meanwhile."""
+        if not self.state_log.acting:
+            return  # ``load_led_shards`` loads them once leadership is current
         missing = False
         for partition in range(self.partition_count):
             if partition in self.state_log.shards or not self.state_log.leads(partition):
