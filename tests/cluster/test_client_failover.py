@@ -29,9 +29,7 @@ from compat.clients import ClientUnavailable, all_client_specs
 from compat.clients.api import ClientError
 from compat.clients.remote import ClientProcessError, RemoteClient
 from kbroker.pytest_plugin import KbrokerCluster
-from kbroker.wire_client import WireClient
-from protocol.messages.find_coordinator_request import FindCoordinatorRequest
-from protocol.messages.offset_fetch_request import OffsetFetchRequest
+from tools.faultsuite.workload import committed_offsets
 
 FAMILIES = ["java-3.9", "java-4.4", "confluent-kafka", "kafka-python-3", "kafka-python-2", "aiokafka"]
 SPECS = {spec.name: spec for spec in all_client_specs() if spec.name in FAMILIES}
@@ -76,29 +74,6 @@ class Consuming:
     rewinds_below_commit: list[str] = field(default_factory=list)
     commit_errors: list[str] = field(default_factory=list)
     crashed: str | None = None
-
-
-def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int] | None:
-    """The group's committed offsets of ``topic`` (FindCoordinator, then OffsetFetch to the coordinator); None while
-    no broker can answer (the coordinator is moving). Not confluent-kafka's list_consumer_group_offsets: librdkafka
-    crashes the process on the NOT_COORDINATOR a moving coordinator answers (a NULL consumer group handle in
-    rd_kafka_handle_OffsetFetch, confluentinc/librdkafka#5040; seen here in gdb)."""
-    for address in bootstrap.split(","):
-        try:
-            with WireClient(address, timeout=10) as client:
-                found = client.request(FindCoordinatorRequest(key=group, key_type=0), 3)
-            if found.error_code:
-                continue
-            wanted = OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=list(range(PARTITIONS)))
-            with WireClient(f"{found.host}:{found.port}", timeout=10) as client:
-                answer = client.request(OffsetFetchRequest(group_id=group, topics=[wanted]), 7)
-        except (OSError, ConnectionError):
-            continue
-        partitions = [p for t in answer.topics for p in t.partitions]
-        if answer.error_code or any(p.error_code for p in partitions):
-            continue
-        return {p.partition_index: p.committed_offset for p in partitions if p.committed_offset >= 0}
-    return None
 
 
 class Workload:
@@ -197,7 +172,7 @@ class Workload:
             # Read back right after the commit: no later read may find a partition's committed offset lower.
             seen = wait_for(
                 "an OffsetFetch answer",
-                lambda: committed_offsets(self.bootstrap, self.group, self.topic),
+                lambda: committed_offsets(self.bootstrap, self.group, self.topic, PARTITIONS),
                 accept=lambda answer: answer is not None,
             )
             state.committed.append(seen)

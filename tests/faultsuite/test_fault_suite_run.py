@@ -37,3 +37,20 @@ def test_a_seeded_schedule_on_kbroker_finds_nothing(tmp_path: Path) -> None:
     final = {op.get("isolation") for op in history if op.f == "poll" and op.type == "ok" and op.get("final")}
     assert final == {"read_committed", "read_uncommitted"}
     assert stats["distinct_read_values"] >= stats["acknowledged"]
+
+
+def test_the_checker_catches_a_leader_that_acknowledges_without_its_isr(tmp_path: Path) -> None:
+    """The mutation check: kbroker's brokers run with their high watermark moved without the in-sync followers
+    (kbroker/replication/mutations.py), and a leader is cut off from them, then killed. What it acknowledged alone
+    is gone from the new leader, whose own records take those offsets: the checker must say so."""
+    try:
+        outcome = run_schedule(
+            "kbroker", SEED, 20.0, tmp_path, faults=["isolate-kill-leader"], mutations=["high-watermark-without-isr"]
+        )
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka's controller cannot run here: {exc}")
+    anomalies = outcome.report.anomalies
+    assert anomalies["inconsistent_offsets"] or anomalies["lost_writes"], outcome.report.summary()
+    assert outcome.faults.get("isolate-kill-leader", 0) >= 1
+    # Every broker logged that it ran broken on purpose.
+    assert not outcome.valid

@@ -134,17 +134,12 @@ class Nemesis:
 
     def _single(self, name: str, used: set[int]) -> Heal:
         """Inject ``name`` on a broker not in ``used`` (then added to it); return what heals it."""
-        if name == "kill-leader":
-            broker = self._pick(used, leader=True)
-            broker.kill()
-            return broker.start
-        if name == "kill-follower":
-            broker = self._pick(used, leader=False)
-            broker.kill()
-            return broker.start
-        if name == "restart":
-            broker = self._pick(used, leader=None)
-            broker.stop()
+        if name in ("kill-leader", "kill-follower", "restart"):
+            broker = self._pick(used, leader={"kill-leader": True, "kill-follower": False}.get(name))
+            if name == "restart":
+                broker.stop()  # SIGTERM: a controlled shutdown
+            else:
+                broker.kill()
             return broker.start
         if name == "pause-leader":
             broker = self._pick(used, leader=True)

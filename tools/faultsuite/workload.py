@@ -128,12 +128,17 @@ class Workload:
             partition, value = rng.randrange(self.partitions), self._next_value()
             invoked = self.history.invoke(name, "send", [[partition, value]])
             reports: list[tuple[KafkaError | None, int]] = []
-            producer.produce(
-                self.topic,
-                value=str(value).encode(),
-                partition=partition,
-                on_delivery=partial(_report_into, reports),
-            )
+            try:
+                producer.produce(
+                    self.topic,
+                    value=str(value).encode(),
+                    partition=partition,
+                    on_delivery=partial(_report_into, reports),
+                )
+            except KafkaException as exc:  # a fatal error already raised (e.g. a sequence the broker lost): unsent
+                self.history.complete(invoked, FAIL, error=str(exc.args[0]))
+                producer = Producer({**PRODUCER, "bootstrap.servers": self.bootstrap})
+                continue
             deadline = time.monotonic() + DELIVERY_SECONDS
             while not reports and time.monotonic() < deadline:
                 producer.poll(0.1)
