@@ -98,7 +98,9 @@ def test_an_acknowledged_write_never_read_below_what_was_read() -> None:
     s.simple("c1", "assign", [0])
     s.poll("c1", {0: [(0, 1), (2, 3)]})  # 1 is acknowledged at offset 1 and gone: also a skip
     report = s.check()
-    assert report.anomalies["lost_writes"] == [{"partition": 0, "value": 2, "offset": 1, "highest_read": 2, "send": 2}]
+    assert report.anomalies["lost_writes"] == [
+        {"partition": 0, "value": 2, "offset": 1, "highest_read": 2, "read_before_the_end": False, "send": 2}
+    ]
     assert cases(report) == {"lost_writes": 1, "poll_skips": 1}
 
 
@@ -293,3 +295,16 @@ def test_a_poll_marked_reset_may_read_again() -> None:
     invoked = s2.history.invoke("c1", "poll", isolation="read_committed")
     s2.history.complete(invoked, OK, {"0": [[0, 1], [1, 2]]}, reset=True)
     assert s2.check().valid
+
+
+def test_a_value_read_once_and_gone_from_the_final_read_is_lost() -> None:
+    s = Script()
+    s.send("p1", [(0, 1)], [0])
+    s.send("p1", [(1, 2)], [0])
+    s.simple("c1", "assign", [0, 1])
+    s.poll("c1", {0: [(0, 1)], 1: [(0, 2)]})  # both read from a leader that acknowledged them alone
+    s.simple("final", "assign", [0, 1])
+    s.poll("final", {0: [(0, 1)]}, final=True)  # partition 1's new leader has nothing: value 2 is gone
+    report = s.check()
+    assert [(case["value"], case["read_before_the_end"]) for case in report.anomalies["lost_writes"]] == [(2, True)]
+    assert cases(report) == {"lost_writes": 1}

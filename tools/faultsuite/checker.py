@@ -9,7 +9,7 @@ transaction committed). The anomalies, each a list of cases in the report:
 - ``duplicates``: one value at two offsets (the producers are idempotent and every value is sent once).
 - ``lost_writes``: an acknowledged value never read though a poll read its partition at or past its offset; and,
   when the history ends with a final read of every partition (polls marked ``final``), any acknowledged value
-  that read did not return.
+  that read did not return, even one read earlier (it was there, and is gone).
 - ``aborted_reads``: a value whose send certainly failed, read by anyone; or a value of an aborted transaction
   read at read_committed.
 - ``uncommitted_reads``: a read_committed poll that returned a transactional value before its producer had asked
@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from tools.faultsuite.history import FAIL, INFO, NEMESIS, OK, Op, pairs
+from tools.faultsuite.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op, pairs
 
 READ_COMMITTED = "read_committed"
 Cases = list[dict[str, Any]]  # one anomaly's cases, each a small JSON-able dict
@@ -98,7 +98,7 @@ def check(ops: Sequence[Op]) -> Report:
     order = _version_order(writes, reads, anomalies["inconsistent_offsets"])
     by_value = {write.value: write for write in writes}
     anomalies["duplicates"] = _duplicates(writes, reads)
-    anomalies["lost_writes"] = _lost_writes(writes, reads)
+    anomalies["lost_writes"] = _lost_writes(writes, reads, ops)
     anomalies["aborted_reads"], anomalies["uncommitted_reads"] = _dirty_reads(reads, by_value)
     anomalies["nonmonotonic_polls"], anomalies["poll_skips"] = _poll_order(ops, order, by_value)
     anomalies["nonmonotonic_sends"] = _send_order(ops)
@@ -170,24 +170,36 @@ def _duplicates(writes: Iterable[Write], reads: Iterable[Read]) -> Cases:
     return [{"value": value, "at": sorted(where)} for value, where in sorted(places.items()) if len(where) > 1]
 
 
-def _lost_writes(writes: Iterable[Write], reads: Sequence[Read]) -> Cases:
+def _lost_writes(writes: Iterable[Write], reads: Sequence[Read], ops: Sequence[Op]) -> Cases:
+    """Acknowledged values missing: never read though a poll passed their offset, or absent from the final read
+    of their partition (a value read earlier and gone by the end is lost too)."""
     read_values = {read.value for read in reads}
+    final_values = {read.value for read in reads if read.final}
     highest_read: dict[int, int] = {}
     for read in reads:
         highest_read[read.partition] = max(read.offset, highest_read.get(read.partition, -1))
-    final_partitions = {read.partition for read in reads if read.final}
+    final_readers = {read.process for read in reads if read.final}
+    final_partitions = {
+        int(partition)
+        for op in ops
+        if op.f == "assign" and op.type == INVOKE and op.process in final_readers
+        for partition in op.value or ()
+    }
+    final_partitions |= {read.partition for read in reads if read.final}
     lost = []
     for write in writes:
-        if write.outcome != OK or write.value in read_values:
+        if write.outcome != OK:
             continue
         passed = write.offset is not None and write.offset <= highest_read.get(write.partition, -1)
-        if passed or write.partition in final_partitions:
+        missing = write.partition in final_partitions and write.value not in final_values
+        if missing or (passed and write.value not in read_values):
             lost.append(
                 {
                     "partition": write.partition,
                     "value": write.value,
                     "offset": write.offset,
                     "highest_read": highest_read.get(write.partition),
+                    "read_before_the_end": write.value in read_values,
                     "send": write.op,
                 }
             )
