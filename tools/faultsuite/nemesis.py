@@ -126,6 +126,7 @@ class Nemesis:
     def elect_preferred(self) -> None:
         """Each partition back to its preferred leader (what auto.leader.rebalance.enable does in time): a former
         leader leads again and the final read reads from it."""
+        self.count["elect"] = self.count.get("elect", 0) + 1
         invoked = self.history.invoke(NEMESIS, "fault", fault="elect")
         self._elect_preferred()
         self.history.complete(invoked, OK)
