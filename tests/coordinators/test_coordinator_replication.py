@@ -138,15 +138,7 @@ def test_a_leaders_sync_group_is_answered_once_the_assignment_is_committed(broke
     """As Kafka's coordinator: the SyncGroup that completes a rebalance is answered once the group's GroupMetadata
     record is replicated to the ISR (the high watermark passed it), so no member works on an assignment a
     failover could take back."""
-    broker.replicas.apply(OFFSETS_TOPIC, 0, PartitionRegistration((NODE, FOLLOWER), (NODE, FOLLOWER), NODE, 1, 1))
-    partition = broker.replicas.partition(OFFSETS_TOPIC, 0)
-    assert partition is not None
-
-    def follower_fetches() -> None:
-        end = partition.log.log_end_offset
-        partition.record_follower_fetch(FOLLOWER, end, 0, 0, end)
-
-    answers, state = sync_as_only_member(broker, follower_fetches)
+    answers, state = sync_as_only_member(broker, lead_with_follower_in_isr(broker))
     assert [(a.error_code, a.assignment) for a in answers] == [(ErrorCode.NONE, b"orders-0")]
     assert state == GroupState.STABLE
     assert [(g.generation_id, g.leader_id) for g in broker.offsets.stored_groups()] == [
@@ -160,7 +152,7 @@ def test_a_leaders_sync_group_whose_assignment_is_not_committed_in_time_is_answe
     """The follower in the ISR never fetches: the write times out (REQUEST_TIMED_OUT), answered as Kafka maps it
     (COORDINATOR_NOT_AVAILABLE: the member finds the coordinator and rejoins), and the group rebalances again
     instead of becoming Stable on an uncommitted assignment."""
-    broker.replicas.apply(OFFSETS_TOPIC, 0, PartitionRegistration((NODE, FOLLOWER), (NODE, FOLLOWER), NODE, 1, 1))
+    lead_with_follower_in_isr(broker)
 
     answers, state = sync_as_only_member(broker, lambda: None)
     assert [(a.error_code, a.assignment) for a in answers] == [(ErrorCode.COORDINATOR_NOT_AVAILABLE, b"")]

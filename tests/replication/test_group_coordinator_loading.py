@@ -26,7 +26,7 @@ from kbroker.apis.groups import (
 from kbroker.apis.transactions import handle_txn_offset_commit
 from kbroker.broker import Broker
 from kbroker.groups.coordinator import Group, GroupState, Member
-from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset
+from kbroker.groups.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
@@ -128,6 +128,22 @@ def group_codes(broker: Broker) -> dict[str, int]:
     return codes
 
 
+class UnreadableShard:
+    """One ``__consumer_offsets`` partition whose shard the coordinator runtime cannot load (the replica layer's
+    load fails) until ``readable`` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, offsets: OffsetStore, partition: int) -> None:
+        self.readable = False
+        load = offsets.runtime.load
+
+        def load_when_readable(index: int) -> Any:
+            if index == partition and not self.readable:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition {index} cannot be read yet")
+            return load(index)
+
+        monkeypatch.setattr(offsets.runtime, "load", load_when_readable)
+
+
 def stored_group(broker: Broker) -> None:
     """A stable classic group of one member, and an offset it committed, as the coordinator writes them."""
     member = Member("m-1", None, "client", "/10.0.0.1", 10000, 30000, "consumer", [("range", b"sub")], assignment=b"a")
@@ -156,15 +172,7 @@ def test_every_group_api_answers_load_in_progress_until_the_groups_shard_is_load
     assert set(group_codes(broker).values()) == {ErrorCode.NOT_COORDINATOR}
 
     # This broker leads the partition again, but its shard cannot be read yet (the replica layer's load failed).
-    load = offsets.runtime.load
-    readable = False
-
-    def load_when_readable(index: int) -> Any:
-        if index == partition and not readable:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition {index} cannot be read yet")
-        return load(index)
-
-    monkeypatch.setattr(offsets.runtime, "load", load_when_readable)
+    shard = UnreadableShard(monkeypatch, offsets, partition)
     move_leader(broker, OFFSETS_TOPIC, partition, NODE)
     assert partition not in offsets.runtime.shards
     loading = group_codes(broker)
@@ -174,7 +182,7 @@ def test_every_group_api_answers_load_in_progress_until_the_groups_shard_is_load
     # Nothing was written or made meanwhile: no group started over, no offset deleted.
     assert partition not in offsets.runtime.shards and GROUP not in broker.groups.groups
 
-    readable = True  # the next request loads the shard: the group and its offsets are back as they were
+    shard.readable = True  # the next request loads the shard: the group and its offsets are back as they were
     fetched = run(
         lambda: handle_offset_fetch(
             context(broker, 9, 9),
@@ -215,17 +223,9 @@ def test_list_groups_answers_load_in_progress_while_a_partition_led_here_is_load
     move_leader(broker, OFFSETS_TOPIC, partition, OTHER)
     assert listed(broker) == (ErrorCode.NONE, [(elsewhere, "Empty")])  # the other broker lists GROUP
 
-    load = offsets.runtime.load
-    readable = False
-
-    def load_when_readable(index: int) -> Any:
-        if index == partition and not readable:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition {index} cannot be read yet")
-        return load(index)
-
-    monkeypatch.setattr(offsets.runtime, "load", load_when_readable)
+    shard = UnreadableShard(monkeypatch, offsets, partition)
     move_leader(broker, OFFSETS_TOPIC, partition, NODE)
     assert listed(broker) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [])
 
-    readable = True  # the next ListGroups loads the shard and lists both groups again
+    shard.readable = True  # the next ListGroups loads the shard and lists both groups again
     assert listed(broker) == (ErrorCode.NONE, [(GROUP, "Stable"), (elsewhere, "Empty")])
