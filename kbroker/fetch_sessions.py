@@ -75,13 +75,9 @@ class FetchSession:
         """``requested``: each partition the request names, with its request fields (the answer's are kept)."""
         for key, asked in requested:
             cached = self.partitions.get(key)
-            if cached is None:
-                self.partitions[key] = asked
-            else:
-                cached.fetch_offset, cached.max_bytes = asked.fetch_offset, asked.max_bytes
-                cached.current_leader_epoch = asked.current_leader_epoch
-                cached.fetcher_log_start_offset = asked.fetcher_log_start_offset
-                cached.last_fetched_epoch = asked.last_fetched_epoch
+            if cached is not None:  # what the last answer said carries over (a known key keeps its place)
+                asked.high_watermark, asked.log_start_offset = cached.high_watermark, cached.log_start_offset
+            self.partitions[key] = asked
         for key in forgotten:
             self.partitions.pop(key, None)
 
