@@ -114,6 +114,13 @@ def _run_schedule(
             controller_settings=CONTROLLER_SETTINGS,
         )
         with cluster, (directory / "history.jsonl").open("w") as stream:
+            # Every broker unfenced in the quorum's image first: a broker whose image has none yet answers
+            # Metadata with no controller id, and librdkafka's CreateTopics then waits for one until it times out.
+            ids = {broker.node_id for broker in cluster.brokers}
+            cluster.observe().wait(
+                lambda image: all(i in image.brokers and not image.brokers[i].fenced for i in ids),
+                "every broker registered and unfenced",
+            )
             create_topic(cluster.bootstrap)
             cluster.observe().wait(lambda image: fully_replicated(image, TOPIC), "the topic fully replicated")
             history = History(stream)
